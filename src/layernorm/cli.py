@@ -10,6 +10,7 @@ COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
     "layernorm.report",
+    "layernorm.reproduce.command",
 )
 
 

@@ -886,8 +886,11 @@ def _environment(out: Path, runs: list[Run], meta: dict) -> list[str]:
     if env.get("git_commit") or meta.get("git_commit"):
         lines.append(f"- git commit: {env.get('git_commit') or meta.get('git_commit')}")
     if meta.get("wall_time_s") is not None:
-        lines.append(f"- wall time of `layernorm reproduce`: {meta['wall_time_s']:.0f} s "
-                     f"({meta['wall_time_s'] / 60:.1f} min) with --jobs {meta.get('jobs', '?')}; "
+        total = meta.get("total_wall_time_s")
+        lines.append(f"- wall time of `layernorm reproduce`, training + analysis: "
+                     f"{meta['wall_time_s']:.0f} s ({meta['wall_time_s'] / 60:.1f} min)"
+                     + (f", {total:.0f} s with building this report" if total else "")
+                     + f"; --jobs {meta.get('jobs', '?')}; "
                      f"load average at start {meta.get('loadavg_start', '?')}, at end "
                      f"{meta.get('loadavg_end', '?')}")
         for name, t in (meta.get("parts_s") or {}).items():

@@ -1,0 +1,164 @@
+"""``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
+table, geometry), and write the report.
+
+    layernorm reproduce --quick              embedded data, reduced scale, 3 seeds (minutes)
+    layernorm reproduce --full               the paper's scale where data can be downloaded (hours)
+    layernorm reproduce --preset tiny        seconds; for tests
+    layernorm reproduce --only rnn_norms --only analysis --out DIR --jobs 2
+
+Output: ``DIR/runs/<experiment>/<run>/`` (the runner's run directories), ``DIR/analysis/``,
+``DIR/reproduce.json`` (what ran, wall time), ``DIR/report.md`` and ``DIR/figures/``. Running the
+same command again reuses every finished run and analysis result, so an interrupted reproduction
+resumes, and ``layernorm report DIR`` rebuilds the report without training.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .._io import atomic_write_json
+
+EXPERIMENTS = ("rnn_norms", "lstm_gain_init", "cnn_batch_size", "mlp_batch_size",
+               "rnn_downloads")     # the longest first: better packing over --jobs processes
+ANALYSIS = "analysis"
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
+    """Invariance table and geometry into ``out/analysis`` (reused when present). Returns the
+    parts that could not be run, with the reason."""
+    not_run = {}
+    adir = out / "analysis"
+    adir.mkdir(parents=True, exist_ok=True)
+    try:
+        from ..analysis import run_geometry, run_invariance
+    except ImportError as err:
+        return {ANALYSIS: f"layernorm.analysis is not available in this build ({err})"}
+    inv = adir / "invariance.json"
+    if not inv.exists():
+        log("analysis: invariance table (Table 1) ...")
+        try:
+            atomic_write_json(inv, run_invariance(quick=preset != "full"))
+        except Exception as err:  # report and continue: the rest of the report still stands
+            not_run["invariance"] = f"run_invariance failed: {type(err).__name__}: {err}"
+    gdir = adir / "geometry"
+    if not (gdir / "done").exists():
+        log("analysis: parameter-space geometry (section 5.2) ...")
+        try:
+            run_geometry(gdir, quick=preset != "full")
+            (gdir / "done").write_text("")
+        except Exception as err:
+            not_run["geometry"] = f"run_geometry failed: {type(err).__name__}: {err}"
+    return not_run
+
+
+def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, only=None,
+              jobs: int | None = None, report: bool = True, log=print) -> Path:
+    """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
+    from ..experiments import EXPERIMENTS as REGISTRY
+    from ..experiments import PRESETS, get_experiment, load_registered
+    from ..experiments.runner import run_configs
+    from .._checks import check_choice
+
+    check_choice(preset, PRESETS, "preset")
+    load_registered()
+    names = [n for n in EXPERIMENTS if n in REGISTRY] + [ANALYSIS]
+    if only:
+        for n in only:
+            check_choice(n, names, "experiment for --only")
+        names = [n for n in names if n in only]
+    out = Path(out or f"runs/reproduce-{preset}")
+    jobs = jobs or max(1, min(2, os.cpu_count() or 1))
+    t0, load0 = time.time(), _loadavg()
+    not_run: dict[str, str] = {}
+    configs, datasets = [], set()
+    for n in names:
+        if n == ANALYSIS:
+            continue
+        exp = get_experiment(n)
+        if exp.needs_download and preset != "full":
+            not_run[n] = (f"needs downloaded data ({exp.claim}); run with --full")
+            continue
+        cs = exp.configs(preset)
+        configs += cs
+        datasets |= {c.dataset for c in cs}
+    parts: dict[str, float] = {}
+    log(f"layernorm reproduce --preset {preset}: {len(configs)} training runs in {jobs} "
+        f"process(es) into {out}/runs (finished runs are reused)")
+    failed = []
+    if configs:
+        t = time.time()
+        results = run_configs(configs, out / "runs", jobs=jobs, log=log)
+        parts["training"] = time.time() - t
+        failed = [f"{r.run_dir}: {r.error.splitlines()[0]}" for r in results
+                  if r.status == "failed"]
+    if ANALYSIS in names:
+        t = time.time()
+        not_run.update(run_analysis(out, preset, log))
+        parts["analysis"] = time.time() - t
+    meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
+            "runs": len(configs), "failed_runs": failed, "not_run": not_run,
+            "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": _git_commit(),
+            "argv": sys.argv[1:], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
+    meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg())
+    atomic_write_json(out / "reproduce.json", meta)
+    if report:
+        from ..report import build_report   # reads run directories; training never imports it
+        t = time.time()
+        build_report(out)
+        meta["report_s"] = time.time() - t
+        meta["total_wall_time_s"] = time.time() - t0
+        atomic_write_json(out / "reproduce.json", meta)
+        log(f"wall time {meta['total_wall_time_s']:.0f} s (training + analysis "
+            f"{meta['wall_time_s']:.0f} s, report {meta['report_s']:.0f} s); load average "
+            f"{load0} at start, {meta['loadavg_end']} at end")
+    if failed:
+        log(f"{len(failed)} run(s) failed (see above); the report judges what finished.")
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    preset = "full" if args.full else args.preset or "quick"
+    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
+    if (out / "summary.json").exists():
+        from ..report import summary_table
+        print("\n" + summary_table(out))
+        print(f"\nreport: {out / 'report.md'}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("reproduce", help="run the paper's and the seeds' experiments and write a "
+                                         "report that judges each claim")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
+                      "3 seeds: about 10 minutes on 2 CPU cores (the default)")
+    mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
+                      "downloaded (hours; resumable)")
+    mode.add_argument("--preset", choices=("tiny", "quick", "full"), help="tiny: seconds, for tests")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
+                        f"{ANALYSIS}")
+    p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
+    p.add_argument("--jobs", type=int, help="training processes at once (default: 2, or 1 on "
+                   "a single core)")
+    p.set_defaults(func=_run)
