@@ -1,0 +1,1 @@
+"""Downloadable datasets (filled in below)."""
