@@ -10,6 +10,7 @@ COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
     "layernorm.experiments.cli",
+    "layernorm.data.cli",
 )
 
 

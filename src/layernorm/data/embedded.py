@@ -37,21 +37,37 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     return (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
 
 
-DIGITS_VIEWS = {"flat": (64,), "image": (1, 8, 8), "rows": (8, 8), "pixels": (64, 1)}
+VIEWS = ("flat", "image", "rows", "pixels")
+
+
+def image_view(x: np.ndarray, side: int, view: str, permute: bool = False,
+               permute_seed: int = 0) -> torch.Tensor:
+    """Square grey images given as (N, side*side) rows, in the layout a model wants.
+
+    flat (N, side^2) for MLPs; image (N, 1, side, side) for ConvNets; rows (N, side, side): a
+    sequence of image rows; pixels (N, side^2, 1): a sequence of single pixels. ``permute`` applies
+    one fixed permutation (seeded by ``permute_seed``) to the pixels of every image first, as in
+    permuted MNIST.
+    """
+    from .._checks import check_choice
+    check_choice(view, VIEWS, "image view")
+    if permute:
+        x = x[:, np.random.default_rng(permute_seed).permutation(side * side)]
+    shape = {"flat": (side * side,), "image": (1, side, side), "rows": (side, side),
+             "pixels": (side * side, 1)}[view]
+    return torch.from_numpy(np.ascontiguousarray(x).reshape((len(x),) + shape))
 
 
 def _digits(view: str = "flat", permute: bool = False, permute_seed: int = 0,
             test_fraction: float = 0.2, split_seed: int = 0) -> Dataset:
-    from .._checks import check_choice
-    check_choice(view, DIGITS_VIEWS, "digits view")
+    """sklearn's 8x8 digits (1,797 images, values scaled to [0, 1]), split by ``split_seed``."""
     x, y = _digits_arrays()
-    if permute:   # one fixed permutation of the 64 pixels, for all examples (permuted MNIST)
-        x = x[:, np.random.default_rng(permute_seed).permutation(64)]
     tr, te = split_indices(len(y), test_fraction, split_seed)
-    shape = DIGITS_VIEWS[view]
-    as_x = lambda idx: torch.from_numpy(x[idx].reshape((len(idx),) + shape))  # noqa: E731
-    return Dataset(name="digits", task="classify", x_train=as_x(tr), y_train=torch.from_numpy(y[tr]),
-                   x_test=as_x(te), y_test=torch.from_numpy(y[te]), num_classes=10,
+    return Dataset(name="digits", task="classify",
+                   x_train=image_view(x[tr], 8, view, permute, permute_seed),
+                   y_train=torch.from_numpy(y[tr]),
+                   x_test=image_view(x[te], 8, view, permute, permute_seed),
+                   y_test=torch.from_numpy(y[te]), num_classes=10,
                    info={"source": "sklearn.datasets.load_digits", "view": view,
                          "permute": permute, "split_seed": split_seed})
 
