@@ -187,6 +187,12 @@ class ClaimResult:
     table: list[dict]                       # measured numbers, one row per configuration
     figures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    measured: bool = True                   # False: the experiment's runs are not there
+
+    @property
+    def status(self) -> str:
+        """The verdict, or "not run" when there was nothing to judge."""
+        return self.verdict.verdict if self.measured else NOT_RUN
 
 
 @dataclass
@@ -250,7 +256,7 @@ def _need(groups: dict[str, list[Run]]) -> str | None:
 
 def _skip(note: str) -> ClaimResult:
     v = Verdict(INCONCLUSIVE, "no data: the rule cannot be applied", note)
-    return ClaimResult(v, "not measured", [], notes=[note])
+    return ClaimResult(v, "not measured", [], notes=[note], measured=False)
 
 
 # --- 6.6 / 6.7: feed-forward batch-size experiments ------------------------------------------
@@ -285,7 +291,7 @@ def claim_bn_suffers(experiment: str, small: int, large: int, margin: float, wha
         v = all_of([v1, v2], f"both must hold: (1) BN's test error at batch {small} exceeds its "
                              f"error at batch {large} and (2) BN's increase exceeds LN's, each by "
                              f"≥ {margin * PP:g} pp beyond 2 standard errors")
-        key = (f"BN {small} vs {large}: +{bn_up.mean * PP:.1f} pp; "
+        key = (f"BN {small} vs {large}: {bn_up.mean * PP:+.1f} pp; "
                f"LN: {ln_up.mean * PP:+.1f} pp")
         return ClaimResult(v, key, _err_table(select(runs, experiment=experiment)),
                            _ff_figures(runs, ctx, experiment, what))
@@ -628,9 +634,19 @@ def claim_geometry(runs, ctx):
 
 # --- the claim list -------------------------------------------------------------------------
 
-def claims_for_tasks(rnn_tasks: list[str]) -> list[Claim]:
-    """All claims; RNN claims are made for every task found among the runs."""
-    mlp, cnn, rnn, gain = "mlp_batch_size", "cnn_batch_size", "rnn_norms", "lstm_gain_init"
+RNN_EXPERIMENTS = ("rnn_norms", "rnn_downloads")
+TASK_NAMES = {"digits-pixels": "pixel-sequence digits (permuted)", "mnist1d-seq": "MNIST-1D",
+              "adding": "the adding problem (long sequences)", "imdb": "IMDb sentiment",
+              "tiny-shakespeare": "char-level LM on tiny-shakespeare, standing in for MSR Sentence "
+                                  "Completion"}
+
+
+DOWNLOAD_TASKS = (("rnn_downloads", "imdb"), ("rnn_downloads", "tiny-shakespeare"))
+
+
+def claims_for_tasks(rnn_tasks: list[tuple[str, str]]) -> list[Claim]:
+    """All claims; RNN claims are made for every (experiment, task) found among the runs."""
+    mlp, cnn, gain = "mlp_batch_size", "cnn_batch_size", "lstm_gain_init"
     out = [
         Claim("6.6-bn", "paper 6.6", "“BN suffers at batch 4” (permutation-invariant MNIST, MLP, "
               "Adam, batch 128 and 4)", mlp,
@@ -651,16 +667,18 @@ def claims_for_tasks(rnn_tasks: list[str]) -> list[Claim]:
               "128)", cnn, claim_ln_stable(cnn, (4, 1), 128, "ConvNet"),
               "6.7 ConvNets + seed CNN claim"),
     ]
-    for t in rnn_tasks:
-        sec = f"RNNs: LSTM vs BN-LSTM vs LN-LSTM on {t}"
+    for rnn, t in rnn_tasks:
+        name = TASK_NAMES.get(t, t)
+        sec = f"RNNs: LSTM vs BN-LSTM vs LN-LSTM on {name}"
         out += [
             Claim(f"rnn-fast-{t}", "seed 004 (exp. 1); paper 6.2/6.5",
-                  "“LSTM with LN converges fastest”", rnn, claim_rnn_fastest(rnn, t), sec),
-            Claim(f"rnn-best-{t}", "seed 004 (exp. 1)", "“LN-LSTM reaches the best accuracy”",
-                  rnn, claim_rnn_best(rnn, t), sec),
+                  f"“LSTM with LN converges fastest” ({name})", rnn, claim_rnn_fastest(rnn, t),
+                  sec),
+            Claim(f"rnn-best-{t}", "seed 004 (exp. 1)",
+                  f"“LN-LSTM reaches the best accuracy” ({name})", rnn, claim_rnn_best(rnn, t), sec),
             Claim(f"rnn-hidden-{t}", "seed 004 (exp. 1); paper 3.1",
-                  "“LN keeps the hidden-state distribution stable through training, while the "
-                  "plain LSTM's changes sharply”", rnn, claim_rnn_hidden_stable(rnn, t), sec),
+                  f"“LN keeps the hidden-state distribution stable, while the plain LSTM's "
+                  f"changes sharply” ({name})", rnn, claim_rnn_hidden_stable(rnn, t), sec),
         ]
     out += [
         Claim("6.2-gain", "paper 6.2", "“initializing the LN gain to 1.0 is significantly "
@@ -868,8 +886,9 @@ def _md_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+NOT_RUN = "not run"
 VERDICT_MARK = {SUPPORTED: "✅ supported", NOT_SUPPORTED: "❌ not supported",
-                INCONCLUSIVE: "❔ inconclusive"}
+                INCONCLUSIVE: "❔ inconclusive", NOT_RUN: "⏸ not run"}
 
 
 def _environment(out: Path, runs: list[Run], meta: dict) -> list[str]:
@@ -890,6 +909,7 @@ def _environment(out: Path, runs: list[Run], meta: dict) -> list[str]:
         lines.append(f"- wall time of `layernorm reproduce`, training + analysis: "
                      f"{meta['wall_time_s']:.0f} s ({meta['wall_time_s'] / 60:.1f} min)"
                      + (f", {total:.0f} s with building this report" if total else "")
+                     + (f"; CPU time {meta['cpu_s']:.0f} s" if meta.get("cpu_s") else "")
                      + f"; --jobs {meta.get('jobs', '?')}; "
                      f"load average at start {meta.get('loadavg_start', '?')}, at end "
                      f"{meta.get('loadavg_end', '?')}")
@@ -912,7 +932,9 @@ def build_report(out: str | Path) -> Path:
     meta = _load_json(out / "reproduce.json") or {}
     ctx = Context(out, out / "figures")
     ctx.figures.mkdir(parents=True, exist_ok=True)
-    rnn_tasks = sorted({r.task for r in runs if r.experiment == "rnn_norms"})
+    rnn_tasks = sorted({(r.experiment, r.task) for r in runs if r.experiment in RNN_EXPERIMENTS})
+    # The seed's own datasets need downloads: listed (as "not run") even when absent.
+    rnn_tasks += [p for p in DOWNLOAD_TASKS if p not in rnn_tasks]
     results = []
     for claim in claims_for_tasks(rnn_tasks):
         results.append((claim, claim.evaluate(runs, ctx)))
@@ -928,8 +950,8 @@ def build_report(out: str | Path) -> Path:
     md += ["## Summary", "", "| claim | source | verdict | key number |", "|---|---|---|---|"]
     for claim, res in results:
         md.append(f"| [{claim.quote}](#{claim.id}) | {claim.source} | "
-                  f"{VERDICT_MARK[res.verdict.verdict]} | {res.key_number} |")
-    counts = {v: sum(r.verdict.verdict == v for _, r in results) for v in VERDICT_MARK}
+                  f"{VERDICT_MARK[res.status]} | {res.key_number} |")
+    counts = {v: sum(r.status == v for _, r in results) for v in VERDICT_MARK}
     md += ["", "Totals: " + ", ".join(f"{k}: {v}" for k, v in counts.items()), ""]
     md += ["## Environment", ""] + _environment(out, runs, meta) + [""]
     md += ["## How verdicts are computed", "",
@@ -958,6 +980,9 @@ def build_report(out: str | Path) -> Path:
             md += [""]
         for fig in res.figures:
             md += [f"![{Path(fig).stem}]({fig})", ""]
+        if not res.measured:
+            md += [f"**{VERDICT_MARK[NOT_RUN]}**: no finished runs to judge.", ""]
+            continue
         md += [f"**Verdict: {VERDICT_MARK[res.verdict.verdict]}.** Rule: {res.verdict.rule}.", ""]
         for p in res.verdict.parts or (res.verdict,):
             md += [f"- [{p.verdict}] {p.rule}: {p.detail}"]
@@ -973,7 +998,7 @@ def build_report(out: str | Path) -> Path:
            f"`layernorm report {out}` from {len(runs)} run directories.*", ""]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
-    summary = [{"claim": c.id, "verdict": r.verdict.verdict, "key": r.key_number}
+    summary = [{"claim": c.id, "verdict": r.status, "key": r.key_number}
                for c, r in results]
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return path

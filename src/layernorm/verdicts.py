@@ -20,7 +20,8 @@ error ``se = sqrt(var(a)/n_a + var(b)/n_b)`` (sample variances over seeds). The 
     all_of(v1, v2, ...) supported if all are supported, not supported if any is not supported,
                         inconclusive otherwise.
 
-With 3 seeds, 2 standard errors is a lenient interval (a t-interval would use ~2.8-4.3); the
+Fewer than ``MIN_SEEDS`` (3) values on either side: inconclusive, whatever the numbers (one or two
+seeds give no usable spread). With 3 seeds, 2 standard errors is a lenient interval (a t-interval would use ~2.8-4.3); the
 margins keep a tiny but "significant" difference from counting as support.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+MIN_SEEDS = 3
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: s
     _check_margin(margin, "exceeds")
     d, se = _diff(a, b)
     lo, hi = d - 2 * se, d + 2 * se
-    if math.isnan(lo) or math.isnan(hi):   # inf - inf: both diverged
+    few = min(a.n, b.n) < MIN_SEEDS
+    if few or math.isnan(lo) or math.isnan(hi):   # too few seeds, or inf - inf
         v = INCONCLUSIVE
     elif lo > 0 and d >= margin:
         v = SUPPORTED
@@ -122,7 +125,8 @@ def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: s
     s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
     rule = (f"{a_name} − {b_name} = d; supported if d − 2·se > 0 and d ≥ {s(margin)}, "
             f"not supported if d + 2·se < {s(margin)}, else inconclusive")
-    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]"
+    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]" + \
+        (f"; only {min(a.n, b.n)} seed(s), the rule needs >= {MIN_SEEDS}" if few else "")
     return Verdict(v, rule, detail)
 
 
@@ -132,7 +136,8 @@ def within(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: st
     _check_margin(margin, "within")
     d, se = _diff(a, b)
     lo, hi = d - 2 * se, d + 2 * se
-    if math.isnan(lo) or math.isnan(hi):
+    few = min(a.n, b.n) < MIN_SEEDS
+    if few or math.isnan(lo) or math.isnan(hi):
         v = INCONCLUSIVE
     elif -margin <= lo and hi <= margin:
         v = SUPPORTED
@@ -143,7 +148,8 @@ def within(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: st
     s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
     rule = (f"{a_name} − {b_name} = d; supported if [d − 2·se, d + 2·se] lies inside "
             f"±{s(margin)}, not supported if it lies entirely outside, else inconclusive")
-    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]"
+    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]" + \
+        (f"; only {min(a.n, b.n)} seed(s), the rule needs >= {MIN_SEEDS}" if few else "")
     return Verdict(v, rule, detail)
 
 

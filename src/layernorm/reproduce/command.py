@@ -34,6 +34,14 @@ def _loadavg() -> str:
         return "?"
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the worker processes):
+    the cost of a reproduction independent of how loaded the machine is."""
+    import resource
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF,
+               resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+
+
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
@@ -88,7 +96,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
         names = [n for n in names if n in only]
     out = Path(out or f"runs/reproduce-{preset}")
     jobs = jobs or max(1, min(2, os.cpu_count() or 1))
-    t0, load0 = time.time(), _loadavg()
+    t0, load0, cpu0 = time.time(), _loadavg(), _cpu_seconds()
     not_run: dict[str, str] = {}
     configs, datasets = [], set()
     for n in names:
@@ -119,7 +127,8 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
             "runs": len(configs), "failed_runs": failed, "not_run": not_run,
             "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": _git_commit(),
             "argv": sys.argv[1:], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
-    meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg())
+    meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg(),
+                cpu_s=_cpu_seconds() - cpu0)
     atomic_write_json(out / "reproduce.json", meta)
     if report:
         from ..report import build_report   # reads run directories; training never imports it
@@ -129,8 +138,8 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
         meta["total_wall_time_s"] = time.time() - t0
         atomic_write_json(out / "reproduce.json", meta)
         log(f"wall time {meta['total_wall_time_s']:.0f} s (training + analysis "
-            f"{meta['wall_time_s']:.0f} s, report {meta['report_s']:.0f} s); load average "
-            f"{load0} at start, {meta['loadavg_end']} at end")
+            f"{meta['wall_time_s']:.0f} s, report {meta['report_s']:.0f} s); CPU time "
+            f"{meta['cpu_s']:.0f} s; load average {load0} at start, {meta['loadavg_end']} at end")
     if failed:
         log(f"{len(failed)} run(s) failed (see above); the report judges what finished.")
     return out

@@ -42,7 +42,7 @@ def mlp_batch_size(preset: str) -> list[Config]:
                            "slightly at batch 128 and collapses at batch 1 and 4 while LN stays "
                            "stable (seed)")
 def cnn_batch_size(preset: str) -> list[Config]:
-    dataset = _pick(preset, tiny="digits-image", quick="digits-image", full="mnist-image")
+    dataset = _pick(preset, tiny="digits-image", quick="digits-image", full="mnist")
     channels = _pick(preset, tiny=[4, 8], quick=[16, 32, 32], full=[32, 64, 64])
     batches = _pick(preset, tiny=(128, 1), quick=(128, 4, 1), full=(128, 4, 1))
     # Each batch size is trained until its error has flattened (a batch-128 epoch is 11 steps on
@@ -54,7 +54,7 @@ def cnn_batch_size(preset: str) -> list[Config]:
         "full": lambda bs: {"epochs": 10},
     }[preset]
     return [Config(dataset=dataset, model="convnet", norm=norm, batch_size=bs, seed=seed,
-                   optimizer="adam", lr=1e-3,
+                   optimizer="adam", lr=1e-3, data_args={"view": "image"} if preset == "full" else {},
                    model_args={"channels": channels, "unbiased": bs < 16}, **length(bs))
             for norm in ("none", "batch", "layer") for bs in batches for seed in SEEDS[preset]]
 
@@ -114,3 +114,26 @@ def lstm_gain_init(preset: str) -> list[Config]:
                    data_args=t["data_args"], model_args={**t["model_args"], "gain_init": gain},
                    **t["length"])
             for gain in (1.0, 0.1) for seed in SEEDS[preset]]
+
+
+# --- 5. seed experiment 1 on its own data (downloads; full mode only) ---------------------------
+
+@register_experiment("rnn_downloads", section="seed 004 exp. 1", needs_download=True,
+                     claim="LSTM vs BN-LSTM vs LN-LSTM on IMDb sentiment and on a character-level "
+                           "language model (tiny-shakespeare, standing in for the MSR Sentence "
+                           "Completion Challenge, which has no stable public download)")
+def rnn_downloads(preset: str) -> list[Config]:
+    tasks = [dict(tag="imdb", dataset="imdb", data_args={"vocab_size": 20000, "max_len": 200},
+                  model_args={"hidden": 128, "embed": 128}, batch_size=32,
+                  length={"steps": 4000, "eval_every": 250}),
+             dict(tag="charlm", dataset="tiny-shakespeare", data_args={"seq_len": 100},
+                  model_args={"hidden": 256, "embed": 64}, batch_size=32,
+                  length={"steps": 4000, "eval_every": 250})]
+    if preset != "full":     # tiny / quick: a few steps, for checking the wiring only
+        for t in tasks:
+            t["length"] = {"steps": 4, "eval_every": 2}
+    return [Config(dataset=t["dataset"], model="rnn_classifier", norm=norm,
+                   batch_size=t["batch_size"], seed=seed, optimizer="adam", lr=1e-3,
+                   grad_clip=10.0, tag=t["tag"], data_args=t["data_args"],
+                   model_args=dict(t["model_args"]), **t["length"])
+            for t in tasks for norm in ("none", "batch", "layer") for seed in SEEDS[preset]]

@@ -64,47 +64,77 @@ class SequenceClassifier(nn.Module):
     """
 
     def __init__(self, input_size: int, output_size: int, length: int, norm: str, hidden: int,
-                 gain_init: float | None, chunk: int, per_step: bool, embed: int = 0):
+                 gain_init: float | None, chunk: int, per_step: bool, embed: int = 0,
+                 vocab_size: int = 0):
         super().__init__()
         if length % chunk:
             raise ValueError(f"rnn_classifier chunk={chunk} must divide the sequence length "
                              f"{length}. Pick a divisor of {length}.")
+        if vocab_size and (chunk != 1 or embed < 1):
+            raise ValueError(f"rnn_classifier on token ids needs embed >= 1 and chunk = 1, "
+                             f"received embed={embed}, chunk={chunk}. Pass e.g. embed=128.")
         self.chunk, self.per_step = chunk, per_step
         width = input_size * chunk
-        self.embed = nn.Sequential(nn.Linear(width, embed), nn.Tanh()) if embed else nn.Identity()
+        if vocab_size:      # token ids (N, T) -> (N, T, embed)
+            self.embed = nn.Embedding(vocab_size, embed)
+        else:
+            self.embed = nn.Sequential(nn.Linear(width, embed), nn.Tanh()) if embed else \
+                nn.Identity()
         self.lstm = LSTM(embed or width, hidden, batch_first=True, norm=norm,
                          gain_init=gain_init, max_length=length // chunk)
         self.head = nn.Linear(hidden, output_size)
 
-    def _hidden(self, x: torch.Tensor) -> torch.Tensor:
-        n, t, f = x.shape
-        out, _ = self.lstm(self.embed(x.reshape(n, t // self.chunk, f * self.chunk)))
-        return out                                           # (N, T', H): h_t for every step
+    def _run(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        """(h_t for every step (N, T', H) with zeros past each length, h at the last true step
+        (N, H))."""
+        if x.dim() == 3:
+            n, t, f = x.shape
+            x = x.reshape(n, t // self.chunk, f * self.chunk)
+        e = self.embed(x)
+        if lengths is None:
+            out, _ = self.lstm(e)
+            return out, out[:, -1]
+        packed = nn.utils.rnn.pack_padded_sequence(e, lengths.cpu(), batch_first=True,
+                                                   enforce_sorted=False)
+        out, (h_n, _) = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                  total_length=e.shape[1])
+        return out, h_n[-1]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self._hidden(x)
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        h, last = self._run(x, lengths)
         if self.per_step:
             return self.head(h).repeat_interleave(self.chunk, dim=1)   # (N, T, C)
-        return self.head(h[:, -1]).squeeze(-1) if self.head.out_features == 1 \
-            else self.head(h[:, -1])                                     # (N, C) or (N,)
+        y = self.head(last)                                              # (N, C)
+        return y.squeeze(-1) if self.head.out_features == 1 else y      # regression: (N,)
 
     @torch.no_grad()
-    def extra_metrics(self, x: torch.Tensor) -> dict:
-        """Per time step t: mean and std of h_t over the probe batch and the hidden units."""
-        h = self._hidden(x)                                   # (N, T', H)
-        std, mean = torch.std_mean(h.transpose(0, 1).flatten(1), dim=1, correction=0)
-        return {"hidden_mean": [round(v, 6) for v in mean.tolist()],
-                "hidden_std": [round(v, 6) for v in std.tolist()]}
+    def extra_metrics(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> dict:
+        """Per time step t: mean and std of h_t over the probe batch and the hidden units
+        (padded steps excluded)."""
+        h, _ = self._run(x, lengths)                          # (N, T', H)
+        n, t, width = h.shape
+        valid = torch.ones(n, t, 1) if lengths is None else \
+            (torch.arange(t)[None, :] < lengths.cpu()[:, None]).float()[..., None]
+        valid = valid.to(h.device)
+        count = (valid.sum(0) * width).clamp_min(1).squeeze(-1)               # (T',)
+        mean_t = (h * valid).sum((0, 2)) / count
+        var_t = (((h - mean_t[None, :, None]) ** 2) * valid).sum((0, 2)) / count
+        keep = int((count > 1).sum())     # steps that some probe sequence still reaches
+        mean = [round(v, 6) for v in mean_t[:keep].tolist()]
+        std = [round(v, 6) for v in var_t[:keep].clamp_min(0).sqrt().tolist()]
+        return {"hidden_mean": mean, "hidden_std": std}
 
 
 @register_model("rnn_classifier")
 def rnn_classifier(dataset, norm: str, hidden: int = 64, gain_init: float | None = None,
                    chunk: int = 1, embed: int = 0) -> SequenceClassifier:
-    if len(dataset.input_shape) != 2:
-        raise ValueError(f"rnn_classifier expects sequences (T, F), received dataset "
-                         f"{dataset.name!r} with input shape {dataset.input_shape}. Use a "
-                         f"sequence view such as 'digits-pixels' or 'mnist1d-seq'.")
-    T, F = dataset.input_shape
+    tokens = dataset.vocab_size > 0
+    if len(dataset.input_shape) != (1 if tokens else 2):
+        raise ValueError(f"rnn_classifier expects sequences (T, F) of features or (T,) of token "
+                         f"ids, received dataset {dataset.name!r} with input shape "
+                         f"{dataset.input_shape}. Use a sequence view such as 'digits-pixels'.")
+    T, F = (dataset.input_shape[0], 1) if tokens else dataset.input_shape
     per_step = dataset.y_train.dim() == 2
     return SequenceClassifier(F, dataset.output_size, T, norm, hidden, gain_init, chunk, per_step,
-                              embed)
+                              embed, dataset.vocab_size)
