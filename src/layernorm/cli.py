@@ -9,6 +9,7 @@ import sys
 COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
+    "layernorm.analysis.invariance",
 )
 
 
