@@ -10,6 +10,7 @@ COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
     "layernorm.analysis.invariance",
+    "layernorm.analysis.geometry",
 )
 
 

@@ -27,7 +27,7 @@ import torch
 
 from ..bench import format_table
 from .layer import (METHODS, check_data, check_method, check_scales, load_digits_xy,
-                    method_eps, normalized_layer, statistics, summed_inputs)
+                    method_eps, normalized_layer, single_thread, statistics, summed_inputs)
 
 TRANSFORMATIONS = ("weight_matrix_rescaling", "weight_matrix_recentering",
                    "weight_vector_rescaling", "dataset_rescaling", "dataset_recentering",
@@ -250,6 +250,12 @@ def measure_invariance(*, methods=METHODS, eps=DEFAULT_EPS, draws: int = 5, real
     if draws < 0 or real_draws < 0 or draws + real_draws == 0:
         raise ValueError(f"measure_invariance expected draws >= 0 and real_draws >= 0 with at "
                          f"least one in total, received draws={draws}, real_draws={real_draws}.")
+    with single_thread():
+        return _measure(methods, eps, draws, real_draws, data, (lo, hi), seed, dtype)
+
+
+def _measure(methods, eps, draws, real_draws, data, scale_range, seed, dtype) -> InvarianceResult:
+    lo, hi = scale_range
     gen = torch.Generator().manual_seed(seed)
     records, notes = [], []
     for source, (W, x, g, b) in _sources(draws, real_draws, data, gen, dtype):

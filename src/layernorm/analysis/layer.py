@@ -18,7 +18,8 @@ that both give the same layer.
 """
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator
 
 import torch
 
@@ -111,3 +112,15 @@ def load_digits_xy(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, to
     data = load_digits()
     return (torch.as_tensor(data.data, dtype=dtype),
             torch.as_tensor(data.target, dtype=torch.long))
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block (restored after). The analysis works on tiny
+    tensors, where extra threads only add contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
