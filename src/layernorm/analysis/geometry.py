@@ -30,8 +30,10 @@ Three measurements, one figure each:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -52,6 +54,21 @@ OPTIMIZERS = {"sgd": 0.5, "adam": 0.01}                         # optimizer -> l
 
 
 # --------------------------------------------------------------------------- exact Fisher
+
+@functools.cache
+def _load_forward_ad() -> None:
+    """torch's forward-mode AD loads its jvp decompositions on first use through
+    ``torch.jit.script``, which torch itself now reports as deprecated (a DeprecationWarning raised
+    inside torch, on every forward-mode first use). Load them once here with that one warning
+    silenced, so ``filterwarnings = error`` still catches everything else."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*deprecated",
+                                category=DeprecationWarning)
+        try:
+            import torch._decomp.decompositions_for_jvp  # noqa: F401
+        except ImportError:                                    # other torch versions: nothing to do
+            pass
+
 
 def _glm_logp(method: str, W: torch.Tensor, g: torch.Tensor, b: torch.Tensor, x: torch.Tensor,
               eps: float) -> torch.Tensor:
@@ -79,6 +96,7 @@ def fisher_block(method: str, W: torch.Tensor, g: torch.Tensor, b: torch.Tensor,
     else:
         raise ValueError(f"fisher_block expected wrt='g' or 'w<i>' with 0 <= i < {W.shape[0]}, "
                          f"received {wrt!r}. Use e.g. wrt='w0' for the first unit's weights.")
+    _load_forward_ad()
     J = torch.func.jacfwd(logp)(theta)                          # (N, K, P)
     p = logp(theta).exp().detach()                              # (N, K)
     return torch.einsum("nk,nki,nkj->ij", p, J, J) / x.shape[0]
@@ -289,6 +307,7 @@ class _FisherProbe:
     def _quadratic_form(self, W: torch.Tensor, u: torch.Tensor) -> float:
         def logp(w):
             return torch.func.functional_call(self.model, {self.name: w}, (self.x,)).log_softmax(-1)
+        _load_forward_ad()
         lp, du = torch.func.jvp(logp, (W,), (u,))                   # (N, K) each
         return float((lp.exp() * du.square()).sum(-1).mean())
 
@@ -526,8 +545,8 @@ def format_geometry(result: dict) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = run_geometry(args.out, methods=args.methods, steps=args.steps, seed=args.seed,
-                          progress=True)
+    result = run_geometry(args.out, methods=args.methods, steps=args.steps,
+                          n_examples=args.examples, seed=args.seed, progress=True)
     print(format_geometry(result))
     return 0
 
@@ -538,5 +557,7 @@ def add_commands(sub) -> None:
     p.add_argument("--out", required=True, help="directory for geometry.json and the figures")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
+    p.add_argument("--examples", type=int, default=256,
+                   help="digits examples in the Fisher expectation (default 256)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_run)
