@@ -135,6 +135,7 @@ def _tangent(w: torch.Tensor, seed: int) -> torch.Tensor:
     return v / v.norm()
 
 
+@single_thread()
 def measure_curvature(x: torch.Tensor, *, methods=METHODS, scales=SCALES, K: int = 10,
                       eps: float = 1e-5, seed: int = 0) -> dict:
     """Point 1: Fisher quadratic form along w_i versus the scale d of w_i (or of all of W).
@@ -188,6 +189,7 @@ def _kl_check(method: str, W, g, b, x, v, eps: float, t: float = 1e-3) -> float:
     return kl_divergence(method, (W, g, b), (W2, g, b), x, eps) / (0.5 * t * t * float(v @ F @ v))
 
 
+@single_thread()
 def measure_gain_metric(x: torch.Tensor, *, methods=METHODS, scales=SCALES, K: int = 10,
                         eps: float = 1e-5, seed: int = 0) -> dict:
     """Point 3 (eqs. 32-35): the Fisher metric along the gains g at inputs lambda * x, relative to
@@ -236,6 +238,7 @@ def _angle(w0: torch.Tensor, w1: torch.Tensor) -> float:
     return float(torch.atan2((w1 - along * u).norm(), along))
 
 
+@single_thread()
 def train_mlp(x: torch.Tensor, y: torch.Tensor, *, norm: str, optimizer: str, steps: int = 300,
               batch_size: int = 32, hidden: int = 64, depth: int = 2, lr: float | None = None,
               probe_every: int = 10, seed: int = 0, progress: bool = False) -> dict:
@@ -312,12 +315,12 @@ class _FisherProbe:
         return float((lp.exp() * du.square()).sum(-1).mean())
 
 
-def _decay_exponent(log: dict) -> float:
+def _decay_exponent(log: dict) -> float | None:
     """Fitted exponent of u'F(W_t)u / u'F(W_t ||W_0|| / ||W_t||)u against ||W_t|| / ||W_0||."""
     n0 = log["probe_norm"][0]
     pts = [(n / n0, a / b) for n, a, b in zip(log["probe_norm"], log["probe_fisher"],
                                               log["probe_fisher_at_norm0"]) if n > 1.02 * n0]
-    return fit_exponent(*zip(*pts)) if len(pts) >= 2 else float("nan")
+    return fit_exponent(*zip(*pts)) if len(pts) >= 2 else None
 
 
 def _training_summary(log: dict) -> dict:
@@ -338,7 +341,7 @@ def _training_summary(log: dict) -> dict:
             "angle_late_over_early": mean(angles[-k:]) / mean(angles[:k]),
             "eff_lr_early": mean(eff[:k]), "eff_lr_late": mean(eff[-k:]),
             "eff_lr_exponent_vs_norm": fit_exponent(n_eff, eff)
-            if max(n_eff) > 1.01 * min(n_eff) else float("nan"),
+            if max(n_eff) > 1.01 * min(n_eff) else None,
             "mean_abs_cos_grad_w": mean([abs(c) for c in cos])})
     return {"layers": layers,
             "fisher_decay_last": log["probe_fisher"][-1] / log["probe_fisher_at_norm0"][-1],
