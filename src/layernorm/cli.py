@@ -13,6 +13,8 @@ COMMAND_MODULES = (
     "layernorm.data.cli",
     "layernorm.report",
     "layernorm.reproduce.command",
+    "layernorm.analysis.invariance",
+    "layernorm.analysis.geometry",
 )
 
 
