@@ -169,12 +169,20 @@ def test_report_analysis_claims(tmp_path):
     inv["weight"]["dataset_rescaling"] = {"invariant": True, "max_abs_change": 0.0}  # one differs
     (tmp_path / "analysis" / "geometry").mkdir(parents=True)
     (tmp_path / "analysis" / "invariance.json").write_text(json.dumps(inv))
-    (tmp_path / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(
-        {"curvature": {"fitted_exponent": {"layer": -2.0, "batch": -1.99, "weight": -2.01,
-                                           "plain": 0.0}}}))
+    layer = {"norm_growth": 2.0, "eff_lr_early": 0.02, "eff_lr_late": 0.005,
+             "eff_lr_exponent_vs_norm": -2.0}
+    geo = {"curvature": {"methods": {
+        "layer": {"main": "W", "exponent": -2.0}, "batch": {"main": "w_i", "exponent": -1.99},
+        "weight": {"main": "w_i", "exponent": -2.01}, "none": {"main": "w_i", "exponent": 0.05}}},
+        "training": {"layer/sgd": {"summary": {"layers": [layer]}}}}
+    (tmp_path / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
     v = verdicts(tmp_path)
     assert v["table1"] == NOT_SUPPORTED
-    assert v["5.2-geometry"] == SUPPORTED
+    assert v["5.2-curvature"] == SUPPORTED and v["5.2-lr-decay"] == SUPPORTED
+    # a plain GLM whose curvature also fell like d^-2 would refute the contrast
+    geo["curvature"]["methods"]["none"]["exponent"] = -2.0
+    (tmp_path / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
+    assert verdicts(tmp_path)["5.2-curvature"] == NOT_SUPPORTED
     assert "weight/dataset_rescaling" in (tmp_path / "report.md").read_text()
 
 

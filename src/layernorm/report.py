@@ -528,23 +528,8 @@ def _load_json(path: Path):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _invariance_results(out: Path):
-    data = _load_json(out / "analysis" / "invariance.json")
-    if data is None:
-        return None
-    # run_invariance may nest results per eps setting; the default-eps block is judged.
-    if "layer" not in data:
-        for key in ("default_eps", "eps_default", "eps=1e-05", "default"):
-            if isinstance(data.get(key), dict) and "layer" in data[key]:
-                return data[key]
-        for v in data.values():
-            if isinstance(v, dict) and "layer" in v:
-                return v
-    return data
-
-
 def claim_table1(runs, ctx):
-    data = _invariance_results(ctx.out)
+    data = _load_json(ctx.out / "analysis" / "invariance.json")   # run_invariance's output
     if data is None:
         return _skip("analysis/invariance.json not found (invariance part not run)")
     measured, expected, table = {}, {}, []
@@ -570,65 +555,77 @@ def claim_table1(runs, ctx):
     return ClaimResult(v, v.detail, table)
 
 
-def _geometry_dir(out: Path) -> Path:
-    return out / "analysis" / "geometry"
+def _geometry(out: Path) -> tuple[dict | None, list[Path]]:
+    """``run_geometry``'s geometry.json and its figures (analysis/geometry/)."""
+    d = out / "analysis" / "geometry"
+    data = _load_json(d / "geometry.json")
+    return data, (sorted(d.glob("*.png")) if data else [])
 
 
-def _geometry_json(out: Path) -> dict | None:
-    d = _geometry_dir(out)
-    if not d.exists():
-        return None
-    merged = {}
-    for p in sorted(d.glob("*.json")):
-        try:
-            obj = json.loads(p.read_text())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            merged.update(obj)
-    return merged or None
+def _copy_figures(ctx: Context, paths: list[Path], prefix: str) -> list[str]:
+    rels = []
+    for p in paths:
+        rel = f"figures/{prefix}{p.name}"
+        if rel not in ctx.made:
+            atomic_write_bytes(ctx.out / rel, p.read_bytes())
+            ctx.made.add(rel)
+        rels.append(rel)
+    return rels
 
 
-def _find(obj, *keys):
-    """The first value found under any of ``keys`` anywhere in a nested dict."""
-    if isinstance(obj, dict):
-        for k in keys:
-            if k in obj:
-                return obj[k]
-        for v in obj.values():
-            got = _find(v, *keys)
-            if got is not None:
-                return got
-    return None
-
-
-def claim_geometry(runs, ctx):
-    geo = _geometry_json(ctx.out)
+def claim_curvature(runs, ctx):
+    geo, pngs = _geometry(ctx.out)
     if geo is None:
-        return _skip("analysis/geometry/*.json not found (geometry part not run)")
-    exps = _find(geo, "fitted_exponent", "exponents", "exponent")
-    figs = []
-    for p in sorted(_geometry_dir(ctx.out).glob("*.png")):
-        rel = f"figures/geometry_{p.name}"
-        atomic_write_bytes(ctx.out / rel, p.read_bytes())
-        figs.append(rel)
-    if not isinstance(exps, dict):
-        return _skip(f"geometry results carry no per-method fitted exponents "
-                     f"(keys: {sorted(geo)[:8]})")
+        return _skip("analysis/geometry/geometry.json not found (geometry part not run)")
+    methods = geo["curvature"]["methods"]
     table, parts = [], []
-    for method, val in exps.items():
-        val = val.get("exponent") if isinstance(val, dict) else val
-        if val is None:
-            continue
-        table.append({"method": method, "fitted exponent of curvature vs d": f"{float(val):.3f}"})
-        if method in ("layer", "batch", "weight"):
-            parts.append(in_range(float(val), -2.05, -1.95, name=f"{method} exponent"))
+    for m, r in methods.items():
+        table.append({"method": NORM_LABEL.get(m, m), "weights scaled": r.get("main", "?"),
+                      "fitted exponent of the Fisher quadratic form vs d": f"{r['exponent']:.3f}"})
+        if m in ("layer", "batch", "weight") and r["exponent"] is not None:
+            parts.append(in_range(float(r["exponent"]), -2.05, -1.95, name=f"{m} exponent"))
+    if "none" in methods and methods["none"]["exponent"] is not None:
+        parts.append(in_range(float(methods["none"]["exponent"]), -1.5, math.inf,
+                              name="plain GLM exponent (contrast: must not be ≈ -2)"))
     if not parts:
-        return _skip("no fitted exponent for layer/batch/weight norm in the geometry results")
-    v = all_of(parts, "for layer, batch and weight norm, the fitted exponent of the Fisher quadratic "
-                      "form along w_i vs the scale d of w_i must lie in [-2.05, -1.95] (doubling "
-                      "||w_i|| divides the curvature by 4)")
-    key = ", ".join(f"{t['method']} {t['fitted exponent of curvature vs d']}" for t in table)
+        return _skip("geometry results hold no fitted exponents")
+    v = all_of(parts, "for layer, batch and weight norm the fitted exponent of the exact Fisher "
+                      "quadratic form along w_i, against the scale d of the weights that leaves the "
+                      "prediction unchanged, lies in [-2.05, -1.95] (doubling the norm divides the "
+                      "curvature by 4), and the un-normalized GLM's does not (≥ -1.5)")
+    key = ", ".join(f"{NORM_LABEL.get(m, m)} {r['exponent']:.2f}" for m, r in methods.items()
+                    if r["exponent"] is not None)
+    figs = _copy_figures(ctx, [p for p in pngs if p.stem in ("curvature", "gain")], "geometry_")
+    return ClaimResult(v, key, table, figs, notes=[
+        "Measured by `layernorm.analysis.geometry.run_geometry` (softmax GLM on digits, Fisher "
+        "by autograd). For layer norm the whole matrix W is scaled (LN is not invariant to "
+        "scaling one row), for batch and weight norm the row w_i."])
+
+
+def claim_lr_decay(runs, ctx):
+    geo, pngs = _geometry(ctx.out)
+    if geo is None:
+        return _skip("analysis/geometry/geometry.json not found (geometry part not run)")
+    tr = geo.get("training") or {}
+    if "layer/sgd" not in tr:
+        return _skip("geometry results hold no layer-norm SGD training run")
+    table = []
+    for name, r in tr.items():
+        s = r["summary"]["layers"][0]
+        table.append({"run": name, "||W1|| growth": f"{s['norm_growth']:.2f}×",
+                      "effective lr early → late": f"{s['eff_lr_early']:.2e} → "
+                                                  f"{s['eff_lr_late']:.2e}",
+                      "eff-lr exponent vs ||W1||": f"{s['eff_lr_exponent_vs_norm']:.2f}"})
+    s = tr["layer/sgd"]["summary"]["layers"][0]
+    parts = [in_range(float(s["norm_growth"]), 1.05, math.inf, name="LN/SGD weight-norm growth"),
+             in_range(float(s["eff_lr_late"]) / float(s["eff_lr_early"]), 0.0, 0.95,
+                      name="LN/SGD effective lr late / early")]
+    v = all_of(parts, "in the layer-norm MLP trained with SGD, the first layer's weight norm grows "
+                      "(≥ 1.05×) and its effective learning rate (angle moved per unit gradient) "
+                      "falls (late/early ≤ 0.95)")
+    key = (f"LN/SGD: ||W|| ×{s['norm_growth']:.2f}, effective lr ×"
+           f"{s['eff_lr_late'] / s['eff_lr_early']:.2f}")
+    figs = _copy_figures(ctx, [p for p in pngs if p.stem == "training"], "geometry_")
     return ClaimResult(v, key, table, figs)
 
 
@@ -685,9 +682,12 @@ def claims_for_tasks(rnn_tasks: list[tuple[str, str]]) -> list[Claim]:
               "better than 0.1” (LN-LSTM)", gain, claim_gain_init(gain), "6.2 gain initialisation"),
         Claim("table1", "paper 5.1 (Table 1); seed 000", "“invariance properties of batch, weight "
               "and layer normalization” (Table 1)", "analysis", claim_table1, "Analysis"),
-        Claim("5.2-geometry", "paper 5.2; seed 000", "“the normalization scalar σ implicitly "
+        Claim("5.2-curvature", "paper 5.2; seed 000", "“the normalization scalar σ implicitly "
               "reduces the learning rate”: curvature along w_i scales as ||w_i||⁻²", "analysis",
-              claim_geometry, "Analysis"),
+              claim_curvature, "Analysis"),
+        Claim("5.2-lr-decay", "paper 5.2", "“a growing weight norm acts as an implicit "
+              "learning-rate decay” (early-stopping effect)", "analysis", claim_lr_decay,
+              "Analysis"),
     ]
     return out
 
