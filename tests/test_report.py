@@ -123,6 +123,8 @@ def test_report_cnn_seed_claim_not_supported_and_inconclusive(tmp_path):
     assert v["seed-cnn-bn"] == NOT_SUPPORTED
     assert v["seed-cnn-ln"] == INCONCLUSIVE
     assert v["6.7-ln-none"] == SUPPORTED and v["6.7-bn-ln"] == SUPPORTED
+    # the paper's statement holds as a whole here, the seed's does not
+    assert v["6.7-paper"] == SUPPORTED and v["seed-cnn"] == NOT_SUPPORTED
 
 
 def test_unfinished_runs_are_ignored(tmp_path):

@@ -663,6 +663,20 @@ def claims_for_tasks(rnn_tasks: list[tuple[str, str]]) -> list[Claim]:
         Claim("seed-cnn-ln", "seed 004", "“… while LN's performance stays stable” (batch 1, 4 vs "
               "128)", cnn, claim_ln_stable(cnn, (4, 1), 128, "ConvNet"),
               "6.7 ConvNets + seed CNN claim"),
+        Claim("6.7-paper", "paper 6.7", "Paper, as a whole: “LN beats no normalization, BN beats "
+              "LN” (ConvNet, batch 128)", cnn, claim_together(
+                  "both parts must be supported: LN beats no norm, and BN beats LN, at batch 128",
+                  claim_beats(cnn, "layer", "none", 128, "ConvNet"),
+                  claim_beats(cnn, "batch", "layer", 128, "ConvNet")),
+              "6.7 ConvNets + seed CNN claim"),
+        Claim("seed-cnn", "seed 004", "Seed, as a whole: “BN slightly better at 128, collapses at "
+              "1 and 4, LN stays stable” (ConvNet)", cnn, claim_together(
+                  "all three parts must be supported: BN beats LN at 128, BN collapses at batch 4 "
+                  "and 1, LN stays within ±2 pp",
+                  claim_beats(cnn, "batch", "layer", 128, "ConvNet"),
+                  lambda runs, ctx: _bn_collapse(runs, ctx, cnn),
+                  claim_ln_stable(cnn, (4, 1), 128, "ConvNet")),
+              "6.7 ConvNets + seed CNN claim"),
     ]
     for rnn, t in rnn_tasks:
         name = TASK_NAMES.get(t, t)
@@ -690,6 +704,18 @@ def claims_for_tasks(rnn_tasks: list[tuple[str, str]]) -> list[Claim]:
               "Analysis"),
     ]
     return out
+
+
+def claim_together(text: str, *evaluators):
+    """A claim made of other claims: all_of their verdicts (used to say whether the paper's or the
+    seed's ConvNet statement holds as a whole)."""
+    def evaluate(runs, ctx):
+        results = [e(runs, ctx) for e in evaluators]
+        if not all(r.measured for r in results):
+            return _skip("some of its parts were not run")
+        v = all_of([r.verdict for r in results], text)
+        return ClaimResult(v, "; ".join(f"{r.verdict.verdict}" for r in results), [])
+    return evaluate
 
 
 def _bn_collapse(runs, ctx, experiment):
