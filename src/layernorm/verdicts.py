@@ -104,53 +104,46 @@ def _check_margin(margin: float, who: str) -> None:
                          f"the smallest difference that matters, in the metric's units.")
 
 
+def _compare(a: Sample, b: Sample, margin: float, who: str, decide, rule: str, *,
+             unit: str, scale: float) -> Verdict:
+    """The interval [d - 2 se, d + 2 se] of d = mean(a) - mean(b), judged by ``decide(d, lo, hi)``
+    (returns SUPPORTED / NOT_SUPPORTED / INCONCLUSIVE); too few seeds or NaN: inconclusive."""
+    _check_margin(margin, who)
+    d, se = _diff(a, b)
+    lo, hi = d - 2 * se, d + 2 * se
+    few = min(a.n, b.n) < MIN_SEEDS
+    v = INCONCLUSIVE if few or math.isnan(lo) or math.isnan(hi) else decide(d, lo, hi)
+    s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
+    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]" + \
+        (f"; only {min(a.n, b.n)} seed(s), the rule needs >= {MIN_SEEDS}" if few else "")
+    return Verdict(v, rule.format(m=s(margin)), detail)
+
+
 def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
             unit: str = "", scale: float = 1.0) -> Verdict:
     """Claim: ``a`` is larger than ``b`` by a difference that matters (>= margin). See module doc.
 
     ``scale`` and ``unit`` only affect how numbers are printed (e.g. 100, " pp" for errors).
     """
-    _check_margin(margin, "exceeds")
-    d, se = _diff(a, b)
-    lo, hi = d - 2 * se, d + 2 * se
-    few = min(a.n, b.n) < MIN_SEEDS
-    if few or math.isnan(lo) or math.isnan(hi):   # too few seeds, or inf - inf
-        v = INCONCLUSIVE
-    elif lo > 0 and d >= margin:
-        v = SUPPORTED
-    elif hi < margin:
-        v = NOT_SUPPORTED
-    else:
-        v = INCONCLUSIVE
-    s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
-    rule = (f"{a_name} − {b_name} = d; supported if d − 2·se > 0 and d ≥ {s(margin)}, "
-            f"not supported if d + 2·se < {s(margin)}, else inconclusive")
-    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]" + \
-        (f"; only {min(a.n, b.n)} seed(s), the rule needs >= {MIN_SEEDS}" if few else "")
-    return Verdict(v, rule, detail)
+    def decide(d, lo, hi):
+        if lo > 0 and d >= margin:
+            return SUPPORTED
+        return NOT_SUPPORTED if hi < margin else INCONCLUSIVE
+    rule = (f"{a_name} − {b_name} = d; supported if d − 2·se > 0 and d ≥ {{m}}, "
+            f"not supported if d + 2·se < {{m}}, else inconclusive")
+    return _compare(a, b, margin, "exceeds", decide, rule, unit=unit, scale=scale)
 
 
 def within(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
            unit: str = "", scale: float = 1.0) -> Verdict:
     """Claim: ``a`` and ``b`` agree to within ``margin`` (an equivalence claim). See module doc."""
-    _check_margin(margin, "within")
-    d, se = _diff(a, b)
-    lo, hi = d - 2 * se, d + 2 * se
-    few = min(a.n, b.n) < MIN_SEEDS
-    if few or math.isnan(lo) or math.isnan(hi):
-        v = INCONCLUSIVE
-    elif -margin <= lo and hi <= margin:
-        v = SUPPORTED
-    elif lo > margin or hi < -margin:
-        v = NOT_SUPPORTED
-    else:
-        v = INCONCLUSIVE
-    s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
-    rule = (f"{a_name} − {b_name} = d; supported if [d − 2·se, d + 2·se] lies inside "
-            f"±{s(margin)}, not supported if it lies entirely outside, else inconclusive")
-    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]" + \
-        (f"; only {min(a.n, b.n)} seed(s), the rule needs >= {MIN_SEEDS}" if few else "")
-    return Verdict(v, rule, detail)
+    def decide(d, lo, hi):
+        if -margin <= lo and hi <= margin:
+            return SUPPORTED
+        return NOT_SUPPORTED if lo > margin or hi < -margin else INCONCLUSIVE
+    rule = (f"{a_name} − {b_name} = d; supported if [d − 2·se, d + 2·se] lies inside ±{{m}}, "
+            f"not supported if it lies entirely outside, else inconclusive")
+    return _compare(a, b, margin, "within", decide, rule, unit=unit, scale=scale)
 
 
 def all_of(parts: Sequence[Verdict], rule: str = "") -> Verdict:
