@@ -359,14 +359,9 @@ RNN_LABEL = {"none": "LSTM", "batch": "BN-LSTM", "layer": "LN-LSTM"}
 
 
 def target_error(runs: list[Run]) -> float:
-    """The target of "steps to target accuracy" for one task, fixed from the runs' config
-    (``data_args['target_error']`` if the experiment set one) or, by default, the error halfway
-    between chance (the first evaluation's mean error) and the best final mean error of any
-    method. Stated in the report next to the numbers."""
-    for r in runs:
-        t = (r.config.get("data_args") or {}).get("target_error") or r.arg("target_error")
-        if t is not None:
-            return float(t)
+    """The target of "steps to target accuracy" for one task: halfway between the mean error at
+    the first evaluation (all methods) and the best method's final mean error. The same target
+    for every method; stated in the report next to the numbers."""
     firsts = [_num(r.rows[0].get("test_error"), 1.0) for r in runs]
     groups: dict[str, list[float]] = {}
     for r in runs:
@@ -430,9 +425,9 @@ def claim_rnn_fastest(experiment: str, task: str):
         key = ", ".join(f"{RNN_LABEL[n]} {per_seed(g[n], st).mean:.0f}" for n in RNN_NORMS) + \
             " steps"
         res = ClaimResult(v, key, _rnn_table(g, target), _rnn_figures(runs, ctx, experiment, task))
-        res.notes.append(f"Target: {target * PP:.1f}% test error — halfway between the error at "
-                         f"the first evaluation and the best method's final error (or the "
-                         f"experiment's stated target).")
+        res.notes.append(f"Target: {target * PP:.1f}% test error — halfway between the mean error "
+                         f"at the first evaluation (step {allr[0].rows[0]['step']}) and the best "
+                         f"method's final mean error.")
         return res
     return evaluate
 
@@ -991,21 +986,30 @@ def build_report(out: str | Path) -> Path:
            f"{BEATS_MARGIN * PP:g} pp of error, suffers = {SUFFERS_MARGIN * PP:g} pp, collapses = "
            f"{COLLAPSE_MARGIN * PP:g} pp, stable = ±{STABLE_MARGIN * PP:g} pp.", ""]
 
-    section = None
+    section, shown = None, {}
     for claim, res in results:
         if claim.section != section:
             section = claim.section
             md += [f"## {section}", ""]
         md += [f'<a id="{claim.id}"></a>', f"### {claim.quote}", "",
                f"*Source: {claim.source}. Experiment: `{claim.experiment}`.*", ""]
-        if res.table:
-            md += [_md_table(res.table), ""]
-        for note in res.notes:
-            md += [f"- {note}"]
-        if res.notes:
-            md += [""]
+        if res.table:   # claims of one experiment share their table: print it once
+            table = _md_table(res.table)
+            if table in shown:
+                md += [f"Measured numbers: the table under [{shown[table]}](#{shown[table]}).", ""]
+            else:
+                shown[table] = claim.id
+                md += [table, ""]
+        md += [f"- {note}" for note in res.notes] + ([""] if res.notes else [])
+        again = []
         for fig in res.figures:
-            md += [f"![{Path(fig).stem}]({fig})", ""]
+            if fig not in shown:
+                md += [f"![{Path(fig).stem}]({fig})", ""]
+                shown[fig] = claim.id
+            else:
+                again.append(f"[{Path(fig).stem}]({fig})")
+        if again:
+            md += ["Figures (shown above): " + ", ".join(again), ""]
         if not res.measured:
             md += [f"**{VERDICT_MARK[NOT_RUN]}**: no finished runs to judge.", ""]
             continue
