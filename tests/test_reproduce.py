@@ -94,6 +94,8 @@ def test_every_quick_config_is_valid_and_has_three_seeds():
             key = json.dumps({**c.to_dict(), "seed": None}, sort_keys=True)
             groups.setdefault(key, set()).add(c.seed)
         assert all(len(s) >= 3 for s in groups.values()), name
+    for name in EXPERIMENTS:      # --full builds valid configs (no data is loaded here)
+        assert get_experiment(name).configs("full")
     full = get_experiment("mlp_batch_size").configs("full")
     assert {c.model_args["hidden"] == [1000, 1000] for c in full} == {True}
     assert {c.norm for c in full} == {"none", "batch", "layer", "weight", "rms"}
@@ -138,6 +140,11 @@ def test_rnn_classifier_hidden_stats_and_tokens_with_lengths():
     assert len(m.extra_metrics(x, lengths=lengths)["hidden_std"]) == 7
     with pytest.raises(ValueError, match="embed"):
         rnn_classifier(tok, "layer", hidden=6)
+    # a character-level LM: token ids in, next-token logits at every step out
+    lm = Dataset(name="lm", task="classify", x_train=x, y_train=x, x_test=x, y_test=x,
+                 num_classes=50, vocab_size=50)
+    for norm in ("none", "batch", "layer"):
+        assert rnn_classifier(lm, norm, hidden=6, embed=5)(x).shape == (4, 7, 50)
 
 
 def test_quick_configs_use_the_unbiased_variance_at_small_batch():

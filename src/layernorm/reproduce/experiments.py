@@ -50,7 +50,7 @@ def cnn_batch_size(preset: str) -> list[Config]:
     length = {
         "tiny": lambda bs: {"steps": 6, "eval_every": 3},
         "quick": lambda bs: {128: {"epochs": 20}, 4: {"epochs": 3},
-                             1: {"epochs": 1, "eval_every": 359}}[bs],
+                             1: {"epochs": 1, "eval_every": 479}}[bs],
         "full": lambda bs: {"epochs": 10},
     }[preset]
     return [Config(dataset=dataset, model="convnet", norm=norm, batch_size=bs, seed=seed,
