@@ -346,3 +346,63 @@ def test_cuda_matches_cpu(norm):
     out_gpu, (h_gpu, c_gpu) = m.cuda()(x.to("cuda"))
     torch.testing.assert_close(out_gpu.data.cpu(), out.data, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(h_gpu.cpu(), h, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager():
+    m = _randomize(L.LSTM(I, H, norm="layer"))
+    x = torch.randn(2, 2, I)
+    compiled = torch.compile(m, backend="aot_eager")
+    out, (h, c) = compiled(x)
+    torch.testing.assert_close(out, m(x)[0])
+    (g,) = torch.autograd.grad(out.sum(), [m.gain_hh_l0])
+    assert torch.isfinite(g).all() and g.abs().sum() > 0
+
+
+@pytest.mark.skipif(getattr(__import__("layernorm.rnn.modules").rnn.modules, "_fused") is None,
+                    reason="layernorm.rnn.fused (the fast path) is not in this checkout")
+def test_fused_path_matches_the_loop():
+    m = _randomize(L.LSTM(I, H, num_layers=2, bidirectional=True, dtype=torch.float64))
+    x = pack_sequence(_sequences([3, 6, 2]), enforce_sorted=False)
+    fast, (h1, c1) = m(x)
+    m.use_fused = False
+    slow, (h2, c2) = m(x)
+    for a, b in ((fast.data, slow.data), (h1, h2), (c1, c2)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("mode", ["GRU", "RNN"])
+def test_batch_norm_gru_and_rnn_train_and_eval(mode):
+    m = _randomize(CLASSES[mode][0](I, H, norm="batch", max_length=4))
+    x = pack_sequence(_sequences([5, 4, 4], torch.float32))
+    out, _ = m(x)
+    assert torch.isfinite(out.data).all()
+    # Step 4 has one active example: no update there (and beyond max_length anyway).
+    assert m.num_batches_tracked.tolist() == [1, 1, 1, 1]
+    # The examples of a batch interact in training, not in eval.
+    y = torch.randn(3, 4, I)
+    assert not torch.allclose(m(y)[0][:, :2], m(y[:, :2])[0], atol=1e-4)
+    m.eval()
+    torch.testing.assert_close(m(y)[0][:, :2], m(y[:, :2])[0])
+
+
+def test_bn_lstm_cell_uses_the_statistics_of_its_time_step():
+    cell = L.LSTMCell(I, H, norm="batch", max_length=3)
+    x = torch.randn(4, I) * 2 + 1
+    h, c = cell(x, time_step=1)
+    assert cell.num_batches_tracked.tolist() == [0, 1, 0]
+    assert cell.running_mean_ih[0].eq(0).all() and not cell.running_mean_ih[1].eq(0).all()
+    cell.eval()
+    assert not torch.allclose(cell(x, time_step=0)[0], cell(x, time_step=1)[0])
+    torch.testing.assert_close(cell(x, time_step=1)[0], cell(x, time_step=5)[0])
+    with pytest.raises(ValueError, match="more than one value per channel"):
+        cell.train()(x[:1], time_step=2)
+
+
+def test_bfloat16_close_to_float32():
+    m = _randomize(L.LSTM(I, H, num_layers=2, norm="layer"))
+    x = torch.randn(4, 3, I)
+    out32, _ = m(x)
+    out16, _ = m.to(torch.bfloat16)(x.bfloat16())
+    assert out16.dtype == torch.bfloat16
+    torch.testing.assert_close(out16.float(), out32, atol=5e-2, rtol=5e-2)

@@ -60,18 +60,18 @@ class Term:
     norm: "layer" | "batch" | "none"; groups: sizes of the unit groups normalized jointly (LN);
     gain: (G,) or None; bias: (G,) or None. For "batch": ``running`` = (mean, var) buffers of shape
     (max_length, G), ``batch_sizes`` = examples active at each step (sorted by decreasing length,
-    so the active ones are a prefix) or None when all are, ``eval_slots`` = number of trained
-    steps (the slot used for step t in eval is min(t, eval_slots - 1)).
+    so the active ones are a prefix) or None when all are, ``last_slot`` = the last step whose
+    running statistics were trained (step t in eval uses slot min(t, last_slot)).
     """
 
     def __init__(self, norm: str, groups: Sequence[int], gain: torch.Tensor | None,
                  bias: torch.Tensor | None, *, eps: float = 1e-5, training: bool = False,
                  running: tuple[torch.Tensor, torch.Tensor] | None = None,
                  momentum: float = 0.1, batch_sizes: Sequence[int] | None = None,
-                 eval_slots: int = 1, who: str = "") -> None:
+                 last_slot: int = 0, who: str = "") -> None:
         self.norm, self.groups, self.gain, self.bias, self.eps = norm, tuple(groups), gain, bias, eps
         self.training, self.running, self.momentum = training, running, momentum
-        self.batch_sizes, self.eval_slots, self.who = batch_sizes, eval_slots, who
+        self.batch_sizes, self.last_slot, self.who = batch_sizes, last_slot, who
 
     def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
         if self.norm == "none":
@@ -109,7 +109,7 @@ class Term:
         else:
             # Eval, or a training step with a single active example (no batch statistics exist):
             # the running statistics of this step; steps past the trained length reuse the last.
-            slot = min(t, max(self.eval_slots, 1) - 1)
+            slot = min(t, self.last_slot)
             mean, var = mean_buf[slot], var_buf[slot]
         return LF.apply_moments(a, mean, var, weight=self.gain, bias=self.bias, eps=self.eps)
 
@@ -262,9 +262,10 @@ class RecurrentBase(nn.Module):
         g = lambda name: self._get(name, suffix)  # noqa: E731
         common = {"eps": self.eps, "training": self.training, "momentum": self.momentum,
                   "batch_sizes": batch_sizes, "who": who}
-        if self.norm == "batch":
-            trained = int((self.num_batches_tracked > 0).sum()) if not self.training else 1
-            common["eval_slots"] = trained
+        if self.norm == "batch" and (not self.training or min(batch_sizes or [2]) < 2):
+            # Eval (or a training step with one active example) reads the running statistics.
+            trained = self.num_batches_tracked.nonzero()
+            common["last_slot"] = int(trained.max()) if len(trained) else 0
         run = lambda term: ((g("running_mean" + term), g("running_var" + term))  # noqa: E731
                             if self.norm == "batch" else None)
         if self.mode == "RNN":
@@ -280,13 +281,15 @@ class RecurrentBase(nn.Module):
                               **common)
         return terms
 
-    def _input_term(self, x: torch.Tensor, suffix: str, terms: dict[str, Term]) -> torch.Tensor:
+    def _input_term(self, x: torch.Tensor, suffix: str, terms: dict[str, Term],
+                    time_step: int = 0) -> torch.Tensor:
         """W_x x for every step at once, normalized (LSTM, GRU); for the RNN the normalization
-        acts on the sum with W_h h, so only W_x x. x: (T, B, I) or (B, I) -> (..., G)."""
+        acts on the sum with W_h h, so only W_x x. x: (T, B, I), or (B, I) at step time_step
+        -> (..., G)."""
         xw = F.linear(x, self._get("weight_ih", suffix))
         if self.mode == "RNN":
             return xw
-        return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, 0)
+        return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, time_step)
 
     def _step_fn(self, suffix: str, terms: dict[str, Term]) -> StepFn:
         """step(xg_t, state, t) -> new state (h_t first) for one direction."""
@@ -365,7 +368,7 @@ class _Cell(RecurrentBase):
         if not batched:
             input, hx = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx)
         terms = self._terms("")
-        xg = self._input_term(input, "", terms)
+        xg = self._input_term(input, "", terms, time_step)
         new = self._step_fn("", terms)(xg, hx, time_step)
         self._count_steps([time_step])
         return new if batched else tuple(h.squeeze(0) for h in new)
