@@ -186,7 +186,6 @@ class RecurrentBase(nn.Module):
         self.gain_init = (0.1 if norm == "batch" else 1.0) if gain_init is None else float(gain_init)
         self.nonlinearity = nonlinearity
         self._factory = {"device": device, "dtype": dtype}
-        self._suffixes: list[str] = []
         if norm == "batch":
             self.register_buffer("num_batches_tracked",
                                  torch.zeros(max_length, dtype=torch.long, device=device))
@@ -222,7 +221,6 @@ class RecurrentBase(nn.Module):
                                      torch.zeros(self.max_length, size, **f))
                 self.register_buffer(f"running_var{term}{suffix}",
                                      torch.ones(self.max_length, size, **f))
-        self._suffixes.append(suffix)
 
     def reset_parameters(self) -> None:
         """torch's initialisation, U(-1/sqrt(H), 1/sqrt(H)), for the weights (and, with
