@@ -363,13 +363,18 @@ def test_torch_compile_matches_eager():
 
 @pytest.mark.skipif(getattr(__import__("layernorm.rnn.modules").rnn.modules, "_fused") is None,
                     reason="layernorm.rnn.fused (the fast path) is not in this checkout")
-def test_fused_path_matches_the_loop():
-    m = _randomize(L.LSTM(I, H, num_layers=2, bidirectional=True, dtype=torch.float64))
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_fused_path_matches_the_loop(mode):
+    m = _randomize(CLASSES[mode][0](I, H, num_layers=2, bidirectional=True, dtype=torch.float64))
     x = pack_sequence(_sequences([3, 6, 2]), enforce_sorted=False)
-    fast, (h1, c1) = m(x)
-    m.use_fused = False
-    slow, (h2, c2) = m(x)
-    for a, b in ((fast.data, slow.data), (h1, h2), (c1, c2)):
+    results = []
+    for use_fused in (True, False):
+        m.use_fused = use_fused
+        out, state = m(x)
+        outputs = [out.data, *_final(mode, state)]
+        results.append(outputs + list(torch.autograd.grad(sum(o.sum() for o in outputs),
+                                                           list(m.parameters()))))
+    for a, b in zip(*results):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
 
 
