@@ -168,6 +168,10 @@ def test_none_equals_torch_with_copied_weights(mode):
     theirs = torch_cls(I, H, num_layers=2, bidirectional=True, batch_first=True)
     ours = ours_cls.from_torch(theirs, norm="none")
     assert list(ours.state_dict()) == list(theirs.state_dict())
+    ln = ours_cls.from_torch(theirs, norm="layer", gain_init=0.5)
+    for name, p in theirs.named_parameters():
+        assert torch.equal(getattr(ln, name), p), name
+    assert all(p.eq(0.5).all() for n, p in ln.named_parameters() if n.startswith("gain"))
     for inp in (torch.randn(3, 6, I), pack_sequence(_sequences([3, 6, 1], torch.float32),
                                                     enforce_sorted=False)):
         a, sa = ours(inp)
@@ -332,6 +336,8 @@ def test_bad_input_errors_name_expected_and_received():
         m(torch.ones(3, 2, I, dtype=torch.long))
     with pytest.raises(ValueError, match="proj_size"):
         L.LSTM.from_torch(nn.LSTM(I, H, proj_size=2))
+    with pytest.raises(TypeError, match=r"expected a torch.nn.GRU, received LSTM"):
+        L.GRU.from_torch(nn.LSTM(I, H))
 
 
 # ------------------------------------------------------------------------------------------

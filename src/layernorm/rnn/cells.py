@@ -378,10 +378,9 @@ class _Cell(RecurrentBase):
     def from_torch(cls, cell: nn.Module, *, norm: str = "layer", **kwargs):
         """Build from a torch.nn.{LSTM,GRU,RNN}Cell, copying its weights (norm="none": same
         outputs as the torch cell)."""
-        expected = {"LSTMCell": nn.LSTMCell, "GRUCell": nn.GRUCell, "RNNCell": nn.RNNCell}[
-            cls.__name__]
+        expected = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell, "RNN": nn.RNNCell}[cls._mode]
         if not isinstance(cell, expected):
-            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{cls.__name__}, "
+            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{expected.__name__}, "
                             f"received {type(cell).__name__}. Pass the matching torch cell.")
         if isinstance(cell, nn.RNNCell):
             kwargs.setdefault("nonlinearity", cell.nonlinearity)
