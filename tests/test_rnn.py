@@ -116,6 +116,12 @@ def test_bn_lstm_matches_reference_with_active_only_statistics():
     torch.testing.assert_close(out_pad, ref_out, atol=1e-10, rtol=1e-8)
     torch.testing.assert_close(h[0], ref_h, atol=1e-10, rtol=1e-8)
     torch.testing.assert_close(c[0], ref_c, atol=1e-10, rtol=1e-8)
+    # Equal lengths, padded input (the statistics of all steps in one reduction).
+    full = torch.randn(4, 3, I, dtype=torch.float64)
+    out, (h, c) = m(full)
+    ref_out, ref_h, ref_c = ref_bn_lstm(full, [4, 4, 4], _paper_params(m, "LSTM")[0][0])
+    torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(c[0], ref_c, atol=1e-10, rtol=1e-8)
     # The same batch padded with garbage and run as a full-length batch is different: the
     # statistics then include the padding, which the packed run excluded.
     garbage = padded + 10 * (torch.arange(6)[:, None, None] >= torch.tensor(lengths)[:, None])
@@ -151,6 +157,17 @@ def test_bn_lstm_running_statistics_per_time_step():
     # Eval output of an example does not depend on the batch (running statistics).
     alone, _ = m(y[:, :1])
     torch.testing.assert_close(alone[:, 0], changed[:, 0])
+    # Packed (step by step) and padded (all steps at once) read the same statistics.
+    packed, _ = m(pack_sequence(list(y.transpose(0, 1))))
+    torch.testing.assert_close(nn.utils.rnn.pad_packed_sequence(packed)[0], changed)
+    # Training, too: equal-length packed and padded batches give the same outputs and updates.
+    m.train()
+    twin = L.LSTM(I, H, norm="batch", max_length=10)
+    twin.load_state_dict(m.state_dict())
+    torch.testing.assert_close(nn.utils.rnn.pad_packed_sequence(
+        twin(pack_sequence(list(y.transpose(0, 1))))[0])[0], m(y)[0])
+    for (name, a), b in zip(m.named_buffers(), twin.buffers()):
+        torch.testing.assert_close(a, b, msg=name)
 
 
 def test_bn_lstm_training_needs_two_examples():

@@ -85,11 +85,32 @@ class Term:
                           zip(a.split(self.groups, -1), self.gain.split(self.groups), biases)], -1)
 
     def all_steps(self, a: torch.Tensor) -> torch.Tensor:
-        """The term for every step of a (T, B, G) sequence at once (batch norm: step by step, each
-        with its own statistics)."""
+        """The term for every step of a (T, B, G) sequence at once. Batch norm keeps separate
+        statistics per step: one reduction over the batch dim when every example is active,
+        step by step otherwise."""
         if self.norm != "batch":
             return self(a)
-        return torch.stack([self(a[t], t) for t in range(a.shape[0])])
+        if self.batch_sizes is not None:
+            return torch.stack([self(a[t], t) for t in range(a.shape[0])])
+        if self.training:
+            LF.check_batch_size(a[0], self.who)
+            mean, var = LF.moments(a, (1,))                          # (T, 1, G)
+            self._update(0, mean[:, 0], var[:, 0], a.shape[1])
+        else:
+            slots = torch.arange(a.shape[0], device=a.device).clamp(max=self.last_slot)
+            mean, var = self.running[0][slots].unsqueeze(1), self.running[1][slots].unsqueeze(1)
+        return LF.apply_moments(a, mean, var, weight=self.gain, bias=self.bias, eps=self.eps)
+
+    @torch.no_grad()
+    def _update(self, t0: int, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
+        """Running statistics of steps t0, t0 + 1, ... (rows of mean, var: (k, G)) from batch
+        statistics over n examples; steps past max_length keep none. The running variance is the
+        unbiased estimate, as in torch's BatchNorm."""
+        mean_buf, var_buf = self.running
+        k = min(mean.shape[0], mean_buf.shape[0] - t0)
+        if k > 0:
+            mean_buf[t0:t0 + k].lerp_(mean[:k].to(mean_buf.dtype), self.momentum)
+            var_buf[t0:t0 + k].lerp_((var[:k] * (n / (n - 1))).to(var_buf.dtype), self.momentum)
 
     def _batch(self, a: torch.Tensor, t: int | None) -> torch.Tensor:
         """Batch norm of a (B, G) term at step t over the examples active at t (a prefix)."""
@@ -100,12 +121,8 @@ class Term:
             LF.check_batch_size(a[:n], self.who)
         if self.training and n >= 2:
             # Statistics of the active examples only: padding never enters them.
-            mean, var = LF.moments(a[:n], (0,))
-            if t < mean_buf.shape[0]:
-                with torch.no_grad():  # running variance is the unbiased estimate, as torch's BN
-                    mean_buf[t].lerp_(mean.flatten().to(mean_buf.dtype), self.momentum)
-                    var_buf[t].lerp_((var * (n / (n - 1))).flatten().to(var_buf.dtype),
-                                     self.momentum)
+            mean, var = LF.moments(a[:n], (0,))                      # (1, G)
+            self._update(t, mean, var, n)
         else:
             # Eval, or a training step with a single active example (no batch statistics exist):
             # the running statistics of this step; steps past the trained length reuse the last.
