@@ -69,7 +69,8 @@ class Term:
                  running: tuple[torch.Tensor, torch.Tensor] | None = None,
                  momentum: float = 0.1, batch_sizes: Sequence[int] | None = None,
                  last_slot: int = 0, who: str = "") -> None:
-        self.norm, self.groups, self.gain, self.bias, self.eps = norm, tuple(groups), gain, bias, eps
+        self.norm, self.groups, self.eps = norm, tuple(groups), eps
+        self.gain, self.bias = gain, bias
         self.training, self.running, self.momentum = training, running, momentum
         self.batch_sizes, self.last_slot, self.who = batch_sizes, last_slot, who
 
@@ -80,7 +81,8 @@ class Term:
             return self._batch(a, t)
         if len(self.groups) == 1:
             return LF.layer_norm(a, self.groups[0], self.gain, self.bias, self.eps)
-        biases = self.bias.split(self.groups) if self.bias is not None else (None,) * len(self.groups)
+        k = len(self.groups)
+        biases = self.bias.split(self.groups) if self.bias is not None else (None,) * k
         return torch.cat([LF.layer_norm(part, part.shape[-1], g, b, self.eps) for part, g, b in
                           zip(a.split(self.groups, -1), self.gain.split(self.groups), biases)], -1)
 
@@ -197,10 +199,12 @@ class RecurrentBase(nn.Module):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{type(self).__name__} expected {name} to be a positive int, "
                                  f"received {value!r}. Pass e.g. {name}=16.")
-        self.mode, self.input_size, self.hidden_size, self.bias = mode, input_size, hidden_size, bias
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.bias = bias
         self.norm, self.eps, self.momentum, self.max_length = norm, eps, momentum, max_length
         # Cooijmans et al. initialise batch-norm gains at 0.1; the paper's LN gains start at 1.
-        self.gain_init = (0.1 if norm == "batch" else 1.0) if gain_init is None else float(gain_init)
+        default_gain = 0.1 if norm == "batch" else 1.0
+        self.gain_init = default_gain if gain_init is None else float(gain_init)
         self.nonlinearity = nonlinearity
         self._factory = {"device": device, "dtype": dtype}
         if norm == "batch":
