@@ -22,6 +22,11 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .._checks import check_float, check_nonempty
 from .cells import RecurrentBase, StepFn, _copy_from_torch
 
+try:  # the fused whole-sequence LN-LSTM (branch rnnfast); the loop below is the reference path
+    from . import fused as _fused
+except ImportError:  # pragma: no cover - depends on which branches are merged
+    _fused = None
+
 
 def run_direction(step: StepFn, xg: torch.Tensor, state: tuple[torch.Tensor, ...],
                   mask: torch.Tensor | None = None):
@@ -53,6 +58,9 @@ def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
 
 class _Stack(RecurrentBase):
     _mode = ""
+    # Use layernorm.rnn.fused for the LN-LSTM/GRU recurrence when that module is present. Set it to
+    # False (on the class or an instance) to run the readable loop instead.
+    use_fused = True
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -121,19 +129,35 @@ class _Stack(RecurrentBase):
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
                        state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
-                       batch_sizes: Sequence[int] | None):
+                       batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
         """One layer, one direction: x (T, B, I) already in processing order (reversed for the
-        backward direction) -> (out (T, B, H), final state).
+        backward direction) -> (out (T, B, H), final state). mask (T, B, 1), batch_sizes (list of
+        T ints) and lengths ((B,) int64 on the CPU) describe a variable-length batch (None: all
+        examples have length T).
 
-        Fast path hook: the input term xg (T, B, G) is computed for all steps here with ordinary
-        autograd; for mode "LSTM" and norm "layer" a fused kernel with the contract of
-        ``layernorm.rnn.fused.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
-        lengths)`` can replace ``run_direction`` (weight_hh, gain_hh, bias_hh, gain_c, bias_c of
-        this suffix; lengths = mask.sum(0)).
+        The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
+        either THE loop ``run_direction`` or, for the LN-LSTM / LN-GRU with biases when
+        ``layernorm.rnn.fused`` is present and ``use_fused`` is set, the fused kernel
+        ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written backward) runs
+        the recurrence.
         """
         suffix = self._suffix(layer, direction)
         terms = self._terms(suffix, batch_sizes)
         xg = self._input_term(x, suffix, terms)                      # (T, B, G)
+        # Under torch.compile the loop is traced and fused by the compiler instead.
+        if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
+                self.norm == "layer" and self.bias and not torch.compiler.is_compiling():
+            g = lambda name: self._get(name, suffix)  # noqa: E731
+            if self.mode == "GRU":  # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
+                H2 = 2 * self.hidden_size
+                out, h = _fused.ln_gru_sequence(xg, state[0], g("weight_hh"), g("gain_hh")[:H2],
+                                                g("bias_hh")[:H2], g("gain_hh")[H2:],
+                                                g("bias_hh")[H2:], lengths=lengths, eps=self.eps)
+                return out, (h,)
+            out, h, c = _fused.ln_lstm_sequence(xg, state[0], state[1], g("weight_hh"),
+                                                g("gain_hh"), g("bias_hh"), g("gain_c"),
+                                                g("bias_c"), lengths=lengths, eps=self.eps)
+            return out, (h, c)
         return run_direction(self._step_fn(suffix, terms), xg, state, mask)
 
     def _forward(self, input, hx: tuple[torch.Tensor, ...] | None):
@@ -141,13 +165,12 @@ class _Stack(RecurrentBase):
         if packed:
             # Work in the packed (decreasing length) order: active examples are a prefix.
             x, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes))
+            self._check_input(x)
             batch_sizes = input.batch_sizes.tolist()
         else:
             self._check_input(input)
             x = input.transpose(0, 1) if self.batch_first else input
-            batch_sizes = None
-        if packed:
-            self._check_input(x)
+            batch_sizes = lengths = None                 # lengths: (B,) int64 on the CPU
         T, B = x.shape[0], x.shape[1]
         n_state = 2 if self.mode == "LSTM" else 1
         if hx is None:
@@ -158,9 +181,9 @@ class _Stack(RecurrentBase):
             if packed and input.sorted_indices is not None:
                 hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
         if packed:
-            lengths = lengths.to(x.device)
-            mask = (torch.arange(T, device=x.device).unsqueeze(1) < lengths).unsqueeze(-1)
-            rev = _reverse_index(lengths, T).unsqueeze(-1)                 # (T, B, 1)
+            on_device = lengths.to(x.device)
+            mask = (torch.arange(T, device=x.device).unsqueeze(1) < on_device).unsqueeze(-1)
+            rev = _reverse_index(on_device, T).unsqueeze(-1)               # (T, B, 1)
             reverse = lambda y: y.gather(0, rev.expand(-1, -1, y.shape[-1]))  # noqa: E731
         else:
             mask = None
@@ -174,7 +197,8 @@ class _Stack(RecurrentBase):
                 k = layer * self.num_directions + d
                 state0 = tuple(h[k] for h in hx)
                 xd = reverse(layer_input) if d else layer_input
-                out, state = self._run_direction(layer, d, xd, state0, mask, batch_sizes)
+                out, state = self._run_direction(layer, d, xd, state0, mask, batch_sizes,
+                                                 lengths)
                 outs.append(reverse(out) if d else out)
                 finals.append(state)
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
@@ -185,7 +209,7 @@ class _Stack(RecurrentBase):
 
         h_n = tuple(torch.stack([s[i] for s in finals]) for i in range(n_state))
         if packed:
-            data = pack_padded_sequence(layer_input, lengths.cpu()).data
+            data = pack_padded_sequence(layer_input, lengths).data
             output = PackedSequence(data, input.batch_sizes, input.sorted_indices,
                                     input.unsorted_indices)
             if input.unsorted_indices is not None:
@@ -202,9 +226,9 @@ class _Stack(RecurrentBase):
         weights and adds the normalization (gains ``gain_init``, normalization biases are torch's
         ``bias_ih`` / ``bias_hh``). Extra keyword arguments go to the constructor.
         """
-        expected = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[cls.__name__]
+        expected = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[cls._mode]
         if not isinstance(module, expected):
-            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{cls.__name__}, "
+            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{expected.__name__}, "
                             f"received {type(module).__name__}. Pass the matching torch module.")
         if getattr(module, "proj_size", 0):
             raise ValueError(f"{cls.__name__}.from_torch received an LSTM with proj_size="
