@@ -213,10 +213,15 @@ def _git_commit() -> str | None:
 
 
 def environment(device: torch.device) -> dict:
-    import sklearn
+    from importlib.metadata import PackageNotFoundError, version
+
     from .. import __version__
+    try:
+        sklearn_version = version("scikit-learn")
+    except PackageNotFoundError:
+        sklearn_version = None
     return {"layernorm": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-            "numpy": np.__version__, "sklearn": sklearn.__version__,
+            "numpy": np.__version__, "sklearn": sklearn_version,
             "platform": platform.platform(), "device": str(device),
             "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "torch_threads": torch.get_num_threads(), "git_commit": _git_commit(),
