@@ -218,6 +218,20 @@ def test_run_dir_of_another_config_or_foreign_files_is_refused(tmp_path):
     assert (tmp_path / "foreign" / "notes.txt").read_text() == "mine"
 
 
+def test_a_run_being_trained_is_locked_and_stale_temp_files_are_cleared(tmp_path):
+    import fcntl
+    run = train(_cfg(steps=10), tmp_path / "r")
+    (run / "done").unlink()
+    (run / ".checkpoint.pt.abc.tmp").write_bytes(b"half a checkpoint")   # kill -9 mid-write
+    with open(tmp_path / ".r.lock", "w") as lock:                       # another trainer
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(RunDirError, match="another process is training"):
+            train(_cfg(steps=10), run)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    train(_cfg(steps=10), run)
+    assert (run / "done").exists() and not (run / ".checkpoint.pt.abc.tmp").exists()
+
+
 def test_unreadable_or_mismatched_checkpoint_is_a_clear_error(tmp_path):
     cfg = _cfg(steps=20, checkpoint_every=10)
     run = tmp_path / "r"
@@ -270,7 +284,7 @@ def test_cli_list_and_run_and_rerun(tmp_path, capsys):
     assert "2 trained, 0 reused, 0 failed" in out
     assert main(args + ["--norm", "layer", "rms"]) == 0
     assert "1 trained, 1 reused, 0 failed" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "digits-mlp").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "digits-mlp").iterdir() if p.is_dir()) == [
         "batch-bs32-seed0", "layer-bs32-seed0", "rms-bs32-seed0"]
 
 
