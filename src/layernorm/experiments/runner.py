@@ -100,7 +100,9 @@ def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCac
         train(config, run_dir, progress=desc, dataset=ds)
         return RunResult(config, run_dir, "done", seconds=time.perf_counter() - t0)
     except Exception as err:  # report and let the other runs continue
-        detail = "" if isinstance(err, ValueError) else "\n" + traceback.format_exc(limit=-3)
+        from ..data import DownloadError
+        expected = isinstance(err, (ValueError, DownloadError))   # messages that say the fix
+        detail = "" if expected else "\n" + traceback.format_exc(limit=-3)
         return RunResult(config, run_dir, "failed", f"{type(err).__name__}: {err}{detail}",
                          time.perf_counter() - t0)
 
