@@ -29,7 +29,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runner import override, run_configs
+    from .runner import check_unique_run_dirs, override, run_configs
     try:
         exp = get_experiment(args.experiment)
         configs = exp.configs(args.preset)
@@ -39,14 +39,21 @@ def _run(args: argparse.Namespace) -> int:
                            device=[args.device] if args.device else None, **length)
         for c in configs:
             c.validate()
+        check_unique_run_dirs(configs, args.out)
         if args.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, received {args.jobs}.")
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, received {args.threads}.")
     except ValueError as err:
         print(f"layernorm run: error: {err}", file=sys.stderr)
         return 2
     print(f"{exp.name} [{exp.section}]: {exp.claim}\n{len(configs)} run(s), preset "
           f"{args.preset}, output {args.out}/{exp.name}/")
-    results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress)
+    if args.threads is not None:
+        import torch
+        torch.set_num_threads(args.threads)
+    results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
+                          threads=args.threads)
     failed = [r for r in results if r.status == "failed"]
     counts = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
     print(f"finished: {counts['done']} trained, {counts['skipped']} reused, "
@@ -63,8 +70,9 @@ def add_commands(sub) -> None:
     p = sub.add_parser("run", help="train the runs of one experiment (resumable)",
                        description="Train every config of EXPERIMENT into OUT/EXPERIMENT/<run>. "
                        "Finished runs are reused; killed runs resume from their checkpoint. "
-                       "--norm/--batch-size/--seed replace that field in every config (several "
-                       "values: one copy per value).")
+                       "--norm/--batch-size/--seed pick the experiment's configs with that value, "
+                       "or, for a value it does not use, set it in every config (several values: "
+                       "the union).")
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
     p.add_argument("--preset", choices=PRESETS, default="quick",
                    help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
@@ -77,5 +85,8 @@ def add_commands(sub) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"))
     p.add_argument("--out", default="runs", help="output folder (default: runs)")
     p.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
+    p.add_argument("--threads", type=int, help="torch threads per process (default: torch's, or "
+                   "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
+                   "busy machine")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)
