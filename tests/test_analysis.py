@@ -180,6 +180,8 @@ def test_training_shows_implicit_learning_rate_decay_under_ln():
     assert first["eff_lr_late"] < first["eff_lr_early"]
     assert abs(first["eff_lr_exponent_vs_norm"] + 2) < 0.1
     assert abs(ln["fisher_decay_exponent"] + 2) < 1e-3
+    # ... and it is implicit: W1 rescaled to its initial norm gives the same function under LN only
+    assert ln["rescaled_logp_change_max"] < 1e-3 < 1.0 < plain["rescaled_logp_change_max"]
 
 
 def test_geometry_bad_input_errors(tmp_path, digits64):
