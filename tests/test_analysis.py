@@ -62,6 +62,12 @@ def test_measured_table_equals_paper_table_1(invariance):
     assert any("weight norm x dataset re-scaling" in n for n in invariance.notes)
 
 
+def test_markdown_table_for_reports(invariance):
+    md = invariance.markdown().splitlines()
+    assert len(md) == 2 + len(TRANSFORMATIONS) and "paper: layer" in md[0]
+    assert "!" not in "".join(md[2:])
+
+
 def test_extra_columns_rms_and_none(invariance):
     table = invariance.table()
     rms = {t: table["rms"][t]["invariant"] for t in TRANSFORMATIONS}

@@ -222,6 +222,20 @@ class InvarianceResult:
     def format(self) -> str:
         return format_invariance(self)
 
+    def markdown(self) -> str:
+        """The combined table (all eps) as a markdown table for reports: measured verdict and max
+        change per method, then the paper's verdicts; a difference is marked with '!'."""
+        table, wrong = self.table(), {(m, t) for m, t, *_ in self.mismatches()}
+        methods = self.settings["methods"]
+        head = ["transformation", *methods, *(f"paper: {m}" for m in PAPER_TABLE)]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for t in TRANSFORMATIONS:
+            cells = [TRANSFORMATION_NAMES[t]] + [_cell(table[m].get(t), (m, t) in wrong)
+                                                 for m in methods]
+            cells += ["inv" if PAPER_TABLE[m][t] else "no" for m in PAPER_TABLE]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
 
 @torch.no_grad()
 def measure_invariance(*, methods=METHODS, eps=DEFAULT_EPS, draws: int = 5, real_draws: int = 2,
