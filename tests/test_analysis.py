@@ -62,6 +62,12 @@ def test_measured_table_equals_paper_table_1(invariance):
     assert any("weight norm x dataset re-scaling" in n for n in invariance.notes)
 
 
+def test_markdown_table_for_reports(invariance):
+    md = invariance.markdown().splitlines()
+    assert len(md) == 2 + len(TRANSFORMATIONS) and "paper: layer" in md[0]
+    assert "!" not in "".join(md[2:])
+
+
 def test_extra_columns_rms_and_none(invariance):
     table = invariance.table()
     rms = {t: table["rms"][t]["invariant"] for t in TRANSFORMATIONS}
@@ -180,6 +186,8 @@ def test_training_shows_implicit_learning_rate_decay_under_ln():
     assert first["eff_lr_late"] < first["eff_lr_early"]
     assert abs(first["eff_lr_exponent_vs_norm"] + 2) < 0.1
     assert abs(ln["fisher_decay_exponent"] + 2) < 1e-3
+    # ... and it is implicit: W1 rescaled to its initial norm gives the same function under LN only
+    assert ln["rescaled_logp_change_max"] < 1e-3 < 1.0 < plain["rescaled_logp_change_max"]
 
 
 def test_geometry_bad_input_errors(tmp_path, digits64):
