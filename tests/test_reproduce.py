@@ -76,7 +76,7 @@ def test_only_rejects_unknown_names(tmp_path):
 
 def test_training_code_never_imports_the_report():
     code = ("import sys, layernorm.experiments as e; e.load_registered(); "
-            "import layernorm.experiments.train, layernorm.experiments.runner, "
+            "import layernorm.experiments.training, layernorm.experiments.runner, "
             "layernorm.reproduce.models, layernorm.reproduce.experiments; "
             "bad = [m for m in sys.modules if m in ('layernorm.report', 'matplotlib')]; "
             "print(bad); sys.exit(1 if bad else 0)")
