@@ -30,7 +30,7 @@ def test_tiny_preset_runs_every_experiment_kind_and_builds_report(tiny_out):
     # the download experiment is listed as not run outside --full
     assert "rnn_downloads" in meta["not_run"]
     for name in ("mlp_batch_size", "cnn_batch_size", "rnn_norms", "lstm_gain_init"):
-        runs = list((tiny_out / "runs" / name).iterdir())
+        runs = [d for d in (tiny_out / "runs" / name).iterdir() if d.is_dir()]
         assert runs and all((r / "done").exists() for r in runs), name
         n = len(get_experiment(name).configs("tiny"))
         assert len(runs) == n
@@ -49,8 +49,10 @@ def test_tiny_preset_runs_every_experiment_kind_and_builds_report(tiny_out):
         assert f"figures/{fig}.png" in md
     summary = {r["claim"]: r["verdict"] for r in
                json.loads((tiny_out / "summary.json").read_text())}
-    # one seed per configuration: no rule may call anything supported or refuted
-    measured = [v for k, v in summary.items() if v != "not run"]
+    # one seed per configuration: no rule over seeds may call anything supported or refuted
+    # (the analysis claims, table1 and 5.2-*, are measurements without seeds)
+    measured = [v for k, v in summary.items() if v != "not run" and k != "table1"
+                and not k.startswith("5.2")]
     assert measured and set(measured) == {"inconclusive"}
     assert summary["rnn-best-imdb"] == "not run"
 

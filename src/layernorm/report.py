@@ -568,6 +568,11 @@ def _copy_figures(ctx: Context, paths: list[Path], prefix: str) -> list[str]:
     return rels
 
 
+def _fmt(v, spec: str = ".3f") -> str:
+    """A number from the analysis JSON, which holds None where a quantity is undefined."""
+    return "n/a" if v is None else format(float(v), spec)
+
+
 def claim_curvature(runs, ctx):
     geo, pngs = _geometry(ctx.out)
     if geo is None:
@@ -576,7 +581,7 @@ def claim_curvature(runs, ctx):
     table, parts = [], []
     for m, r in methods.items():
         table.append({"method": NORM_LABEL.get(m, m), "weights scaled": r.get("main", "?"),
-                      "fitted exponent of the Fisher quadratic form vs d": f"{r['exponent']:.3f}"})
+                      "fitted exponent of the Fisher quadratic form vs d": _fmt(r["exponent"])})
         if m in ("layer", "batch", "weight") and r["exponent"] is not None:
             parts.append(in_range(float(r["exponent"]), -2.05, -1.95, name=f"{m} exponent"))
     if "none" in methods and methods["none"]["exponent"] is not None:
@@ -588,8 +593,8 @@ def claim_curvature(runs, ctx):
                       "quadratic form along w_i, against the scale d of the weights that leaves the "
                       "prediction unchanged, lies in [-2.05, -1.95] (doubling the norm divides the "
                       "curvature by 4), and the un-normalized GLM's does not (≥ -1.5)")
-    key = ", ".join(f"{NORM_LABEL.get(m, m)} {r['exponent']:.2f}" for m, r in methods.items()
-                    if r["exponent"] is not None)
+    key = ", ".join(f"{NORM_LABEL.get(m, m)} {_fmt(r['exponent'], '.2f')}"
+                    for m, r in methods.items())
     figs = _copy_figures(ctx, [p for p in pngs if p.stem in ("curvature", "gain")], "geometry_")
     return ClaimResult(v, key, table, figs, notes=[
         "Measured by `layernorm.analysis.geometry.run_geometry` (softmax GLM on digits, Fisher "
@@ -607,11 +612,14 @@ def claim_lr_decay(runs, ctx):
     table = []
     for name, r in tr.items():
         s = r["summary"]["layers"][0]
-        table.append({"run": name, "||W1|| growth": f"{s['norm_growth']:.2f}×",
-                      "effective lr early → late": f"{s['eff_lr_early']:.2e} → "
-                                                  f"{s['eff_lr_late']:.2e}",
-                      "eff-lr exponent vs ||W1||": f"{s['eff_lr_exponent_vs_norm']:.2f}"})
+        table.append({"run": name, "||W1|| growth": f"{_fmt(s['norm_growth'], '.2f')}×",
+                      "effective lr early → late": f"{_fmt(s['eff_lr_early'], '.2e')} → "
+                                                  f"{_fmt(s['eff_lr_late'], '.2e')}",
+                      "eff-lr exponent vs ||W1||": _fmt(s["eff_lr_exponent_vs_norm"], ".2f")})
     s = tr["layer/sgd"]["summary"]["layers"][0]
+    if None in (s.get("norm_growth"), s.get("eff_lr_early"), s.get("eff_lr_late")) \
+            or not s["eff_lr_early"]:
+        return _skip("the layer-norm SGD run's weight norm or effective lr is undefined")
     parts = [in_range(float(s["norm_growth"]), 1.05, math.inf, name="LN/SGD weight-norm growth"),
              in_range(float(s["eff_lr_late"]) / float(s["eff_lr_early"]), 0.0, 0.95,
                       name="LN/SGD effective lr late / early")]
