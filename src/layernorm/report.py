@@ -629,7 +629,12 @@ def claim_lr_decay(runs, ctx):
     key = (f"LN/SGD: ||W|| ×{s['norm_growth']:.2f}, effective lr ×"
            f"{s['eff_lr_late'] / s['eff_lr_early']:.2f}")
     figs = _copy_figures(ctx, [p for p in pngs if p.stem == "training"], "geometry_")
-    return ClaimResult(v, key, table, figs)
+    return ClaimResult(v, key, table, figs, notes=[
+        "Read with care: the un-normalized network's angular step also shrinks as its weights "
+        "grow (see the table). What the paper's argument adds is that under LN the output is "
+        "invariant to ||W||, so the angle is all that changes the function; without "
+        "normalization the growing norm itself changes the output. The rule checks the LN run "
+        "only."])
 
 
 # --- the claim list -------------------------------------------------------------------------
@@ -717,7 +722,8 @@ def claim_together(text: str, *evaluators):
         if not all(r.measured for r in results):
             return _skip("some of its parts were not run")
         v = all_of([r.verdict for r in results], text)
-        return ClaimResult(v, "; ".join(f"{r.verdict.verdict}" for r in results), [])
+        return ClaimResult(v, "; ".join(f"{r.verdict.verdict} ({r.key_number})" for r in results),
+                           [])
     return evaluate
 
 
@@ -903,15 +909,20 @@ def _plot_gain(ga, gb, better, worse, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # Markdown
 
+def _cell(v) -> str:
+    """Text for a markdown table cell: pipes escaped (norms are written ||w||)."""
+    return str(v).replace("|", "\\|")
+
+
 def _md_table(rows: list[dict]) -> str:
     if not rows:
         return ""
     cols = []
     for r in rows:
         cols += [c for c in r if c not in cols]
-    out = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    out = ["| " + " | ".join(map(_cell, cols)) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        out.append("| " + " | ".join(str(r.get(c, "")).replace("|", "/") for c in cols) + " |")
+        out.append("| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |")
     return "\n".join(out)
 
 
@@ -978,8 +989,8 @@ def build_report(out: str | Path) -> Path:
                f"runs the paper's scale where the data can be downloaded.", ""]
     md += ["## Summary", "", "| claim | source | verdict | key number |", "|---|---|---|---|"]
     for claim, res in results:
-        md.append(f"| [{claim.quote}](#{claim.id}) | {claim.source} | "
-                  f"{VERDICT_MARK[res.status]} | {res.key_number} |")
+        md.append(f"| [{_cell(claim.quote)}](#{claim.id}) | {claim.source} | "
+                  f"{VERDICT_MARK[res.status]} | {_cell(res.key_number)} |")
     counts = {v: sum(r.status == v for _, r in results) for v in VERDICT_MARK}
     md += ["", "Totals: " + ", ".join(f"{k}: {v}" for k, v in counts.items()), ""]
     md += ["## Environment", ""] + _environment(out, runs, meta) + [""]
