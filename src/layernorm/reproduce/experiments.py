@@ -51,8 +51,8 @@ def cnn_batch_size(preset: str) -> list[Config]:
     # digits, a batch-1 epoch 1437): the claims are about what each batch size reaches.
     length = {
         "tiny": lambda bs: {"steps": 6, "eval_every": 3},
-        "quick": lambda bs: {128: {"epochs": 20}, 4: {"epochs": 3},
-                             1: {"epochs": 1, "eval_every": 479}}[bs],
+        "quick": lambda bs: {128: {"epochs": 30}, 4: {"epochs": 3},
+                             1: {"epochs": 2, "eval_every": 479}}[bs],
         "full": lambda bs: {"epochs": 10},
     }[preset]
     return [Config(dataset=dataset, model="convnet", norm=norm, batch_size=bs, seed=seed,
@@ -71,10 +71,10 @@ def rnn_tasks(preset: str) -> list[dict]:
                      model_args={"hidden": 8, "chunk": 4, "embed": 8}, length={"steps": 4, "eval_every": 2},
                      batch_size=16)]
     big = preset == "full"
-    # quick: 400 Adam steps of batch 32, evaluated every 25; hidden 48; the digits and MNIST-1D
+    # quick: 600 Adam steps of batch 32, evaluated every 25; hidden 48; the digits and MNIST-1D
     # sequences are read 4 values per step (16 and 10 steps), the adding problem 1 per step (30).
     # BN-LSTM's per-step statistics make it the slowest model: the adding length sets the cost.
-    length = {"steps": 3000, "eval_every": 100} if big else {"steps": 400, "eval_every": 25}
+    length = {"steps": 3000, "eval_every": 100} if big else {"steps": 600, "eval_every": 25}
     model = {"hidden": 128, "chunk": 1, "embed": 64} if big else \
         {"hidden": 48, "chunk": 4, "embed": 32}
     return [
