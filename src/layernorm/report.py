@@ -446,7 +446,12 @@ def claim_rnn_best(experiment: str, task: str):
                         for n in RNN_NORMS)
         allr = [r for v_ in g.values() for r in v_]
         return ClaimResult(v, key, _rnn_table(g, target_error(allr)),
-                           _rnn_figures(runs, ctx, experiment, task))
+                           _rnn_figures(runs, ctx, experiment, task), notes=[
+                               "Train loss is the running mean in training mode (BN-LSTM: batch "
+                               "statistics); test error is measured in evaluation mode (BN-LSTM: "
+                               "population statistics per time step). A BN-LSTM whose train loss "
+                               "falls while its test error does not is failing in the second "
+                               "mode."])
     return evaluate
 
 
