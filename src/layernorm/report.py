@@ -658,8 +658,7 @@ def claims_for_tasks(rnn_tasks: list[tuple[str, str]]) -> list[Claim]:
     """All claims; RNN claims are made for every (experiment, task) found among the runs."""
     mlp, cnn, gain = "mlp_batch_size", "cnn_batch_size", "lstm_gain_init"
     out = [
-        Claim("6.6-bn", "paper 6.6", "“BN suffers at batch 4” (permutation-invariant MNIST, MLP, "
-              "Adam, batch 128 and 4)", mlp,
+        Claim("6.6-bn", "paper 6.6", "“BN suffers at batch 4” (MLP, Adam, batch 128 vs 4)", mlp,
               claim_bn_suffers(mlp, 4, 128, SUFFERS_MARGIN, "MLP"), "6.6 batch-size sensitivity"),
         Claim("6.6-ln", "paper 6.6", "“LN robust to batch size”", mlp,
               claim_ln_stable(mlp, (4,), 128, "MLP"), "6.6 batch-size sensitivity"),
@@ -946,7 +945,8 @@ def _environment(out: Path, runs: list[Run], meta: dict) -> list[str]:
     lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     dev = env.get("device") or (runs[0].config.get("device") if runs else None) or "cpu"
     lines.append(f"- device: {dev}; machine: {env.get('platform') or platform.platform()}; "
-                 f"threads/cores: {env.get('cpu_count') or meta.get('cpu_count', '?')}")
+                 f"CPU cores: {meta.get('cpu_count', '?')}; torch threads per run: "
+                 f"{env.get('torch_threads', '?')}")
     if env.get("git_commit") or meta.get("git_commit"):
         lines.append(f"- git commit: {env.get('git_commit') or meta.get('git_commit')}")
     if meta.get("wall_time_s") is not None:
