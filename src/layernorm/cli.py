@@ -9,6 +9,8 @@ import sys
 COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
+    "layernorm.analysis.invariance",
+    "layernorm.analysis.geometry",
 )
 
 
