@@ -11,6 +11,8 @@ COMMAND_MODULES = (
     "layernorm.bench",
     "layernorm.analysis.invariance",
     "layernorm.analysis.geometry",
+    "layernorm.experiments.cli",
+    "layernorm.data.cli",
 )
 
 
