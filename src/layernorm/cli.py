@@ -9,6 +9,8 @@ import sys
 COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
+    "layernorm.experiments.cli",
+    "layernorm.data.cli",
 )
 
 
