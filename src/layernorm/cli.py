@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "layernorm.bench",
     "layernorm.experiments.cli",
     "layernorm.data.cli",
+    "layernorm.distributed",
 )
 
 

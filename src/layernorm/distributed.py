@@ -17,26 +17,42 @@ gradients over ranks, so the averaged gradient is the gradient of the mean loss 
 each rank normalizes over its own b examples, so results depend on W, unless the batch statistics
 are taken over the whole global batch (``SyncBatchNorm``, ``--sync-bn``).
 
-Data order (``sampler``): every run, single-process included, draws its epoch order from
-``torch.utils.data.DistributedSampler`` seeded with the run's seed. With the same permutation p, rank
-r's k-th micro-batch holds positions {W (k b + j) + r : j < b} of p, and the union over ranks is
-{k B, ..., (k + 1) B - 1}: exactly the single-process k-th batch (in another order, which changes
-sums only by float rounding). ``drop_last`` keeps every step's batch full on every rank.
+Data order. The runner holds datasets in memory and draws one seeded permutation per epoch
+(``experiments.train.epoch_order``), the same on every rank, which is what a DistributedSampler's
+seeded permutation provides. The k-th global batch is positions [k B, (k + 1) B) of it in every
+run, and rank r trains on its contiguous slice [r b, (r + 1) b) (``DistributedRuntime.local_batch``):
+the union over ranks is exactly the single-process batch, in the same order, the last partial
+batch is dropped, and every rank's slice has the same size.
+
+    torchrun --nproc-per-node 2 -m layernorm run ddp-batch-split --preset tiny
+    layernorm run ddp-batch-split --preset tiny        # the same on 1 process
+    layernorm ddp-compare runs/ddp-batch-split          # LN equal, BN differs, BN + sync equal
+
+See docs/distributed.md (several machines, --sync-bn).
 """
 from __future__ import annotations
 
+import argparse
 import datetime
+import json
 import math
 import os
-from dataclasses import dataclass
+import pickle
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DistributedSampler
 
 from . import functional as LF
+from ._io import atomic_write_json
+from .bench import format_table
+from .experiments.config import Config
+from .experiments.registry import register_experiment
+from .experiments.train import Runtime
 from .norms import BatchNorm
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -170,17 +186,6 @@ def broadcast_object(obj, ctx: Context):
     return box[0]
 
 
-def sampler(dataset, ctx: Context, *, seed: int, shuffle: bool = True) -> DistributedSampler:
-    """This rank's share of each epoch, from one seeded permutation (see module docstring).
-
-    Use with ``DataLoader(dataset, batch_size=local_batch_size(B, W), sampler=..., drop_last=True)``
-    and call ``set_epoch(epoch)`` before each epoch. Single-process runs use it too (world size 1),
-    so 1 x B and W x B / W see the same global batches.
-    """
-    return DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
-                              shuffle=shuffle, seed=seed, drop_last=True)
-
-
 def wrap_model(model: nn.Module, ctx: Context, *, sync_bn: bool = False) -> nn.Module:
     """The model as trained on this rank: batch norm layers synchronized if ``sync_bn``, moved to
     ``ctx.device``, and wrapped in DistributedDataParallel when there is more than one process
@@ -287,3 +292,143 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
         if new is not child:
             setattr(module, name, new)
     return module
+
+
+# --- the runner's distributed runtime -----------------------------------------------------------
+
+@dataclass
+class DistributedRuntime(Runtime):
+    """``experiments.train``'s hooks for one rank of a torchrun group (see ``Runtime``)."""
+    ctx: Context = field(default_factory=Context)
+
+    def wrap_model(self, model: nn.Module, sync_bn: bool = False) -> nn.Module:
+        return wrap_model(model, self.ctx, sync_bn=sync_bn)
+
+    def local_batch(self, indices: torch.Tensor) -> torch.Tensor:
+        b = local_batch_size(len(indices), self.world_size)
+        return indices[self.rank * b:(self.rank + 1) * b]
+
+    def mean(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64,
+                         device=self.ctx.device if self.ctx.backend == "nccl" else "cpu")
+        dist.all_reduce(t)
+        return float(t) / self.world_size
+
+    def barrier(self) -> None:
+        barrier(self.ctx)
+
+    def from_writer(self, fn):
+        box = [None]
+        if self.is_writer:
+            try:
+                box = [("value", fn())]
+            except Exception as err:  # re-raised on every rank, so all ranks take the same path
+                box = [("error", err if _picklable(err) else
+                        RuntimeError(f"{type(err).__name__}: {err}"))]
+        box = [broadcast_object(box[0], self.ctx)]
+        kind, value = box[0]
+        if kind == "error":
+            raise value
+        return value
+
+
+def _picklable(obj) -> bool:
+    try:
+        pickle.dumps(obj)
+        return True
+    except Exception:
+        return False
+
+
+def runtime(device: str | None = None) -> Runtime:
+    """The runner's runtime for this process: a ``DistributedRuntime`` that joined torchrun's group
+    when launched by torchrun (see ``init``), else the plain single-process ``Runtime``."""
+    ctx = init(device)
+    if not ctx.distributed:
+        return Runtime()
+    return DistributedRuntime(rank=ctx.rank, world_size=ctx.world_size, ctx=ctx)
+
+
+# --- the demonstration: 1 process x 8 vs 2 processes x 4 -----------------------------------------
+
+@register_experiment("ddp-batch-split", section="3",
+                     claim="LN statistics are per example, so splitting each batch of 8 over 2 "
+                           "processes (DDP) trains the same parameters; BN's do not, unless "
+                           "SyncBatchNorm (--sync-bn) takes them over the global batch")
+def ddp_batch_split(preset: str) -> list[Config]:
+    """Run it once plainly and once under ``torchrun --nproc-per-node 2``, then
+    ``layernorm ddp-compare OUT/ddp-batch-split``."""
+    hidden = {"tiny": [32], "quick": [64, 64], "full": [256, 256]}[preset]
+    steps, eval_every = {"tiny": (6, 2), "quick": (200, 50), "full": (2000, 250)}[preset]
+    base = dict(dataset="digits", model="mlp", batch_size=8, optimizer="sgd", lr=0.1,
+                steps=steps, eval_every=eval_every)
+    # BN with the n - 1 variance, as the paper at small batches: the count must be the global one.
+    return [Config(norm="layer", model_args={"hidden": hidden}, **base),
+            Config(norm="batch", model_args={"hidden": hidden, "unbiased": True}, **base),
+            Config(norm="batch", sync_bn=True, model_args={"hidden": hidden, "unbiased": True},
+                   **base)]
+
+
+def _final_parameters(run_dir: Path) -> tuple[dict[str, torch.Tensor], int]:
+    state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+    buffers = ("running_mean", "running_var", "num_batches_tracked")
+    params = {k: v.double() for k, v in state["model"].items() if not k.endswith(buffers)}
+    return params, state["step"]
+
+
+def batch_split_rows(exp_dir: str | os.PathLike) -> list[dict]:
+    """One row per run that exists both as ``NAME`` (1 process) and ``NAME-wW`` (W processes, same
+    config, finished): the largest parameter difference between their final checkpoints."""
+    exp_dir = Path(exp_dir)
+    rows = []
+    for single in sorted(p for p in exp_dir.iterdir() if (p / "done").exists()):
+        for multi in sorted(exp_dir.glob(f"{single.name}-w*")):
+            if not (multi / "done").exists() or not multi.name[len(single.name) + 2:].isdigit():
+                continue
+            world = int(multi.name[len(single.name) + 2:])
+            config = json.loads((single / "config.json").read_text())
+            a, step_a = _final_parameters(single)
+            b, step_b = _final_parameters(multi)
+            if step_a != step_b or a.keys() != b.keys():
+                raise ValueError(f"{single} and {multi} are not the same run (steps {step_a} vs "
+                                 f"{step_b}). Delete one and train it again.")
+            batch = config["batch_size"]
+            rows.append({
+                "run": single.name, "norm": config["norm"] + (" + sync" if config.get("sync_bn")
+                                                              else ""),
+                "split": f"1 x {batch} vs {world} x {batch // world}", "steps": step_a,
+                "max |param diff|": max(float((a[k] - b[k]).abs().max()) for k in a),
+                "max |param|": max(float(a[k].abs().max()) for k in a)})
+    return rows
+
+
+def _compare(args: argparse.Namespace) -> int:
+    exp_dir = Path(args.exp_dir)
+    if not exp_dir.is_dir():
+        print(f"layernorm ddp-compare: error: expected an experiment folder such as "
+              f"runs/ddp-batch-split, received {exp_dir}, which is not a directory. Run "
+              f"`layernorm run ddp-batch-split` first.", file=sys.stderr)
+        return 2
+    rows = batch_split_rows(exp_dir)
+    if not rows:
+        print(f"layernorm ddp-compare: no pair of finished runs NAME and NAME-wW in {exp_dir}. "
+              f"Train it on 1 process (`layernorm run ddp-batch-split`) and on several "
+              f"(`torchrun --nproc-per-node 2 -m layernorm run ddp-batch-split`).", file=sys.stderr)
+        return 1
+    shown = [{k: f"{v:.2e}" if k == "max |param diff|" else v for k, v in r.items()}
+             for r in rows]
+    print(format_table(shown, list(rows[0])))
+    print("\nLayer norm: each example's statistics are its own, so the split changes nothing but "
+          "float rounding. Batch norm: each process normalizes over its own slice, unless "
+          "--sync-bn takes the statistics over the global batch.")
+    if args.json:
+        atomic_write_json(args.json, rows)
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("ddp-compare", help="1 process vs torchrun runs of one experiment: "
+                       "largest final parameter difference")
+    p.add_argument("exp_dir", help="an experiment's output folder, e.g. runs/ddp-batch-split")
+    p.add_argument("--json", help="also write the rows to this JSON file")
+    p.set_defaults(func=_compare)

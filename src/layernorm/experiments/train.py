@@ -64,9 +64,16 @@ class Runtime:
         """Only the writer writes files (config, env, metrics, checkpoints, done)."""
         return self.rank == 0
 
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module the training step calls (e.g. DistributedDataParallel(model))."""
+    def wrap_model(self, model: torch.nn.Module, sync_bn: bool = False) -> torch.nn.Module:
+        """The module the training step calls (e.g. DistributedDataParallel(model)). ``sync_bn``:
+        batch-norm statistics over the global batch (one process already has all of it)."""
         return model
+
+    def from_writer(self, fn):
+        """``fn()`` computed by the writer and handed to every rank (its exception raised on every
+        rank): the run directory's state as the writer sees it, so ranks without a shared
+        filesystem resume from the writer's checkpoint."""
+        return fn()
 
     def local_batch(self, indices: torch.Tensor) -> torch.Tensor:
         """This rank's share of a global batch of training-set indices."""
@@ -297,7 +304,7 @@ def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None
     config.validate()
     rt = runtime or Runtime()
     run_dir = Path(run_dir)
-    status = check_run_dir(config, run_dir)
+    status = rt.from_writer(lambda: check_run_dir(config, run_dir))
     if status == "done":
         return run_dir
     device = resolve_device(config.device)
@@ -311,8 +318,9 @@ def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None
     step, loss_sum, loss_n, elapsed = 0, 0.0, 0, 0.0
     ckpt_path, metrics_path = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
 
-    if status == "partial" and ckpt_path.exists():
-        state = load_checkpoint(ckpt_path, config)
+    state = rt.from_writer(lambda: load_checkpoint(ckpt_path, config)
+                           if status == "partial" and ckpt_path.exists() else None)
+    if state is not None:
         try:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -328,13 +336,15 @@ def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None
         run_dir.mkdir(parents=True, exist_ok=True)
         if status == "new":
             atomic_write_json(run_dir / "config.json", config.to_dict())
-            atomic_write_json(run_dir / "env.json", environment(device))
+            atomic_write_json(run_dir / "env.json",
+                              {**environment(device), "world_size": rt.world_size})
         else:   # resume: keep the original env.json, record the resume in it
             env_path = run_dir / "env.json"
             env = json.loads(env_path.read_text()) if env_path.exists() else environment(device)
             env.setdefault("resumes", []).append(
                 {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "device": str(device), "torch": torch.__version__})
+                 "device": str(device), "torch": torch.__version__,
+                 "world_size": rt.world_size})
             atomic_write_json(env_path, env)
         # Rows past the checkpoint were computed by the killed process: drop them (they are
         # recomputed identically below), so no row is lost or duplicated.
@@ -344,7 +354,7 @@ def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None
             atomic_write_text(metrics_path, text)
     rt.barrier()
 
-    train_model = rt.wrap_model(model)
+    train_model = rt.wrap_model(model, sync_bn=config.sync_bn)
     model.train()
     bar = None
     if progress:
