@@ -19,12 +19,12 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from layernorm import distributed as D
-from layernorm.norms import BatchNorm, make_norm
+from layernorm.cli import main
+from layernorm.experiments import read_metrics
+from layernorm.norms import BatchNorm
 
-GLOBAL_BATCH = 8
 GROUP_TIMEOUT_S = 120
 
 
@@ -71,88 +71,130 @@ def spawn(fn, world_size: int, *args) -> None:
                     p.terminate()
 
 
-# --- the same tiny training, one process or several --------------------------------------------
+# --- ddp-batch-split through the real CLI: 1 process here, 2 processes spawned ------------------
 
-CASES = {  # name: (norm, norm kwargs, sync_bn)
-    "layer": ("layer", {}, False),
-    "batch": ("batch", {}, False),
-    "batch+sync": ("batch", {}, True),
-    "batch(unbiased)+sync": ("batch", {"unbiased": True}, True),
-}
+RUN = ["run", "ddp-batch-split", "--preset", "tiny", "--no-progress"]
+RUNS = ("layer-bs8-seed0", "batch-bs8-seed0", "batch-syncbn-bs8-seed0")
 
 
-def train_tiny(case: str, ctx: D.Context, epochs: int = 2) -> dict[str, torch.Tensor]:
-    """6 steps of SGD with momentum on 24 examples, global batch 8, data order from D.sampler."""
-    norm, kwargs, sync_bn = CASES[case]
-    gen = torch.Generator().manual_seed(1)
-    data = TensorDataset(torch.randn(24, 6, generator=gen) * 2 + 1,
-                         torch.randint(0, 3, (24,), generator=gen))
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 16), make_norm(norm, 16, **kwargs), nn.Tanh(),
-                          nn.Linear(16, 3))
-    model = D.wrap_model(model, ctx, sync_bn=sync_bn)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
-    sampler = D.sampler(data, ctx, seed=0)
-    loader = DataLoader(data, batch_size=D.local_batch_size(GLOBAL_BATCH, ctx.world_size),
-                        sampler=sampler, drop_last=True)
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        for x, y in loader:
-            loss = nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return {k: v.detach().clone() for k, v in D.unwrap(model).state_dict().items()}
+def _die_at_optimizer_step(k: int) -> None:
+    """Kill this process (no cleanup, like a lost machine) when it reaches its k-th SGD step."""
+    original, calls = torch.optim.SGD.step, [0]
+
+    def step(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == k:
+            os._exit(3)
+        return original(self, *args, **kwargs)
+    torch.optim.SGD.step = step
 
 
-def _train_cases_worker(rank: int, world_size: int, port: int, out: str) -> None:
+def _cli_worker(rank: int, world_size: int, port: int, outs: list[str], kill_rank1_at: int | None
+                ) -> None:
     os.environ.update(worker_env(rank, world_size, port))
-    ctx = D.init("cpu", global_batch=GLOBAL_BATCH, timeout=datetime.timedelta(seconds=60))
-    assert ctx.distributed and ctx.backend == "gloo" and ctx.world_size == world_size
-    results = {case: train_tiny(case, ctx) for case in CASES}
-    if ctx.is_main:
-        torch.save(results, out)
-    D.shutdown()
+    if kill_rank1_at is not None and rank == 1:
+        _die_at_optimizer_step(kill_rank1_at)
+    from layernorm.cli import main
+    rc = main(RUN + ["--out", outs[rank]])
+    if rc:
+        raise RuntimeError(f"rank {rank}: layernorm run exited with {rc}")
 
 
-def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], params_only: bool) -> float:
-    keys = [k for k in a if not params_only or k.endswith(("weight", "bias"))]
-    return max(float((a[k].double() - b[k].double()).abs().max()) for k in keys)
+def _model_state(run_dir):
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
 
 
-def test_batch_split_over_two_processes_ln_identical_bn_differs_syncbn_identical(tmp_path):
-    """The paper's point with DDP: 1 process x batch 8 vs 2 processes x 4, after 6 steps."""
-    single = {case: train_tiny(case, D.Context()) for case in CASES}
-    spawn(_train_cases_worker, 2, str(tmp_path / "ddp.pt"))
-    ddp = torch.load(tmp_path / "ddp.pt")
-    diffs = {case: max_diff(single[case], ddp[case], params_only=True) for case in CASES}
-    print("\nmax |param(1 x 8) - param(2 x 4)| after 6 steps:", json.dumps(diffs))
-    assert diffs["layer"] < 1e-5
-    assert diffs["batch"] > 1e-3                      # each rank normalized over its own 4
-    assert diffs["batch+sync"] < 1e-5
-    assert diffs["batch(unbiased)+sync"] < 1e-5
-    # With SyncBatchNorm the running statistics are the global batch's too.
-    assert max_diff(single["batch+sync"], ddp["batch+sync"], params_only=False) < 1e-5
-    # The parameters moved: the comparison is not between two untouched initializations.
-    torch.manual_seed(0)
-    init = nn.Linear(6, 16).weight.detach()
-    assert float((single["layer"]["0.weight"] - init).abs().max()) > 1e-2
+def _rows(run_dir):
+    return [{k: v for k, v in r.items() if k != "wall_time"}
+            for r in read_metrics(run_dir)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """ddp-batch-split (tiny) on 1 process x 8, then on 2 processes x 4 twice: the first launch
+    loses rank 1 in step 5 of its first run, the same command again resumes and finishes. Rank 1
+    gets its own --out, as a node without the shared filesystem would: it must never write there,
+    and resumes from what rank 0 read."""
+    root = tmp_path_factory.mktemp("ddp")
+    out, out_rank1 = root / "runs", root / "rank1-out"
+    with pytest.MonkeyPatch.context() as mp:
+        for key in D.ENV_VARS:
+            mp.delenv(key, raising=False)
+        assert main(RUN + ["--out", str(out)]) == 0
+    exp = out / "ddp-batch-split"
+    killed = exp / f"{RUNS[0]}-w2"
+    with pytest.raises(torch.multiprocessing.ProcessExitedException, match="exit code 3"):
+        spawn(_cli_worker, 2, [str(out), str(out_rank1)], 5)
+    after_kill = {"done": (killed / "done").exists(), "rows": read_metrics(killed),
+                  "step": torch.load(killed / "checkpoint.pt", weights_only=True)["step"]}
+    spawn(_cli_worker, 2, [str(out), str(out_rank1)], None)
+    return exp, out_rank1, after_kill
+
+
+def test_batch_split_ln_identical_bn_differs_syncbn_identical(runs):
+    """The paper's point with DDP, through `layernorm run`: final parameters after 6 SGD steps."""
+    exp = runs[0]
+    rows = {r["run"]: r for r in D.batch_split_rows(exp)}
+    diffs = {name: rows[name]["max |param diff|"] for name in RUNS}
+    print("\nmax |param(1 x 8) - param(2 x 4)|:", json.dumps(diffs))
+    assert all(rows[name]["split"] == "1 x 8 vs 2 x 4" and rows[name]["steps"] == 6
+               for name in RUNS)
+    assert diffs["layer-bs8-seed0"] < 1e-5
+    assert diffs["batch-bs8-seed0"] > 1e-3           # each rank normalized over its own 4
+    assert diffs["batch-syncbn-bs8-seed0"] < 1e-5    # (with the n - 1 variance of all 8)
+    # SyncBatchNorm's running statistics are the global batch's too.
+    single, ddp = _model_state(exp / RUNS[2]), _model_state(exp / f"{RUNS[2]}-w2")
+    assert max(float((single[k].double() - ddp[k].double()).abs().max()) for k in single) < 1e-5
+
+
+def test_only_rank0_writes_and_records_the_world_size(runs):
+    exp, out_rank1, _ = runs
+    assert not out_rank1.exists()
+    for name in RUNS:
+        run = exp / f"{name}-w2"
+        assert sorted(p.name for p in run.iterdir()) == sorted(
+            ["config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "done"])
+        assert json.loads((run / "env.json").read_text())["world_size"] == 2
+        assert [r["step"] for r in read_metrics(run)] == [2, 4, 6]
+
+
+def test_run_killed_on_one_rank_resumes(runs):
+    exp, _, after_kill = runs
+    # Rank 1 died in step 5: rank 0 had checkpointed step 4 and logged steps 2 and 4.
+    assert not after_kill["done"] and after_kill["step"] == 4
+    assert [r["step"] for r in after_kill["rows"]] == [2, 4]
+    run = exp / f"{RUNS[0]}-w2"
+    resumes = json.loads((run / "env.json").read_text())["resumes"]
+    assert [(r["step"], r["world_size"]) for r in resumes] == [(4, 2)]
+    # Resumed rows: the killed run's rows kept, then the rest; with layer norm they are the
+    # single-process run's rows (up to float rounding).
+    rows, reference = _rows(run), _rows(exp / RUNS[0])
+    assert rows[:2] == [{k: v for k, v in r.items() if k != "wall_time"}
+                        for r in after_kill["rows"]]
+    assert [r["step"] for r in rows] == [r["step"] for r in reference] == [2, 4, 6]
+    for r, ref in zip(rows, reference):
+        assert r["test_error"] == ref["test_error"]
+        assert r["train_loss"] == pytest.approx(ref["train_loss"], abs=1e-5)
+        assert r["test_loss"] == pytest.approx(ref["test_loss"], abs=1e-5)
+
+
+def test_cli_refuses_partial_environment_and_uneven_split(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "runs"
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for key in ("LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    assert main(RUN + ["--out", str(out)]) == 2
+    assert "environment is partial" in capsys.readouterr().err
+    for key, value in worker_env(0, 3, 1).items():   # port 1: nobody listens, nobody waits
+        monkeypatch.setenv(key, value)
+    assert main(RUN + ["--out", str(out)]) == 2
+    assert "batch_size 8 is the global batch and must split evenly over the 3" in \
+        capsys.readouterr().err
+    assert not out.exists()
 
 
 # --- the pieces, in this process ------------------------------------------------------------------
-
-def test_sampler_union_of_rank_micro_batches_is_the_single_process_batch():
-    data = list(range(37))
-    one = list(iter(D.sampler(data, D.Context(), seed=3)))
-    for world in (2, 4):
-        shards = [list(iter(D.sampler(data, D.Context(rank=r, world_size=world), seed=3)))
-                  for r in range(world)]
-        b = GLOBAL_BATCH // world
-        steps = len(data) // GLOBAL_BATCH
-        for k in range(steps):
-            union = sorted(i for s in shards for i in s[k * b:(k + 1) * b])
-            assert union == sorted(one[k * GLOBAL_BATCH:(k + 1) * GLOBAL_BATCH])
-
 
 def test_partial_torchrun_environment_is_a_clear_error():
     assert D.read_env({}) is None
