@@ -53,6 +53,7 @@ from .bench import format_table
 from .experiments.config import Config
 from .experiments.registry import register_experiment
 from .experiments.train import Runtime
+from .experiments.train import resolve_device as _runner_device
 from .norms import BatchNorm
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -130,11 +131,9 @@ def local_batch_size(global_batch: int, world_size: int) -> int:
 
 
 def resolve_device(device: str | torch.device | None, local_rank: int = 0) -> torch.device:
-    """``None``/"auto": CUDA when available, else CPU. Under torchrun each process on a node takes
-    GPU ``local_rank``."""
-    if device in (None, "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
+    """The runner's device choice (auto: CUDA when available), and under torchrun each process on
+    a node takes GPU ``local_rank``."""
+    device = _runner_device(str(device or "auto"))
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
     return device

@@ -50,7 +50,11 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"layernorm run: error: {err}", file=sys.stderr)
         return 2
-    runtime = distributed.runtime(args.device or configs[0].device)
+    try:
+        runtime = distributed.runtime(args.device or configs[0].device)
+    except (ValueError, RuntimeError) as err:
+        print(f"layernorm run: error: {err}", file=sys.stderr)
+        return 2
     try:
         return _run_all(args, exp, configs, runtime, run_configs)
     finally:
