@@ -359,13 +359,13 @@ def ddp_batch_split(preset: str) -> list[Config]:
     ``layernorm ddp-compare OUT/ddp-batch-split``."""
     hidden = {"tiny": [32], "quick": [64, 64], "full": [256, 256]}[preset]
     steps, eval_every = {"tiny": (6, 2), "quick": (200, 50), "full": (2000, 250)}[preset]
+    # BN with the n - 1 variance, as the paper at small batches: the count must be the global one
+    # (the mlp ignores `unbiased` for other norms, so --norm overrides collapse duplicates).
     base = dict(dataset="digits", model="mlp", batch_size=8, optimizer="sgd", lr=0.1,
-                steps=steps, eval_every=eval_every)
-    # BN with the n - 1 variance, as the paper at small batches: the count must be the global one.
-    return [Config(norm="layer", model_args={"hidden": hidden}, **base),
-            Config(norm="batch", model_args={"hidden": hidden, "unbiased": True}, **base),
-            Config(norm="batch", sync_bn=True, model_args={"hidden": hidden, "unbiased": True},
-                   **base)]
+                steps=steps, eval_every=eval_every,
+                model_args={"hidden": hidden, "unbiased": True})
+    return [Config(norm="layer", **base), Config(norm="batch", **base),
+            Config(norm="batch", sync_bn=True, **base)]
 
 
 def _final_parameters(run_dir: Path) -> tuple[dict[str, torch.Tensor], int]:
