@@ -18,7 +18,7 @@ each rank normalizes over its own b examples, so results depend on W, unless the
 are taken over the whole global batch (``SyncBatchNorm``, ``--sync-bn``).
 
 Data order. The runner holds datasets in memory and draws one seeded permutation per epoch
-(``experiments.train.epoch_order``), the same on every rank, which is what a DistributedSampler's
+(``experiments.training.epoch_order``), the same on every rank, which is what a DistributedSampler's
 seeded permutation provides. The k-th global batch is positions [k B, (k + 1) B) of it in every
 run, and rank r trains on its contiguous slice [r b, (r + 1) b) (``DistributedRuntime.local_batch``):
 the union over ranks is exactly the single-process batch, in the same order, the last partial
@@ -52,8 +52,8 @@ from ._io import atomic_write_json
 from .bench import format_table
 from .experiments.config import Config
 from .experiments.registry import register_experiment
-from .experiments.train import Runtime
-from .experiments.train import resolve_device as _runner_device
+from .experiments.training import Runtime
+from .experiments.training import resolve_device as _runner_device
 from .norms import BatchNorm
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -297,7 +297,7 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
 
 @dataclass
 class DistributedRuntime(Runtime):
-    """``experiments.train``'s hooks for one rank of a torchrun group (see ``Runtime``)."""
+    """``experiments.training``'s hooks for one rank of a torchrun group (see ``Runtime``)."""
     ctx: Context = field(default_factory=Context)
 
     def wrap_model(self, model: nn.Module, sync_bn: bool = False) -> nn.Module:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .config import Config
 from .registry import (EXPERIMENT_MODULES, EXPERIMENTS, MODELS, PRESETS, Experiment, build_model,
                        get_experiment, load_registered, register_experiment, register_model)
-from .train import (METRIC_KEYS, RunDirError, Runtime, check_run_dir, evaluate, load_checkpoint,
+from .training import (METRIC_KEYS, RunDirError, Runtime, check_run_dir, evaluate, load_checkpoint,
                     read_metrics, train)
 
 __all__ = ["Config", "EXPERIMENT_MODULES", "EXPERIMENTS", "MODELS", "PRESETS", "Experiment",

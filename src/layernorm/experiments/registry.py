@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import importlib
+import inspect
 
 from .._checks import check_choice
 from .config import Config
@@ -51,7 +52,15 @@ def register_model(name: str):
 def build_model(config: Config, dataset):
     load_registered()
     check_choice(config.model, MODELS, "model")
-    return MODELS[config.model](dataset, config.norm, **config.model_args)
+    fn = MODELS[config.model]
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        accepted = [n for n in params][2:]
+        unknown = sorted(set(config.model_args) - set(accepted))
+        if unknown:
+            raise ValueError(f"model {config.model!r} got unknown model_args {unknown}; it "
+                             f"accepts {accepted}. Fix the names in model_args.")
+    return fn(dataset, config.norm, **config.model_args)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .config import Config
-from .train import Runtime, check_run_dir, read_metrics, train
+from .training import Runtime, check_run_dir, read_metrics, train
 
 
 @dataclass

@@ -271,7 +271,8 @@ def load_checkpoint(path: str | os.PathLike, config: Config) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for a damaged file
-        raise RunDirError(f"cannot read checkpoint {path} ({type(err).__name__}: {err}). It is "
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise RunDirError(f"cannot read checkpoint {path} ({type(err).__name__}: {first}). It is "
                           f"damaged or not a layernorm checkpoint. Delete it to restart this run "
                           f"from step 0 (its metrics rows are then recomputed).") from err
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
