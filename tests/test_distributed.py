@@ -92,6 +92,7 @@ def _die_at_optimizer_step(k: int) -> None:
 def _cli_worker(rank: int, world_size: int, port: int, outs: list[str], kill_rank1_at: int | None
                 ) -> None:
     os.environ.update(worker_env(rank, world_size, port))
+    torch.set_num_threads(1)                         # as torchrun does (OMP_NUM_THREADS=1)
     if kill_rank1_at is not None and rank == 1:
         _die_at_optimizer_step(kill_rank1_at)
     from layernorm.cli import main

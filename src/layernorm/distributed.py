@@ -307,7 +307,11 @@ class DistributedRuntime(Runtime):
         b = local_batch_size(len(indices), self.world_size)
         return indices[self.rank * b:(self.rank + 1) * b]
 
-    def mean(self, value: float) -> float:
+    def mean(self, value):
+        if isinstance(value, torch.Tensor):
+            total = value.detach().clone()
+            dist.all_reduce(total)
+            return total / self.world_size
         t = torch.tensor([value], dtype=torch.float64,
                          device=self.ctx.device if self.ctx.backend == "nccl" else "cpu")
         dist.all_reduce(t)

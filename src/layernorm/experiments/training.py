@@ -79,8 +79,8 @@ class Runtime:
         """This rank's share of a global batch of training-set indices."""
         return indices
 
-    def mean(self, value: float) -> float:
-        """Average a training statistic over ranks."""
+    def mean(self, value):
+        """Average a training statistic (a float, or a tensor of this rank) over ranks."""
         return value
 
     def barrier(self) -> None:
@@ -372,7 +372,10 @@ def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None
         x, y = ds.x_train[idx].to(device), ds.y_train[idx].to(device)
         lengths = None if ds.lengths_train is None else ds.lengths_train[idx]
         loss, _, scored = loss_and_errors(_forward(train_model, x, lengths), y, ds)
-        loss = loss / scored.clamp(min=1)
+        # Divide by the global batch's mean count of scored targets per rank: DDP's average of
+        # the ranks' gradients is then the gradient of the mean over the whole global batch, even
+        # when ranks hold different numbers of scored (not -100) targets.
+        loss = loss / rt.mean(scored.float()).clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip is not None:
