@@ -22,7 +22,8 @@ from torch import nn
 
 from layernorm import distributed as D
 from layernorm.cli import main
-from layernorm.experiments import read_metrics
+from layernorm.experiments import Config, Runtime, read_metrics
+from layernorm.experiments.runner import run_configs
 from layernorm.norms import BatchNorm
 
 GROUP_TIMEOUT_S = 120
@@ -193,6 +194,16 @@ def test_cli_refuses_partial_environment_and_uneven_split(tmp_path, monkeypatch,
     assert "batch_size 8 is the global batch and must split evenly over the 3" in \
         capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_failed_run_stops_every_rank_instead_of_moving_on(tmp_path):
+    """Alone, a failed run is reported and the next one starts; under torchrun a rank that moved
+    on alone would hang the others, so the error ends the process (torchrun stops the group)."""
+    bad = Config(dataset="digits", model="mlp", batch_size=100_000, steps=1)
+    [result] = run_configs([bad], tmp_path, progress=False, log=lambda *a: None)
+    assert result.status == "failed" and "larger than the training set" in result.error
+    with pytest.raises(ValueError, match="larger than the training set"):
+        run_configs([bad], tmp_path, progress=False, runtime=Runtime(rank=0, world_size=2))
 
 
 # --- the pieces, in this process ------------------------------------------------------------------

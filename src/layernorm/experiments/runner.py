@@ -85,6 +85,10 @@ def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCac
         train(config, run_dir, runtime=rt, progress=desc, dataset=ds)
         return RunResult(config, run_dir, "done", seconds=time.perf_counter() - t0)
     except Exception as err:  # report and let the other runs continue
+        if rt.world_size > 1:
+            # Under torchrun a rank that moved on alone would wait forever on the others: stop
+            # this process; torchrun then stops the group, and the same command resumes.
+            raise
         detail = "" if isinstance(err, ValueError) else "\n" + traceback.format_exc(limit=-3)
         return RunResult(config, run_dir, "failed", f"{type(err).__name__}: {err}{detail}",
                          time.perf_counter() - t0)
