@@ -1,5 +1,5 @@
-"""torch.distributed: torchrun's environment, the data split, SyncBatchNorm, and the paper's point in
-data-parallel form, with real 2-process gloo groups on 127.0.0.1.
+"""torch.distributed: torchrun's environment, the data split, SyncBatchNorm, and the paper's point
+in data-parallel form, with real 2-process gloo groups on 127.0.0.1.
 
 The process groups here are started the way torchrun starts its workers: an agent store (a TCPStore
 that this test process hosts, listening on 127.0.0.1 only) plus RANK, WORLD_SIZE, LOCAL_RANK,
@@ -246,7 +246,8 @@ def test_convert_sync_batchnorm_keeps_tensors_and_equals_batchnorm_alone():
     with torch.no_grad():
         bn.running_mean.zero_(), bn.running_var.fill_(1), bn.num_batches_tracked.zero_()
     synced = D.convert_sync_batchnorm(model)
-    assert isinstance(synced[1], D.SyncBatchNorm) and synced[1].unbiased and synced[1].momentum == 0.3
+    assert isinstance(synced[1], D.SyncBatchNorm)
+    assert synced[1].unbiased and synced[1].momentum == 0.3
     assert all(v is params[k] for k, v in synced.state_dict(keep_vars=True).items())
     torch.testing.assert_close(synced(x), expected)             # no process group: plain BN
     assert int(synced[1].num_batches_tracked) == 1

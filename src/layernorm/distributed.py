@@ -1,14 +1,16 @@
 """Data-parallel training on ``torch.distributed``: torchrun's environment, DDP, SyncBatchNorm.
 
-Launch any run under torchrun (``torchrun --nproc-per-node 2 -m layernorm run EXPERIMENT``); the
-runner calls ``init()`` and gets a ``Context`` that says which rank this process is. No home-made
-process orchestration: torchrun starts the processes and sets RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR and MASTER_PORT; ``init`` reads them, picks the backend (NCCL when the device is CUDA,
-gloo on CPU) and joins the process group.
+Launch any run under torchrun (``torchrun --nproc-per-node 2 -m layernorm run EXPERIMENT``);
+``layernorm run`` calls ``runtime()``, which calls ``init()``, and hands the runner a
+``DistributedRuntime`` (its hooks: DDP, this rank's slice of each batch, only rank 0 writes,
+resume state from rank 0). No home-made process orchestration: torchrun starts the processes
+and sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; ``init`` reads them, picks
+the backend (NCCL when the device is CUDA, gloo on CPU) and joins the process group.
 
-The paper's point, in data-parallel terms. A global batch of B examples is split into W micro-batches
-of b = B / W, one per rank; each rank's loss is the mean over its b examples and DDP averages the
-gradients over ranks, so the averaged gradient is the gradient of the mean loss over all B examples
+The paper's point, in data-parallel terms. A global batch of B examples is split into W
+micro-batches of b = B / W, one per rank; each rank's loss is the mean over its b examples and
+DDP averages the gradients over ranks, so the averaged gradient is the gradient of the mean loss
+over all B examples
 
     (1/W) sum_r grad (1/b) sum_{i in rank r} l_i  =  grad (1/B) sum_{i in batch} l_i
 
@@ -18,11 +20,11 @@ each rank normalizes over its own b examples, so results depend on W, unless the
 are taken over the whole global batch (``SyncBatchNorm``, ``--sync-bn``).
 
 Data order. The runner holds datasets in memory and draws one seeded permutation per epoch
-(``experiments.training.epoch_order``), the same on every rank, which is what a DistributedSampler's
+(``experiments.training.epoch_order``), the same on every rank: what a DistributedSampler's
 seeded permutation provides. The k-th global batch is positions [k B, (k + 1) B) of it in every
-run, and rank r trains on its contiguous slice [r b, (r + 1) b) (``DistributedRuntime.local_batch``):
-the union over ranks is exactly the single-process batch, in the same order, the last partial
-batch is dropped, and every rank's slice has the same size.
+run, and rank r trains on its contiguous slice [r b, (r + 1) b) (``DistributedRuntime.
+local_batch``): the union over ranks is exactly the single-process batch, in the same order,
+the last partial batch is dropped, and every rank's slice has the same size.
 
     torchrun --nproc-per-node 2 -m layernorm run ddp-batch-split --preset tiny
     layernorm run ddp-batch-split --preset tiny        # the same on 1 process
@@ -122,8 +124,8 @@ def local_batch_size(global_batch: int, world_size: int) -> int:
     """
     if global_batch % world_size:
         ok = [w for w in range(1, global_batch + 1) if global_batch % w == 0]
-        raise ValueError(f"batch_size {global_batch} is the global batch and must split evenly over "
-                         f"the {world_size} processes (WORLD_SIZE={world_size}), received "
+        raise ValueError(f"batch_size {global_batch} is the global batch and must split evenly "
+                         f"over the {world_size} processes (WORLD_SIZE={world_size}), received "
                          f"{global_batch} % {world_size} = {global_batch % world_size}. Use a "
                          f"process count that divides it ({ok}) or a batch size that is a multiple "
                          f"of {world_size}.")
@@ -239,8 +241,9 @@ def all_reduce_moments(x: torch.Tensor, dims: Sequence[int], *, unbiased: bool =
     packed = _AllReduceSum.apply(torch.cat([local_sum.flatten(), xs.new_tensor([local_n])]), group)
     n = int(packed[-1].item())
     if n < 2:
-        raise ValueError(f"SyncBatchNorm in training needs more than one value per channel over all "
-                         f"processes, received {n} (input shape {tuple(x.shape)} on this rank). "
+        raise ValueError(f"SyncBatchNorm in training needs more than one value per channel over "
+                         f"all processes, received {n} (input shape {tuple(x.shape)} on this "
+                         f"rank). "
                          f"Use a larger batch, or layer norm, which needs no batch statistics.")
     mean = (packed[:-1] / n).view_as(local_sum)
     sq = _AllReduceSum.apply((xs - mean).square().sum(dim=dims, keepdim=True).flatten(), group)
@@ -272,8 +275,9 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
     """``module`` with every batch norm layer synchronized across processes (``--sync-bn``).
 
     This package's ``BatchNorm`` becomes ``SyncBatchNorm`` sharing the same parameter and buffer
-    tensors; torch's own BatchNorm layers go through ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``
-    (CUDA only, as torch implements it). Returns the converted module (the root may be replaced).
+    tensors; torch's own BatchNorm layers go through
+    ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` (CUDA only, as torch implements it).
+    Returns the converted module (the root may be replaced).
     """
     if isinstance(module, BatchNorm) and not isinstance(module, SyncBatchNorm):
         sync = SyncBatchNorm(module.num_features, eps=module.eps, momentum=module.momentum,
