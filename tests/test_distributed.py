@@ -27,6 +27,8 @@ from layernorm.experiments.runner import run_configs
 from layernorm.norms import BatchNorm
 
 GROUP_TIMEOUT_S = 120
+# gloo binds to this interface's address: the loopback device ("lo" on Linux, "lo0" on macOS).
+LOOPBACK = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), "lo")
 
 
 # --- a torchrun stand-in: the agent's store on 127.0.0.1 and the workers' environment -------------
@@ -52,7 +54,7 @@ def worker_env(rank: int, world_size: int, port: int) -> dict[str, str]:
     return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
             "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
-            "GLOO_SOCKET_IFNAME": "lo"}
+            "GLOO_SOCKET_IFNAME": LOOPBACK}
 
 
 def spawn(fn, world_size: int, *args) -> None:
