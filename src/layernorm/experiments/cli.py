@@ -66,15 +66,18 @@ def _run_all(args, exp, configs, runtime, run_configs) -> int:
     procs = f", {runtime.world_size} processes" if runtime.world_size > 1 else ""
     say(f"{exp.name} [{exp.section}]: {exp.claim}\n{len(configs)} run(s), preset "
         f"{args.preset}{procs}, output {args.out}/{exp.name}/")
-    results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
-                          runtime=runtime)
+    try:
+        results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
+                              runtime=runtime)
+    except ValueError as err:   # under torchrun a failed run stops every rank (see run_configs)
+        print(f"layernorm run: error (rank {runtime.rank}): {err}", file=sys.stderr)
+        return 1
     failed = [r for r in results if r.status == "failed"]
     counts = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
     say(f"finished: {counts['done']} trained, {counts['skipped']} reused, "
         f"{counts['failed']} failed")
-    rank = f"[rank {runtime.rank}] " if runtime.world_size > 1 else ""
     for r in failed:
-        print(f"  {rank}FAILED {r.run_dir}: {r.error.splitlines()[0]}", file=sys.stderr)
+        print(f"  FAILED {r.run_dir}: {r.error.splitlines()[0]}", file=sys.stderr)
     return 1 if failed else 0
 
 
