@@ -73,6 +73,14 @@ def test_digits_split_is_deterministic_disjoint_and_seeded():
     assert load_dataset("digits").x_train.max() <= 1.0
 
 
+def test_digits_are_sklearn_load_digits():
+    from sklearn.datasets import load_digits
+    from layernorm.data.embedded import _digits_arrays
+    d = load_digits()
+    x, y = _digits_arrays()
+    assert np.array_equal(x * 16, d.data) and np.array_equal(y, d.target)
+
+
 def test_digits_views_and_fixed_permutation():
     flat, img = load_dataset("digits"), load_dataset("digits-image")
     assert torch.equal(img.x_train.reshape(len(img.x_train), -1), flat.x_train)

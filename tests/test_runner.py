@@ -218,6 +218,20 @@ def test_run_dir_of_another_config_or_foreign_files_is_refused(tmp_path):
     assert (tmp_path / "foreign" / "notes.txt").read_text() == "mine"
 
 
+def test_a_run_being_trained_is_locked_and_stale_temp_files_are_cleared(tmp_path):
+    import fcntl
+    run = train(_cfg(steps=10), tmp_path / "r")
+    (run / "done").unlink()
+    (run / ".checkpoint.pt.abc.tmp").write_bytes(b"half a checkpoint")   # kill -9 mid-write
+    with open(tmp_path / ".r.lock", "w") as lock:                       # another trainer
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(RunDirError, match="another process is training"):
+            train(_cfg(steps=10), run)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    train(_cfg(steps=10), run)
+    assert (run / "done").exists() and not (run / ".checkpoint.pt.abc.tmp").exists()
+
+
 def test_unreadable_or_mismatched_checkpoint_is_a_clear_error(tmp_path):
     cfg = _cfg(steps=20, checkpoint_every=10)
     run = tmp_path / "r"
@@ -233,14 +247,22 @@ def test_unreadable_or_mismatched_checkpoint_is_a_clear_error(tmp_path):
     assert (run / "checkpoint.pt").read_bytes() == (other / "checkpoint.pt").read_bytes()
 
 
-def test_override_replaces_fields_and_drops_duplicates():
-    cs = [_cfg(norm=n) for n in ("layer", "batch")]
-    assert [c.norm for c in override(cs, norm=["layer"])] == ["layer"]
-    both = override(cs, batch_size=[4, 8], seed=None)
-    assert [(c.norm, c.batch_size) for c in both] == [("layer", 4), ("layer", 8), ("batch", 4),
-                                                      ("batch", 8)]
+def test_override_picks_existing_values_and_sets_new_ones():
+    cs = [_cfg(norm=n, batch_size=b, model_args={"unbiased": b < 16}) for n in ("layer", "batch")
+          for b in (4, 128)]
+    assert [(c.norm, c.batch_size) for c in override(cs, norm=["layer"])] == [("layer", 4),
+                                                                             ("layer", 128)]
+    small = override(cs, batch_size=[4])      # keeps the experiment's own batch-4 configs
+    assert [(c.norm, c.model_args) for c in small] == [("layer", {"unbiased": True}),
+                                                       ("batch", {"unbiased": True})]
+    rms = override(cs, norm=["rms", "layer"], seed=None)
+    assert [(c.norm, c.batch_size) for c in rms] == [("rms", 4), ("rms", 128), ("layer", 4),
+                                                     ("layer", 128)]
     with pytest.raises(ValueError, match="unknown config field"):
         override(cs, colour=["red"])
+    # a new batch size for configs that differ in a field derived from it: refused, not guessed
+    with pytest.raises(ValueError, match="would share the run directory.*model_args"):
+        run_configs(override(cs, batch_size=[8]), "unused", progress=False)
 
 
 def test_failed_run_is_reported_and_the_others_continue(tmp_path):
@@ -262,7 +284,7 @@ def test_cli_list_and_run_and_rerun(tmp_path, capsys):
     assert "2 trained, 0 reused, 0 failed" in out
     assert main(args + ["--norm", "layer", "rms"]) == 0
     assert "1 trained, 1 reused, 0 failed" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "digits-mlp").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "digits-mlp").iterdir() if p.is_dir()) == [
         "batch-bs32-seed0", "layer-bs32-seed0", "rms-bs32-seed0"]
 
 
@@ -271,6 +293,7 @@ def test_cli_list_and_run_and_rerun(tmp_path, capsys):
     (["run", "digits-mlp", "--norm", "group"], "unknown norm 'group'"),
     (["run", "digits-mlp", "--batch-size", "0"], "batch_size must be an integer >= 1"),
     (["run", "digits-mlp", "--jobs", "0"], "--jobs must be >= 1"),
+    (["run", "digits-mlp", "--batch-size", "8"], "would share the run directory"),
 ])
 def test_cli_bad_input_exits_2_with_a_message(argv, message, capsys, tmp_path):
     assert main(argv + ["--out", str(tmp_path)]) == 2

@@ -30,7 +30,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from .. import distributed
-    from .runner import override, run_configs
+    from .runner import check_unique_run_dirs, override, run_configs
     try:
         exp = get_experiment(args.experiment)
         configs = exp.configs(args.preset)
@@ -41,8 +41,11 @@ def _run(args: argparse.Namespace) -> int:
                            sync_bn=[True] if args.sync_bn else None, **length)
         for c in configs:
             c.validate()
+        check_unique_run_dirs(configs, args.out)
         if args.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, received {args.jobs}.")
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, received {args.threads}.")
         # Under torchrun: check the environment and the batch split before joining the group.
         env = distributed.read_env()
         for c in configs:
@@ -50,6 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"layernorm run: error: {err}", file=sys.stderr)
         return 2
+    if args.threads is not None:
+        import torch
+        torch.set_num_threads(args.threads)
     try:
         runtime = distributed.runtime(args.device or configs[0].device)
     except (ValueError, RuntimeError) as err:
@@ -68,7 +74,7 @@ def _run_all(args, exp, configs, runtime, run_configs) -> int:
         f"{args.preset}{procs}, output {args.out}/{exp.name}/")
     try:
         results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
-                              runtime=runtime)
+                              threads=args.threads, runtime=runtime)
     except ValueError as err:   # under torchrun a failed run stops every rank (see run_configs)
         print(f"layernorm run: error (rank {runtime.rank}): {err}", file=sys.stderr)
         return 1
@@ -88,8 +94,9 @@ def add_commands(sub) -> None:
     p = sub.add_parser("run", help="train the runs of one experiment (resumable)",
                        description="Train every config of EXPERIMENT into OUT/EXPERIMENT/<run>. "
                        "Finished runs are reused; killed runs resume from their checkpoint. "
-                       "--norm/--batch-size/--seed replace that field in every config (several "
-                       "values: one copy per value).")
+                       "--norm/--batch-size/--seed pick the experiment's configs with that value, "
+                       "or, for a value it does not use, set it in every config (several values: "
+                       "the union).")
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
     p.add_argument("--preset", choices=PRESETS, default="quick",
                    help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
@@ -102,6 +109,9 @@ def add_commands(sub) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"))
     p.add_argument("--out", default="runs", help="output folder (default: runs)")
     p.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
+    p.add_argument("--threads", type=int, help="torch threads per process (default: torch's, or "
+                   "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
+                   "busy machine")
     p.add_argument("--sync-bn", action="store_true",
                    help="under torchrun: batch-norm statistics over the global batch "
                         "(SyncBatchNorm); see docs/distributed.md")

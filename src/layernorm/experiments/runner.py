@@ -27,11 +27,14 @@ class RunResult:
 
 
 def override(configs: list[Config], **values) -> list[Config]:
-    """Replace fields of every config, one copy per value, dropping duplicates.
+    """The configs for user-chosen field values (``layernorm run --norm/--batch-size/--seed``).
 
-    ``override(cs, norm=["layer"])`` sets norm="layer" everywhere (for an experiment sweeping norms
-    that keeps exactly its layer-norm runs); ``batch_size=[4, 128]`` makes each config twice.
-    ``None`` or an empty list leaves the field alone.
+    For each field and each value: if some configs already have that value, those configs are
+    kept (so ``batch_size=[4]`` on an experiment sweeping 4 and 128 keeps exactly its batch-4
+    runs, with whatever else the experiment pairs with batch 4); otherwise every config is copied
+    with the field replaced (``norm=["rms"]`` adds RMSNorm to an experiment without it). Several
+    values: the union, in the order given. Exact duplicates are dropped. ``None`` or an empty list
+    leaves the field alone.
     """
     names = {f.name for f in fields(Config)}
     for key, vals in values.items():
@@ -40,7 +43,11 @@ def override(configs: list[Config], **values) -> list[Config]:
                              f"{sorted(names)}.")
         if not vals:
             continue
-        configs = [replace(c, **{key: v}) for c in configs for v in vals]
+        chosen = []
+        for v in vals:
+            same = [c for c in configs if getattr(c, key) == v]
+            chosen += same or [replace(c, **{key: v}) for c in configs]
+        configs = chosen
     unique, seen = [], set()
     for c in configs:
         key = json.dumps(c.to_dict(), sort_keys=True)
@@ -48,6 +55,20 @@ def override(configs: list[Config], **values) -> list[Config]:
             seen.add(key)
             unique.append(c)
     return unique
+
+
+def check_unique_run_dirs(configs: list[Config], out: str | os.PathLike) -> None:
+    """Two different configs must not share a run directory (neither would be reusable)."""
+    seen: dict[Path, Config] = {}
+    for c in configs:
+        d = run_dir_for(c, out)
+        if d in seen and seen[d].to_dict() != c.to_dict():
+            a, b = seen[d].to_dict(), c.to_dict()
+            diff = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+            raise ValueError(f"two different configs would share the run directory {d}; they "
+                             f"differ in {diff}. Choose values the experiment itself uses (see "
+                             f"`layernorm list`), or give the configs different tags.")
+        seen[d] = c
 
 
 def run_dir_for(config: Config, out: str | os.PathLike, world_size: int = 1) -> Path:
@@ -112,11 +133,13 @@ def _describe(i: int, n: int, r: RunResult) -> str:
 
 
 def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
-                progress: bool = True, log=print, runtime: Runtime | None = None
-                ) -> list[RunResult]:
+                progress: bool = True, log=print, threads: int | None = None,
+                runtime: Runtime | None = None) -> list[RunResult]:
     """Train every config into ``run_dir_for(config, out)``; never raises for a failed run.
 
-    jobs > 1 runs that many processes at once (each with cpu_count // jobs torch threads).
+    jobs > 1 runs that many processes at once, each with ``threads`` torch threads (default
+    cpu_count // jobs). Raises ValueError before training anything if two different configs
+    would share a run directory.
     ``log`` gets one line per finished run. Returns the results in the order of ``configs``.
     ``runtime``: this process's rank under torchrun (``layernorm.distributed.runtime()``); every
     rank trains every config together, one after another, and only the writer logs.
@@ -128,6 +151,7 @@ def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
         raise ValueError(f"--jobs {jobs} cannot be combined with torchrun's {rt.world_size} "
                          f"processes (every rank trains the same run). Use --jobs 1 under "
                          f"torchrun.")
+    check_unique_run_dirs(configs, out)
     n = len(configs)
     dirs = [run_dir_for(c, out, rt.world_size) for c in configs]
     results: list[RunResult | None] = [None] * n
@@ -143,7 +167,7 @@ def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(_run_in_child, c.to_dict(), str(d), threads): k
                    for k, (c, d) in enumerate(zip(configs, dirs))}

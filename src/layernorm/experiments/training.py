@@ -22,6 +22,7 @@ batch, averaging the train loss across ranks, and ``is_writer``: only the writer
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -220,10 +221,15 @@ def _git_commit() -> str | None:
 
 
 def environment(device: torch.device) -> dict:
-    import sklearn
+    from importlib.metadata import PackageNotFoundError, version
+
     from .. import __version__
+    try:
+        sklearn_version = version("scikit-learn")
+    except PackageNotFoundError:
+        sklearn_version = None
     return {"layernorm": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-            "numpy": np.__version__, "sklearn": sklearn.__version__,
+            "numpy": np.__version__, "sklearn": sklearn_version,
             "platform": platform.platform(), "device": str(device),
             "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "torch_threads": torch.get_num_threads(), "git_commit": _git_commit(),
@@ -294,6 +300,31 @@ def _make_optimizer(config: Config, params):
     return torch.optim.RMSprop(params, lr=config.lr, weight_decay=config.weight_decay)
 
 
+@contextlib.contextmanager
+def _claim(run_dir: Path, is_writer: bool):
+    """Hold an exclusive lock on ``run_dir`` while training it (two processes writing one run
+    would interleave rows), then clear temporary files a killed writer left behind. The lock file
+    sits next to the run directory; the OS releases it when the process dies, even by kill -9."""
+    if not is_writer:
+        yield
+        return
+    import fcntl
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(run_dir.parent / f".{run_dir.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"another process is training {run_dir} right now. Wait for it, "
+                              f"or use another --out.") from None
+        if run_dir.is_dir():
+            for tmp in run_dir.glob(".*.tmp"):   # from an atomic write cut short by a kill
+                tmp.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None = None,
           progress: bool | str = False, dataset: Dataset | None = None) -> Path:
     """Train ``config`` in ``run_dir`` (created, resumed, or returned as is when finished).
@@ -303,6 +334,12 @@ def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None
     Returns the run directory.
     """
     config.validate()
+    with _claim(Path(run_dir), (runtime or Runtime()).is_writer):
+        return _train(config, run_dir, runtime=runtime, progress=progress, dataset=dataset)
+
+
+def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None,
+           progress: bool | str, dataset: Dataset | None) -> Path:
     rt = runtime or Runtime()
     run_dir = Path(run_dir)
     status = rt.from_writer(lambda: check_run_dir(config, run_dir))
