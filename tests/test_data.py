@@ -333,3 +333,36 @@ def test_shakespeare_loader_makes_next_character_targets(monkeypatch, tmp_path):
     assert torch.equal(ds.x_train[:, 1:], ds.y_train[:, :-1])
     alphabet = ds.info["alphabet"]
     assert "".join(alphabet[i] for i in ds.x_train[0].tolist()) == text[:16]
+
+
+def test_data_cli_fetch_list_and_offline(monkeypatch, tmp_path, capsys):
+    from layernorm.cli import main
+    files = {"input.txt": b"To be, or not to be\n" * 10}
+    with _Server(files) as srv:
+        _serve_as(monkeypatch, tmp_path, srv, "tiny-shakespeare", files)
+        assert main(["data", "fetch", "tiny-shakespeare"]) == 0
+        assert len(srv.requests) == 1
+    assert "verified" in capsys.readouterr().out
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "mnist1d" in out and "4000" in out and str(tmp_path) in out
+    assert main(["data", "fetch", "digits"]) == 2
+    assert "not a downloadable dataset" in capsys.readouterr().err
+    monkeypatch.setitem(downloadable.RESOURCES, "mnist", [
+        Resource("mnist", "x.gz", (_refused_url(),), "0" * 64, 3)])
+    assert main(["data", "fetch", "mnist"]) == 1
+    err = capsys.readouterr().err
+    assert "place it at exactly" in err and str(tmp_path / "mnist" / "x.gz") in err
+
+
+def test_offline_dataset_fails_its_run_with_the_message_and_others_continue(monkeypatch, tmp_path):
+    from layernorm.experiments import Config
+    from layernorm.experiments.runner import run_configs
+    monkeypatch.setenv("LAYERNORM_DATA", str(tmp_path / "cache"))
+    monkeypatch.setitem(downloadable.RESOURCES, "tiny-shakespeare", [
+        Resource("tiny-shakespeare", "input.txt", (_refused_url(),), "0" * 64, 3)])
+    cfgs = [Config(dataset="tiny-shakespeare", model="mlp", steps=2, device="cpu", tag="lm"),
+            Config(dataset="digits", model="mlp", steps=2, device="cpu", model_args={"hidden": [8]})]
+    results = run_configs(cfgs, tmp_path / "runs", progress=False, log=lambda s: None)
+    assert [r.status for r in results] == ["failed", "done"]
+    assert results[0].error.startswith("OfflineError") and "Traceback" not in results[0].error

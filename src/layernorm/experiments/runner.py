@@ -110,7 +110,9 @@ def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCac
             # Under torchrun a rank that moved on alone would wait forever on the others: stop
             # this process; torchrun then stops the group, and the same command resumes.
             raise
-        detail = "" if isinstance(err, ValueError) else "\n" + traceback.format_exc(limit=-3)
+        from ..data import DownloadError
+        expected = isinstance(err, (ValueError, DownloadError))   # messages that say the fix
+        detail = "" if expected else "\n" + traceback.format_exc(limit=-3)
         return RunResult(config, run_dir, "failed", f"{type(err).__name__}: {err}{detail}",
                          time.perf_counter() - t0)
 

@@ -308,7 +308,11 @@ def _claim(run_dir: Path, is_writer: bool):
     if not is_writer:
         yield
         return
-    import fcntl
+    try:
+        import fcntl
+    except ImportError:      # not POSIX (Windows): no lock, the rest works the same
+        yield
+        return
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(run_dir.parent / f".{run_dir.name}.lock", "w") as lock:
         try:
