@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "layernorm.analysis.geometry",
     "layernorm.experiments.cli",
     "layernorm.data.cli",
+    "layernorm.distributed",
 )
 
 

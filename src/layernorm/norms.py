@@ -128,19 +128,27 @@ class BatchNorm(nn.Module):
         weight = None if self.weight is None else self.weight.view(view)
         bias = None if self.bias is None else self.bias.view(view)
         if self.training or not self.track_running_stats:
-            LF.check_batch_size(x, "BatchNorm")
-            mean, var = LF.moments(x, LF.batch_dims(x), unbiased=self.unbiased)
+            mean, var, count = self._batch_moments(x)
             if self.training and self.track_running_stats:
-                self._update_running(x, mean, var)
+                self._update_running(mean, var, count)
         else:
             mean = self.running_mean.view(view)
             var = self.running_var.view(view)
         return LF.apply_moments(x, mean, var, weight=weight, bias=bias, eps=self.eps)
 
+    def _batch_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Mean and variance over the batch dims (kept), and how many values per channel they saw.
+
+        The one place batch statistics are taken: ``distributed.SyncBatchNorm`` overrides it to take
+        them over the batch split across processes.
+        """
+        LF.check_batch_size(x, "BatchNorm")
+        mean, var = LF.moments(x, LF.batch_dims(x), unbiased=self.unbiased)
+        return mean, var, x.numel() // x.shape[1]
+
     @torch.no_grad()
-    def _update_running(self, x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> None:
-        # Running variance is the unbiased estimate, as in torch.nn.BatchNorm.
-        n = x.numel() // x.shape[1]
+    def _update_running(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
+        # Running variance is the unbiased estimate, as in torch.nn.BatchNorm; n values per channel.
         unbiased_var = var * (n / (n - 1)) if not self.unbiased else var
         m = self.momentum
         self.running_mean.lerp_(mean.flatten().to(self.running_mean.dtype), m)
