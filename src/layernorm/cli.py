@@ -9,12 +9,13 @@ import sys
 COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
-    "layernorm.experiments.cli",
-    "layernorm.data.cli",
-    "layernorm.report",
-    "layernorm.reproduce.command",
     "layernorm.analysis.invariance",
     "layernorm.analysis.geometry",
+    "layernorm.experiments.cli",
+    "layernorm.data.cli",
+    "layernorm.distributed",
+    "layernorm.report",
+    "layernorm.reproduce.command",
 )
 
 

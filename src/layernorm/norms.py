@@ -23,6 +23,13 @@ from . import functional as LF
 from ._checks import check_channels, check_choice, check_float, check_nonempty
 
 
+def _affine_parameters(module: nn.Module, n: int, affine: bool, device, dtype) -> None:
+    """Per-channel gain ``weight`` and ``bias`` of shape (n,), or None for both."""
+    for name in ("weight", "bias"):
+        p = nn.Parameter(torch.empty(n, device=device, dtype=dtype)) if affine else None
+        module.register_parameter(name, p)
+
+
 class LayerNorm(nn.LayerNorm):
     """Layer norm over the trailing ``normalized_shape`` (paper eq. 3).
 
@@ -57,13 +64,7 @@ class ConvLayerNorm(nn.Module):
                  device=None, dtype=None) -> None:
         super().__init__()
         self.num_channels, self.eps, self.affine = num_channels, eps, affine
-        factory = {"device": device, "dtype": dtype}
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_channels, **factory))
-            self.bias = nn.Parameter(torch.empty(num_channels, **factory))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, num_channels, affine, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -96,13 +97,8 @@ class BatchNorm(nn.Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats, self.unbiased = affine, track_running_stats, unbiased
+        _affine_parameters(self, num_features, affine, device, dtype)
         factory = {"device": device, "dtype": dtype}
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_features, **factory))
-            self.bias = nn.Parameter(torch.empty(num_features, **factory))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
         if track_running_stats:
             self.register_buffer("running_mean", torch.zeros(num_features, **factory))
             self.register_buffer("running_var", torch.ones(num_features, **factory))
@@ -132,19 +128,27 @@ class BatchNorm(nn.Module):
         weight = None if self.weight is None else self.weight.view(view)
         bias = None if self.bias is None else self.bias.view(view)
         if self.training or not self.track_running_stats:
-            LF.check_batch_size(x, "BatchNorm")
-            mean, var = LF.moments(x, LF.batch_dims(x), unbiased=self.unbiased)
+            mean, var, count = self._batch_moments(x)
             if self.training and self.track_running_stats:
-                self._update_running(x, mean, var)
+                self._update_running(mean, var, count)
         else:
             mean = self.running_mean.view(view)
             var = self.running_var.view(view)
         return LF.apply_moments(x, mean, var, weight=weight, bias=bias, eps=self.eps)
 
+    def _batch_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Mean and variance over the batch dims (kept), and how many values per channel they saw.
+
+        The one place batch statistics are taken: ``distributed.SyncBatchNorm`` overrides it to take
+        them over the batch split across processes.
+        """
+        LF.check_batch_size(x, "BatchNorm")
+        mean, var = LF.moments(x, LF.batch_dims(x), unbiased=self.unbiased)
+        return mean, var, x.numel() // x.shape[1]
+
     @torch.no_grad()
-    def _update_running(self, x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> None:
-        # Running variance is the unbiased estimate, as in torch.nn.BatchNorm.
-        n = x.numel() // x.shape[1]
+    def _update_running(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
+        # Running variance is the unbiased estimate, as in torch.nn.BatchNorm; n values per channel.
         unbiased_var = var * (n / (n - 1)) if not self.unbiased else var
         m = self.momentum
         self.running_mean.lerp_(mean.flatten().to(self.running_mean.dtype), m)

@@ -29,6 +29,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .. import distributed
     from .runner import check_unique_run_dirs, override, run_configs
     try:
         exp = get_experiment(args.experiment)
@@ -36,7 +37,8 @@ def _run(args: argparse.Namespace) -> int:
         length = ({"steps": [args.steps], "epochs": [None]} if args.steps is not None else
                   {"epochs": [args.epochs], "steps": [None]} if args.epochs is not None else {})
         configs = override(configs, norm=args.norm, batch_size=args.batch_size, seed=args.seed,
-                           device=[args.device] if args.device else None, **length)
+                           device=[args.device] if args.device else None,
+                           sync_bn=[True] if args.sync_bn else None, **length)
         for c in configs:
             c.validate()
         check_unique_run_dirs(configs, args.out)
@@ -44,20 +46,42 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--jobs must be >= 1, received {args.jobs}.")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads must be >= 1, received {args.threads}.")
+        # Under torchrun: check the environment and the batch split before joining the group.
+        env = distributed.read_env()
+        for c in configs:
+            distributed.local_batch_size(c.batch_size, env["world_size"] if env else 1)
     except ValueError as err:
         print(f"layernorm run: error: {err}", file=sys.stderr)
         return 2
-    print(f"{exp.name} [{exp.section}]: {exp.claim}\n{len(configs)} run(s), preset "
-          f"{args.preset}, output {args.out}/{exp.name}/")
     if args.threads is not None:
         import torch
         torch.set_num_threads(args.threads)
-    results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
-                          threads=args.threads)
+    try:
+        runtime = distributed.runtime(args.device or configs[0].device)
+    except (ValueError, RuntimeError) as err:
+        print(f"layernorm run: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _run_all(args, exp, configs, runtime, run_configs)
+    finally:
+        distributed.shutdown()
+
+
+def _run_all(args, exp, configs, runtime, run_configs) -> int:
+    say = print if runtime.is_writer else (lambda *a, **k: None)
+    procs = f", {runtime.world_size} processes" if runtime.world_size > 1 else ""
+    say(f"{exp.name} [{exp.section}]: {exp.claim}\n{len(configs)} run(s), preset "
+        f"{args.preset}{procs}, output {args.out}/{exp.name}/")
+    try:
+        results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
+                              threads=args.threads, runtime=runtime)
+    except ValueError as err:   # under torchrun a failed run stops every rank (see run_configs)
+        print(f"layernorm run: error (rank {runtime.rank}): {err}", file=sys.stderr)
+        return 1
     failed = [r for r in results if r.status == "failed"]
     counts = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
-    print(f"finished: {counts['done']} trained, {counts['skipped']} reused, "
-          f"{counts['failed']} failed")
+    say(f"finished: {counts['done']} trained, {counts['skipped']} reused, "
+        f"{counts['failed']} failed")
     for r in failed:
         print(f"  FAILED {r.run_dir}: {r.error.splitlines()[0]}", file=sys.stderr)
     return 1 if failed else 0
@@ -88,5 +112,8 @@ def add_commands(sub) -> None:
     p.add_argument("--threads", type=int, help="torch threads per process (default: torch's, or "
                    "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
                    "busy machine")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="under torchrun: batch-norm statistics over the global batch "
+                        "(SyncBatchNorm); see docs/distributed.md")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)

@@ -26,6 +26,7 @@ class Config:
     seed: int = 0                   # model init, dropout and data order; same seed, same numbers
     device: str = "auto"            # auto (cuda if available) | cpu | cuda
     grad_clip: float | None = None  # clip the global gradient norm (paper 6.2 used 10)
+    sync_bn: bool = False           # under torchrun: batch-norm statistics over the global batch
     weight_decay: float = 0.0
     tag: str = ""                   # distinguishes configs that share norm/batch/seed in a run name
     model_args: dict = field(default_factory=dict)   # keyword arguments of the model builder
@@ -58,6 +59,8 @@ class Config:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be None or an integer >= 1, received {v!r}.")
+        if not isinstance(self.sync_bn, bool):
+            raise ValueError(f"sync_bn must be True or False, received {self.sync_bn!r}.")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, received {self.lr!r}.")
         return self
@@ -77,6 +80,6 @@ class Config:
 
     def run_name(self) -> str:
         """The run directory's name inside an experiment's output folder."""
-        parts = ([self.tag] if self.tag else []) + [self.norm, f"bs{self.batch_size}",
-                                                    f"seed{self.seed}"]
+        parts = ([self.tag] if self.tag else []) + [self.norm] + \
+            (["syncbn"] if self.sync_bn else []) + [f"bs{self.batch_size}", f"seed{self.seed}"]
         return "-".join(parts)

@@ -23,6 +23,7 @@ PRESETS = ("tiny", "quick", "full")
 # COMMAND_MODULES). Loaded on first use, so `import layernorm` stays light.
 EXPERIMENT_MODULES = (
     "layernorm.experiments.builtin",
+    "layernorm.distributed",
     "layernorm.reproduce.experiments",
 )
 

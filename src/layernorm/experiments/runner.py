@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .config import Config
-from .training import check_run_dir, read_metrics, train
+from .training import Runtime, check_run_dir, read_metrics, train
 
 
 @dataclass
@@ -71,9 +71,14 @@ def check_unique_run_dirs(configs: list[Config], out: str | os.PathLike) -> None
         seen[d] = c
 
 
-def run_dir_for(config: Config, out: str | os.PathLike) -> Path:
-    """``OUT/<experiment>/<run name>``; ad-hoc configs (no experiment) go to ``OUT/adhoc``."""
-    return Path(out) / (config.experiment or "adhoc") / config.run_name()
+def run_dir_for(config: Config, out: str | os.PathLike, world_size: int = 1) -> Path:
+    """``OUT/<experiment>/<run name>``; ad-hoc configs (no experiment) go to ``OUT/adhoc``.
+
+    A run on W > 1 processes (torchrun) is ``<run name>-wW``: with batch norm its numbers depend
+    on W, so it never reuses or resumes a run made with another number of processes.
+    """
+    name = config.run_name() + (f"-w{world_size}" if world_size > 1 else "")
+    return Path(out) / (config.experiment or "adhoc") / name
 
 
 class _DatasetCache:
@@ -90,16 +95,21 @@ class _DatasetCache:
         return self._cache[key]
 
 
-def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCache | None = None
-             ) -> RunResult:
+def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCache | None = None,
+             runtime: Runtime | None = None) -> RunResult:
     t0 = time.perf_counter()
+    rt = runtime or Runtime()
     try:
-        if check_run_dir(config, run_dir) == "done":
+        if rt.from_writer(lambda: check_run_dir(config, run_dir)) == "done":
             return RunResult(config, run_dir, "skipped")
         ds = cache.get(config) if cache is not None else None
-        train(config, run_dir, progress=desc, dataset=ds)
+        train(config, run_dir, runtime=rt, progress=desc, dataset=ds)
         return RunResult(config, run_dir, "done", seconds=time.perf_counter() - t0)
     except Exception as err:  # report and let the other runs continue
+        if rt.world_size > 1:
+            # Under torchrun a rank that moved on alone would wait forever on the others: stop
+            # this process; torchrun then stops the group, and the same command resumes.
+            raise
         from ..data import DownloadError
         expected = isinstance(err, (ValueError, DownloadError))   # messages that say the fix
         detail = "" if expected else "\n" + traceback.format_exc(limit=-3)
@@ -125,26 +135,35 @@ def _describe(i: int, n: int, r: RunResult) -> str:
 
 
 def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
-                progress: bool = True, log=print, threads: int | None = None) -> list[RunResult]:
+                progress: bool = True, log=print, threads: int | None = None,
+                runtime: Runtime | None = None) -> list[RunResult]:
     """Train every config into ``run_dir_for(config, out)``; never raises for a failed run.
 
     jobs > 1 runs that many processes at once, each with ``threads`` torch threads (default
     cpu_count // jobs). Raises ValueError before training anything if two different configs
     would share a run directory.
     ``log`` gets one line per finished run. Returns the results in the order of ``configs``.
+    ``runtime``: this process's rank under torchrun (``layernorm.distributed.runtime()``); every
+    rank trains every config together, one after another, and only the writer logs.
     """
+    rt = runtime or Runtime()
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, received {jobs}. Use --jobs 1 to run one at a time.")
+    if jobs > 1 and rt.world_size > 1:
+        raise ValueError(f"--jobs {jobs} cannot be combined with torchrun's {rt.world_size} "
+                         f"processes (every rank trains the same run). Use --jobs 1 under "
+                         f"torchrun.")
     check_unique_run_dirs(configs, out)
     n = len(configs)
-    dirs = [run_dir_for(c, out) for c in configs]
+    dirs = [run_dir_for(c, out, rt.world_size) for c in configs]
     results: list[RunResult | None] = [None] * n
     if jobs == 1 or n <= 1:
         cache = _DatasetCache()
         for i, (c, d) in enumerate(zip(configs, dirs), 1):
-            results[i - 1] = _run_one(c, d, f"run {i}/{n} {c.experiment}/{c.run_name()}"
-                                      if progress else False, cache)
-            log(_describe(i, n, results[i - 1]))
+            results[i - 1] = _run_one(c, d, f"run {i}/{n} {c.experiment}/{d.name}"
+                                      if progress else False, cache, rt)
+            if rt.is_writer:
+                log(_describe(i, n, results[i - 1]))
         return results
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed

@@ -65,16 +65,23 @@ class Runtime:
         """Only the writer writes files (config, env, metrics, checkpoints, done)."""
         return self.rank == 0
 
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module the training step calls (e.g. DistributedDataParallel(model))."""
+    def wrap_model(self, model: torch.nn.Module, sync_bn: bool = False) -> torch.nn.Module:
+        """The module the training step calls (e.g. DistributedDataParallel(model)). ``sync_bn``:
+        batch-norm statistics over the global batch (one process already has all of it)."""
         return model
+
+    def from_writer(self, fn):
+        """``fn()`` computed by the writer and handed to every rank (its exception raised on every
+        rank): the run directory's state as the writer sees it, so ranks without a shared
+        filesystem resume from the writer's checkpoint."""
+        return fn()
 
     def local_batch(self, indices: torch.Tensor) -> torch.Tensor:
         """This rank's share of a global batch of training-set indices."""
         return indices
 
-    def mean(self, value: float) -> float:
-        """Average a training statistic over ranks."""
+    def mean(self, value):
+        """Average a training statistic (a float, or a tensor of this rank) over ranks."""
         return value
 
     def barrier(self) -> None:
@@ -339,7 +346,7 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
            progress: bool | str, dataset: Dataset | None) -> Path:
     rt = runtime or Runtime()
     run_dir = Path(run_dir)
-    status = check_run_dir(config, run_dir)
+    status = rt.from_writer(lambda: check_run_dir(config, run_dir))
     if status == "done":
         return run_dir
     device = resolve_device(config.device)
@@ -353,8 +360,9 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
     step, loss_sum, loss_n, elapsed = 0, 0.0, 0, 0.0
     ckpt_path, metrics_path = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
 
-    if status == "partial" and ckpt_path.exists():
-        state = load_checkpoint(ckpt_path, config)
+    state = rt.from_writer(lambda: load_checkpoint(ckpt_path, config)
+                           if status == "partial" and ckpt_path.exists() else None)
+    if state is not None:
         try:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -370,13 +378,15 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
         run_dir.mkdir(parents=True, exist_ok=True)
         if status == "new":
             atomic_write_json(run_dir / "config.json", config.to_dict())
-            atomic_write_json(run_dir / "env.json", environment(device))
+            atomic_write_json(run_dir / "env.json",
+                              {**environment(device), "world_size": rt.world_size})
         else:   # resume: keep the original env.json, record the resume in it
             env_path = run_dir / "env.json"
             env = json.loads(env_path.read_text()) if env_path.exists() else environment(device)
             env.setdefault("resumes", []).append(
                 {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "device": str(device), "torch": torch.__version__})
+                 "device": str(device), "torch": torch.__version__,
+                 "world_size": rt.world_size})
             atomic_write_json(env_path, env)
         # Rows past the checkpoint were computed by the killed process: drop them (they are
         # recomputed identically below), so no row is lost or duplicated.
@@ -386,7 +396,7 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
             atomic_write_text(metrics_path, text)
     rt.barrier()
 
-    train_model = rt.wrap_model(model)
+    train_model = rt.wrap_model(model, sync_bn=config.sync_bn)
     model.train()
     bar = None
     if progress:
@@ -403,7 +413,10 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
         x, y = ds.x_train[idx].to(device), ds.y_train[idx].to(device)
         lengths = None if ds.lengths_train is None else ds.lengths_train[idx]
         loss, _, scored = loss_and_errors(_forward(train_model, x, lengths), y, ds)
-        loss = loss / scored.clamp(min=1)
+        # Divide by the global batch's mean count of scored targets per rank: DDP's average of
+        # the ranks' gradients is then the gradient of the mean over the whole global batch, even
+        # when ranks hold different numbers of scored (not -100) targets.
+        loss = loss / rt.mean(scored.float()).clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip is not None:
