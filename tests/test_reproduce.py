@@ -64,6 +64,10 @@ def test_rerun_reuses_finished_runs_and_report_rebuilds(tiny_out, capsys):
     reproduce("tiny", tiny_out, jobs=1, only=["mlp_batch_size"], report=False, log=lines.append)
     assert metrics.stat().st_mtime_ns == before
     assert any("reused" in line for line in lines)
+    # the first invocation's record (which trained everything) survives the rerun
+    inv = json.loads((tiny_out / "reproduce.json").read_text())["invocations"]
+    assert len(inv) == 2 and inv[0]["trained_runs"] == inv[0]["runs"] > 0
+    assert inv[1]["trained_runs"] == 0
     from layernorm.cli import main
     assert main(["report", str(tiny_out)]) == 0
     assert "6.6-bn" in capsys.readouterr().out

@@ -949,17 +949,17 @@ def _environment(out: Path, runs: list[Run], meta: dict) -> list[str]:
                  f"{env.get('torch_threads', '?')}")
     if env.get("git_commit") or meta.get("git_commit"):
         lines.append(f"- git commit: {env.get('git_commit') or meta.get('git_commit')}")
-    if meta.get("wall_time_s") is not None:
-        total = meta.get("total_wall_time_s")
-        lines.append(f"- wall time of `layernorm reproduce`, training + analysis: "
-                     f"{meta['wall_time_s']:.0f} s ({meta['wall_time_s'] / 60:.1f} min)"
-                     + (f", {total:.0f} s with building this report" if total else "")
-                     + (f"; CPU time {meta['cpu_s']:.0f} s" if meta.get("cpu_s") else "")
-                     + f"; --jobs {meta.get('jobs', '?')}; "
-                     f"load average at start {meta.get('loadavg_start', '?')}, at end "
-                     f"{meta.get('loadavg_end', '?')}")
-        for name, t in (meta.get("parts_s") or {}).items():
-            lines.append(f"  - {name}: {t:.0f} s")
+    for k, inv in enumerate(meta.get("invocations") or [], 1):
+        total = inv.get("total_wall_time_s")
+        lines.append(
+            f"- `layernorm {' '.join(inv.get('argv') or ['reproduce'])}` #{k} "
+            f"(started {inv.get('started', '?')}): trained {inv.get('trained_runs', '?')} of "
+            f"{inv.get('runs', '?')} runs (the others reused); wall time, training + analysis: "
+            f"{inv.get('wall_time_s', 0):.0f} s ({inv.get('wall_time_s', 0) / 60:.1f} min)"
+            + (f", {total:.0f} s with the report" if total else "")
+            + (f"; CPU time {inv['cpu_s']:.0f} s" if inv.get("cpu_s") else "")
+            + f"; --jobs {inv.get('jobs', '?')}; load average {inv.get('loadavg_start', '?')} at "
+              f"start, {inv.get('loadavg_end', '?')} at end")
     train_s = sum(float(r.rows[-1].get("wall_time", 0) or 0) for r in runs)
     lines.append(f"- {len(runs)} finished training runs, {train_s:.0f} s of training time summed "
                  f"over runs")

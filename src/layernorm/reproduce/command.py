@@ -83,6 +83,20 @@ def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
     return not_run
 
 
+def _read_meta(out: Path) -> dict:
+    import json
+    try:
+        return json.loads((out / "reproduce.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _invocation(meta: dict) -> dict:
+    keys = ("started", "argv", "jobs", "runs", "trained_runs", "wall_time_s", "total_wall_time_s",
+            "cpu_s", "loadavg_start", "loadavg_end", "git_commit")
+    return {k: meta.get(k) for k in keys}
+
+
 def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, only=None,
               jobs: int | None = None, report: bool = True, log=print) -> Path:
     """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
@@ -116,13 +130,14 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
     parts: dict[str, float] = {}
     log(f"layernorm reproduce --preset {preset}: {len(configs)} training runs in {jobs} "
         f"process(es) into {out}/runs (finished runs are reused)")
-    failed = []
+    failed, trained = [], 0
     if configs:
         t = time.time()
         results = run_configs(configs, out / "runs", jobs=jobs, log=log)
         parts["training"] = time.time() - t
         failed = [f"{r.run_dir}: {r.error.splitlines()[0]}" for r in results
                   if r.status == "failed"]
+        trained = sum(r.status == "done" for r in results)
     if ANALYSIS in names:
         t = time.time()
         not_run.update(run_analysis(out, preset, log))
@@ -132,7 +147,11 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
             "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": _git_commit(),
             "argv": sys.argv[1:], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
     meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg(),
-                cpu_s=_cpu_seconds() - cpu0)
+                cpu_s=_cpu_seconds() - cpu0, trained_runs=trained)
+    # Every invocation is kept: a rerun that reuses finished runs must not hide how long the
+    # invocation that trained them took.
+    previous = _read_meta(out)
+    meta["invocations"] = previous.get("invocations", []) + [_invocation(meta)]
     atomic_write_json(out / "reproduce.json", meta)
     if report:
         from ..report import build_report   # reads run directories; training never imports it
@@ -140,6 +159,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
         build_report(out)
         meta["report_s"] = time.time() - t
         meta["total_wall_time_s"] = time.time() - t0
+        meta["invocations"][-1] = _invocation(meta)
         atomic_write_json(out / "reproduce.json", meta)
         log(f"wall time {meta['total_wall_time_s']:.0f} s (training + analysis "
             f"{meta['wall_time_s']:.0f} s, report {meta['report_s']:.0f} s); CPU time "
