@@ -192,5 +192,7 @@ def test_report_cli_and_bad_dir(tmp_path, capsys):
     from layernorm.cli import main
     with pytest.raises(FileNotFoundError, match="--out"):
         R.build_report(tmp_path / "nope")
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "--out" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 0
     assert "6.6-bn" in capsys.readouterr().out

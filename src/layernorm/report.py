@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1066,7 +1067,11 @@ def summary_table(out: str | Path) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    path = build_report(args.run_dir)
+    try:
+        path = build_report(args.run_dir)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"layernorm report: {err}", file=sys.stderr)
+        return 2
     print(summary_table(args.run_dir))
     print(f"\nwrote {path}")
     return 0

@@ -184,7 +184,7 @@ def add_commands(sub) -> None:
                                          "report that judges each claim")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
-                      "3 seeds: about 10 minutes on 2 CPU cores (the default)")
+                      "3-5 seeds: 4-8 minutes on 2 CPU cores (the default)")
     mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
                       "downloaded (hours; resumable)")
     mode.add_argument("--preset", choices=("tiny", "quick", "full"), help="tiny: seconds, for tests")
