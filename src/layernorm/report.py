@@ -311,8 +311,8 @@ def claim_ln_stable(experiment: str, smalls: tuple[int, ...], large: int, what: 
         v = all_of(parts, f"LN's test error at batch {', '.join(map(str, smalls))} must be within "
                           f"±{STABLE_MARGIN * PP:g} pp of its error at batch {large} (2-se "
                           f"interval of the difference inside the band)")
-        key = "; ".join(f"LN {s} vs {large}: {paired_diff(g[f'layer@{s}'], g[f'layer@{large}'], final_error).mean * PP:+.1f} pp"  # noqa: E501
-                        for s in smalls)
+        up = {s: paired_diff(g[f"layer@{s}"], g[f"layer@{large}"], final_error) for s in smalls}
+        key = "; ".join(f"LN {s} vs {large}: {up[s].mean * PP:+.1f} pp" for s in smalls)
         return ClaimResult(v, key, _err_table(select(runs, experiment=experiment)),
                            _ff_figures(runs, ctx, experiment, what))
     return evaluate
@@ -420,8 +420,8 @@ def claim_rnn_fastest(experiment: str, task: str):
                          a_name=f"{RNN_LABEL[b]} steps", b_name="LN-LSTM steps") for b in
                  ("none", "batch")]
         v = all_of(parts, f"LN-LSTM reaches test error ≤ {target * PP:.1f}% in fewer steps than "
-                          f"LSTM and than BN-LSTM, each by ≥ {m:.0f} steps ({STEPS_FRACTION:.0%} of "
-                          f"the {budget}-step budget) beyond 2 standard errors; a run that never "
+                          f"LSTM and than BN-LSTM, each by ≥ {m:.0f} steps "
+                          f"({STEPS_FRACTION:.0%} of the {budget}-step budget) beyond 2 standard errors; a run that never "
                           f"reaches the target counts the whole budget")
         key = ", ".join(f"{RNN_LABEL[n]} {per_seed(g[n], st).mean:.0f}" for n in RNN_NORMS) + \
             " steps"
@@ -502,7 +502,8 @@ def claim_gain_init(experiment: str, norm: str = "layer", better: float = 1.0, w
                f"vs gain {worse} {per_seed(gb, auc).mean * PP:.1f}%")
         table = []
         for gval, grp in ((better, ga), (worse, gb)):
-            table.append({"gain init": gval, "final test error %": per_seed(grp, final_error).fmt(PP),
+            table.append({"gain init": gval,
+                          "final test error %": per_seed(grp, final_error).fmt(PP),
                           "mean test error over training %": per_seed(grp, auc).fmt(PP),
                           "seeds": len(grp)})
         fig = ctx.figure(f"{experiment}_{norm}", lambda p: _plot_gain(ga, gb, better, worse, p))
@@ -596,8 +597,8 @@ def claim_curvature(runs, ctx):
     if not parts:
         return _skip("geometry results hold no fitted exponents")
     v = all_of(parts, "for layer, batch and weight norm the fitted exponent of the exact Fisher "
-                      "quadratic form along w_i, against the scale d of the weights that leaves the "
-                      "prediction unchanged, lies in [-2.05, -1.95] (doubling the norm divides the "
+                      "quadratic form along w_i, against the scale d of the weights that leaves "
+                      "the prediction unchanged, lies in [-2.05, -1.95] (doubling the norm divides the "
                       "curvature by 4), and the un-normalized GLM's does not (≥ -1.5)")
     key = ", ".join(f"{NORM_LABEL.get(m, m)} {_fmt(r['exponent'], '.2f')}"
                     for m, r in methods.items())
@@ -699,7 +700,8 @@ def claims_for_tasks(rnn_tasks: list[tuple[str, str]]) -> list[Claim]:
                   f"“LSTM with LN converges fastest” ({name})", rnn, claim_rnn_fastest(rnn, t),
                   sec),
             Claim(f"rnn-best-{t}", "seed 004 (exp. 1)",
-                  f"“LN-LSTM reaches the best accuracy” ({name})", rnn, claim_rnn_best(rnn, t), sec),
+                  f"“LN-LSTM reaches the best accuracy” ({name})", rnn, claim_rnn_best(rnn, t),
+                  sec),
             Claim(f"rnn-hidden-{t}", "seed 004 (exp. 1); paper 3.1",
                   f"“LN keeps the hidden-state distribution stable, while the plain LSTM's "
                   f"changes sharply” ({name})", rnn, claim_rnn_hidden_stable(rnn, t), sec),
@@ -742,8 +744,8 @@ def _bn_collapse(runs, ctx, experiment):
     v = all_of(parts, f"BN's test error at batch 4 and at batch 1 each exceed its error at batch "
                       f"128 by ≥ {COLLAPSE_MARGIN * PP:g} pp (a collapse, not a wobble) beyond "
                       f"2 standard errors")
-    key = "; ".join(f"BN {s} vs 128: {paired_diff(g[f'batch@{s}'], g['batch@128'], final_error).mean * PP:+.1f} pp"  # noqa: E501
-                    for s in (4, 1))
+    up = {s: paired_diff(g[f"batch@{s}"], g["batch@128"], final_error) for s in (4, 1)}
+    key = "; ".join(f"BN {s} vs 128: {up[s].mean * PP:+.1f} pp" for s in (4, 1))
     return ClaimResult(v, key, _err_table(select(runs, experiment=experiment)),
                        _ff_figures(runs, ctx, experiment, "ConvNet"))
 

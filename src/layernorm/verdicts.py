@@ -21,8 +21,9 @@ error ``se = sqrt(var(a)/n_a + var(b)/n_b)`` (sample variances over seeds). The 
                         inconclusive otherwise.
 
 Fewer than ``MIN_SEEDS`` (3) values on either side: inconclusive, whatever the numbers (one or two
-seeds give no usable spread). With 3 seeds, 2 standard errors is a lenient interval (a t-interval would use ~2.8-4.3); the
-margins keep a tiny but "significant" difference from counting as support.
+seeds give no usable spread). With 3 seeds, 2 standard errors is a lenient interval (a t-interval
+would use ~2.8-4.3); the margins keep a tiny but "significant" difference from counting as
+support.
 """
 from __future__ import annotations
 

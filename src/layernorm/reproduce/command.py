@@ -187,7 +187,8 @@ def add_commands(sub) -> None:
                       "3-5 seeds: 4-8 minutes on 2 CPU cores (the default)")
     mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
                       "downloaded (hours; resumable)")
-    mode.add_argument("--preset", choices=("tiny", "quick", "full"), help="tiny: seconds, for tests")
+    mode.add_argument("--preset", choices=("tiny", "quick", "full"),
+                      help="tiny: seconds, for tests")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{ANALYSIS}")

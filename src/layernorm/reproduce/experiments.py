@@ -24,8 +24,8 @@ def _pick(preset: str, **by_preset):
                      claim="LN is robust to the batch size and trains faster than BN; BN suffers "
                            "at batch 4 (MLP, Adam, batch 128 vs 4)")
 def mlp_batch_size(preset: str) -> list[Config]:
-    norms = _pick(preset, tiny=("batch", "layer"), quick=("none", "batch", "layer", "weight", "rms"),
-                  full=("none", "batch", "layer", "weight", "rms"))
+    every = ("none", "batch", "layer", "weight", "rms")
+    norms = _pick(preset, tiny=("batch", "layer"), quick=every, full=every)
     dataset = _pick(preset, tiny="digits", quick="digits", full="mnist")
     hidden = _pick(preset, tiny=[16, 16], quick=[128, 128], full=[1000, 1000])
     length = _pick(preset, tiny={"steps": 6, "eval_every": 3}, quick={"epochs": 8},
@@ -56,7 +56,8 @@ def cnn_batch_size(preset: str) -> list[Config]:
         "full": lambda bs: {"epochs": 10},
     }[preset]
     return [Config(dataset=dataset, model="convnet", norm=norm, batch_size=bs, seed=seed,
-                   optimizer="adam", lr=1e-3, data_args={"view": "image"} if preset == "full" else {},
+                   optimizer="adam", lr=1e-3,
+                   data_args={"view": "image"} if preset == "full" else {},
                    model_args={"channels": channels, "unbiased": bs < 16}, **length(bs))
             for norm in ("none", "batch", "layer") for bs in batches for seed in FF_SEEDS[preset]]
 
@@ -68,7 +69,8 @@ def rnn_tasks(preset: str) -> list[dict]:
     synthetic task (the adding problem). Each: dataset, data_args, model_args, tag, length."""
     if preset == "tiny":
         return [dict(tag="mnist1d", dataset="mnist1d-seq", data_args={"num_samples": 400},
-                     model_args={"hidden": 8, "chunk": 4, "embed": 8}, length={"steps": 4, "eval_every": 2},
+                     model_args={"hidden": 8, "chunk": 4, "embed": 8},
+                     length={"steps": 4, "eval_every": 2},
                      batch_size=16)]
     big = preset == "full"
     # quick: 600 Adam steps of batch 32, evaluated every 25; hidden 48; the digits and MNIST-1D
