@@ -1,7 +1,7 @@
 """``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
 table, geometry), and write the report.
 
-    layernorm reproduce --quick              embedded data, reduced scale, 3 seeds (minutes)
+    layernorm reproduce --quick              embedded data, reduced scale, 5 seeds (minutes)
     layernorm reproduce --full               the paper's scale where data can be downloaded (hours)
     layernorm reproduce --preset tiny        seconds; for tests
     layernorm reproduce --only rnn_norms --only analysis --out DIR --jobs 2
@@ -184,7 +184,7 @@ def add_commands(sub) -> None:
                                          "report that judges each claim")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
-                      "3-5 seeds: 4-8 minutes on 2 CPU cores (the default)")
+                      "5 seeds: 5-8 minutes on 2 CPU cores (the default)")
     mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
                       "downloaded (hours; resumable)")
     mode.add_argument("--preset", choices=("tiny", "quick", "full"),

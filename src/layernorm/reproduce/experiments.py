@@ -1,6 +1,6 @@
 """The reproduction's experiments, registered with the runner, each tagged with the paper section or
 seed claim it tests. Presets: ``tiny`` (seconds, tests only), ``quick`` (embedded data, minutes on
-2 CPU cores, 3 seeds), ``full`` (the paper's scale where the data can be downloaded).
+2 CPU cores, 5 seeds), ``full`` (the paper's scale where the data can be downloaded).
 
 The report (``layernorm.report``) finds runs by these experiment names; keep them in step.
 """
