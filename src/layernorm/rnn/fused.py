@@ -1,0 +1,558 @@
+"""Fused whole-sequence LN-LSTM and LN-GRU recurrences with a hand-derived backward.
+
+The readable LN-LSTM/LN-GRU (``layernorm.rnn``) runs one autograd graph per time step: at the sizes
+people train (B = 32, H = 256) the time goes to per-op Python/autograd overhead, not to arithmetic.
+Here one ``torch.autograd.Function`` covers the whole sequence of one layer and one direction:
+
+* the forward loop runs without autograd and keeps only what the backward needs, in buffers
+  allocated once per call;
+* the backward loop computes the gradients of every step by hand and leaves everything that does
+  not feed the recurrence to after the loop: the weight gradient ``dW_hh`` is ONE GEMM over all
+  steps, the LN gains/biases gradients one batched reduction;
+* the gradient of the input term ``xg`` comes back as a (T, B, G) tensor, so ``W_x`` and its layer
+  norm (computed for all steps at once, outside) backpropagate through ordinary autograd.
+
+Variable-length batches run like cuDNN packed sequences: examples are ordered by decreasing length
+and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
+
+Two cheap identities keep the step short on CPU (where ``torch.tanh`` is several times slower than
+``torch.sigmoid``): ``tanh(x) = 2 sigmoid(2x) - 1``, with the factor 2 folded into the LN gain and
+bias, so every gate needs one sigmoid over the whole gate vector and the backward uses the one
+derivative ``s (1 - s)``. The recurrent GEMM uses oneDNN with the weight packed once per call when
+available (CPU, float32), ``torch.mm`` otherwise (CUDA, float64, or any failure of the packed path).
+
+Equations (PAPER.md section 2) and gate order: see ``ln_lstm_sequence`` and ``ln_gru_sequence``.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["ln_lstm_sequence", "ln_gru_sequence"]
+
+_layer_norm = torch.native_layer_norm
+_layer_norm_backward = torch.ops.aten.native_layer_norm_backward
+
+
+# ---------------------------------------------------------------------------------------------
+# The recurrent GEMM  h @ w.T  (w: (G, H)), reused many times per call with the same w
+# ---------------------------------------------------------------------------------------------
+
+_PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
+
+
+def _packed_available() -> bool:
+    """oneDNN linear with a pre-packed weight (the kernel torch.compile uses on CPU): about 30%
+    faster than ``torch.mm`` for a (32, 256) x (256, 1024) product. Checked once against torch.mm;
+    any failure falls back to torch.mm."""
+    global _PACKED_OK
+    if _PACKED_OK is None:
+        try:
+            ok = torch.backends.mkldnn.is_available()
+            if ok:
+                w, h = torch.randn(24, 8), torch.randn(3, 8)
+                packed = torch.ops.mkldnn._reorder_linear_weight(w, 3)
+                y = torch.ops.mkldnn._linear_pointwise(h, packed, None, "none", [], "")
+                ok = torch.allclose(y, h @ w.t(), atol=1e-5, rtol=1e-5)
+        except Exception:  # noqa: BLE001 - any failure means "use torch.mm"
+            ok = False
+        _PACKED_OK = bool(ok)
+    return _PACKED_OK
+
+
+class _Linear:
+    """``y = h @ w.T`` for a fixed ``w`` (G, K) and inputs of at most ``batch`` rows."""
+
+    def __init__(self, w: torch.Tensor, batch: int):
+        self.w = w
+        self.packed = None
+        if (w.device.type == "cpu" and w.dtype == torch.float32 and batch > 0
+                and _packed_available()):
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
+
+    def __call__(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if self.packed is not None:
+            y = torch.ops.mkldnn._linear_pointwise(h, self.packed, None, "none", [], "")
+            return y if out is None else out.copy_(y)
+        return torch.mm(h, self.w.t(), out=out) if out is not None else torch.mm(h, self.w.t())
+
+
+# ---------------------------------------------------------------------------------------------
+# Lengths: batch sizes per step after ordering by decreasing length
+# ---------------------------------------------------------------------------------------------
+
+def _prepare_lengths(lengths, T: int, B: int):
+    """-> (order or None, batch_sizes list or None, last-step blocks).
+
+    ``order`` sorts the batch by decreasing length (None when already sorted); ``batch_sizes[t]``
+    is how many examples are still running at step t (None: all of them at every step); the blocks
+    are ``_last_steps``."""
+    if lengths is None:
+        return None, None, _last_steps(None, T, B)
+    if not isinstance(lengths, torch.Tensor):
+        lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.shape[0] != B or lengths.dtype.is_floating_point:
+        raise ValueError(f"lengths must be an integer tensor of shape ({B},) (one true length per "
+                         f"example), received {lengths.dtype} of shape {tuple(lengths.shape)}. "
+                         f"Pass e.g. torch.tensor([len(s) for s in batch]).")
+    lengths = lengths.to("cpu", torch.int64)
+    if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+        raise ValueError(f"lengths must lie in [0, T={T}], received min {int(lengths.min())}, "
+                         f"max {int(lengths.max())}. Clip them to the padded length T.")
+    sorted_len, order = torch.sort(lengths, descending=True, stable=True)
+    if torch.equal(order, torch.arange(B)):
+        order = None
+    lens = sorted_len.tolist()
+    batch_sizes = [sum(1 for n in lens if n > t) for t in range(T)]
+    if all(bs == B for bs in batch_sizes):  # every example runs all T steps
+        return None, None, _last_steps(None, T, B)
+    return order, batch_sizes, _last_steps(lens, T, B)
+
+
+def _with_order(fn, order, xg, states, rest, T):
+    """Run ``fn`` on the batch sorted by decreasing length and put the results back in order."""
+    if order is None:
+        return fn(xg, *states, *rest)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel())
+    order_d, inverse_d = order.to(xg.device), inverse.to(xg.device)
+    outs = fn(xg.index_select(1, order_d), *(s.index_select(0, order_d) for s in states), *rest)
+    out, *finals = outs
+    return (out.index_select(1, inverse_d), *(f.index_select(0, inverse_d) for f in finals))
+
+
+def _last_steps(lens, T: int, B: int) -> dict[int, tuple[int, int]]:
+    """{t: (lo, hi)}: the examples lo:hi (sorted by decreasing length) take their last step at t,
+    so h_n/c_n come from step t and their gradients enter the backward there; t = -1 for
+    examples of length 0 (h_n = h0)."""
+    if lens is None:
+        return {T - 1: (0, B)}
+    blocks = {}
+    for t in range(-1, T):
+        lo = sum(1 for n in lens if n > t + 1)
+        hi = sum(1 for n in lens if n > t)
+        if hi > lo:
+            blocks[t] = (lo, hi)
+    return blocks
+
+
+def _final_state(seq: torch.Tensor, init: torch.Tensor, blocks) -> torch.Tensor:
+    """State of each example after its last step: seq[t, lo:hi] for each block (init for t=-1).
+
+    seq: (T, B, H) states after each step."""
+    if len(blocks) == 1 and (seq.shape[0] - 1) in blocks:
+        return seq[-1].clone()
+    final = init.clone()
+    for t, (lo, hi) in blocks.items():
+        if t >= 0:
+            final[lo:hi] = seq[t, lo:hi]
+    return final
+
+
+def _check_shapes(who: str, xg, states, w_hh, gates: int, vectors: dict) -> tuple[int, int, int]:
+    if xg.dim() != 3:
+        raise ValueError(f"{who} expected xg of shape (T, B, {gates}*H), received shape "
+                         f"{tuple(xg.shape)}. Pass the input term for all steps, time first.")
+    T, B, G = xg.shape
+    if T == 0:
+        raise ValueError(f"{who} expected at least one time step, received xg of shape "
+                         f"{tuple(xg.shape)}. Skip empty sequences before calling it.")
+    if G % gates:
+        raise ValueError(f"{who} expected xg's last dim to be {gates}*H, received {G}.")
+    H = G // gates
+    for name, s in states.items():
+        if tuple(s.shape) != (B, H):
+            raise ValueError(f"{who} expected {name} of shape (B, H) = ({B}, {H}), received "
+                             f"{tuple(s.shape)}. Pass one state per example (squeeze the layer "
+                             f"dim of a (1, B, H) state).")
+    if tuple(w_hh.shape) != (G, H):
+        raise ValueError(f"{who} expected w_hh of shape ({G}, {H}) ({gates}*H x H), received "
+                         f"{tuple(w_hh.shape)}.")
+    for name, (v, n) in vectors.items():
+        if tuple(v.shape) != (n,):
+            raise ValueError(f"{who} expected {name} of shape ({n},), received {tuple(v.shape)}.")
+    tensors = [xg, w_hh, *states.values(), *(v for v, _ in vectors.values())]
+    if len({t.dtype for t in tensors}) != 1 or len({t.device for t in tensors}) != 1:
+        raise ValueError(f"{who} expected all tensors on one device with one dtype, received "
+                         f"{sorted({(str(t.device), str(t.dtype)) for t in tensors})}. Move them "
+                         f"with .to(xg).")
+    return T, B, H
+
+
+def _zeros_or_empty(padded: bool, *shape, like: torch.Tensor) -> torch.Tensor:
+    """Buffers whose padded rows are read later must start at 0; otherwise skip the memset."""
+    return like.new_zeros(shape) if padded else like.new_empty(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# LN-LSTM
+# ---------------------------------------------------------------------------------------------
+
+def _lstm_scale(H: int, like: torch.Tensor) -> torch.Tensor:
+    """m = [1, 1, 2, 1] per gate block: sigmoid(m * pre) gives i, f, o and (tanh(u) + 1) / 2."""
+    m = like.new_ones(4, H)
+    m[2] = 2
+    return m.reshape(4 * H)
+
+
+def _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, blocks, eps,
+                  save: bool):
+    """The forward loop. Returns (out, h_n, c_n, saved) where saved holds the buffers the backward
+    needs (None when ``save`` is False)."""
+    T, B, G = xg.shape
+    H = G // 4
+    padded = batch_sizes is not None
+    m = _lstm_scale(H, xg)
+    gain_h2, bias_h2 = gain_h * m, bias_h * m  # LN output pre-scaled for the sigmoid-tanh trick
+    gain_c2, bias_c2 = gain_c * 2, bias_c * 2  # tanh(LN(c)) = 2 sigmoid(2 LN(c)) - 1
+    linear = _Linear(w_hh, B)
+
+    hs = _zeros_or_empty(padded, T + 1, B, H, like=xg)  # hs[0] = h0, hs[t + 1] = h_t
+    hs[0] = h0
+    cs = _zeros_or_empty(padded, T + 1, B, H, like=xg)  # raw cell states, cs[0] = c0
+    cs[0] = c0
+    if save:
+        hg_all = _zeros_or_empty(padded, T, B, G, like=xg)  # W_h h_{t-1}, the LN input
+        act_all = xg.new_empty(T, B, G)  # sigmoid(m * gates): i, f, (tanh(u)+1)/2, o
+        tc_all = xg.new_empty(T, B, H)   # tanh(LN(c_t))
+        stats_h, stats_c = [], []
+    else:
+        act_buf, tc_buf = xg.new_empty(B, G), xg.new_empty(B, H)
+
+    for t in range(T):
+        bs = B if batch_sizes is None else batch_sizes[t]
+        if bs == 0:
+            break
+        h_prev, c_prev = hs[t, :bs], cs[t, :bs]
+        act = act_all[t, :bs] if save else act_buf[:bs]
+        tc = tc_all[t, :bs] if save else tc_buf[:bs]
+        # gates = LN(W_h h_{t-1}; g1, b1) + xg_t                                      (B, 4H)
+        hg = linear(h_prev, out=hg_all[t, :bs] if save else None)
+        pre, mean_h, rstd_h = _layer_norm(hg, (G,), gain_h2, bias_h2, eps)
+        pre.addcmul_(xg[t, :bs], m)
+        torch.sigmoid(pre, out=act)
+        ingate, forgetgate, cellgate, outgate = act.chunk(4, 1)  # cellgate = (tanh(u) + 1) / 2
+        # c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u),  tanh(u) = 2 cellgate - 1       (B, H)
+        c = cs[t + 1, :bs]
+        torch.mul(forgetgate, c_prev, out=c)
+        c.addcmul_(ingate, cellgate, value=2).sub_(ingate)
+        # h_t = sigmoid(o) tanh(LN(c_t; g3, b3))                                          (B, H)
+        cn2, mean_c, rstd_c = _layer_norm(c, (H,), gain_c2, bias_c2, eps)
+        torch.sigmoid(cn2, out=tc).mul_(2).sub_(1)
+        torch.mul(outgate, tc, out=hs[t + 1, :bs])
+        if save:
+            stats_h.append((mean_h, rstd_h))
+            stats_c.append((mean_c, rstd_c))
+
+    out = hs[1:]
+    h_n = _final_state(out, h0, blocks)
+    c_n = _final_state(cs[1:], c0, blocks)
+    saved = (hs, cs, hg_all, act_all, tc_all, stats_h, stats_c) if save else None
+    return out, h_n, c_n, saved
+
+
+def _stack_stats(stats, T: int, B: int, padded: bool):
+    """Per-step (mean, rstd) of shape (bs, 1) -> two (T, B, 1) tensors (0 for padded rows), in
+    the statistics' dtype (float32 for half inputs)."""
+    like = stats[0][0] if stats else torch.empty(0)
+    mean = _zeros_or_empty(padded, T, B, 1, like=like)
+    rstd = _zeros_or_empty(padded, T, B, 1, like=like)
+    for t, (mu, rs) in enumerate(stats):
+        mean[t, :mu.shape[0]] = mu
+        rstd[t, :rs.shape[0]] = rs
+    return mean, rstd
+
+
+class _LNLSTMFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, blocks, eps):
+        out, h_n, c_n, saved = _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
+                                             batch_sizes, blocks, eps, save=True)
+        hs, cs, hg_all, act_all, tc_all, stats_h, stats_c = saved
+        ctx.save_for_backward(w_hh, gain_h, gain_c, hs, cs, hg_all, act_all, tc_all)
+        ctx.stats = (stats_h, stats_c)
+        ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
+        return out, h_n, c_n
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_hn, grad_cn):
+        w_hh, gain_h, gain_c, hs, cs, hg_all, act_all, tc_all = ctx.saved_tensors
+        stats_h, stats_c = ctx.stats
+        batch_sizes, blocks, eps = ctx.batch_sizes, ctx.blocks, ctx.eps
+        T, B, G = hg_all.shape
+        H = G // 4
+        padded = batch_sizes is not None
+        # d pre = d act * s (1 - s) * [1, 1, 4, 1]: the cell block is tanh(u) = 2 s(2u) - 1.
+        # The input-gate block carries -1: it is computed as -(d c * tanh(u)) below.
+        scale = _lstm_scale(H, hg_all).square()
+        scale[:H] = -1
+        linear_t = _Linear(w_hh.t(), B)  # dh_{t-1} = d(W_h h_{t-1}) @ W_h
+
+        dxg = _zeros_or_empty(padded, T, B, G, like=hg_all)    # d pre: grad of xg and of LN_h
+        dhg = _zeros_or_empty(padded, T, B, G, like=hg_all)    # grad of W_h h_{t-1}
+        dcn = _zeros_or_empty(padded, T, B, H, like=hg_all)    # grad of LN(c_t)
+        dh = grad_hn.new_zeros(B, H)
+        dc = grad_cn.new_zeros(B, H)
+        deriv = hg_all.new_empty(B, G)
+        dtc = hg_all.new_empty(B, H)
+        for t in range(T - 1, -1, -1):
+            bs = B if batch_sizes is None else batch_sizes[t]
+            if t in blocks:  # these examples' last step: grads of h_n, c_n enter here
+                lo, hi = blocks[t]
+                dh[lo:hi] += grad_hn[lo:hi]
+                dc[lo:hi] += grad_cn[lo:hi]
+            if bs == 0:
+                continue
+            dh_t = dh[:bs].add_(grad_out[t, :bs])
+            act, tc, c, c_prev = act_all[t, :bs], tc_all[t, :bs], cs[t + 1, :bs], cs[t, :bs]
+            ingate, forgetgate, cellgate, outgate = act.chunk(4, 1)
+            d_pre = dxg[t, :bs]
+            d_i, d_f, d_u, d_o = d_pre.chunk(4, 1)
+            # h = o * tc
+            torch.mul(dh_t, tc, out=d_o)
+            torch.mul(dh_t, outgate, out=dtc[:bs])
+            # tc = tanh(LN(c)):  d LN(c) = d tc (1 - tc^2)
+            d_cn = dcn[t, :bs]
+            torch.mul(dtc[:bs], tc, out=d_cn)
+            torch.addcmul(dtc[:bs], d_cn, tc, value=-1, out=d_cn)
+            mean_c, rstd_c = stats_c[t]
+            dc_t = _layer_norm_backward(d_cn, c, (H,), mean_c, rstd_c, gain_c, None,
+                                        [True, False, False])[0]
+            dc_t.add_(dc[:bs])
+            # c = f c_prev + i tanh(u),  tanh(u) = 2 cellgate - 1
+            torch.addcmul(dc_t, dc_t, cellgate, value=-2, out=d_i)  # = -(dc * tanh(u))
+            torch.mul(dc_t, c_prev, out=d_f)
+            torch.mul(dc_t, ingate, out=d_u)
+            torch.mul(dc_t, forgetgate, out=dc[:bs])
+            # through the sigmoids: d pre = d act * s (1 - s) * scale
+            torch.addcmul(act, act, act, value=-1, out=deriv[:bs])
+            d_pre.mul_(deriv[:bs]).mul_(scale)
+            # gates = LN(W_h h_{t-1}) + xg:  d (W_h h_{t-1}) through the LN
+            mean_h, rstd_h = stats_h[t]
+            d_hg = dhg[t, :bs]
+            d_hg.copy_(_layer_norm_backward(d_pre, hg_all[t, :bs], (G,), mean_h, rstd_h, gain_h,
+                                            None, [True, False, False])[0])
+            dh[:bs] = linear_t(d_hg)
+        if -1 in blocks:  # length-0 examples: h_n = h0, c_n = c0
+            lo, hi = blocks[-1]
+            dh[lo:hi] += grad_hn[lo:hi]
+            dc[lo:hi] += grad_cn[lo:hi]
+
+        # everything that does not feed the recurrence: one GEMM / one reduction over all steps
+        dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+        mean_h, rstd_h = _stack_stats(stats_h, T, B, padded)
+        mean_c, rstd_c = _stack_stats(stats_c, T, B, padded)
+        _, dgain_h, dbias_h = _layer_norm_backward(dxg, hg_all, (G,), mean_h, rstd_h, gain_h,
+                                                   gain_h, [False, True, True])
+        _, dgain_c, dbias_c = _layer_norm_backward(dcn, cs[1:], (H,), mean_c, rstd_c, gain_c,
+                                                   gain_c, [False, True, True])
+        return dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, None, None, None
+
+
+def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh: torch.Tensor,
+                     gain_h: torch.Tensor, bias_h: torch.Tensor, gain_c: torch.Tensor,
+                     bias_c: torch.Tensor, lengths: torch.Tensor | None = None,
+                     eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One layer, one direction of the LN-LSTM (PAPER.md section 2) over a whole sequence::
+
+        gates = LN(W_h h_{t-1}; gain_h, bias_h) + xg_t          LN over all 4H gates jointly
+        i, f, u, o = split(gates)                                 torch.nn.LSTM's gate order
+        c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u)
+        h_t = sigmoid(o) tanh(LN(c_t; gain_c, bias_c))            raw c_t carried to step t+1
+
+    Args:
+        xg: (T, B, 4H) input term ``LN(W_x x_t; g2, b2) + b`` for all steps (computed outside
+            with ordinary autograd; its gradient comes back as one (T, B, 4H) tensor).
+        h0, c0: (B, H) initial states. w_hh: (4H, H). gain_h, bias_h: (4H,). gain_c, bias_c: (H,).
+        lengths: None or (B,) integer tensor of true lengths, in any order. Steps t >= lengths[b]
+            copy the state forward and give out[t, b] = 0.
+    Returns:
+        out (T, B, H), h_n (B, H), c_n (B, H): the last two at each example's true length.
+    Differentiable in every tensor argument; the backward is hand-derived (see module doc).
+    """
+    T, B, H = _check_shapes("ln_lstm_sequence", xg, {"h0": h0, "c0": c0}, w_hh, 4,
+                            {"gain_h": (gain_h, 4 * h0.shape[-1]), "bias_h": (bias_h, 4 * h0.shape[-1]),
+                             "gain_c": (gain_c, h0.shape[-1]), "bias_c": (bias_c, h0.shape[-1])})
+    order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
+    params = (w_hh, gain_h, bias_h, gain_c, bias_c)
+    needs_grad = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (xg, h0, c0, *params))
+
+    def run(xg_, h0_, c0_, *rest):
+        if needs_grad:
+            return _LNLSTMFunction.apply(xg_, h0_, c0_, *rest, batch_sizes, blocks, eps)
+        with torch.no_grad():
+            return _lstm_forward(xg_.contiguous(), h0_, c0_, *rest, batch_sizes, blocks, eps,
+                                 save=False)[:3]
+
+    return _with_order(run, order, xg.contiguous(), (h0, c0), params, T)
+
+
+# ---------------------------------------------------------------------------------------------
+# LN-GRU
+# ---------------------------------------------------------------------------------------------
+
+def _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, blocks, eps,
+                 save: bool):
+    T, B, G = xg.shape
+    H = G // 3
+    padded = batch_sizes is not None
+    gain_u2, bias_u2 = gain_u * 2, bias_u * 2  # LN(U h) pre-scaled: tanh(a) = 2 sigmoid(2a) - 1
+    linear = _Linear(w_hh, B)
+
+    hs = _zeros_or_empty(padded, T + 1, B, H, like=xg)  # hs[0] = h0, hs[t + 1] = h_t
+    hs[0] = h0
+    if save:
+        hg_all = _zeros_or_empty(padded, T, B, G, like=xg)  # [W_h h; U h] (T, B, 3H)
+        rz_all = _zeros_or_empty(padded, T, B, 2 * H, like=xg)  # sigmoid gates r, z
+        un_all = xg.new_empty(T, B, H)      # LN(U h_{t-1}; g4, b4)
+        n_all = xg.new_empty(T, B, H)       # h~ = tanh(...)
+        stats_h, stats_u = [], []
+    else:
+        rz_buf, n_buf = xg.new_empty(B, 2 * H), xg.new_empty(B, H)
+
+    for t in range(T):
+        bs = B if batch_sizes is None else batch_sizes[t]
+        if bs == 0:
+            break
+        h_prev = hs[t, :bs]
+        rz = rz_all[t, :bs] if save else rz_buf[:bs]
+        n = n_all[t, :bs] if save else n_buf[:bs]
+        hg = linear(h_prev, out=hg_all[t, :bs] if save else None)     # [W_h h; U h]  (B, 3H)
+        # r, z = sigmoid(LN(W_h h; g1, b1) + LN(W_x x; g2, b2))      LN over 2H jointly
+        a, mean_h, rstd_h = _layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
+        torch.sigmoid(a.add_(xg[t, :bs, :2 * H]), out=rz)
+        resetgate, updategate = rz.chunk(2, 1)
+        # h~ = tanh(LN(W x; g3, b3) + r * LN(U h; g4, b4))           computed as 2 sigmoid(2 .) - 1
+        un2, mean_u, rstd_u = _layer_norm(hg[:, 2 * H:], (H,), gain_u2, bias_u2, eps)
+        pre = torch.addcmul(xg[t, :bs, 2 * H:], resetgate, un2, value=0.5).mul_(2)
+        torch.sigmoid(pre, out=n).mul_(2).sub_(1)
+        # h_t = (1 - z) h_{t-1} + z h~
+        torch.lerp(h_prev, n, updategate, out=hs[t + 1, :bs])
+        if save:
+            un_all[t, :bs] = un2
+            stats_h.append((mean_h, rstd_h))
+            stats_u.append((mean_u, rstd_u))
+
+    out = hs[1:]  # rows of finished examples were never written: 0
+    h_n = _final_state(out, h0, blocks)
+    saved = (hs, hg_all, rz_all, un_all, n_all, stats_h, stats_u) if save else None
+    return out, h_n, saved
+
+
+class _LNGRUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, blocks, eps):
+        out, h_n, saved = _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes,
+                                       blocks, eps, save=True)
+        hs, hg_all, rz_all, un_all, n_all, stats_h, stats_u = saved
+        ctx.save_for_backward(w_hh, gain_h, gain_u, hs, hg_all, rz_all, un_all, n_all)
+        ctx.stats = (stats_h, stats_u)
+        ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
+        return out, h_n
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_hn):
+        w_hh, gain_h, gain_u, hs, hg_all, rz_all, un_all, n_all = ctx.saved_tensors
+        stats_h, stats_u = ctx.stats
+        batch_sizes, blocks, eps = ctx.batch_sizes, ctx.blocks, ctx.eps
+        T, B, G = hg_all.shape
+        H = G // 3
+        padded = batch_sizes is not None
+        linear_t = _Linear(w_hh.t(), B)
+
+        dxg = _zeros_or_empty(padded, T, B, G, like=hg_all)
+        dhg = _zeros_or_empty(padded, T, B, G, like=hg_all)
+        dh = grad_hn.new_zeros(B, H)
+        dn = hg_all.new_empty(B, H)
+        deriv = hg_all.new_empty(B, 2 * H)
+        for t in range(T - 1, -1, -1):
+            bs = B if batch_sizes is None else batch_sizes[t]
+            if t in blocks:
+                lo, hi = blocks[t]
+                dh[lo:hi] += grad_hn[lo:hi]
+            if bs == 0:
+                continue
+            dh_t = dh[:bs].add_(grad_out[t, :bs])
+            rz, n, un2, h_prev = rz_all[t, :bs], n_all[t, :bs], un_all[t, :bs], hs[t, :bs]
+            resetgate, updategate = rz.chunk(2, 1)
+            d_pre = dxg[t, :bs]
+            d_r, d_z, d_npre = d_pre[:, :H], d_pre[:, H:2 * H], d_pre[:, 2 * H:]
+            # h = h_prev + z (n - h_prev)
+            torch.mul(dh_t, updategate, out=dn[:bs])
+            torch.sub(n, h_prev, out=d_z).mul_(dh_t)
+            dh_t.sub_(dn[:bs])                                  # direct path: dh (1 - z)
+            # n = tanh(npre):  d npre = dn (1 - n^2)
+            torch.mul(dn[:bs], n, out=d_npre)
+            torch.addcmul(dn[:bs], d_npre, n, value=-1, out=d_npre)
+            # npre = xn + r * un   (un2 = 2 un)
+            torch.mul(d_npre, un2, out=d_r).mul_(0.5)
+            d_un = torch.mul(d_npre, resetgate)
+            # r, z = sigmoid(.)
+            torch.addcmul(rz, rz, rz, value=-1, out=deriv[:bs])
+            d_pre[:, :2 * H].mul_(deriv[:bs])
+            mean_h, rstd_h = stats_h[t]
+            mean_u, rstd_u = stats_u[t]
+            hg = hg_all[t, :bs]
+            d_hg = dhg[t, :bs]
+            d_hg[:, :2 * H] = _layer_norm_backward(d_pre[:, :2 * H], hg[:, :2 * H], (2 * H,),
+                                                   mean_h, rstd_h, gain_h, None,
+                                                   [True, False, False])[0]
+            d_hg[:, 2 * H:] = _layer_norm_backward(d_un, hg[:, 2 * H:], (H,), mean_u, rstd_u,
+                                                   gain_u, None, [True, False, False])[0]
+            dh_t.add_(linear_t(d_hg))
+        if -1 in blocks:  # length-0 examples: h_n = h0
+            lo, hi = blocks[-1]
+            dh[lo:hi] += grad_hn[lo:hi]
+
+        dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+        mean_h, rstd_h = _stack_stats(stats_h, T, B, padded)
+        mean_u, rstd_u = _stack_stats(stats_u, T, B, padded)
+        _, dgain_h, dbias_h = _layer_norm_backward(
+            dxg[..., :2 * H].contiguous(), hg_all[..., :2 * H].contiguous(), (2 * H,), mean_h,
+            rstd_h, gain_h, gain_h, [False, True, True])
+        # d LN(U h) = d npre * r: recomputed for all steps at once
+        d_un_all = dxg[..., 2 * H:] * rz_all[..., :H]
+        _, dgain_u, dbias_u = _layer_norm_backward(
+            d_un_all, hg_all[..., 2 * H:].contiguous(), (H,), mean_u, rstd_u, gain_u, gain_u,
+            [False, True, True])
+        return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, None, None, None
+
+
+def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain_h: torch.Tensor,
+                    bias_h: torch.Tensor, gain_u: torch.Tensor, bias_u: torch.Tensor,
+                    lengths: torch.Tensor | None = None,
+                    eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer, one direction of the LN-GRU (PAPER.md section 2) over a whole sequence::
+
+        r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))   LN over 2H jointly
+        h~   = tanh(xg_t[2H:] + r * LN(U h_{t-1}; gain_u, bias_u))           U h normalized before r
+        h_t  = (1 - z) h_{t-1} + z h~                                        the paper's convention
+
+    Gate order r, z, n like torch.nn.GRU (note torch's GRU uses h_t = (1 - z) n + z h_{t-1}; the
+    paper's z plays the role of torch's 1 - z).
+
+    Args:
+        xg: (T, B, 3H) input terms for all steps: ``[LN(W_x x_t; g2, b2) (2H, for r, z);
+            LN(W x_t; g3, b3) (H, for h~)]`` plus any biases, computed outside with autograd.
+        h0: (B, H). w_hh: (3H, H) = [W_h (2H rows: r, z); U (H rows)].
+        gain_h, bias_h: (2H,) the LN of W_h h. gain_u, bias_u: (H,) the LN of U h.
+        lengths: None or (B,) integer tensor, any order; steps t >= lengths[b] copy the state
+            forward and give out[t, b] = 0.
+    Returns:
+        out (T, B, H), h_n (B, H) (at each example's true length).
+    """
+    T, B, H = _check_shapes("ln_gru_sequence", xg, {"h0": h0}, w_hh, 3,
+                            {"gain_h": (gain_h, 2 * h0.shape[-1]), "bias_h": (bias_h, 2 * h0.shape[-1]),
+                             "gain_u": (gain_u, h0.shape[-1]), "bias_u": (bias_u, h0.shape[-1])})
+    order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
+    params = (w_hh, gain_h, bias_h, gain_u, bias_u)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (xg, h0, *params))
+
+    def run(xg_, h0_, *rest):
+        if needs_grad:
+            return _LNGRUFunction.apply(xg_, h0_, *rest, batch_sizes, blocks, eps)
+        with torch.no_grad():
+            return _gru_forward(xg_.contiguous(), h0_, *rest, batch_sizes, blocks, eps,
+                                save=False)[:2]
+
+    return _with_order(run, order, xg.contiguous(), (h0,), params, T)

@@ -1,0 +1,121 @@
+"""The fused whole-sequence LN-LSTM / LN-GRU against the plain autograd step loop of
+tests/reference.py: forward and every gradient, with and without (unsorted) lengths."""
+import pytest
+import torch
+
+from layernorm.rnn import fused
+from layernorm.rnn.fused import ln_gru_sequence, ln_lstm_sequence
+from tests.reference import ref_ln_gru_sequence, ref_ln_lstm_sequence
+
+KINDS = {  # name: (function, reference, gate blocks, number of states, LN_h width in blocks)
+    "lstm": (ln_lstm_sequence, ref_ln_lstm_sequence, 4, 2, 4),
+    "gru": (ln_gru_sequence, ref_ln_gru_sequence, 3, 1, 2),
+}
+
+
+def make_args(kind, T, B, H, dtype=torch.float32):
+    """xg, states, w_hh, gain_h, bias_h, gain_2, bias_2 with non-trivial gains and biases."""
+    _, _, G, n_states, n_ln = KINDS[kind]
+    args = [torch.randn(T, B, G * H, dtype=dtype)]
+    args += [0.5 * torch.randn(B, H, dtype=dtype) for _ in range(n_states)]
+    args += [torch.randn(G * H, H, dtype=dtype) / H ** 0.5]
+    args += [1 + 0.1 * torch.randn(n_ln * H, dtype=dtype), 0.1 * torch.randn(n_ln * H, dtype=dtype)]
+    args += [1 + 0.1 * torch.randn(H, dtype=dtype), 0.1 * torch.randn(H, dtype=dtype)]
+    return [a.requires_grad_() for a in args]
+
+
+def outputs_and_grads(fn, args, lengths, grads_out=None):
+    outs = fn(*args, lengths=lengths)
+    if grads_out is None:
+        grads_out = [torch.randn_like(o) for o in outs]
+    grads = torch.autograd.grad(outs, args, [g.to(outs[0].dtype) for g in grads_out])
+    return outs, grads, grads_out
+
+
+LENGTHS = {
+    "full": None,
+    "unsorted": lambda T, B: torch.tensor([T - 2, T, 1, 0, T, 3][:B]),
+}
+
+
+@pytest.fixture(params=[False, True], ids=["packed-gemm", "torch.mm"])
+def gemm_path(request, monkeypatch):
+    """Run every comparison through both recurrent GEMMs (oneDNN packed and torch.mm)."""
+    if request.param:
+        monkeypatch.setattr(fused, "_PACKED_OK", False)
+    return request.param
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("lengths", list(LENGTHS))
+@pytest.mark.parametrize("T,B,H", [(6, 6, 7), (3, 1, 16), (9, 4, 32)])
+def test_fused_matches_reference_fp32(kind, lengths, T, B, H, gemm_path):
+    fn, ref, *_ = KINDS[kind]
+    if LENGTHS[lengths] is not None:
+        B = max(B, 6)
+    lens = LENGTHS[lengths] and LENGTHS[lengths](T, B)
+    args = make_args(kind, T, B, H)
+    outs, grads, g_out = outputs_and_grads(fn, args, lens)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
+    for name, a, b in zip(["out", "h_n", "c_n"], outs, outs64):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5, msg=name)
+    # gradients are sums over T * B terms: tolerance 1e-5 relative to the gradient's scale
+    for i, (a, b) in enumerate(zip(grads, grads64)):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-5,
+                                   msg=f"gradient of argument {i}")
+        assert torch.isfinite(a).all()
+    if lens is not None:  # padded steps: output exactly 0
+        steps = torch.arange(T).unsqueeze(1)
+        assert (outs[0][steps >= lens.unsqueeze(0)] == 0).all()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_no_grad_path_equals_autograd_path(kind):
+    fn = KINDS[kind][0]
+    args = make_args(kind, 5, 6, 8)
+    lens = torch.tensor([5, 2, 0, 4, 5, 1])
+    with_grad = fn(*args, lengths=lens)
+    with torch.no_grad():
+        without = fn(*args, lengths=lens)
+    for a, b in zip(with_grad, without):
+        assert not b.requires_grad
+        torch.testing.assert_close(a.detach(), b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("lengths", [None, torch.tensor([2, 4, 0, 3])])
+def test_fused_gradcheck_float64(kind, lengths):
+    fn = KINDS[kind][0]
+    args = make_args(kind, 4, 4, 3, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda *a: fn(*a, lengths=lengths), args, eps=1e-6,
+                                    atol=1e-6, rtol=1e-5, fast_mode=True)
+
+
+def test_fused_lengths_equal_running_each_example_alone():
+    """An example's result never depends on the padding or the other examples (LN is per example)."""
+    args = make_args("lstm", 7, 3, 5)
+    lens = torch.tensor([4, 7, 2])
+    out, h_n, c_n = ln_lstm_sequence(*args, lengths=lens)
+    xg, h0, c0, *params = args
+    for b, n in enumerate(lens.tolist()):
+        o1, h1, c1 = ln_lstm_sequence(xg[:n, b:b + 1], h0[b:b + 1], c0[b:b + 1], *params)
+        torch.testing.assert_close(out[:n, b:b + 1], o1)
+        torch.testing.assert_close(h_n[b], h1[0])
+        torch.testing.assert_close(c_n[b], c1[0])
+
+
+def test_fused_rejects_bad_shapes_with_a_fix():
+    xg, h0, c0, w, gh, bh, gc, bc = make_args("lstm", 3, 2, 4)
+    with pytest.raises(ValueError, match=r"h0 of shape \(B, H\) = \(2, 4\)"):
+        ln_lstm_sequence(xg, h0[:1], c0, w, gh, bh, gc, bc)
+    with pytest.raises(ValueError, match=r"w_hh of shape \(16, 4\)"):
+        ln_lstm_sequence(xg, h0, c0, w.t(), gh, bh, gc, bc)
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):
+        ln_lstm_sequence(xg, h0, c0, w, gh, bh, gc, bc, lengths=torch.tensor([4, 1]))
+    with pytest.raises(ValueError, match=r"one dtype"):
+        ln_lstm_sequence(xg.double(), h0, c0, w, gh, bh, gc, bc)
+    with pytest.raises(ValueError, match="at least one time step"):
+        ln_lstm_sequence(xg[:0], h0, c0, w, gh, bh, gc, bc)
