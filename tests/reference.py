@@ -91,7 +91,9 @@ def ref_ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=No
     """The contract of ``layernorm.rnn.fused.ln_gru_sequence``, one readable step at a time::
 
         r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))
-        h~   = tanh(xg_t[2H:] + r * LN(U h_{t-1}; gain_u, bias_u));  h_t = (1 - z) h_{t-1} + z h~
+        h~   = tanh(xg_t[2H:] + r * LN(U h_{t-1}; gain_u, bias_u));  h_t = (1 - z) h~ + z h_{t-1}
+
+    (torch.nn.GRU's convention for z; the paper's z is 1 - this z.)
     """
     T, H = xg.shape[0], h0.shape[-1]
     h, outs = h0, []
@@ -101,7 +103,7 @@ def ref_ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=No
                                                             bias_h, eps) + xg[t, :, :2 * H]).chunk(2, 1)
         un = torch.nn.functional.layer_norm(hg[:, 2 * H:], (H,), gain_u, bias_u, eps)
         n = torch.tanh(xg[t, :, 2 * H:] + r * un)
-        h_new = (1 - z) * h + z * n
+        h_new = (1 - z) * n + z * h
         if lengths is not None:
             live = (lengths.to(xg.device) > t).unsqueeze(1)
             h_new = torch.where(live, h_new, h)

@@ -426,8 +426,8 @@ def _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, bloc
         un2, mean_u, rstd_u = _layer_norm(hg[:, 2 * H:], (H,), gain_u2, bias_u2, eps)
         pre = torch.addcmul(xg[t, :bs, 2 * H:], resetgate, un2, value=0.5).mul_(2)
         torch.sigmoid(pre, out=n).mul_(2).sub_(1)
-        # h_t = (1 - z) h_{t-1} + z h~
-        torch.lerp(h_prev, n, updategate, out=hs[t + 1, :bs])
+        # h_t = (1 - z) h~ + z h_{t-1}                               torch.nn.GRU's convention
+        torch.lerp(n, h_prev, updategate, out=hs[t + 1, :bs])
         if save:
             un_all[t, :bs] = un2
             stats_h.append((mean_h, rstd_h))
@@ -477,10 +477,11 @@ class _LNGRUFunction(torch.autograd.Function):
             resetgate, updategate = rz.chunk(2, 1)
             d_pre = dxg[t, :bs]
             d_r, d_z, d_npre = d_pre[:, :H], d_pre[:, H:2 * H], d_pre[:, 2 * H:]
-            # h = h_prev + z (n - h_prev)
-            torch.mul(dh_t, updategate, out=dn[:bs])
-            torch.sub(n, h_prev, out=d_z).mul_(dh_t)
-            dh_t.sub_(dn[:bs])                                  # direct path: dh (1 - z)
+            # h = n + z (h_prev - n)
+            torch.mul(dh_t, updategate, out=dn[:bs])            # direct path: dh z
+            torch.sub(h_prev, n, out=d_z).mul_(dh_t)
+            torch.sub(dh_t, dn[:bs], out=dn[:bs])               # dn = dh (1 - z)
+            dh_t.sub_(dn[:bs])
             # n = tanh(npre):  d npre = dn (1 - n^2)
             torch.mul(dn[:bs], n, out=d_npre)
             torch.addcmul(dn[:bs], d_npre, n, value=-1, out=d_npre)
@@ -526,10 +527,11 @@ def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain
 
         r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))   LN over 2H jointly
         h~   = tanh(xg_t[2H:] + r * LN(U h_{t-1}; gain_u, bias_u))           U h normalized before r
-        h_t  = (1 - z) h_{t-1} + z h~                                        the paper's convention
+        h_t  = (1 - z) h~ + z h_{t-1}                                        torch.nn.GRU's z
 
-    Gate order r, z, n like torch.nn.GRU (note torch's GRU uses h_t = (1 - z) n + z h_{t-1}; the
-    paper's z plays the role of torch's 1 - z).
+    Gate order r, z, n and the update convention of torch.nn.GRU (so torch's weights load
+    unchanged, as in ``layernorm.GRU``); the paper writes h_t = (1 - z) h_{t-1} + z h~, i.e. its z
+    is 1 - this z (the same family: negate the z half of the gate pre-activation).
 
     Args:
         xg: (T, B, 3H) input terms for all steps: ``[LN(W_x x_t; g2, b2) (2H, for r, z);
