@@ -1,0 +1,432 @@
+"""Recurrent cells as step functions, their normalized terms, and the one-step modules.
+
+PAPER.md section 2. Every recurrent layer here computes, at step t, normalized *terms* (summed
+inputs) and then the gates of torch's LSTM / GRU / Elman RNN:
+
+    LSTM   gates = N(W_x x_t) + b_ih + N(W_h h_{t-1}) + b_hh      N over all 4H gates jointly
+           i, f, g, o = split(gates)                               torch's gate order
+           c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)       the raw c_t is carried
+           h_t = sigmoid(o) * tanh(N(c_t) + b_c)                   N over H
+    GRU    r, z = split(sigmoid(N(W_x x_t) + b + N(W_h h) + b))   N over 2H jointly
+           n    = tanh(N(W x_t) + b_in + r * (N(U h) + b_hn))      U h normalized before r
+           h_t  = (1 - z) * n + z * h_{t-1}                        torch's convention for z
+    RNN    h_t  = f(N(W_x x_t + W_h h_{t-1}) + b_ih + b_hh)        eq. 4: one N over the sum
+
+with N one of
+
+    "layer"  layer norm with a gain (statistics of each example over the units)
+    "batch"  batch norm with a gain (statistics over the examples active at step t, running
+             statistics kept per time step: Cooijmans et al.'s BN-LSTM baseline)
+    "none"   the identity: exactly torch.nn.LSTM / GRU / RNN (and LSTM has no b_c)
+
+Biases. Each term's normalization has its bias added after it, and that bias is torch's own
+``bias_ih`` / ``bias_hh``: so ``from_torch`` copies all four torch tensors unchanged and the
+state_dict is torch's plus the gains (``gain_ih``, ``gain_hh``, and for LSTM ``gain_c``,
+``bias_c``). For the LSTM gates and GRU's r, z the pair ``bias_ih + bias_hh`` is one bias split in
+two, redundant exactly as it is in torch (the paper's b1 + b2 + b); GRU's ``bias_hh`` of the
+candidate is multiplied by r, as in torch, and is the paper's b4. BN-LSTM's gate betas are fixed at
+0 (Cooijmans et al.), so it has no more biases than torch either.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import functional as LF
+from .._checks import check_choice, check_float
+
+RNN_NORMS = ("layer", "batch", "none")
+NONLINEARITIES = {"tanh": torch.tanh, "relu": torch.relu}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def gate_groups(mode: str, hidden_size: int) -> tuple[int, ...]:
+    """Sizes of the groups of units normalized jointly in one term (W_x x or W_h h)."""
+    H = hidden_size
+    return {"LSTM": (4 * H,), "GRU": (2 * H, H), "RNN": (H,)}[mode]
+
+
+# --------------------------------------------------------------------------------------------
+# Normalization of one term
+# --------------------------------------------------------------------------------------------
+
+class Term:
+    """``N(a) * gain + bias`` for one summed-input term ``a`` (..., G), built for one forward call.
+
+    norm: "layer" | "batch" | "none"; groups: sizes of the unit groups normalized jointly (LN);
+    gain: (G,) or None; bias: (G,) or None. For "batch": ``running`` = (mean, var) buffers of shape
+    (max_length, G), ``batch_sizes`` = examples active at each step (sorted by decreasing length,
+    so the active ones are a prefix) or None when all are, ``eval_slots`` = number of trained
+    steps (the slot used for step t in eval is min(t, eval_slots - 1)).
+    """
+
+    def __init__(self, norm: str, groups: Sequence[int], gain: torch.Tensor | None,
+                 bias: torch.Tensor | None, *, eps: float = 1e-5, training: bool = False,
+                 running: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 momentum: float = 0.1, batch_sizes: Sequence[int] | None = None,
+                 eval_slots: int = 1, who: str = "") -> None:
+        self.norm, self.groups, self.gain, self.bias, self.eps = norm, tuple(groups), gain, bias, eps
+        self.training, self.running, self.momentum = training, running, momentum
+        self.batch_sizes, self.eval_slots, self.who = batch_sizes, eval_slots, who
+
+    def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
+        if self.norm == "none":
+            return a if self.bias is None else a + self.bias
+        if self.norm == "batch":
+            return self._batch(a, t)
+        if len(self.groups) == 1:
+            return LF.layer_norm(a, self.groups[0], self.gain, self.bias, self.eps)
+        biases = self.bias.split(self.groups) if self.bias is not None else (None,) * len(self.groups)
+        return torch.cat([LF.layer_norm(part, part.shape[-1], g, b, self.eps) for part, g, b in
+                          zip(a.split(self.groups, -1), self.gain.split(self.groups), biases)], -1)
+
+    def all_steps(self, a: torch.Tensor) -> torch.Tensor:
+        """The term for every step of a (T, B, G) sequence at once (batch norm: step by step, each
+        with its own statistics)."""
+        if self.norm != "batch":
+            return self(a)
+        return torch.stack([self(a[t], t) for t in range(a.shape[0])])
+
+    def _batch(self, a: torch.Tensor, t: int | None) -> torch.Tensor:
+        """Batch norm of a (B, G) term at step t over the examples active at t (a prefix)."""
+        t = 0 if t is None else t
+        mean_buf, var_buf = self.running
+        n = a.shape[0] if self.batch_sizes is None else int(self.batch_sizes[t])
+        if self.training and (t == 0 or self.batch_sizes is None):
+            LF.check_batch_size(a[:n], self.who)
+        if self.training and n >= 2:
+            # Statistics of the active examples only: padding never enters them.
+            mean, var = LF.moments(a[:n], (0,))
+            if t < mean_buf.shape[0]:
+                with torch.no_grad():  # running variance is the unbiased estimate, as torch's BN
+                    mean_buf[t].lerp_(mean.flatten().to(mean_buf.dtype), self.momentum)
+                    var_buf[t].lerp_((var * (n / (n - 1))).flatten().to(var_buf.dtype),
+                                     self.momentum)
+        else:
+            # Eval, or a training step with a single active example (no batch statistics exist):
+            # the running statistics of this step; steps past the trained length reuse the last.
+            slot = min(t, max(self.eval_slots, 1) - 1)
+            mean, var = mean_buf[slot], var_buf[slot]
+        return LF.apply_moments(a, mean, var, weight=self.gain, bias=self.bias, eps=self.eps)
+
+
+# --------------------------------------------------------------------------------------------
+# Step functions: one time step, pure
+# --------------------------------------------------------------------------------------------
+
+StepFn = Callable[[torch.Tensor, tuple, int], tuple]
+
+
+def lstm_step(xg: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_hh: torch.Tensor,
+              norm_hh: Callable, norm_c: Callable, t: int | None = None):
+    """One (LN-/BN-)LSTM step. xg: (B, 4H) = N(W_x x_t) + b_ih; h, c: (B, H); w_hh: (4H, H).
+
+    Returns (h_t, c_t); c_t is the raw cell, only its normalized copy enters h_t.
+    """
+    gates = xg + norm_hh(F.linear(h, w_hh), t)                    # (B, 4H)
+    ingate, forgetgate, cellgate, outgate = gates.chunk(4, 1)
+    c = torch.sigmoid(forgetgate) * c + torch.sigmoid(ingate) * torch.tanh(cellgate)
+    h = torch.sigmoid(outgate) * torch.tanh(norm_c(c, t))
+    return h, c
+
+
+def gru_step(xg: torch.Tensor, h: torch.Tensor, w_hh: torch.Tensor, norm_hh: Callable,
+             t: int | None = None):
+    """One (LN-)GRU step. xg: (B, 3H) = [N(W_x x_t) + b over r, z | N(W x_t) + b_in]; h: (B, H).
+
+    The recurrent term is [N(W_h h) + b over r, z | N(U h) + b_hn]: U h is normalized before the
+    reset gate multiplies it (PAPER.md, LN-GRU). Returns (h_t,).
+    """
+    hg = norm_hh(F.linear(h, w_hh), t)                            # (B, 3H)
+    H2 = 2 * h.shape[-1]
+    resetgate, updategate = torch.sigmoid(xg[:, :H2] + hg[:, :H2]).chunk(2, 1)
+    newgate = torch.tanh(xg[:, H2:] + resetgate * hg[:, H2:])
+    return (newgate + updategate * (h - newgate),)                # (1 - z) * n + z * h
+
+
+def rnn_step(xw: torch.Tensor, h: torch.Tensor, w_hh: torch.Tensor, norm_a: Callable,
+             nonlinearity: Callable = torch.tanh, t: int | None = None):
+    """One (LN-)RNN step, eq. 4: h_t = f(N(W_x x_t + W_h h_{t-1}) + b). xw: (B, H) = W_x x_t."""
+    return (nonlinearity(norm_a(xw + F.linear(h, w_hh), t)),)
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters shared by the cells and the stacked modules
+# --------------------------------------------------------------------------------------------
+
+class RecurrentBase(nn.Module):
+    """Parameters, buffers and per-direction math shared by the cells and the stacked modules.
+
+    A "direction" is one (layer, direction) of a stack, or the whole cell; its tensors carry a
+    suffix (``_l0``, ``_l1_reverse``, or ``""`` for a cell), named as in torch.
+    """
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, *, bias: bool = True,
+                 norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
+                 momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        check_choice(norm, RNN_NORMS, "norm")
+        check_choice(nonlinearity, NONLINEARITIES, "nonlinearity")
+        if mode != "RNN" and nonlinearity != "tanh":
+            raise ValueError(f"nonlinearity={nonlinearity!r} applies to RNN and RNNCell only, "
+                             f"received it for {type(self).__name__}. Remove the argument.")
+        for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
+                            ("max_length", max_length)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{type(self).__name__} expected {name} to be a positive int, "
+                                 f"received {value!r}. Pass e.g. {name}=16.")
+        self.mode, self.input_size, self.hidden_size, self.bias = mode, input_size, hidden_size, bias
+        self.norm, self.eps, self.momentum, self.max_length = norm, eps, momentum, max_length
+        # Cooijmans et al. initialise batch-norm gains at 0.1; the paper's LN gains start at 1.
+        self.gain_init = (0.1 if norm == "batch" else 1.0) if gain_init is None else float(gain_init)
+        self.nonlinearity = nonlinearity
+        self._factory = {"device": device, "dtype": dtype}
+        self._suffixes: list[str] = []
+        if norm == "batch":
+            self.register_buffer("num_batches_tracked",
+                                 torch.zeros(max_length, dtype=torch.long, device=device))
+
+    # ---- registration ----------------------------------------------------------------------
+    def _add_direction(self, suffix: str, input_size: int) -> None:
+        G, H = GATES[self.mode] * self.hidden_size, self.hidden_size
+        f = self._factory
+
+        def param(name, *shape):
+            self.register_parameter(name + suffix, nn.Parameter(torch.empty(*shape, **f)))
+
+        param("weight_ih", G, input_size)
+        param("weight_hh", G, H)
+        if self.bias:
+            param("bias_ih", G)
+            param("bias_hh", G)
+        if self.norm != "none":
+            if self.mode == "RNN":
+                param("gain", H)                 # one LN over the sum (eq. 4)
+            else:
+                param("gain_ih", G)
+                param("gain_hh", G)
+            if self.mode == "LSTM":
+                param("gain_c", H)
+                if self.bias:
+                    param("bias_c", H)
+        if self.norm == "batch":
+            terms = {"RNN": (("", H),), "GRU": (("_ih", G), ("_hh", G)),
+                     "LSTM": (("_ih", G), ("_hh", G), ("_c", H))}[self.mode]
+            for term, size in terms:
+                self.register_buffer(f"running_mean{term}{suffix}",
+                                     torch.zeros(self.max_length, size, **f))
+                self.register_buffer(f"running_var{term}{suffix}",
+                                     torch.ones(self.max_length, size, **f))
+        self._suffixes.append(suffix)
+
+    def reset_parameters(self) -> None:
+        """torch's initialisation, U(-1/sqrt(H), 1/sqrt(H)), for the weights (and, with
+        norm="none", the biases). Normalized layers: gains ``gain_init``, biases 0, as in the
+        authors' code (no forget-gate bias)."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.startswith("gain"):
+                    p.fill_(self.gain_init)
+                elif name.startswith("bias") and self.norm != "none":
+                    p.zero_()
+                else:
+                    p.uniform_(-bound, bound)
+        self.reset_running_stats()
+
+    def reset_running_stats(self) -> None:
+        if self.norm != "batch":
+            return
+        for name, buf in self.named_buffers():
+            if name.startswith("running_mean"):
+                buf.zero_()
+            elif name.startswith("running_var"):
+                buf.fill_(1)
+        self.num_batches_tracked.zero_()
+
+    def flatten_parameters(self) -> None:
+        """No-op, for code written for torch.nn.RNNBase (cuDNN weight packing does not apply)."""
+
+    # ---- the math of one direction -----------------------------------------------------------
+    def _get(self, name: str, suffix: str) -> torch.Tensor | None:
+        return getattr(self, name + suffix, None)
+
+    def _terms(self, suffix: str, batch_sizes: Sequence[int] | None = None) -> dict[str, Term]:
+        """The normalized terms of one direction for this forward call."""
+        H, who = self.hidden_size, f"{type(self).__name__}(norm={self.norm!r})"
+        g = lambda name: self._get(name, suffix)  # noqa: E731
+        common = {"eps": self.eps, "training": self.training, "momentum": self.momentum,
+                  "batch_sizes": batch_sizes, "who": who}
+        if self.norm == "batch":
+            trained = int((self.num_batches_tracked > 0).sum()) if not self.training else 1
+            common["eval_slots"] = trained
+        run = lambda term: ((g("running_mean" + term), g("running_var" + term))  # noqa: E731
+                            if self.norm == "batch" else None)
+        if self.mode == "RNN":
+            bias = None if not self.bias else g("bias_ih") + g("bias_hh")
+            return {"a": Term(self.norm, (H,), g("gain"), bias, running=run(""), **common)}
+        groups = gate_groups(self.mode, H)
+        terms = {"ih": Term(self.norm, groups, g("gain_ih"), g("bias_ih"), running=run("_ih"),
+                            **common),
+                 "hh": Term(self.norm, groups, g("gain_hh"), g("bias_hh"), running=run("_hh"),
+                            **common)}
+        if self.mode == "LSTM":
+            terms["c"] = Term(self.norm, (H,), g("gain_c"), g("bias_c"), running=run("_c"),
+                              **common)
+        return terms
+
+    def _input_term(self, x: torch.Tensor, suffix: str, terms: dict[str, Term]) -> torch.Tensor:
+        """W_x x for every step at once, normalized (LSTM, GRU); for the RNN the normalization
+        acts on the sum with W_h h, so only W_x x. x: (T, B, I) or (B, I) -> (..., G)."""
+        xw = F.linear(x, self._get("weight_ih", suffix))
+        if self.mode == "RNN":
+            return xw
+        return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, 0)
+
+    def _step_fn(self, suffix: str, terms: dict[str, Term]) -> StepFn:
+        """step(xg_t, state, t) -> new state (h_t first) for one direction."""
+        w_hh = self._get("weight_hh", suffix)
+        if self.mode == "LSTM":
+            return lambda xg, s, t: lstm_step(xg, s[0], s[1], w_hh, terms["hh"], terms["c"], t)
+        if self.mode == "GRU":
+            return lambda xg, s, t: gru_step(xg, s[0], w_hh, terms["hh"], t)
+        act = NONLINEARITIES[self.nonlinearity]
+        return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t)
+
+    def _count_steps(self, steps: Sequence[int]) -> None:
+        """Record that the running statistics of these steps were updated (norm="batch")."""
+        if self.norm == "batch" and self.training:
+            slots = [t for t in steps if t < self.max_length]
+            if slots:
+                self.num_batches_tracked[slots] += 1
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}, norm={self.norm!r}"
+        if self.norm != "none":
+            s += f", gain_init={self.gain_init}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.mode == "RNN" and self.nonlinearity != "tanh":
+            s += f", nonlinearity={self.nonlinearity!r}"
+        if self.norm == "batch":
+            s += f", max_length={self.max_length}, momentum={self.momentum}"
+        return s
+
+
+def _copy_from_torch(ours: RecurrentBase, theirs: nn.Module) -> RecurrentBase:
+    """Copy torch's weight_ih/weight_hh/bias_ih/bias_hh tensors (same names and shapes)."""
+    with torch.no_grad():
+        for name, p in theirs.named_parameters():
+            getattr(ours, name).copy_(p)
+    return ours
+
+
+# --------------------------------------------------------------------------------------------
+# Cells
+# --------------------------------------------------------------------------------------------
+
+class _Cell(RecurrentBase):
+    _mode = ""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
+                 norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
+                 momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
+                 device=None, dtype=None) -> None:
+        super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
+                         gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
+                         nonlinearity=nonlinearity, device=device, dtype=dtype)
+        self._add_direction("", input_size)
+        self.reset_parameters()
+
+    def _check(self, x: torch.Tensor, hx: tuple) -> None:
+        who = type(self).__name__
+        check_float(x, who)
+        if x.dim() not in (1, 2) or x.shape[-1] != self.input_size:
+            raise ValueError(f"{who} expected an input of shape (B, {self.input_size}) or "
+                             f"({self.input_size},) (input_size={self.input_size}), received "
+                             f"shape {tuple(x.shape)}. Pass one time step, or build the cell with "
+                             f"input_size={x.shape[-1] if x.dim() else '...'}.")
+        want = tuple(x.shape[:-1]) + (self.hidden_size,)
+        for i, h in enumerate(hx):
+            if tuple(h.shape) != want:
+                name = "hx" if len(hx) == 1 else f"hx[{i}]"
+                raise ValueError(f"{who} expected {name} of shape {want} (batch, hidden_size), "
+                                 f"received {tuple(h.shape)}. Pass a state with the input's batch "
+                                 f"size and hidden_size={self.hidden_size}, or hx=None for zeros.")
+
+    def _one_step(self, input: torch.Tensor, hx: tuple, time_step: int) -> tuple:
+        self._check(input, hx)
+        batched = input.dim() == 2
+        if not batched:
+            input, hx = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx)
+        terms = self._terms("")
+        xg = self._input_term(input, "", terms)
+        new = self._step_fn("", terms)(xg, hx, time_step)
+        self._count_steps([time_step])
+        return new if batched else tuple(h.squeeze(0) for h in new)
+
+    def _zeros(self, input: torch.Tensor) -> torch.Tensor:
+        return input.new_zeros(tuple(input.shape[:-1]) + (self.hidden_size,))
+
+    @classmethod
+    def from_torch(cls, cell: nn.Module, *, norm: str = "layer", **kwargs):
+        """Build from a torch.nn.{LSTM,GRU,RNN}Cell, copying its weights (norm="none": same
+        outputs as the torch cell)."""
+        expected = {"LSTMCell": nn.LSTMCell, "GRUCell": nn.GRUCell, "RNNCell": nn.RNNCell}[
+            cls.__name__]
+        if not isinstance(cell, expected):
+            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{cls.__name__}, "
+                            f"received {type(cell).__name__}. Pass the matching torch cell.")
+        if isinstance(cell, nn.RNNCell):
+            kwargs.setdefault("nonlinearity", cell.nonlinearity)
+        p = cell.weight_ih
+        ours = cls(cell.input_size, cell.hidden_size, bias=cell.bias, norm=norm,
+                   device=p.device, dtype=p.dtype, **kwargs)
+        return _copy_from_torch(ours, cell)
+
+
+class LSTMCell(_Cell):
+    """One LN-LSTM step (``norm="layer"``), BN-LSTM step (``"batch"``) or torch.nn.LSTMCell
+    (``"none"``). ``forward(input, hx=None, time_step=0) -> (h_1, c_1)``; input (B, I) or (I,).
+    ``time_step`` picks the per-step batch statistics of norm="batch" (ignored otherwise)."""
+    _mode = "LSTM"
+
+    def forward(self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None,
+                time_step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        if hx is None:
+            hx = (self._zeros(input), self._zeros(input)) if isinstance(input, torch.Tensor) \
+                else (None, None)
+        return self._one_step(input, tuple(hx), time_step)
+
+
+class GRUCell(_Cell):
+    """One LN-GRU step (the four LNs of PAPER.md), or torch.nn.GRUCell with ``norm="none"``.
+    ``forward(input, hx=None, time_step=0) -> h_1``."""
+    _mode = "GRU"
+
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None,
+                time_step: int = 0) -> torch.Tensor:
+        if hx is None and isinstance(input, torch.Tensor):
+            hx = self._zeros(input)
+        return self._one_step(input, (hx,), time_step)[0]
+
+
+class RNNCell(_Cell):
+    """One LN-RNN step (eq. 4), or torch.nn.RNNCell with ``norm="none"``.
+    ``forward(input, hx=None, time_step=0) -> h_1``."""
+    _mode = "RNN"
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", **kwargs) -> None:
+        super().__init__(input_size, hidden_size, bias, nonlinearity=nonlinearity, **kwargs)
+
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None,
+                time_step: int = 0) -> torch.Tensor:
+        if hx is None and isinstance(input, torch.Tensor):
+            hx = self._zeros(input)
+        return self._one_step(input, (hx,), time_step)[0]

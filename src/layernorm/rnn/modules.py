@@ -1,0 +1,299 @@
+"""Stacked, optionally bidirectional recurrent modules with torch.nn.LSTM / GRU / RNN's interface.
+
+    lstm = layernorm.LSTM(32, 64, num_layers=2, norm="layer")       # LN-LSTM (PAPER.md section 2)
+    out, (h_n, c_n) = lstm(x)                                       # x: (T, B, 32)
+    bn = layernorm.LSTM(32, 64, norm="batch", max_length=50)        # BN-LSTM baseline
+    same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
+
+The time loop of one layer and one direction lives in ``run_direction`` (the only loop in the
+package); ``_run_direction`` prepares its inputs and is the single place where a fused kernel can
+take over (see its docstring).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from .._checks import check_float, check_nonempty
+from .cells import RecurrentBase, StepFn, _copy_from_torch
+
+try:  # the fused whole-sequence LN-LSTM (branch rnnfast); the loop below is the reference path
+    from . import fused as _fused
+except ImportError:  # pragma: no cover - depends on which branches are merged
+    _fused = None
+
+
+def run_direction(step: StepFn, xg: torch.Tensor, state: tuple[torch.Tensor, ...],
+                  mask: torch.Tensor | None = None):
+    """Run one layer in one direction over time: THE time loop.
+
+    step(xg_t, state, t) -> new state tuple, h_t first; xg: (T, B, G) input terms of every step;
+    state: tuple of (B, H); mask: (T, B, 1) bool, True where step t is inside example b's sequence
+    (None: all are). Past an example's length its state is copied forward and its output is 0.
+    Returns (out (T, B, H), final state), the final state taken at each example's true length.
+    """
+    outs = []
+    for t in range(xg.shape[0]):
+        new = step(xg[t], state, t)
+        if mask is not None:
+            m = mask[t]                                                 # (B, 1)
+            new = tuple(torch.where(m, n, s) for n, s in zip(new, state))
+            outs.append(torch.where(m, new[0], 0.0))
+        else:
+            outs.append(new[0])
+        state = new
+    return torch.stack(outs), state
+
+
+def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
+    """(T, B) index that reverses each example within its own length and leaves padding in place."""
+    t = torch.arange(T, device=lengths.device).unsqueeze(1)           # (T, 1)
+    return torch.where(t < lengths, lengths - 1 - t, t)
+
+
+class _Stack(RecurrentBase):
+    _mode = ""
+    # Use layernorm.rnn.fused for the LN-LSTM recurrence when that module is present. Set it to
+    # False (on the class or an instance) to run the readable loop instead.
+    use_fused = True
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 *, norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
+                 momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
+                 device=None, dtype=None) -> None:
+        super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
+                         gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
+                         nonlinearity=nonlinearity, device=device, dtype=dtype)
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+            raise ValueError(f"{type(self).__name__} expected num_layers to be a positive int, "
+                             f"received {num_layers!r}. Pass e.g. num_layers=1.")
+        if not 0 <= float(dropout) <= 1 or isinstance(dropout, bool):
+            raise ValueError(f"{type(self).__name__} expected dropout in [0, 1], received "
+                             f"{dropout!r}. It is the probability of zeroing an element.")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(f"dropout option adds dropout after all but last recurrent layer, so "
+                          f"non-zero dropout expects num_layers greater than 1, but got "
+                          f"dropout={dropout} and num_layers={num_layers}", UserWarning,
+                          stacklevel=2)
+        self.num_layers, self.batch_first = num_layers, batch_first
+        self.dropout, self.bidirectional = float(dropout), bidirectional
+        self.num_directions = 2 if bidirectional else 1
+        for layer in range(num_layers):
+            layer_input = input_size if layer == 0 else hidden_size * self.num_directions
+            for d in range(self.num_directions):
+                self._add_direction(self._suffix(layer, d), layer_input)
+        self.reset_parameters()
+
+    @staticmethod
+    def _suffix(layer: int, direction: int) -> str:
+        return f"_l{layer}" + ("_reverse" if direction else "")
+
+    # ---- input checks ------------------------------------------------------------------------
+    def _check_input(self, x: torch.Tensor) -> None:
+        who = type(self).__name__
+        layout = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
+        if not isinstance(x, (torch.Tensor, PackedSequence)):
+            raise TypeError(f"{who} expected a tensor {layout} or a PackedSequence, received "
+                            f"{type(x).__name__}.")
+        check_float(x, who)
+        if x.dim() != 3:
+            fix = ("x.unsqueeze(0) for one sequence (batch_first=True)" if self.batch_first
+                   else "x.unsqueeze(1) for one sequence")
+            raise ValueError(f"{who} expected a 3-D input {layout} or a PackedSequence, received "
+                             f"a {x.dim()}-D tensor of shape {tuple(x.shape)}. Unbatched "
+                             f"sequences are not supported: add a batch dimension, e.g. {fix}.")
+        check_nonempty(x, who)
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"{who} expected input of shape {layout} with input_size="
+                             f"{self.input_size}, received shape {tuple(x.shape)} (last dim "
+                             f"{x.shape[-1]}). Build it with input_size={x.shape[-1]} or fix "
+                             f"the input's feature dimension.")
+
+    def _check_hx(self, hx: tuple, batch: int) -> None:
+        who, want = type(self).__name__, (self.num_layers * self.num_directions, batch,
+                                          self.hidden_size)
+        for i, h in enumerate(hx):
+            name = "hx" if len(hx) == 1 else f"hx[{i}]"
+            if not isinstance(h, torch.Tensor) or tuple(h.shape) != want:
+                got = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
+                raise ValueError(f"{who} expected {name} of shape {want} (num_layers * "
+                                 f"num_directions, batch, hidden_size), received {got}. Pass "
+                                 f"hx=None for zeros, or a state shaped like the h_n it returns.")
+
+    # ---- forward -----------------------------------------------------------------------------
+    def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
+                       state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
+                       batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
+        """One layer, one direction: x (T, B, I) already in processing order (reversed for the
+        backward direction) -> (out (T, B, H), final state). mask (T, B, 1), batch_sizes (list of
+        T ints) and lengths ((B,) int64 on the CPU) describe a variable-length batch (None: all
+        examples have length T).
+
+        The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
+        either THE loop ``run_direction`` or, for the LN-LSTM with biases when
+        ``layernorm.rnn.fused`` is present and ``use_fused`` is set, the fused kernel
+        ``ln_lstm_sequence`` (same equations, hand-written backward) runs the recurrence.
+        """
+        suffix = self._suffix(layer, direction)
+        terms = self._terms(suffix, batch_sizes)
+        xg = self._input_term(x, suffix, terms)                      # (T, B, G)
+        if self.use_fused and _fused is not None and self.mode == "LSTM" and \
+                self.norm == "layer" and self.bias:
+            g = lambda name: self._get(name, suffix)  # noqa: E731
+            out, h, c = _fused.ln_lstm_sequence(xg, state[0], state[1], g("weight_hh"),
+                                                g("gain_hh"), g("bias_hh"), g("gain_c"),
+                                                g("bias_c"), lengths=lengths, eps=self.eps)
+            return out, (h, c)
+        return run_direction(self._step_fn(suffix, terms), xg, state, mask)
+
+    def _forward(self, input, hx: tuple[torch.Tensor, ...] | None):
+        packed = isinstance(input, PackedSequence)
+        if packed:
+            # Work in the packed (decreasing length) order: active examples are a prefix.
+            x, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes))
+            batch_sizes = input.batch_sizes.tolist()
+        else:
+            self._check_input(input)
+            x = input.transpose(0, 1) if self.batch_first else input
+            batch_sizes = None
+        if packed:
+            self._check_input(x)
+        T, B = x.shape[0], x.shape[1]
+        n_state = 2 if self.mode == "LSTM" else 1
+        if hx is None:
+            zeros = x.new_zeros(self.num_layers * self.num_directions, B, self.hidden_size)
+            hx = (zeros,) * n_state
+        else:
+            self._check_hx(hx, B)
+            if packed and input.sorted_indices is not None:
+                hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
+        lengths_cpu = lengths if packed else None
+        if packed:
+            lengths = lengths.to(x.device)
+            mask = (torch.arange(T, device=x.device).unsqueeze(1) < lengths).unsqueeze(-1)
+            rev = _reverse_index(lengths, T).unsqueeze(-1)                 # (T, B, 1)
+            reverse = lambda y: y.gather(0, rev.expand(-1, -1, y.shape[-1]))  # noqa: E731
+        else:
+            mask = None
+            reverse = lambda y: y.flip(0)  # noqa: E731
+
+        finals = []
+        layer_input = x
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(self.num_directions):
+                k = layer * self.num_directions + d
+                state0 = tuple(h[k] for h in hx)
+                xd = reverse(layer_input) if d else layer_input
+                out, state = self._run_direction(layer, d, xd, state0, mask, batch_sizes,
+                                                 lengths_cpu)
+                outs.append(reverse(out) if d else out)
+                finals.append(state)
+            layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                layer_input = F.dropout(layer_input, self.dropout, training=True)
+        n_active = batch_sizes if packed else [B] * T
+        self._count_steps([t for t in range(T) if n_active[t] >= 2])
+
+        h_n = tuple(torch.stack([s[i] for s in finals]) for i in range(n_state))
+        if packed:
+            data = pack_padded_sequence(layer_input, lengths.cpu()).data
+            output = PackedSequence(data, input.batch_sizes, input.sorted_indices,
+                                    input.unsorted_indices)
+            if input.unsorted_indices is not None:
+                h_n = tuple(h.index_select(1, input.unsorted_indices) for h in h_n)
+        else:
+            output = layer_input.transpose(0, 1) if self.batch_first else layer_input
+        return output, h_n
+
+    @classmethod
+    def from_torch(cls, module: nn.Module, *, norm: str = "layer", **kwargs):
+        """Build from a torch.nn.LSTM / GRU / RNN with the same configuration and its weights.
+
+        ``norm="none"`` then computes what the torch module computes; another norm keeps the
+        weights and adds the normalization (gains ``gain_init``, normalization biases are torch's
+        ``bias_ih`` / ``bias_hh``). Extra keyword arguments go to the constructor.
+        """
+        expected = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[cls.__name__]
+        if not isinstance(module, expected):
+            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{cls.__name__}, "
+                            f"received {type(module).__name__}. Pass the matching torch module.")
+        if getattr(module, "proj_size", 0):
+            raise ValueError(f"{cls.__name__}.from_torch received an LSTM with proj_size="
+                             f"{module.proj_size}; projections are not supported. Use "
+                             f"proj_size=0, or add a Linear layer on the outputs.")
+        if isinstance(module, nn.RNN):
+            kwargs.setdefault("nonlinearity", module.nonlinearity)
+        p = module.weight_ih_l0
+        ours = cls(module.input_size, module.hidden_size, num_layers=module.num_layers,
+                   bias=module.bias, batch_first=module.batch_first, dropout=module.dropout,
+                   bidirectional=module.bidirectional, norm=norm, device=p.device, dtype=p.dtype,
+                   **kwargs)
+        return _copy_from_torch(ours, module)
+
+    def extra_repr(self) -> str:
+        s = super().extra_repr()
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.batch_first:
+            s += ", batch_first=True"
+        if self.dropout:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
+        return s
+
+
+class LSTM(_Stack):
+    """LN-LSTM (``norm="layer"``, PAPER.md section 2), BN-LSTM (``"batch"``, Cooijmans et al.) or
+    exactly torch.nn.LSTM (``"none"``), with torch.nn.LSTM's arguments and returns.
+
+    ``forward(input, hx=None) -> output, (h_n, c_n)``: input (T, B, I), (B, T, I) with batch_first,
+    or a PackedSequence (PackedSequence out); hx = (h_0, c_0), each (num_layers * num_directions,
+    B, H). Extra keywords: ``gain_init`` (gains' initial value; default 1.0, 0.1 for "batch"),
+    ``eps``, and for "batch" ``max_length`` (steps with their own running statistics; later steps
+    use the last one's) and ``momentum``. Not supported: proj_size, unbatched (2-D) input.
+    """
+    _mode = "LSTM"
+
+    def forward(self, input, hx: tuple[torch.Tensor, torch.Tensor] | None = None):
+        if hx is not None and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
+            raise ValueError(f"LSTM expected hx = (h_0, c_0), a tuple of two tensors, received "
+                             f"{type(hx).__name__}. Pass both states, or hx=None for zeros.")
+        output, (h_n, c_n) = self._forward(input, None if hx is None else tuple(hx))
+        return output, (h_n, c_n)
+
+
+class GRU(_Stack):
+    """LN-GRU (``norm="layer"``: the four LNs of PAPER.md), per-step batch-normalized GRU
+    (``"batch"``) or exactly torch.nn.GRU (``"none"``). ``forward(input, hx=None) -> output,
+    h_n``, shapes as torch.nn.GRU. Keywords as ``layernorm.LSTM``."""
+    _mode = "GRU"
+
+    def forward(self, input, hx: torch.Tensor | None = None):
+        output, (h_n,) = self._forward(input, None if hx is None else (hx,))
+        return output, h_n
+
+
+class RNN(_Stack):
+    """LN-RNN (``norm="layer"``, eq. 4: one LN of W_x x + W_h h), per-step batch-normalized RNN
+    (``"batch"``) or exactly torch.nn.RNN (``"none"``); ``nonlinearity`` "tanh" or "relu".
+    ``forward(input, hx=None) -> output, h_n``."""
+    _mode = "RNN"
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, **kwargs) -> None:
+        # torch.nn.RNN's positional order: nonlinearity comes fourth.
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, nonlinearity=nonlinearity, **kwargs)
+
+    def forward(self, input, hx: torch.Tensor | None = None):
+        output, (h_n,) = self._forward(input, None if hx is None else (hx,))
+        return output, h_n
