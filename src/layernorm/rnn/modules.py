@@ -58,7 +58,7 @@ def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
 
 class _Stack(RecurrentBase):
     _mode = ""
-    # Use layernorm.rnn.fused for the LN-LSTM recurrence when that module is present. Set it to
+    # Use layernorm.rnn.fused for the LN-LSTM/GRU recurrence when that module is present. Set it to
     # False (on the class or an instance) to run the readable loop instead.
     use_fused = True
 
@@ -136,16 +136,23 @@ class _Stack(RecurrentBase):
         examples have length T).
 
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
-        either THE loop ``run_direction`` or, for the LN-LSTM with biases when
+        either THE loop ``run_direction`` or, for the LN-LSTM / LN-GRU with biases when
         ``layernorm.rnn.fused`` is present and ``use_fused`` is set, the fused kernel
-        ``ln_lstm_sequence`` (same equations, hand-written backward) runs the recurrence.
+        ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written backward) runs
+        the recurrence.
         """
         suffix = self._suffix(layer, direction)
         terms = self._terms(suffix, batch_sizes)
         xg = self._input_term(x, suffix, terms)                      # (T, B, G)
-        if self.use_fused and _fused is not None and self.mode == "LSTM" and \
+        if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
                 self.norm == "layer" and self.bias:
             g = lambda name: self._get(name, suffix)  # noqa: E731
+            if self.mode == "GRU":  # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
+                H2 = 2 * self.hidden_size
+                out, h = _fused.ln_gru_sequence(xg, state[0], g("weight_hh"), g("gain_hh")[:H2],
+                                                g("bias_hh")[:H2], g("gain_hh")[H2:],
+                                                g("bias_hh")[H2:], lengths=lengths, eps=self.eps)
+                return out, (h,)
             out, h, c = _fused.ln_lstm_sequence(xg, state[0], state[1], g("weight_hh"),
                                                 g("gain_hh"), g("bias_hh"), g("gain_c"),
                                                 g("bias_c"), lengths=lengths, eps=self.eps)
