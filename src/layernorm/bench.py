@@ -93,3 +93,5 @@ def add_commands(sub) -> None:
     n.add_argument("--device", default="cpu")
     n.add_argument("--json", help="also write the rows to this JSON file")
     n.set_defaults(func=_run_norms)
+    from .rnn.bench import add_command as add_rnn_command  # `layernorm bench rnn`
+    add_rnn_command(bsub)
