@@ -59,14 +59,19 @@ def _packed_available() -> bool:
     return _PACKED_OK
 
 
+# oneDNN's call overhead (~5 us) beats its faster kernel only for big enough products (measured:
+# slower than torch.mm at (8, 128) x (128, 512), faster from (32, 256) x (256, 768) up).
+_PACKED_MIN_FLOPS = 2 ** 22
+
+
 class _Linear:
     """``y = h @ w.T`` for a fixed ``w`` (G, K) and inputs of at most ``batch`` rows."""
 
     def __init__(self, w: torch.Tensor, batch: int):
         self.w = w
         self.packed = None
-        if (w.device.type == "cpu" and w.dtype == torch.float32 and batch > 0
-                and _packed_available()):
+        if (w.device.type == "cpu" and w.dtype == torch.float32
+                and batch * w.numel() >= _PACKED_MIN_FLOPS and _packed_available()):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
 
     def __call__(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -194,6 +199,32 @@ def _lstm_scale(H: int, like: torch.Tensor) -> torch.Tensor:
     return m.reshape(4 * H)
 
 
+def _steps(x: torch.Tensor, batch_sizes, T: int, shift: int = 0) -> list[torch.Tensor]:
+    """x[t + shift] for t < T, restricted to the ``batch_sizes[t]`` running examples: views made
+    once per call, so the time loops do no slicing."""
+    views = x.unbind(0)
+    if batch_sizes is None:
+        return list(views[shift:shift + T])
+    return [views[t + shift][:bs] for t, bs in enumerate(batch_sizes)]
+
+
+def _prefixes(x: torch.Tensor, batch_sizes, T: int) -> list[torch.Tensor]:
+    """x[:batch_sizes[t]] for each step t: the running rows of a (B, ...) buffer."""
+    return [x] * T if batch_sizes is None else [x[:bs] for bs in batch_sizes]
+
+
+def _scratch(save: bool, padded: bool, T: int, B: int, width: int, like: torch.Tensor):
+    """(T, B, width) buffer kept for the backward, or one (B, width) buffer seen at every step."""
+    if save:
+        return _zeros_or_empty(padded, T, B, width, like=like)
+    return like.new_empty(1, B, width).expand(T, B, width)
+
+
+def _n_steps(batch_sizes, T: int) -> int:
+    """Steps with at least one running example (the loops stop there)."""
+    return T if batch_sizes is None else sum(1 for bs in batch_sizes if bs > 0)
+
+
 def _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, blocks, eps,
                   save: bool):
     """The forward loop. Returns (out, h_n, c_n, saved) where saved holds the buffers the backward
@@ -210,35 +241,29 @@ def _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
     hs[0] = h0
     cs = _zeros_or_empty(padded, T + 1, B, H, like=xg)  # raw cell states, cs[0] = c0
     cs[0] = c0
-    if save:
-        hg_all = _zeros_or_empty(padded, T, B, G, like=xg)  # W_h h_{t-1}, the LN input
-        act_all = xg.new_empty(T, B, G)  # sigmoid(m * gates): i, f, (tanh(u)+1)/2, o
-        tc_all = xg.new_empty(T, B, H)   # tanh(LN(c_t))
-        stats_h, stats_c = [], []
-    else:
-        act_buf, tc_buf = xg.new_empty(B, G), xg.new_empty(B, H)
+    hg_all = _zeros_or_empty(padded, T, B, G, like=xg) if save else None  # W_h h, the LN input
+    act_all = _scratch(save, padded, T, B, G, xg)  # sigmoid(m * gates): i, f, (tanh(u)+1)/2, o
+    tc_all = _scratch(save, padded, T, B, H, xg)   # tanh(LN(c_t))
+    stats_h, stats_c = [], []
 
-    for t in range(T):
-        bs = B if batch_sizes is None else batch_sizes[t]
-        if bs == 0:
-            break
-        h_prev, c_prev = hs[t, :bs], cs[t, :bs]
-        act = act_all[t, :bs] if save else act_buf[:bs]
-        tc = tc_all[t, :bs] if save else tc_buf[:bs]
+    steps = lambda x, shift=0: _steps(x, batch_sizes, T, shift)  # noqa: E731
+    h_prev, h_new, c_prev, c_new = steps(hs), steps(hs, 1), steps(cs), steps(cs, 1)
+    xgs, acts, tcs = steps(xg), steps(act_all), steps(tc_all)
+    hgs = steps(hg_all) if save else [None] * T
+    ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
+    for t in range(_n_steps(batch_sizes, T)):
         # gates = LN(W_h h_{t-1}; g1, b1) + xg_t                                      (B, 4H)
-        hg = linear(h_prev, out=hg_all[t, :bs] if save else None)
+        hg = linear(h_prev[t], out=hgs[t])
         pre, mean_h, rstd_h = _layer_norm(hg, (G,), gain_h2, bias_h2, eps)
-        pre.addcmul_(xg[t, :bs], m)
-        torch.sigmoid(pre, out=act)
-        ingate, forgetgate, cellgate, outgate = act.chunk(4, 1)  # cellgate = (tanh(u) + 1) / 2
+        pre.addcmul_(xgs[t], m)
+        torch.sigmoid(pre, out=acts[t])          # cellgate = (tanh(u) + 1) / 2
         # c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u),  tanh(u) = 2 cellgate - 1       (B, H)
-        c = cs[t + 1, :bs]
-        torch.mul(forgetgate, c_prev, out=c)
-        c.addcmul_(ingate, cellgate, value=2).sub_(ingate)
+        c = torch.mul(forgetgate[t], c_prev[t], out=c_new[t])
+        c.addcmul_(ingate[t], cellgate[t], value=2).sub_(ingate[t])
         # h_t = sigmoid(o) tanh(LN(c_t; g3, b3))                                          (B, H)
         cn2, mean_c, rstd_c = _layer_norm(c, (H,), gain_c2, bias_c2, eps)
-        torch.sigmoid(cn2, out=tc).mul_(2).sub_(1)
-        torch.mul(outgate, tc, out=hs[t + 1, :bs])
+        torch.sigmoid(cn2, out=tcs[t]).mul_(2).sub_(1)
+        torch.mul(outgate[t], tcs[t], out=h_new[t])
         if save:
             stats_h.append((mean_h, rstd_h))
             stats_c.append((mean_c, rstd_c))
@@ -253,9 +278,11 @@ def _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
 def _stack_stats(stats, T: int, B: int, padded: bool):
     """Per-step (mean, rstd) of shape (bs, 1) -> two (T, B, 1) tensors (0 for padded rows), in
     the statistics' dtype (float32 for half inputs)."""
+    if not padded:
+        return torch.stack([mu for mu, _ in stats]), torch.stack([rs for _, rs in stats])
     like = stats[0][0] if stats else torch.empty(0)
-    mean = _zeros_or_empty(padded, T, B, 1, like=like)
-    rstd = _zeros_or_empty(padded, T, B, 1, like=like)
+    mean = like.new_zeros(T, B, 1)
+    rstd = like.new_zeros(T, B, 1)
     for t, (mu, rs) in enumerate(stats):
         mean[t, :mu.shape[0]] = mu
         rstd[t, :rs.shape[0]] = rs
@@ -294,44 +321,46 @@ class _LNLSTMFunction(torch.autograd.Function):
         dc = grad_cn.new_zeros(B, H)
         deriv = hg_all.new_empty(B, G)
         dtc = hg_all.new_empty(B, H)
-        for t in range(T - 1, -1, -1):
-            bs = B if batch_sizes is None else batch_sizes[t]
+
+        steps = lambda x, shift=0: _steps(x, batch_sizes, T, shift)  # noqa: E731
+        rows = lambda x: _prefixes(x, batch_sizes, T)  # noqa: E731
+        acts, tcs, c_new, c_prev = steps(act_all), steps(tc_all), steps(cs, 1), steps(cs)
+        ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
+        d_pres, d_cns, d_hgs, hgs = steps(dxg), steps(dcn), steps(dhg), steps(hg_all)
+        d_i, d_f, d_u, d_o = (steps(d) for d in dxg.split(H, -1))
+        grad_outs = steps(grad_out)
+        dhs, dcs, derivs, dtcs = rows(dh), rows(dc), rows(deriv), rows(dtc)
+        for t in range(_n_steps(batch_sizes, T) - 1, -1, -1):
             if t in blocks:  # these examples' last step: grads of h_n, c_n enter here
                 lo, hi = blocks[t]
                 dh[lo:hi] += grad_hn[lo:hi]
                 dc[lo:hi] += grad_cn[lo:hi]
-            if bs == 0:
-                continue
-            dh_t = dh[:bs].add_(grad_out[t, :bs])
-            act, tc, c, c_prev = act_all[t, :bs], tc_all[t, :bs], cs[t + 1, :bs], cs[t, :bs]
-            ingate, forgetgate, cellgate, outgate = act.chunk(4, 1)
-            d_pre = dxg[t, :bs]
-            d_i, d_f, d_u, d_o = d_pre.chunk(4, 1)
+            dh_t = dhs[t].add_(grad_outs[t])
+            tc = tcs[t]
             # h = o * tc
-            torch.mul(dh_t, tc, out=d_o)
-            torch.mul(dh_t, outgate, out=dtc[:bs])
+            torch.mul(dh_t, tc, out=d_o[t])
+            d_tc = torch.mul(dh_t, outgate[t], out=dtcs[t])
             # tc = tanh(LN(c)):  d LN(c) = d tc (1 - tc^2)
-            d_cn = dcn[t, :bs]
-            torch.mul(dtc[:bs], tc, out=d_cn)
-            torch.addcmul(dtc[:bs], d_cn, tc, value=-1, out=d_cn)
+            d_cn = torch.mul(d_tc, tc, out=d_cns[t])
+            torch.addcmul(d_tc, d_cn, tc, value=-1, out=d_cn)
             mean_c, rstd_c = stats_c[t]
-            dc_t = _layer_norm_backward(d_cn, c, (H,), mean_c, rstd_c, gain_c, None,
+            dc_t = _layer_norm_backward(d_cn, c_new[t], (H,), mean_c, rstd_c, gain_c, None,
                                         [True, False, False])[0]
-            dc_t.add_(dc[:bs])
+            dc_t.add_(dcs[t])
             # c = f c_prev + i tanh(u),  tanh(u) = 2 cellgate - 1
-            torch.addcmul(dc_t, dc_t, cellgate, value=-2, out=d_i)  # = -(dc * tanh(u))
-            torch.mul(dc_t, c_prev, out=d_f)
-            torch.mul(dc_t, ingate, out=d_u)
-            torch.mul(dc_t, forgetgate, out=dc[:bs])
+            torch.addcmul(dc_t, dc_t, cellgate[t], value=-2, out=d_i[t])  # = -(dc * tanh(u))
+            torch.mul(dc_t, c_prev[t], out=d_f[t])
+            torch.mul(dc_t, ingate[t], out=d_u[t])
+            torch.mul(dc_t, forgetgate[t], out=dcs[t])
             # through the sigmoids: d pre = d act * s (1 - s) * scale
-            torch.addcmul(act, act, act, value=-1, out=deriv[:bs])
-            d_pre.mul_(deriv[:bs]).mul_(scale)
+            act = acts[t]
+            torch.addcmul(act, act, act, value=-1, out=derivs[t])
+            d_pre = d_pres[t].mul_(derivs[t]).mul_(scale)
             # gates = LN(W_h h_{t-1}) + xg:  d (W_h h_{t-1}) through the LN
             mean_h, rstd_h = stats_h[t]
-            d_hg = dhg[t, :bs]
-            d_hg.copy_(_layer_norm_backward(d_pre, hg_all[t, :bs], (G,), mean_h, rstd_h, gain_h,
-                                            None, [True, False, False])[0])
-            dh[:bs] = linear_t(d_hg)
+            d_hg = d_hgs[t].copy_(_layer_norm_backward(d_pre, hgs[t], (G,), mean_h, rstd_h,
+                                                       gain_h, None, [True, False, False])[0])
+            linear_t(d_hg, out=dhs[t])
         if -1 in blocks:  # length-0 examples: h_n = h0, c_n = c0
             lo, hi = blocks[-1]
             dh[lo:hi] += grad_hn[lo:hi]
@@ -401,41 +430,40 @@ def _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, bloc
 
     hs = _zeros_or_empty(padded, T + 1, B, H, like=xg)  # hs[0] = h0, hs[t + 1] = h_t
     hs[0] = h0
-    if save:
-        hg_all = _zeros_or_empty(padded, T, B, G, like=xg)  # [W_h h; U h] (T, B, 3H)
-        rz_all = _zeros_or_empty(padded, T, B, 2 * H, like=xg)  # sigmoid gates r, z
-        un_all = xg.new_empty(T, B, H)      # LN(U h_{t-1}; g4, b4)
-        n_all = xg.new_empty(T, B, H)       # h~ = tanh(...)
-        stats_h, stats_u = [], []
-    else:
-        rz_buf, n_buf = xg.new_empty(B, 2 * H), xg.new_empty(B, H)
+    # the LN inputs W_h h (T, B, 2H) and U h (T, B, H), kept contiguous for the LN kernels
+    hg_rz = _scratch(save, padded, T, B, 2 * H, xg)
+    hg_u = _scratch(save, padded, T, B, H, xg)
+    rz_all = _scratch(save, padded, T, B, 2 * H, xg)  # sigmoid gates r, z
+    un_all = _scratch(save, padded, T, B, H, xg)      # 2 LN(U h_{t-1}; g4, b4)
+    n_all = _scratch(save, padded, T, B, H, xg)       # h~ = tanh(...)
+    stats_h, stats_u = [], []
 
-    for t in range(T):
-        bs = B if batch_sizes is None else batch_sizes[t]
-        if bs == 0:
-            break
-        h_prev = hs[t, :bs]
-        rz = rz_all[t, :bs] if save else rz_buf[:bs]
-        n = n_all[t, :bs] if save else n_buf[:bs]
-        hg = linear(h_prev, out=hg_all[t, :bs] if save else None)     # [W_h h; U h]  (B, 3H)
+    steps = lambda x, shift=0: _steps(x, batch_sizes, T, shift)  # noqa: E731
+    h_prev, h_new = steps(hs), steps(hs, 1)
+    x_rz, x_n = steps(xg[..., :2 * H]), steps(xg[..., 2 * H:])
+    hg_rzs, hg_us, rzs, uns, ns = (steps(a) for a in (hg_rz, hg_u, rz_all, un_all, n_all))
+    resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
+    for t in range(_n_steps(batch_sizes, T)):
+        hg = linear(h_prev[t])                                    # [W_h h; U h]  (B, 3H)
+        hg_rzs[t].copy_(hg[:, :2 * H])
+        hg_us[t].copy_(hg[:, 2 * H:])
         # r, z = sigmoid(LN(W_h h; g1, b1) + LN(W_x x; g2, b2))      LN over 2H jointly
-        a, mean_h, rstd_h = _layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
-        torch.sigmoid(a.add_(xg[t, :bs, :2 * H]), out=rz)
-        resetgate, updategate = rz.chunk(2, 1)
+        a, mean_h, rstd_h = _layer_norm(hg_rzs[t], (2 * H,), gain_h, bias_h, eps)
+        torch.sigmoid(a.add_(x_rz[t]), out=rzs[t])
         # h~ = tanh(LN(W x; g3, b3) + r * LN(U h; g4, b4))           computed as 2 sigmoid(2 .) - 1
-        un2, mean_u, rstd_u = _layer_norm(hg[:, 2 * H:], (H,), gain_u2, bias_u2, eps)
-        pre = torch.addcmul(xg[t, :bs, 2 * H:], resetgate, un2, value=0.5).mul_(2)
-        torch.sigmoid(pre, out=n).mul_(2).sub_(1)
+        un2, mean_u, rstd_u = _layer_norm(hg_us[t], (H,), gain_u2, bias_u2, eps)
+        pre = torch.addcmul(x_n[t], resetgate[t], un2, value=0.5).mul_(2)
+        torch.sigmoid(pre, out=ns[t]).mul_(2).sub_(1)
         # h_t = (1 - z) h~ + z h_{t-1}                               torch.nn.GRU's convention
-        torch.lerp(n, h_prev, updategate, out=hs[t + 1, :bs])
+        torch.lerp(ns[t], h_prev[t], updategate[t], out=h_new[t])
         if save:
-            un_all[t, :bs] = un2
+            uns[t].copy_(un2)
             stats_h.append((mean_h, rstd_h))
             stats_u.append((mean_u, rstd_u))
 
     out = hs[1:]  # rows of finished examples were never written: 0
     h_n = _final_state(out, h0, blocks)
-    saved = (hs, hg_all, rz_all, un_all, n_all, stats_h, stats_u) if save else None
+    saved = (hs, hg_rz, hg_u, rz_all, un_all, n_all, stats_h, stats_u) if save else None
     return out, h_n, saved
 
 
@@ -444,63 +472,67 @@ class _LNGRUFunction(torch.autograd.Function):
     def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, blocks, eps):
         out, h_n, saved = _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes,
                                        blocks, eps, save=True)
-        hs, hg_all, rz_all, un_all, n_all, stats_h, stats_u = saved
-        ctx.save_for_backward(w_hh, gain_h, gain_u, hs, hg_all, rz_all, un_all, n_all)
+        hs, hg_rz, hg_u, rz_all, un_all, n_all, stats_h, stats_u = saved
+        ctx.save_for_backward(w_hh, gain_h, gain_u, hs, hg_rz, hg_u, rz_all, un_all, n_all)
         ctx.stats = (stats_h, stats_u)
         ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
         return out, h_n
 
     @staticmethod
     def backward(ctx, grad_out, grad_hn):
-        w_hh, gain_h, gain_u, hs, hg_all, rz_all, un_all, n_all = ctx.saved_tensors
+        w_hh, gain_h, gain_u, hs, hg_rz, hg_u, rz_all, un_all, n_all = ctx.saved_tensors
         stats_h, stats_u = ctx.stats
         batch_sizes, blocks, eps = ctx.batch_sizes, ctx.blocks, ctx.eps
-        T, B, G = hg_all.shape
-        H = G // 3
+        T, B, H = hg_u.shape
+        G = 3 * H
         padded = batch_sizes is not None
         linear_t = _Linear(w_hh.t(), B)
 
-        dxg = _zeros_or_empty(padded, T, B, G, like=hg_all)
-        dhg = _zeros_or_empty(padded, T, B, G, like=hg_all)
+        dxg = _zeros_or_empty(padded, T, B, G, like=hg_u)   # grad of xg: [d(r, z) pre; d n pre]
+        dhg = _zeros_or_empty(padded, T, B, G, like=hg_u)   # grad of [W_h h; U h]
+        dun = _zeros_or_empty(padded, T, B, H, like=hg_u)   # grad of LN(U h)
         dh = grad_hn.new_zeros(B, H)
-        dn = hg_all.new_empty(B, H)
-        deriv = hg_all.new_empty(B, 2 * H)
-        for t in range(T - 1, -1, -1):
-            bs = B if batch_sizes is None else batch_sizes[t]
+        dn = hg_u.new_empty(B, H)
+        deriv = hg_u.new_empty(B, 2 * H)
+
+        steps = lambda x, shift=0: _steps(x, batch_sizes, T, shift)  # noqa: E731
+        rows = lambda x: _prefixes(x, batch_sizes, T)  # noqa: E731
+        rzs, ns, uns, h_prev = steps(rz_all), steps(n_all), steps(un_all), steps(hs)
+        resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
+        hg_rzs, hg_us, d_uns, grad_outs = steps(hg_rz), steps(hg_u), steps(dun), steps(grad_out)
+        d_rz, d_r, d_z, d_npre = (steps(d) for d in (dxg[..., :2 * H], dxg[..., :H],
+                                                     dxg[..., H:2 * H], dxg[..., 2 * H:]))
+        d_hrz, d_hu = steps(dhg[..., :2 * H]), steps(dhg[..., 2 * H:])
+        d_hgs = steps(dhg)
+        dhs, dns, derivs = rows(dh), rows(dn), rows(deriv)
+        for t in range(_n_steps(batch_sizes, T) - 1, -1, -1):
             if t in blocks:
                 lo, hi = blocks[t]
                 dh[lo:hi] += grad_hn[lo:hi]
-            if bs == 0:
-                continue
-            dh_t = dh[:bs].add_(grad_out[t, :bs])
-            rz, n, un2, h_prev = rz_all[t, :bs], n_all[t, :bs], un_all[t, :bs], hs[t, :bs]
-            resetgate, updategate = rz.chunk(2, 1)
-            d_pre = dxg[t, :bs]
-            d_r, d_z, d_npre = d_pre[:, :H], d_pre[:, H:2 * H], d_pre[:, 2 * H:]
+            dh_t = dhs[t].add_(grad_outs[t])
+            n = ns[t]
             # h = n + z (h_prev - n)
-            torch.mul(dh_t, updategate, out=dn[:bs])            # direct path: dh z
-            torch.sub(h_prev, n, out=d_z).mul_(dh_t)
-            torch.sub(dh_t, dn[:bs], out=dn[:bs])               # dn = dh (1 - z)
-            dh_t.sub_(dn[:bs])
+            d_n = torch.mul(dh_t, updategate[t], out=dns[t])     # direct path: dh z
+            torch.sub(h_prev[t], n, out=d_z[t]).mul_(dh_t)
+            torch.sub(dh_t, d_n, out=d_n)                        # dn = dh (1 - z)
+            dh_t.sub_(d_n)
             # n = tanh(npre):  d npre = dn (1 - n^2)
-            torch.mul(dn[:bs], n, out=d_npre)
-            torch.addcmul(dn[:bs], d_npre, n, value=-1, out=d_npre)
-            # npre = xn + r * un   (un2 = 2 un)
-            torch.mul(d_npre, un2, out=d_r).mul_(0.5)
-            d_un = torch.mul(d_npre, resetgate)
+            torch.mul(d_n, n, out=d_npre[t])
+            torch.addcmul(d_n, d_npre[t], n, value=-1, out=d_npre[t])
+            # npre = xn + r * un   (uns holds 2 un)
+            torch.mul(d_npre[t], uns[t], out=d_r[t]).mul_(0.5)
+            torch.mul(d_npre[t], resetgate[t], out=d_uns[t])
             # r, z = sigmoid(.)
-            torch.addcmul(rz, rz, rz, value=-1, out=deriv[:bs])
-            d_pre[:, :2 * H].mul_(deriv[:bs])
+            rz = rzs[t]
+            torch.addcmul(rz, rz, rz, value=-1, out=derivs[t])
+            d_rz[t].mul_(derivs[t])
             mean_h, rstd_h = stats_h[t]
             mean_u, rstd_u = stats_u[t]
-            hg = hg_all[t, :bs]
-            d_hg = dhg[t, :bs]
-            d_hg[:, :2 * H] = _layer_norm_backward(d_pre[:, :2 * H], hg[:, :2 * H], (2 * H,),
-                                                   mean_h, rstd_h, gain_h, None,
-                                                   [True, False, False])[0]
-            d_hg[:, 2 * H:] = _layer_norm_backward(d_un, hg[:, 2 * H:], (H,), mean_u, rstd_u,
-                                                   gain_u, None, [True, False, False])[0]
-            dh_t.add_(linear_t(d_hg))
+            d_hrz[t].copy_(_layer_norm_backward(d_rz[t], hg_rzs[t], (2 * H,), mean_h, rstd_h,
+                                                gain_h, None, [True, False, False])[0])
+            d_hu[t].copy_(_layer_norm_backward(d_uns[t], hg_us[t], (H,), mean_u, rstd_u, gain_u,
+                                               None, [True, False, False])[0])
+            dh_t.add_(linear_t(d_hgs[t]))
         if -1 in blocks:  # length-0 examples: h_n = h0
             lo, hi = blocks[-1]
             dh[lo:hi] += grad_hn[lo:hi]
@@ -508,14 +540,11 @@ class _LNGRUFunction(torch.autograd.Function):
         dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
         mean_h, rstd_h = _stack_stats(stats_h, T, B, padded)
         mean_u, rstd_u = _stack_stats(stats_u, T, B, padded)
-        _, dgain_h, dbias_h = _layer_norm_backward(
-            dxg[..., :2 * H].contiguous(), hg_all[..., :2 * H].contiguous(), (2 * H,), mean_h,
-            rstd_h, gain_h, gain_h, [False, True, True])
-        # d LN(U h) = d npre * r: recomputed for all steps at once
-        d_un_all = dxg[..., 2 * H:] * rz_all[..., :H]
-        _, dgain_u, dbias_u = _layer_norm_backward(
-            d_un_all, hg_all[..., 2 * H:].contiguous(), (H,), mean_u, rstd_u, gain_u, gain_u,
-            [False, True, True])
+        _, dgain_h, dbias_h = _layer_norm_backward(dxg[..., :2 * H].contiguous(), hg_rz,
+                                                   (2 * H,), mean_h, rstd_h, gain_h, gain_h,
+                                                   [False, True, True])
+        _, dgain_u, dbias_u = _layer_norm_backward(dun, hg_u, (H,), mean_u, rstd_u, gain_u,
+                                                   gain_u, [False, True, True])
         return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, None, None, None
 
 
