@@ -38,18 +38,28 @@ LENGTHS = {
 }
 
 
-@pytest.fixture(params=[False, True], ids=["packed-gemm", "torch.mm"])
-def gemm_path(request, monkeypatch):
-    """Run every comparison through both recurrent GEMMs (oneDNN packed and torch.mm)."""
-    if request.param:
+@pytest.fixture(params=["native", "torch-ops", "torch-ops-mm"])
+def step_path(request, monkeypatch):
+    """Run every comparison through each implementation of the step: the C kernel (LSTM, when a
+    compiler is available), torch ops with oneDNN's packed GEMM (whatever the size), torch ops
+    with torch.mm."""
+    if request.param == "native":
+        from layernorm.rnn import _native
+        if _native.load() is None:
+            pytest.skip("no C compiler: the C step kernel is unavailable (torch ops are used)")
+    else:
+        monkeypatch.setattr(fused, "USE_NATIVE", False)
+    if request.param == "torch-ops-mm":
         monkeypatch.setattr(fused, "_PACKED_OK", False)
+    else:
+        monkeypatch.setattr(fused, "_PACKED_MIN_FLOPS", 0)
     return request.param
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("lengths", list(LENGTHS))
 @pytest.mark.parametrize("T,B,H", [(6, 6, 7), (3, 1, 16), (9, 4, 32)])
-def test_fused_matches_reference_fp32(kind, lengths, T, B, H, gemm_path):
+def test_fused_matches_reference_fp32(kind, lengths, T, B, H, step_path):
     fn, ref, *_ = KINDS[kind]
     if LENGTHS[lengths] is not None:
         B = max(B, 6)

@@ -275,6 +275,108 @@ def _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
     return out, h_n, c_n, saved
 
 
+# ---- the same step in one C call per step (``_lstm_step.c``), float32 on the CPU -----------------
+
+# Set to False to force the torch-ops path (tests run both).
+USE_NATIVE = True
+
+
+def _native_lib(xg: torch.Tensor):
+    """The C step kernel when it applies (float32 CPU tensors) and builds here, else None."""
+    if not USE_NATIVE or xg.device.type != "cpu" or xg.dtype != torch.float32:
+        return None
+    from . import _native
+    return _native.load()
+
+
+class _Ptr:
+    """Address of x[t] for a (T, ...) tensor: base + t * stride (stride 0 for a reused buffer)."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x, self.base = x, x.data_ptr()
+        self.step = x.stride(0) * x.element_size()
+
+    def __getitem__(self, t: int) -> int:
+        return self.base + t * self.step
+
+
+def _lstm_forward_native(lib, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
+                         blocks, eps, save: bool):
+    """``_lstm_forward`` with the elementwise work of each step in one C call."""
+    T, B, G = xg.shape
+    H = G // 4
+    padded = batch_sizes is not None
+    linear = _Linear(w_hh, B)
+    params = [p.detach().contiguous() for p in (gain_h, bias_h, gain_c, bias_c)]
+    p_gain_h, p_bias_h, p_gain_c, p_bias_c = (p.data_ptr() for p in params)
+
+    hs = _zeros_or_empty(padded, T + 1, B, H, like=xg)
+    hs[0] = h0
+    cs = _zeros_or_empty(padded, T + 1, B, H, like=xg)
+    cs[0] = c0
+    act_all = _scratch(save, padded, T, B, G, xg)   # i, f, tanh(u), o (activations)
+    tc_all = _scratch(save, padded, T, B, H, xg)    # tanh(LN(c_t))
+    stats = [_scratch(save, padded, T, B, 1, xg) for _ in range(4)]  # mean/rstd of hg and c
+    p_xg, p_hs, p_cs, p_act, p_tc = (_Ptr(a) for a in (xg, hs, cs, act_all, tc_all))
+    p_mh, p_rh, p_mc, p_rc = (_Ptr(a) for a in stats)
+    h_prev = _steps(hs, batch_sizes, T)
+    hgs = []
+    for t in range(_n_steps(batch_sizes, T)):
+        bs = B if batch_sizes is None else batch_sizes[t]
+        hg = linear(h_prev[t])                                        # W_h h_{t-1}  (bs, 4H)
+        lib.lstm_forward_step(bs, H, eps, hg.data_ptr(), p_xg[t], p_gain_h, p_bias_h, p_gain_c,
+                              p_bias_c, p_cs[t], p_act[t], p_cs[t + 1], p_tc[t], p_hs[t + 1],
+                              p_mh[t], p_rh[t], p_mc[t], p_rc[t])
+        if save:
+            hgs.append(hg)
+    out = hs[1:]
+    h_n = _final_state(out, h0, blocks)
+    c_n = _final_state(cs[1:], c0, blocks)
+    saved = (hs, cs, hgs, act_all, tc_all, stats) if save else None
+    return out, h_n, c_n, saved
+
+
+def _lstm_backward_native(lib, ctx, grad_out, grad_hn, grad_cn):
+    hs, cs, act_all, tc_all, *stats = ctx.saved_tensors[3:]
+    w_hh, gain_h, gain_c = ctx.saved_tensors[:3]
+    hgs, batch_sizes, blocks = ctx.hgs, ctx.batch_sizes, ctx.blocks
+    T, B, G = act_all.shape
+    H = G // 4
+    padded = batch_sizes is not None
+    linear_t = _Linear(w_hh.t(), B)
+    gains = [g.detach().contiguous() for g in (gain_h, gain_c)]
+
+    grad_out = grad_out.contiguous()
+    dxg = _zeros_or_empty(padded, T, B, G, like=act_all)   # d pre: grad of xg and of LN_h
+    dhg = _zeros_or_empty(padded, T, B, G, like=act_all)   # grad of W_h h_{t-1}
+    dh, dc, dcn = (act_all.new_zeros(B, H) for _ in range(3))
+    acc = [torch.zeros(n, dtype=torch.float64) for n in (G, G, H, H)]  # LN params' grads
+    p_go, p_cs, p_act, p_tc, p_dxg, p_dhg = (_Ptr(a) for a in (grad_out, cs, act_all, tc_all,
+                                                                dxg, dhg))
+    p_mh, p_rh, p_mc, p_rc = (_Ptr(a) for a in stats)
+    fixed = [g.data_ptr() for g in gains]
+    p_acc = [a.data_ptr() for a in acc]
+    d_hgs, dhs = _steps(dhg, batch_sizes, T), _prefixes(dh, batch_sizes, T)
+    for t in range(_n_steps(batch_sizes, T) - 1, -1, -1):
+        if t in blocks:  # these examples' last step: grads of h_n, c_n enter here
+            lo, hi = blocks[t]
+            dh[lo:hi] += grad_hn[lo:hi]
+            dc[lo:hi] += grad_cn[lo:hi]
+        bs = B if batch_sizes is None else batch_sizes[t]
+        lib.lstm_backward_step(bs, H, dh.data_ptr(), p_go[t], dc.data_ptr(), p_act[t], p_tc[t],
+                               p_cs[t + 1], p_cs[t], hgs[t].data_ptr(), p_mh[t], p_rh[t],
+                               p_mc[t], p_rc[t], *fixed, p_dxg[t], p_dhg[t], dcn.data_ptr(),
+                               *p_acc)
+        linear_t(d_hgs[t], out=dhs[t])                 # dh_{t-1} = d(W_h h_{t-1}) @ W_h
+    if -1 in blocks:  # length-0 examples: h_n = h0, c_n = c0
+        lo, hi = blocks[-1]
+        dh[lo:hi] += grad_hn[lo:hi]
+        dc[lo:hi] += grad_cn[lo:hi]
+    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    dgain_h, dbias_h, dgain_c, dbias_c = (a.to(act_all.dtype) for a in acc)
+    return dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, None, None, None
+
+
 def _stack_stats(stats, T: int, B: int, padded: bool):
     """Per-step (mean, rstd) of shape (bs, 1) -> two (T, B, 1) tensors (0 for padded rows), in
     the statistics' dtype (float32 for half inputs)."""
@@ -292,16 +394,26 @@ def _stack_stats(stats, T: int, B: int, padded: bool):
 class _LNLSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, blocks, eps):
+        ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
+        ctx.lib = _native_lib(xg)
+        if ctx.lib is not None:
+            out, h_n, c_n, saved = _lstm_forward_native(ctx.lib, xg, h0, c0, w_hh, gain_h,
+                                                        bias_h, gain_c, bias_c, batch_sizes,
+                                                        blocks, eps, save=True)
+            hs, cs, ctx.hgs, act_all, tc_all, stats = saved
+            ctx.save_for_backward(w_hh, gain_h, gain_c, hs, cs, act_all, tc_all, *stats)
+            return out, h_n, c_n
         out, h_n, c_n, saved = _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
                                              batch_sizes, blocks, eps, save=True)
         hs, cs, hg_all, act_all, tc_all, stats_h, stats_c = saved
         ctx.save_for_backward(w_hh, gain_h, gain_c, hs, cs, hg_all, act_all, tc_all)
         ctx.stats = (stats_h, stats_c)
-        ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
         return out, h_n, c_n
 
     @staticmethod
     def backward(ctx, grad_out, grad_hn, grad_cn):
+        if ctx.lib is not None:
+            return _lstm_backward_native(ctx.lib, ctx, grad_out, grad_hn, grad_cn)
         w_hh, gain_h, gain_c, hs, cs, hg_all, act_all, tc_all = ctx.saved_tensors
         stats_h, stats_c = ctx.stats
         batch_sizes, blocks, eps = ctx.batch_sizes, ctx.blocks, ctx.eps
@@ -410,6 +522,10 @@ def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh:
         if needs_grad:
             return _LNLSTMFunction.apply(xg_, h0_, c0_, *rest, batch_sizes, blocks, eps)
         with torch.no_grad():
+            lib = _native_lib(xg_)
+            if lib is not None:
+                return _lstm_forward_native(lib, xg_.contiguous(), h0_, c0_, *rest, batch_sizes,
+                                            blocks, eps, save=False)[:3]
             return _lstm_forward(xg_.contiguous(), h0_, c0_, *rest, batch_sizes, blocks, eps,
                                  save=False)[:3]
 
