@@ -170,3 +170,28 @@ def test_modules_fused_path_equals_readable_loop(cls, packed):
     for (name, _), a, b in zip(module.named_parameters(), grads, grads64):
         scale = max(1.0, b.abs().max().item())
         torch.testing.assert_close(a.double(), b, atol=3e-5 * scale, rtol=1e-5, msg=name)
+
+
+def test_bench_rnn_cli_smoke(tmp_path, capsys):
+    """`layernorm bench rnn` on a tiny shape: every implementation measured, ratios, JSON."""
+    import json
+
+    from layernorm.cli import main
+
+    out = tmp_path / "rnn.json"
+    assert main(["bench", "rnn", "--shapes", "3x2x4x8", "--layers", "1", "2", "--repeat", "1",
+                 "--warmup", "0", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    impls = {(r["cell"], r["layers"], r["impl"]) for r in rows}
+    for layers in (1, 2):
+        assert {("lstm", layers, "torch.nn.LSTM"), ("lstm", layers, "layernorm.LSTM"),
+                ("lstm", layers, "TorchScript LN-LSTM"), ("gru", layers, "torch.nn.GRU"),
+                ("gru", layers, "layernorm.GRU")} <= impls
+    assert ("lstm", 1, "layernorm loop") in impls
+    for r in rows:
+        assert r["fwd ms"] > 0 and r["fwd+bwd ms"] > 0 and r["peak MB"] > 0
+        anchor = "torch.nn." + r["cell"].upper()
+        if r["impl"] == anchor:
+            assert r["ratio"] == r["fwd ratio"] == r["mem ratio"] == 1.0
+    printed = capsys.readouterr().out
+    assert "fwd+bwd ms" in printed and "TorchScript LN-LSTM" in printed
