@@ -220,8 +220,8 @@ def ref_ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=No
     h, outs = h0, []
     for t in range(T):
         hg = h @ w_hh.t()
-        r, z = torch.sigmoid(torch.nn.functional.layer_norm(hg[:, :2 * H], (2 * H,), gain_h,
-                                                            bias_h, eps) + xg[t, :, :2 * H]).chunk(2, 1)
+        a = torch.nn.functional.layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
+        r, z = torch.sigmoid(a + xg[t, :, :2 * H]).chunk(2, 1)
         un = torch.nn.functional.layer_norm(hg[:, 2 * H:], (H,), gain_u, bias_u, eps)
         n = torch.tanh(xg[t, :, 2 * H:] + r * un)
         h_new = (1 - z) * n + z * h

@@ -105,7 +105,7 @@ def test_fused_gradcheck_float64(kind, lengths):
 
 
 def test_fused_lengths_equal_running_each_example_alone():
-    """An example's result never depends on the padding or the other examples (LN is per example)."""
+    """An example's result never depends on padding or on the other examples (per-example LN)."""
     args = make_args("lstm", 7, 3, 5)
     lens = torch.tensor([4, 7, 2])
     out, h_n, c_n = ln_lstm_sequence(*args, lengths=lens)

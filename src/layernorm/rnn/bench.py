@@ -53,8 +53,8 @@ class _ScriptLNLSTMCell(nn.Module):
         H = hidden_size
         self.weight_ih = nn.Parameter(torch.randn(4 * H, input_size) / H ** 0.5)
         self.weight_hh = nn.Parameter(torch.randn(4 * H, H) / H ** 0.5)
-        self.gain_ih, self.bias_ih = nn.Parameter(torch.ones(4 * H)), nn.Parameter(torch.zeros(4 * H))
-        self.gain_hh, self.bias_hh = nn.Parameter(torch.ones(4 * H)), nn.Parameter(torch.zeros(4 * H))
+        self.gain_ih, self.gain_hh = (nn.Parameter(torch.ones(4 * H)) for _ in range(2))
+        self.bias_ih, self.bias_hh = (nn.Parameter(torch.zeros(4 * H)) for _ in range(2))
         self.gain_c, self.bias_c = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
         self.hidden_size = H
 

@@ -510,9 +510,10 @@ def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh:
         out (T, B, H), h_n (B, H), c_n (B, H): the last two at each example's true length.
     Differentiable in every tensor argument; the backward is hand-derived (see module doc).
     """
+    H = h0.shape[-1]
     T, B, H = _check_shapes("ln_lstm_sequence", xg, {"h0": h0, "c0": c0}, w_hh, 4,
-                            {"gain_h": (gain_h, 4 * h0.shape[-1]), "bias_h": (bias_h, 4 * h0.shape[-1]),
-                             "gain_c": (gain_c, h0.shape[-1]), "bias_c": (bias_c, h0.shape[-1])})
+                            {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H),
+                             "gain_c": (gain_c, H), "bias_c": (bias_c, H)})
     order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
     params = (w_hh, gain_h, bias_h, gain_c, bias_c)
     needs_grad = torch.is_grad_enabled() and any(
@@ -688,9 +689,10 @@ def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain
     Returns:
         out (T, B, H), h_n (B, H) (at each example's true length).
     """
+    H = h0.shape[-1]
     T, B, H = _check_shapes("ln_gru_sequence", xg, {"h0": h0}, w_hh, 3,
-                            {"gain_h": (gain_h, 2 * h0.shape[-1]), "bias_h": (bias_h, 2 * h0.shape[-1]),
-                             "gain_u": (gain_u, h0.shape[-1]), "bias_u": (bias_u, h0.shape[-1])})
+                            {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H),
+                             "gain_u": (gain_u, H), "bias_u": (bias_u, H)})
     order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
     params = (w_hh, gain_h, bias_h, gain_u, bias_u)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (xg, h0, *params))
