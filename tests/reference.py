@@ -39,7 +39,12 @@ def ref_batch_norm(x, weight=None, bias=None, eps=1e-5, unbiased=False):
     mu = a.sum(1, keepdim=True) / n
     var = ((a - mu) ** 2).sum(1, keepdim=True) / (n - 1 if unbiased else n)
     y = ((a - mu) / torch.sqrt(var + eps)).reshape(x64.shape).transpose(0, 1)
-    view = (1, -1) + (1,) * (x.dim() - 2)
+    return _channel_affine(y, weight, bias)
+
+
+def _channel_affine(y, weight, bias):
+    """y * weight[c] + bias[c] for (N, C, *spatial)."""
+    view = (1, -1) + (1,) * (y.dim() - 2)
     if weight is not None:
         y = y * weight.double().view(view)
     if bias is not None:
@@ -49,13 +54,7 @@ def ref_batch_norm(x, weight=None, bias=None, eps=1e-5, unbiased=False):
 
 def ref_conv_layer_norm(x, weight=None, bias=None, eps=1e-5):
     """Each example of (N, C, *spatial) over all its C * prod(spatial) values; per-channel affine."""
-    y = ref_layer_norm(x, x.dim() - 1, eps=eps)
-    view = (1, -1) + (1,) * (x.dim() - 2)
-    if weight is not None:
-        y = y * weight.double().view(view)
-    if bias is not None:
-        y = y + bias.double().view(view)
-    return y
+    return _channel_affine(ref_layer_norm(x, x.dim() - 1, eps=eps), weight, bias)
 
 
 # ---------------------------------------------------------------------------------------------

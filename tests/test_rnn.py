@@ -116,6 +116,12 @@ def test_bn_lstm_matches_reference_with_active_only_statistics():
     torch.testing.assert_close(out_pad, ref_out, atol=1e-10, rtol=1e-8)
     torch.testing.assert_close(h[0], ref_h, atol=1e-10, rtol=1e-8)
     torch.testing.assert_close(c[0], ref_c, atol=1e-10, rtol=1e-8)
+    # Equal lengths, padded input (the statistics of all steps in one reduction).
+    full = torch.randn(4, 3, I, dtype=torch.float64)
+    out, (h, c) = m(full)
+    ref_out, ref_h, ref_c = ref_bn_lstm(full, [4, 4, 4], _paper_params(m, "LSTM")[0][0])
+    torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(c[0], ref_c, atol=1e-10, rtol=1e-8)
     # The same batch padded with garbage and run as a full-length batch is different: the
     # statistics then include the padding, which the packed run excluded.
     garbage = padded + 10 * (torch.arange(6)[:, None, None] >= torch.tensor(lengths)[:, None])
@@ -151,6 +157,17 @@ def test_bn_lstm_running_statistics_per_time_step():
     # Eval output of an example does not depend on the batch (running statistics).
     alone, _ = m(y[:, :1])
     torch.testing.assert_close(alone[:, 0], changed[:, 0])
+    # Packed (step by step) and padded (all steps at once) read the same statistics.
+    packed, _ = m(pack_sequence(list(y.transpose(0, 1))))
+    torch.testing.assert_close(nn.utils.rnn.pad_packed_sequence(packed)[0], changed)
+    # Training, too: equal-length packed and padded batches give the same outputs and updates.
+    m.train()
+    twin = L.LSTM(I, H, norm="batch", max_length=10)
+    twin.load_state_dict(m.state_dict())
+    torch.testing.assert_close(nn.utils.rnn.pad_packed_sequence(
+        twin(pack_sequence(list(y.transpose(0, 1))))[0])[0], m(y)[0])
+    for (name, a), b in zip(m.named_buffers(), twin.buffers()):
+        torch.testing.assert_close(a, b, msg=name)
 
 
 def test_bn_lstm_training_needs_two_examples():
@@ -168,6 +185,10 @@ def test_none_equals_torch_with_copied_weights(mode):
     theirs = torch_cls(I, H, num_layers=2, bidirectional=True, batch_first=True)
     ours = ours_cls.from_torch(theirs, norm="none")
     assert list(ours.state_dict()) == list(theirs.state_dict())
+    ln = ours_cls.from_torch(theirs, norm="layer", gain_init=0.5)
+    for name, p in theirs.named_parameters():
+        assert torch.equal(getattr(ln, name), p), name
+    assert all(p.eq(0.5).all() for n, p in ln.named_parameters() if n.startswith("gain"))
     for inp in (torch.randn(3, 6, I), pack_sequence(_sequences([3, 6, 1], torch.float32),
                                                     enforce_sorted=False)):
         a, sa = ours(inp)
@@ -289,20 +310,22 @@ def test_gain_init_and_layer_parameters():
 
 @pytest.mark.parametrize("mode,norm", [("LSTM", "layer"), ("GRU", "layer"), ("RNN", "layer"),
                                        ("LSTM", "batch")])
-def test_gradcheck_float64(mode, norm):
+def test_gradcheck_float64_inputs_and_parameters(mode, norm):
     m = _randomize(CLASSES[mode][0](2, 3, bidirectional=True, norm=norm, dtype=torch.float64))
     seqs = [torch.randn(n, 2, dtype=torch.float64, requires_grad=True) for n in (3, 3, 2)]
-    params = list(m.parameters())
+    names, params = zip(*((n, p.detach().clone().requires_grad_()) for n, p in
+                          m.named_parameters()))
 
     def f(*inputs):
-        out, state = m(pack_sequence(list(inputs[:3])))
+        ps = dict(zip(names, inputs[3:]))
+        out, state = torch.func.functional_call(m, ps, (pack_sequence(list(inputs[:3])),))
         return (out.data,) + _final(mode, state)
 
-    assert torch.autograd.gradcheck(f, tuple(seqs), eps=1e-6, atol=1e-5)
-    out = f(*seqs)[0]
-    grads = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
-    for (name, _), g in zip(m.named_parameters(), grads):
-        assert g is not None and torch.isfinite(g).all(), name
+    assert torch.autograd.gradcheck(f, tuple(seqs) + params, eps=1e-6, atol=1e-5,
+                                    fast_mode=True)
+    grads = torch.autograd.grad(f(*seqs, *params)[0].square().sum(), params)
+    for name, g in zip(names, grads):
+        assert torch.isfinite(g).all() and g.abs().sum() > 0, name
 
 
 # ------------------------------------------------------------------------------------------
@@ -330,6 +353,8 @@ def test_bad_input_errors_name_expected_and_received():
         m(torch.ones(3, 2, I, dtype=torch.long))
     with pytest.raises(ValueError, match="proj_size"):
         L.LSTM.from_torch(nn.LSTM(I, H, proj_size=2))
+    with pytest.raises(TypeError, match=r"expected a torch.nn.GRU, received LSTM"):
+        L.GRU.from_torch(nn.LSTM(I, H))
 
 
 # ------------------------------------------------------------------------------------------
@@ -346,3 +371,68 @@ def test_cuda_matches_cpu(norm):
     out_gpu, (h_gpu, c_gpu) = m.cuda()(x.to("cuda"))
     torch.testing.assert_close(out_gpu.data.cpu(), out.data, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(h_gpu.cpu(), h, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager():
+    m = _randomize(L.LSTM(I, H, norm="layer"))
+    x = torch.randn(2, 2, I)
+    compiled = torch.compile(m, backend="aot_eager")
+    out, (h, c) = compiled(x)
+    torch.testing.assert_close(out, m(x)[0])
+    (g,) = torch.autograd.grad(out.sum(), [m.gain_hh_l0])
+    assert torch.isfinite(g).all() and g.abs().sum() > 0
+
+
+@pytest.mark.skipif(getattr(__import__("layernorm.rnn.modules").rnn.modules, "_fused") is None,
+                    reason="layernorm.rnn.fused (the fast path) is not in this checkout")
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_fused_path_matches_the_loop(mode):
+    m = _randomize(CLASSES[mode][0](I, H, num_layers=2, bidirectional=True, dtype=torch.float64))
+    x = pack_sequence(_sequences([3, 6, 2]), enforce_sorted=False)
+    results = []
+    for use_fused in (True, False):
+        m.use_fused = use_fused
+        out, state = m(x)
+        outputs = [out.data, *_final(mode, state)]
+        results.append(outputs + list(torch.autograd.grad(sum(o.sum() for o in outputs),
+                                                           list(m.parameters()))))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("mode", ["GRU", "RNN"])
+def test_batch_norm_gru_and_rnn_train_and_eval(mode):
+    m = _randomize(CLASSES[mode][0](I, H, norm="batch", max_length=4))
+    x = pack_sequence(_sequences([5, 4, 4], torch.float32))
+    out, _ = m(x)
+    assert torch.isfinite(out.data).all()
+    # Step 4 has one active example: no update there (and beyond max_length anyway).
+    assert m.num_batches_tracked.tolist() == [1, 1, 1, 1]
+    # The examples of a batch interact in training, not in eval.
+    y = torch.randn(3, 4, I)
+    assert not torch.allclose(m(y)[0][:, :2], m(y[:, :2])[0], atol=1e-4)
+    m.eval()
+    torch.testing.assert_close(m(y)[0][:, :2], m(y[:, :2])[0])
+
+
+def test_bn_lstm_cell_uses_the_statistics_of_its_time_step():
+    cell = L.LSTMCell(I, H, norm="batch", max_length=3)
+    x = torch.randn(4, I) * 2 + 1
+    h, c = cell(x, time_step=1)
+    assert cell.num_batches_tracked.tolist() == [0, 1, 0]
+    assert cell.running_mean_ih[0].eq(0).all() and not cell.running_mean_ih[1].eq(0).all()
+    cell.eval()
+    assert not torch.allclose(cell(x, time_step=0)[0], cell(x, time_step=1)[0])
+    torch.testing.assert_close(cell(x, time_step=1)[0], cell(x, time_step=5)[0])
+    with pytest.raises(ValueError, match="more than one value per channel"):
+        cell.train()(x[:1], time_step=2)
+
+
+def test_bfloat16_close_to_float32():
+    m = _randomize(L.LSTM(I, H, num_layers=2, norm="layer"))
+    x = torch.randn(4, 3, I)
+    out32, _ = m(x)
+    out16, _ = m.to(torch.bfloat16)(x.bfloat16())
+    assert out16.dtype == torch.bfloat16
+    torch.testing.assert_close(out16.float(), out32, atol=5e-2, rtol=5e-2)

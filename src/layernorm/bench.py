@@ -18,14 +18,15 @@ def _sync(device: torch.device | str | None) -> None:
 
 def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 3, repeat: int = 15,
             device: torch.device | str | None = None) -> dict[str, float]:
-    """Median milliseconds of each function. Rounds interleave the candidates so that drift in the
-    machine's speed (other load, frequency) hits all of them alike."""
+    """Median milliseconds of each function. Rounds interleave the candidates, in alternating order,
+    so that drift in the machine's speed (other load, frequency) and the order hit all alike."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for r in range(repeat):
+        for name, fn in (order if r % 2 == 0 else order[::-1]):
             _sync(device)
             t0 = time.perf_counter()
             fn()

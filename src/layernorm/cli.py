@@ -9,6 +9,10 @@ import sys
 COMMAND_MODULES = (
     "layernorm.demo",
     "layernorm.bench",
+    "layernorm.analysis.invariance",
+    "layernorm.analysis.geometry",
+    "layernorm.experiments.cli",
+    "layernorm.data.cli",
 )
 
 

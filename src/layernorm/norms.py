@@ -23,6 +23,13 @@ from . import functional as LF
 from ._checks import check_channels, check_choice, check_float, check_nonempty
 
 
+def _affine_parameters(module: nn.Module, n: int, affine: bool, device, dtype) -> None:
+    """Per-channel gain ``weight`` and ``bias`` of shape (n,), or None for both."""
+    for name in ("weight", "bias"):
+        p = nn.Parameter(torch.empty(n, device=device, dtype=dtype)) if affine else None
+        module.register_parameter(name, p)
+
+
 class LayerNorm(nn.LayerNorm):
     """Layer norm over the trailing ``normalized_shape`` (paper eq. 3).
 
@@ -57,13 +64,7 @@ class ConvLayerNorm(nn.Module):
                  device=None, dtype=None) -> None:
         super().__init__()
         self.num_channels, self.eps, self.affine = num_channels, eps, affine
-        factory = {"device": device, "dtype": dtype}
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_channels, **factory))
-            self.bias = nn.Parameter(torch.empty(num_channels, **factory))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, num_channels, affine, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -96,13 +97,8 @@ class BatchNorm(nn.Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats, self.unbiased = affine, track_running_stats, unbiased
+        _affine_parameters(self, num_features, affine, device, dtype)
         factory = {"device": device, "dtype": dtype}
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_features, **factory))
-            self.bias = nn.Parameter(torch.empty(num_features, **factory))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
         if track_running_stats:
             self.register_buffer("running_mean", torch.zeros(num_features, **factory))
             self.register_buffer("running_var", torch.ones(num_features, **factory))

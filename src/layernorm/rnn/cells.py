@@ -60,18 +60,19 @@ class Term:
     norm: "layer" | "batch" | "none"; groups: sizes of the unit groups normalized jointly (LN);
     gain: (G,) or None; bias: (G,) or None. For "batch": ``running`` = (mean, var) buffers of shape
     (max_length, G), ``batch_sizes`` = examples active at each step (sorted by decreasing length,
-    so the active ones are a prefix) or None when all are, ``eval_slots`` = number of trained
-    steps (the slot used for step t in eval is min(t, eval_slots - 1)).
+    so the active ones are a prefix) or None when all are, ``last_slot`` = the last step whose
+    running statistics were trained (step t in eval uses slot min(t, last_slot)).
     """
 
     def __init__(self, norm: str, groups: Sequence[int], gain: torch.Tensor | None,
                  bias: torch.Tensor | None, *, eps: float = 1e-5, training: bool = False,
                  running: tuple[torch.Tensor, torch.Tensor] | None = None,
                  momentum: float = 0.1, batch_sizes: Sequence[int] | None = None,
-                 eval_slots: int = 1, who: str = "") -> None:
-        self.norm, self.groups, self.gain, self.bias, self.eps = norm, tuple(groups), gain, bias, eps
+                 last_slot: int = 0, who: str = "") -> None:
+        self.norm, self.groups, self.eps = norm, tuple(groups), eps
+        self.gain, self.bias = gain, bias
         self.training, self.running, self.momentum = training, running, momentum
-        self.batch_sizes, self.eval_slots, self.who = batch_sizes, eval_slots, who
+        self.batch_sizes, self.last_slot, self.who = batch_sizes, last_slot, who
 
     def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
         if self.norm == "none":
@@ -80,16 +81,38 @@ class Term:
             return self._batch(a, t)
         if len(self.groups) == 1:
             return LF.layer_norm(a, self.groups[0], self.gain, self.bias, self.eps)
-        biases = self.bias.split(self.groups) if self.bias is not None else (None,) * len(self.groups)
+        k = len(self.groups)
+        biases = self.bias.split(self.groups) if self.bias is not None else (None,) * k
         return torch.cat([LF.layer_norm(part, part.shape[-1], g, b, self.eps) for part, g, b in
                           zip(a.split(self.groups, -1), self.gain.split(self.groups), biases)], -1)
 
     def all_steps(self, a: torch.Tensor) -> torch.Tensor:
-        """The term for every step of a (T, B, G) sequence at once (batch norm: step by step, each
-        with its own statistics)."""
+        """The term for every step of a (T, B, G) sequence at once. Batch norm keeps separate
+        statistics per step: one reduction over the batch dim when every example is active,
+        step by step otherwise."""
         if self.norm != "batch":
             return self(a)
-        return torch.stack([self(a[t], t) for t in range(a.shape[0])])
+        if self.batch_sizes is not None:
+            return torch.stack([self(a[t], t) for t in range(a.shape[0])])
+        if self.training:
+            LF.check_batch_size(a[0], self.who)
+            mean, var = LF.moments(a, (1,))                          # (T, 1, G)
+            self._update(0, mean[:, 0], var[:, 0], a.shape[1])
+        else:
+            slots = torch.arange(a.shape[0], device=a.device).clamp(max=self.last_slot)
+            mean, var = self.running[0][slots].unsqueeze(1), self.running[1][slots].unsqueeze(1)
+        return LF.apply_moments(a, mean, var, weight=self.gain, bias=self.bias, eps=self.eps)
+
+    @torch.no_grad()
+    def _update(self, t0: int, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
+        """Running statistics of steps t0, t0 + 1, ... (rows of mean, var: (k, G)) from batch
+        statistics over n examples; steps past max_length keep none. The running variance is the
+        unbiased estimate, as in torch's BatchNorm."""
+        mean_buf, var_buf = self.running
+        k = min(mean.shape[0], mean_buf.shape[0] - t0)
+        if k > 0:
+            mean_buf[t0:t0 + k].lerp_(mean[:k].to(mean_buf.dtype), self.momentum)
+            var_buf[t0:t0 + k].lerp_((var[:k] * (n / (n - 1))).to(var_buf.dtype), self.momentum)
 
     def _batch(self, a: torch.Tensor, t: int | None) -> torch.Tensor:
         """Batch norm of a (B, G) term at step t over the examples active at t (a prefix)."""
@@ -100,16 +123,12 @@ class Term:
             LF.check_batch_size(a[:n], self.who)
         if self.training and n >= 2:
             # Statistics of the active examples only: padding never enters them.
-            mean, var = LF.moments(a[:n], (0,))
-            if t < mean_buf.shape[0]:
-                with torch.no_grad():  # running variance is the unbiased estimate, as torch's BN
-                    mean_buf[t].lerp_(mean.flatten().to(mean_buf.dtype), self.momentum)
-                    var_buf[t].lerp_((var * (n / (n - 1))).flatten().to(var_buf.dtype),
-                                     self.momentum)
+            mean, var = LF.moments(a[:n], (0,))                      # (1, G)
+            self._update(t, mean, var, n)
         else:
             # Eval, or a training step with a single active example (no batch statistics exist):
             # the running statistics of this step; steps past the trained length reuse the last.
-            slot = min(t, max(self.eval_slots, 1) - 1)
+            slot = min(t, self.last_slot)
             mean, var = mean_buf[slot], var_buf[slot]
         return LF.apply_moments(a, mean, var, weight=self.gain, bias=self.bias, eps=self.eps)
 
@@ -180,13 +199,14 @@ class RecurrentBase(nn.Module):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{type(self).__name__} expected {name} to be a positive int, "
                                  f"received {value!r}. Pass e.g. {name}=16.")
-        self.mode, self.input_size, self.hidden_size, self.bias = mode, input_size, hidden_size, bias
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.bias = bias
         self.norm, self.eps, self.momentum, self.max_length = norm, eps, momentum, max_length
         # Cooijmans et al. initialise batch-norm gains at 0.1; the paper's LN gains start at 1.
-        self.gain_init = (0.1 if norm == "batch" else 1.0) if gain_init is None else float(gain_init)
+        default_gain = 0.1 if norm == "batch" else 1.0
+        self.gain_init = default_gain if gain_init is None else float(gain_init)
         self.nonlinearity = nonlinearity
         self._factory = {"device": device, "dtype": dtype}
-        self._suffixes: list[str] = []
         if norm == "batch":
             self.register_buffer("num_batches_tracked",
                                  torch.zeros(max_length, dtype=torch.long, device=device))
@@ -222,7 +242,6 @@ class RecurrentBase(nn.Module):
                                      torch.zeros(self.max_length, size, **f))
                 self.register_buffer(f"running_var{term}{suffix}",
                                      torch.ones(self.max_length, size, **f))
-        self._suffixes.append(suffix)
 
     def reset_parameters(self) -> None:
         """torch's initialisation, U(-1/sqrt(H), 1/sqrt(H)), for the weights (and, with
@@ -262,9 +281,10 @@ class RecurrentBase(nn.Module):
         g = lambda name: self._get(name, suffix)  # noqa: E731
         common = {"eps": self.eps, "training": self.training, "momentum": self.momentum,
                   "batch_sizes": batch_sizes, "who": who}
-        if self.norm == "batch":
-            trained = int((self.num_batches_tracked > 0).sum()) if not self.training else 1
-            common["eval_slots"] = trained
+        if self.norm == "batch" and (not self.training or min(batch_sizes or [2]) < 2):
+            # Eval (or a training step with one active example) reads the running statistics.
+            trained = self.num_batches_tracked.nonzero()
+            common["last_slot"] = int(trained.max()) if len(trained) else 0
         run = lambda term: ((g("running_mean" + term), g("running_var" + term))  # noqa: E731
                             if self.norm == "batch" else None)
         if self.mode == "RNN":
@@ -280,13 +300,15 @@ class RecurrentBase(nn.Module):
                               **common)
         return terms
 
-    def _input_term(self, x: torch.Tensor, suffix: str, terms: dict[str, Term]) -> torch.Tensor:
+    def _input_term(self, x: torch.Tensor, suffix: str, terms: dict[str, Term],
+                    time_step: int = 0) -> torch.Tensor:
         """W_x x for every step at once, normalized (LSTM, GRU); for the RNN the normalization
-        acts on the sum with W_h h, so only W_x x. x: (T, B, I) or (B, I) -> (..., G)."""
+        acts on the sum with W_h h, so only W_x x. x: (T, B, I), or (B, I) at step time_step
+        -> (..., G)."""
         xw = F.linear(x, self._get("weight_ih", suffix))
         if self.mode == "RNN":
             return xw
-        return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, 0)
+        return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, time_step)
 
     def _step_fn(self, suffix: str, terms: dict[str, Term]) -> StepFn:
         """step(xg_t, state, t) -> new state (h_t first) for one direction."""
@@ -365,7 +387,7 @@ class _Cell(RecurrentBase):
         if not batched:
             input, hx = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx)
         terms = self._terms("")
-        xg = self._input_term(input, "", terms)
+        xg = self._input_term(input, "", terms, time_step)
         new = self._step_fn("", terms)(xg, hx, time_step)
         self._count_steps([time_step])
         return new if batched else tuple(h.squeeze(0) for h in new)
@@ -377,10 +399,9 @@ class _Cell(RecurrentBase):
     def from_torch(cls, cell: nn.Module, *, norm: str = "layer", **kwargs):
         """Build from a torch.nn.{LSTM,GRU,RNN}Cell, copying its weights (norm="none": same
         outputs as the torch cell)."""
-        expected = {"LSTMCell": nn.LSTMCell, "GRUCell": nn.GRUCell, "RNNCell": nn.RNNCell}[
-            cls.__name__]
+        expected = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell, "RNN": nn.RNNCell}[cls._mode]
         if not isinstance(cell, expected):
-            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{cls.__name__}, "
+            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{expected.__name__}, "
                             f"received {type(cell).__name__}. Pass the matching torch cell.")
         if isinstance(cell, nn.RNNCell):
             kwargs.setdefault("nonlinearity", cell.nonlinearity)

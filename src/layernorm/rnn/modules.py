@@ -144,8 +144,9 @@ class _Stack(RecurrentBase):
         suffix = self._suffix(layer, direction)
         terms = self._terms(suffix, batch_sizes)
         xg = self._input_term(x, suffix, terms)                      # (T, B, G)
+        # Under torch.compile the loop is traced and fused by the compiler instead.
         if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
-                self.norm == "layer" and self.bias:
+                self.norm == "layer" and self.bias and not torch.compiler.is_compiling():
             g = lambda name: self._get(name, suffix)  # noqa: E731
             if self.mode == "GRU":  # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
                 H2 = 2 * self.hidden_size
@@ -164,13 +165,12 @@ class _Stack(RecurrentBase):
         if packed:
             # Work in the packed (decreasing length) order: active examples are a prefix.
             x, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes))
+            self._check_input(x)
             batch_sizes = input.batch_sizes.tolist()
         else:
             self._check_input(input)
             x = input.transpose(0, 1) if self.batch_first else input
-            batch_sizes = None
-        if packed:
-            self._check_input(x)
+            batch_sizes = lengths = None                 # lengths: (B,) int64 on the CPU
         T, B = x.shape[0], x.shape[1]
         n_state = 2 if self.mode == "LSTM" else 1
         if hx is None:
@@ -180,11 +180,10 @@ class _Stack(RecurrentBase):
             self._check_hx(hx, B)
             if packed and input.sorted_indices is not None:
                 hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
-        lengths_cpu = lengths if packed else None
         if packed:
-            lengths = lengths.to(x.device)
-            mask = (torch.arange(T, device=x.device).unsqueeze(1) < lengths).unsqueeze(-1)
-            rev = _reverse_index(lengths, T).unsqueeze(-1)                 # (T, B, 1)
+            on_device = lengths.to(x.device)
+            mask = (torch.arange(T, device=x.device).unsqueeze(1) < on_device).unsqueeze(-1)
+            rev = _reverse_index(on_device, T).unsqueeze(-1)               # (T, B, 1)
             reverse = lambda y: y.gather(0, rev.expand(-1, -1, y.shape[-1]))  # noqa: E731
         else:
             mask = None
@@ -199,7 +198,7 @@ class _Stack(RecurrentBase):
                 state0 = tuple(h[k] for h in hx)
                 xd = reverse(layer_input) if d else layer_input
                 out, state = self._run_direction(layer, d, xd, state0, mask, batch_sizes,
-                                                 lengths_cpu)
+                                                 lengths)
                 outs.append(reverse(out) if d else out)
                 finals.append(state)
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
@@ -210,7 +209,7 @@ class _Stack(RecurrentBase):
 
         h_n = tuple(torch.stack([s[i] for s in finals]) for i in range(n_state))
         if packed:
-            data = pack_padded_sequence(layer_input, lengths.cpu()).data
+            data = pack_padded_sequence(layer_input, lengths).data
             output = PackedSequence(data, input.batch_sizes, input.sorted_indices,
                                     input.unsorted_indices)
             if input.unsorted_indices is not None:
@@ -227,9 +226,9 @@ class _Stack(RecurrentBase):
         weights and adds the normalization (gains ``gain_init``, normalization biases are torch's
         ``bias_ih`` / ``bias_hh``). Extra keyword arguments go to the constructor.
         """
-        expected = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[cls.__name__]
+        expected = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[cls._mode]
         if not isinstance(module, expected):
-            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{cls.__name__}, "
+            raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{expected.__name__}, "
                             f"received {type(module).__name__}. Pass the matching torch module.")
         if getattr(module, "proj_size", 0):
             raise ValueError(f"{cls.__name__}.from_torch received an LSTM with proj_size="

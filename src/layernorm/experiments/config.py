@@ -1,0 +1,82 @@
+"""The typed config of one training run. Saved as ``config.json`` in the run directory; a run
+directory belongs to exactly one config."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+OPTIMIZERS = ("adam", "sgd", "rmsprop")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class Config:
+    experiment: str = ""            # the registry name that produced it ("" for ad-hoc runs)
+    dataset: str = "digits"         # a name in layernorm.data.DATASETS
+    model: str = "mlp"              # a name in the model registry (register_model)
+    norm: str = "layer"             # a name in layernorm.norms.NORMS, handed to the model builder
+    batch_size: int = 32            # examples per optimizer step (the global batch under DDP)
+    optimizer: str = "adam"         # adam | sgd | rmsprop (torch.optim defaults otherwise)
+    lr: float = 1e-3
+    epochs: float | None = None     # length of training: epochs ...
+    steps: int | None = None        # ... or optimizer steps; exactly one of the two
+    eval_every: int | None = None   # steps between evaluations; None: once per epoch
+    checkpoint_every: int | None = None   # steps between checkpoints; None: at every evaluation
+    seed: int = 0                   # model init, dropout and data order; same seed, same numbers
+    device: str = "auto"            # auto (cuda if available) | cpu | cuda
+    grad_clip: float | None = None  # clip the global gradient norm (paper 6.2 used 10)
+    weight_decay: float = 0.0
+    tag: str = ""                   # distinguishes configs that share norm/batch/seed in a run name
+    model_args: dict = field(default_factory=dict)   # keyword arguments of the model builder
+    data_args: dict = field(default_factory=dict)    # keyword arguments of the dataset loader
+
+    def validate(self) -> "Config":
+        """Check every field against what exists; raise a ValueError that names the fix."""
+        from .._checks import check_choice
+        from ..data import DATASETS
+        from ..norms import NORMS
+        from .registry import MODELS, load_registered
+        load_registered()
+        check_choice(self.dataset, DATASETS, "dataset")
+        check_choice(self.model, MODELS, "model")
+        check_choice(self.norm, NORMS, "norm")
+        check_choice(self.optimizer, OPTIMIZERS, "optimizer")
+        check_choice(self.device, DEVICES, "device")
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) \
+                or self.batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, received {self.batch_size!r}. "
+                             f"Pass e.g. --batch-size 32.")
+        if (self.epochs is None) == (self.steps is None):
+            raise ValueError(f"give exactly one of epochs and steps, received epochs="
+                             f"{self.epochs!r}, steps={self.steps!r}.")
+        if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
+            raise ValueError(f"steps must be an integer >= 1, received {self.steps!r}.")
+        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
+            raise ValueError(f"epochs must be a positive number, received {self.epochs!r}.")
+        for name in ("eval_every", "checkpoint_every"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be None or an integer >= 1, received {v!r}.")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, received {self.lr!r}.")
+        return self
+
+    def to_dict(self) -> dict:
+        """JSON-normalized (tuples become lists), as stored in config.json."""
+        return json.loads(json.dumps(asdict(self), sort_keys=True))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"config has unknown fields {unknown}; known fields are "
+                             f"{sorted(known)}. Was it written by another version of layernorm?")
+        return cls(**d)
+
+    def run_name(self) -> str:
+        """The run directory's name inside an experiment's output folder."""
+        parts = ([self.tag] if self.tag else []) + [self.norm, f"bs{self.batch_size}",
+                                                    f"seed{self.seed}"]
+        return "-".join(parts)

@@ -1,0 +1,105 @@
+"""Registries of model builders and named experiments.
+
+    @register_model("mlp")
+    def mlp(dataset, norm, hidden=(1000, 1000)) -> nn.Module: ...
+
+    @register_experiment("digits-mlp", claim="6.6: ...", section="6.6")
+    def digits_mlp(preset) -> list[Config]: ...     # preset: "tiny" | "quick" | "full"
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import importlib
+import inspect
+
+from .._checks import check_choice
+from .config import Config
+
+PRESETS = ("tiny", "quick", "full")
+
+# Modules whose import registers models and experiments (one line per module, like the CLI's
+# COMMAND_MODULES). Loaded on first use, so `import layernorm` stays light.
+EXPERIMENT_MODULES = (
+    "layernorm.experiments.builtin",
+)
+
+
+def load_registered() -> None:
+    for name in EXPERIMENT_MODULES:
+        importlib.import_module(name)
+
+MODELS: dict[str, Callable] = {}
+
+
+def register_model(name: str):
+    """Decorator: register ``fn(dataset: Dataset, norm: str, **model_args) -> nn.Module``.
+
+    The module's ``forward(x)`` (or ``forward(x, lengths=...)`` for datasets with lengths) returns
+    logits (N, C) or (N, T, C) for "classify" tasks, predictions (N,) or (N, 1) for "regress".
+    Optional hook: ``extra_metrics(x) -> dict`` (JSON values), added to every metrics row.
+    """
+    def deco(fn):
+        if name in MODELS:
+            raise ValueError(f"model {name!r} is already registered; pick another name.")
+        MODELS[name] = fn
+        return fn
+    return deco
+
+
+def build_model(config: Config, dataset):
+    load_registered()
+    check_choice(config.model, MODELS, "model")
+    fn = MODELS[config.model]
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        accepted = [n for n in params][2:]
+        unknown = sorted(set(config.model_args) - set(accepted))
+        if unknown:
+            raise ValueError(f"model {config.model!r} got unknown model_args {unknown}; it "
+                             f"accepts {accepted}. Fix the names in model_args.")
+    return fn(dataset, config.norm, **config.model_args)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    claim: str          # the paper sentence / seed claim it tests, one line
+    section: str        # "6.6", "seed", ...
+    make_configs: Callable[[str], list[Config]]
+    needs_download: bool = False
+
+    def configs(self, preset: str = "quick") -> list[Config]:
+        """The experiment's configs for ``preset``, validated, with unique run names."""
+        check_choice(preset, PRESETS, "preset")
+        configs = list(self.make_configs(preset))
+        seen: dict[str, Config] = {}
+        for c in configs:
+            if not c.experiment:
+                c.experiment = self.name
+            c.validate()
+            if c.run_name() in seen:
+                raise ValueError(f"experiment {self.name!r} ({preset}) has two configs named "
+                                 f"{c.run_name()!r}; give them different `tag`s.")
+            seen[c.run_name()] = c
+        return configs
+
+
+EXPERIMENTS: dict[str, Experiment] = {}
+
+
+def register_experiment(name: str, *, claim: str, section: str, needs_download: bool = False):
+    """Decorator: register ``fn(preset) -> list[Config]`` as experiment ``name``."""
+    def deco(fn):
+        if name in EXPERIMENTS:
+            raise ValueError(f"experiment {name!r} is already registered; pick another name.")
+        EXPERIMENTS[name] = Experiment(name, claim, section, fn, needs_download)
+        return fn
+    return deco
+
+
+def get_experiment(name: str) -> Experiment:
+    load_registered()
+    check_choice(name, EXPERIMENTS, "experiment")
+    return EXPERIMENTS[name]

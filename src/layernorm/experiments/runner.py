@@ -1,0 +1,170 @@
+"""Run many configs: one after another or in parallel processes; a failed run is reported and the
+others continue; finished runs are reused."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from .config import Config
+from .training import check_run_dir, read_metrics, train
+
+
+@dataclass
+class RunResult:
+    config: Config
+    run_dir: Path
+    status: str            # "done" (trained now), "skipped" (finished before), "failed"
+    error: str = ""
+    seconds: float = 0.0
+
+    def final(self) -> dict:
+        rows = read_metrics(self.run_dir) if self.status != "failed" else []
+        return rows[-1] if rows else {}
+
+
+def override(configs: list[Config], **values) -> list[Config]:
+    """The configs for user-chosen field values (``layernorm run --norm/--batch-size/--seed``).
+
+    For each field and each value: if some configs already have that value, those configs are
+    kept (so ``batch_size=[4]`` on an experiment sweeping 4 and 128 keeps exactly its batch-4
+    runs, with whatever else the experiment pairs with batch 4); otherwise every config is copied
+    with the field replaced (``norm=["rms"]`` adds RMSNorm to an experiment without it). Several
+    values: the union, in the order given. Exact duplicates are dropped. ``None`` or an empty list
+    leaves the field alone.
+    """
+    names = {f.name for f in fields(Config)}
+    for key, vals in values.items():
+        if key not in names:
+            raise ValueError(f"cannot override unknown config field {key!r}; fields are "
+                             f"{sorted(names)}.")
+        if not vals:
+            continue
+        chosen = []
+        for v in vals:
+            same = [c for c in configs if getattr(c, key) == v]
+            chosen += same or [replace(c, **{key: v}) for c in configs]
+        configs = chosen
+    unique, seen = [], set()
+    for c in configs:
+        key = json.dumps(c.to_dict(), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return unique
+
+
+def check_unique_run_dirs(configs: list[Config], out: str | os.PathLike) -> None:
+    """Two different configs must not share a run directory (neither would be reusable)."""
+    seen: dict[Path, Config] = {}
+    for c in configs:
+        d = run_dir_for(c, out)
+        if d in seen and seen[d].to_dict() != c.to_dict():
+            a, b = seen[d].to_dict(), c.to_dict()
+            diff = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+            raise ValueError(f"two different configs would share the run directory {d}; they "
+                             f"differ in {diff}. Choose values the experiment itself uses (see "
+                             f"`layernorm list`), or give the configs different tags.")
+        seen[d] = c
+
+
+def run_dir_for(config: Config, out: str | os.PathLike) -> Path:
+    """``OUT/<experiment>/<run name>``; ad-hoc configs (no experiment) go to ``OUT/adhoc``."""
+    return Path(out) / (config.experiment or "adhoc") / config.run_name()
+
+
+class _DatasetCache:
+    """Load each (dataset, data_args) once per process."""
+
+    def __init__(self):
+        self._cache = {}
+
+    def get(self, config: Config):
+        from ..data import load_dataset
+        key = (config.dataset, json.dumps(config.data_args, sort_keys=True))
+        if key not in self._cache:
+            self._cache = {key: load_dataset(config.dataset, **config.data_args)}  # keep one
+        return self._cache[key]
+
+
+def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCache | None = None
+             ) -> RunResult:
+    t0 = time.perf_counter()
+    try:
+        if check_run_dir(config, run_dir) == "done":
+            return RunResult(config, run_dir, "skipped")
+        ds = cache.get(config) if cache is not None else None
+        train(config, run_dir, progress=desc, dataset=ds)
+        return RunResult(config, run_dir, "done", seconds=time.perf_counter() - t0)
+    except Exception as err:  # report and let the other runs continue
+        from ..data import DownloadError
+        expected = isinstance(err, (ValueError, DownloadError))   # messages that say the fix
+        detail = "" if expected else "\n" + traceback.format_exc(limit=-3)
+        return RunResult(config, run_dir, "failed", f"{type(err).__name__}: {err}{detail}",
+                         time.perf_counter() - t0)
+
+
+def _run_in_child(config_dict: dict, run_dir: str, threads: int) -> RunResult:
+    import torch
+    torch.set_num_threads(threads)
+    return _run_one(Config.from_dict(config_dict), Path(run_dir), False)
+
+
+def _describe(i: int, n: int, r: RunResult) -> str:
+    head = f"[{i}/{n}] {r.run_dir}"
+    if r.status == "failed":
+        return f"{head}: FAILED: {r.error}"
+    if r.status == "skipped":
+        return f"{head}: finished earlier, reused"
+    f = r.final()
+    return (f"{head}: done in {r.seconds:.1f} s, step {f.get('step')}, train_loss "
+            f"{f.get('train_loss', float('nan')):.4f}, test_error {f.get('test_error', float('nan')):.4f}")
+
+
+def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
+                progress: bool = True, log=print, threads: int | None = None) -> list[RunResult]:
+    """Train every config into ``run_dir_for(config, out)``; never raises for a failed run.
+
+    jobs > 1 runs that many processes at once, each with ``threads`` torch threads (default
+    cpu_count // jobs). Raises ValueError before training anything if two different configs
+    would share a run directory.
+    ``log`` gets one line per finished run. Returns the results in the order of ``configs``.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, received {jobs}. Use --jobs 1 to run one at a time.")
+    check_unique_run_dirs(configs, out)
+    n = len(configs)
+    dirs = [run_dir_for(c, out) for c in configs]
+    results: list[RunResult | None] = [None] * n
+    if jobs == 1 or n <= 1:
+        cache = _DatasetCache()
+        for i, (c, d) in enumerate(zip(configs, dirs), 1):
+            results[i - 1] = _run_one(c, d, f"run {i}/{n} {c.experiment}/{c.run_name()}"
+                                      if progress else False, cache)
+            log(_describe(i, n, results[i - 1]))
+        return results
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+    threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_run_in_child, c.to_dict(), str(d), threads): k
+                   for k, (c, d) in enumerate(zip(configs, dirs))}
+        bar = tqdm(total=n, desc=f"runs ({jobs} processes)", unit="run", disable=not progress,
+                   dynamic_ncols=True)
+        for done_count, fut in enumerate(as_completed(futures), 1):
+            k = futures[fut]
+            try:
+                results[k] = fut.result()
+            except Exception as err:  # the worker process itself died
+                results[k] = RunResult(configs[k], dirs[k], "failed",
+                                       f"worker process failed: {type(err).__name__}: {err}")
+            bar.update(1)
+            bar.set_postfix_str(f"last: {configs[k].run_name()} {results[k].status}")
+            (bar.write if progress else log)(_describe(done_count, n, results[k]))
+        bar.close()
+    return results
