@@ -213,7 +213,7 @@ def test_native_kernel_builds_fast_or_falls_back(tmp_path, monkeypatch):
     if lib is None:
         pytest.skip("no C compiler here")
     assert time.perf_counter() - t0 < 5
-    assert len(list((tmp_path / "cache").glob("lstm_step-*.so"))) == 1
+    assert len(list((tmp_path / "cache").glob("rnn_steps-*.so"))) == 1
 
     monkeypatch.setattr(_native, "_tried", False)
     monkeypatch.setattr(_native, "_lib", None)

@@ -1,4 +1,5 @@
-"""The optional C kernel of one LN-LSTM step (``_lstm_step.c``): built on first use, cached.
+"""The optional C kernels of one LN-LSTM / LN-GRU step (``_rnn_steps.c``): built on first use,
+cached.
 
 Plain C with no torch headers, compiled with the system C compiler in well under a second (a
 torch C++ extension takes a minute), cached per source / compiler / CPU under
@@ -17,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-_SOURCE = Path(__file__).with_name("_lstm_step.c")
+_SOURCE = Path(__file__).with_name("_rnn_steps.c")
 _FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
           "-shared", "-fPIC"]
 _lib = None
@@ -61,6 +62,10 @@ def _declare(lib) -> None:
     lib.lstm_forward_step.restype = None
     lib.lstm_backward_step.argtypes = [i, i] + [p] * 21
     lib.lstm_backward_step.restype = None
+    lib.gru_forward_step.argtypes = [i, i, f] + [p] * 15
+    lib.gru_forward_step.restype = None
+    lib.gru_backward_step.argtypes = [i, i] + [p] * 20
+    lib.gru_backward_step.restype = None
 
 
 def load():
@@ -77,7 +82,7 @@ def load():
     try:
         key = hashlib.sha256(_SOURCE.read_bytes() + " ".join([cc, *_FLAGS]).encode()
                              + _cpu_signature().encode()).hexdigest()[:16]
-        target = _cache_dir() / f"lstm_step-{key}.so"
+        target = _cache_dir() / f"rnn_steps-{key}.so"
         if not target.exists():
             _build(cc, target)
         lib = ctypes.CDLL(str(target))

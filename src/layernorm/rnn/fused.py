@@ -277,7 +277,7 @@ def _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
     return out, h_n, c_n, saved
 
 
-# ---- the same step in one C call per step (``_lstm_step.c``), float32 on the CPU -----------------
+# ---- the same step in one C call per step (``_rnn_steps.c``), float32 on the CPU -----------------
 
 # Set to False to force the torch-ops path (tests run both).
 USE_NATIVE = True
@@ -583,19 +583,94 @@ def _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, bloc
     return out, h_n, saved
 
 
+def _gru_forward_native(lib, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, blocks,
+                        eps, save: bool):
+    """``_gru_forward`` with the elementwise work of each step in one C call."""
+    T, B, G = xg.shape
+    H = G // 3
+    linear = _Linear(w_hh, B)
+    params = [p.detach().contiguous() for p in (gain_h, bias_h, gain_u, bias_u)]
+    hs = _buffer(T + 1, B, H, like=xg)
+    hs[0] = h0
+    rz_all = _scratch(save, T, B, 2 * H, xg)   # sigmoid gates r, z
+    un_all = _scratch(save, T, B, H, xg)       # LN(U h_{t-1}; g4, b4)
+    n_all = _scratch(save, T, B, H, xg)        # h~
+    stats = [_scratch(save, T, B, 1, xg) for _ in range(4)]  # mean/rstd of W_h h and U h
+    p_xg, p_hs, p_rz, p_un, p_n = (_Ptr(a) for a in (xg, hs, rz_all, un_all, n_all))
+    p_st = [_Ptr(a) for a in stats]
+    fixed = [p.data_ptr() for p in params]
+    h_prev = _steps(hs, batch_sizes, T)
+    hgs = []
+    for t in range(_n_steps(batch_sizes, T)):
+        bs = B if batch_sizes is None else batch_sizes[t]
+        hg = linear(h_prev[t])                                  # [W_h h; U h]  (bs, 3H)
+        lib.gru_forward_step(bs, H, eps, hg.data_ptr(), p_xg[t], *fixed, p_hs[t], p_rz[t],
+                             p_un[t], p_n[t], p_hs[t + 1], *(p[t] for p in p_st))
+        if save:
+            hgs.append(hg)
+    out = hs[1:]
+    h_n = _final_state(out, h0, blocks)
+    saved = (hs, hgs, rz_all, un_all, n_all, stats) if save else None
+    return out, h_n, saved
+
+
+def _gru_backward_native(lib, ctx, grad_out, grad_hn):
+    w_hh, gain_h, gain_u, hs, rz_all, un_all, n_all, *stats = ctx.saved_tensors
+    hgs, batch_sizes, blocks = ctx.hgs, ctx.batch_sizes, ctx.blocks
+    T, B, H = n_all.shape
+    G = 3 * H
+    linear_t = _Linear(w_hh.t(), B)
+    gains = [g.detach().contiguous() for g in (gain_h, gain_u)]
+    grad_out = grad_out.contiguous()
+    dxg = _buffer(T, B, G, like=n_all)   # grad of xg
+    dhg = _buffer(T, B, G, like=n_all)   # grad of [W_h h; U h]
+    dh, dun = n_all.new_zeros(B, H), n_all.new_zeros(B, H)
+    acc = [torch.zeros(n, dtype=torch.float64) for n in (2 * H, 2 * H, H, H)]
+    p_go, p_hs, p_rz, p_un, p_n, p_dxg, p_dhg = (_Ptr(a) for a in (grad_out, hs, rz_all, un_all,
+                                                                    n_all, dxg, dhg))
+    p_st = [_Ptr(a) for a in stats]
+    fixed = [g.data_ptr() for g in gains]
+    p_acc = [a.data_ptr() for a in acc]
+    d_hgs, dhs = _steps(dhg, batch_sizes, T), _prefixes(dh, batch_sizes, T)
+    for t in range(_n_steps(batch_sizes, T) - 1, -1, -1):
+        if t in blocks:
+            lo, hi = blocks[t]
+            dh[lo:hi] += grad_hn[lo:hi]
+        bs = B if batch_sizes is None else batch_sizes[t]
+        lib.gru_backward_step(bs, H, dh.data_ptr(), p_go[t], p_rz[t], p_un[t], p_n[t], p_hs[t],
+                              hgs[t].data_ptr(), *(p[t] for p in p_st), *fixed, p_dxg[t],
+                              p_dhg[t], dun.data_ptr(), *p_acc)
+        dhs[t].add_(linear_t(d_hgs[t]))                  # + d[W_h h; U h] @ [W_h; U]
+    if -1 in blocks:  # length-0 examples: h_n = h0
+        lo, hi = blocks[-1]
+        dh[lo:hi] += grad_hn[lo:hi]
+    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    dgain_h, dbias_h, dgain_u, dbias_u = (a.to(n_all.dtype) for a in acc)
+    return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, None, None, None
+
+
 class _LNGRUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, blocks, eps):
+        ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
+        ctx.lib = _native_lib(xg)
+        if ctx.lib is not None:
+            out, h_n, saved = _gru_forward_native(ctx.lib, xg, h0, w_hh, gain_h, bias_h, gain_u,
+                                                  bias_u, batch_sizes, blocks, eps, save=True)
+            hs, ctx.hgs, rz_all, un_all, n_all, stats = saved
+            ctx.save_for_backward(w_hh, gain_h, gain_u, hs, rz_all, un_all, n_all, *stats)
+            return out, h_n
         out, h_n, saved = _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes,
                                        blocks, eps, save=True)
         hs, hg_rz, hg_u, rz_all, un_all, n_all, stats_h, stats_u = saved
         ctx.save_for_backward(w_hh, gain_h, gain_u, hs, hg_rz, hg_u, rz_all, un_all, n_all)
         ctx.stats = (stats_h, stats_u)
-        ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
         return out, h_n
 
     @staticmethod
     def backward(ctx, grad_out, grad_hn):
+        if ctx.lib is not None:
+            return _gru_backward_native(ctx.lib, ctx, grad_out, grad_hn)
         w_hh, gain_h, gain_u, hs, hg_rz, hg_u, rz_all, un_all, n_all = ctx.saved_tensors
         stats_h, stats_u = ctx.stats
         batch_sizes, blocks, eps = ctx.batch_sizes, ctx.blocks, ctx.eps
@@ -700,6 +775,10 @@ def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain
         if needs_grad:
             return _LNGRUFunction.apply(xg_, h0_, *rest, batch_sizes, blocks, eps)
         with torch.no_grad():
+            lib = _native_lib(xg_)
+            if lib is not None:
+                return _gru_forward_native(lib, xg_.contiguous(), h0_, *rest, batch_sizes, blocks,
+                                           eps, save=False)[:2]
             return _gru_forward(xg_.contiguous(), h0_, *rest, batch_sizes, blocks, eps,
                                 save=False)[:2]
 

@@ -1,4 +1,4 @@
-/* One LN-LSTM time step, forward and backward, fused into one pass per example (float32).
+/* One LN-LSTM / LN-GRU time step, forward and backward, fused into one pass per example (float32).
  *
  * Compiled on first use by layernorm/rnn/_native.py (cc -O3 -march=native, no torch headers, well
  * under a second) and called through ctypes; layernorm/rnn/fused.py falls back to torch ops when
@@ -141,5 +141,70 @@ void lstm_backward_step(int bs, int H,
         }
         ln_backward_row(dp, hg + (long)b * G, mean_h[b], rstd_h[b], gain_h, G,
                         d_hg + (long)b * G, dgain_h, dbias_h);
+    }
+}
+
+/* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------
+ *   r, z = sigmoid(LN(hg[:2H]; gain_h, bias_h) + xg[:2H])     hg = [W_h h; U h], LN over 2H jointly
+ *   un   = LN(hg[2H:]; gain_u, bias_u)
+ *   n    = tanh(xg[2H:] + r * un)
+ * Saved: rz, un, n and the statistics of both LNs. */
+void gru_forward_step(int bs, int H, float eps,
+                      const float *hg, const float *xg,
+                      const float *gain_h, const float *bias_h,
+                      const float *gain_u, const float *bias_u,
+                      const float *h_prev, float *rz, float *un, float *n, float *h_new,
+                      float *mean_h, float *rstd_h, float *mean_u, float *rstd_u) {
+    const int G = 3 * H;
+    for (int b = 0; b < bs; b++) {
+        const float *hgb = hg + (long)b * G, *xgb = xg + (long)b * G, *hp = h_prev + (long)b * H;
+        float *a = rz + (long)b * 2 * H, *u = un + (long)b * H, *nb = n + (long)b * H;
+        float *h = h_new + (long)b * H;
+        float mu, rs;
+        moments(hgb, 2 * H, eps, &mu, &rs);
+        mean_h[b] = mu; rstd_h[b] = rs;
+        for (int j = 0; j < 2 * H; j++)
+            a[j] = sigmoidf_((hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xgb[j]);
+        moments(hgb + 2 * H, H, eps, &mu, &rs);
+        mean_u[b] = mu; rstd_u[b] = rs;
+        for (int j = 0; j < H; j++) {
+            u[j] = (hgb[2 * H + j] - mu) * rs * gain_u[j] + bias_u[j];
+            nb[j] = tanhf_(xgb[2 * H + j] + a[j] * u[j]);
+            h[j] = nb[j] + a[H + j] * (hp[j] - nb[j]);
+        }
+    }
+}
+
+/* dh: (bs, H) gradient of h_t from step t+1, overwritten with the direct part of the gradient of
+ * h_{t-1} (dh z; the caller adds d_hg @ [W_h; U]); grad_out: (bs, H); writes d_pre (bs, 3H) (=
+ * gradient of xg_t) and d_hg (bs, 3H); dun (bs, H) scratch; accumulates the LN params' grads. */
+void gru_backward_step(int bs, int H,
+                       float *dh, const float *grad_out,
+                       const float *rz, const float *un, const float *n, const float *h_prev,
+                       const float *hg, const float *mean_h, const float *rstd_h,
+                       const float *mean_u, const float *rstd_u,
+                       const float *gain_h, const float *gain_u,
+                       float *d_pre, float *d_hg, float *dun,
+                       double *dgain_h, double *dbias_h, double *dgain_u, double *dbias_u) {
+    const int G = 3 * H;
+    for (int b = 0; b < bs; b++) {
+        const float *r = rz + (long)b * 2 * H, *z = r + H, *u = un + (long)b * H;
+        const float *nb = n + (long)b * H, *hp = h_prev + (long)b * H;
+        const float *gob = grad_out + (long)b * H;
+        float *dhb = dh + (long)b * H, *dp = d_pre + (long)b * G, *du = dun + (long)b * H;
+        for (int j = 0; j < H; j++) {
+            float g = dhb[j] + gob[j];
+            float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
+            dp[2 * H + j] = dnpre;
+            dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
+            dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
+            du[j] = dnpre * r[j];
+            dhb[j] = g * z[j];
+        }
+        const float *hgb = hg + (long)b * G;
+        float *dhg = d_hg + (long)b * G;
+        ln_backward_row(dp, hgb, mean_h[b], rstd_h[b], gain_h, 2 * H, dhg, dgain_h, dbias_h);
+        ln_backward_row(du, hgb + 2 * H, mean_u[b], rstd_u[b], gain_u, H, dhg + 2 * H, dgain_u,
+                        dbias_u);
     }
 }
