@@ -291,15 +291,11 @@ def _native_lib(xg: torch.Tensor):
     return _native.load()
 
 
-class _Ptr:
-    """Address of x[t] for a (T, ...) tensor: base + t * stride (stride 0 for a reused buffer)."""
-
-    def __init__(self, x: torch.Tensor):
-        self.x, self.base = x, x.data_ptr()
-        self.step = x.stride(0) * x.element_size()
-
-    def __getitem__(self, t: int) -> int:
-        return self.base + t * self.step
+def _ptrs(x: torch.Tensor) -> list[int]:
+    """Addresses of x[t] for a (T, ...) tensor (all equal for a reused, expanded buffer). The
+    caller keeps x alive while they are used."""
+    base, step = x.data_ptr(), x.stride(0) * x.element_size()
+    return [base + t * step for t in range(x.shape[0])]
 
 
 def _lstm_forward_native(lib, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
@@ -318,8 +314,8 @@ def _lstm_forward_native(lib, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, 
     act_all = _scratch(save, T, B, G, xg)   # i, f, tanh(u), o (activations)
     tc_all = _scratch(save, T, B, H, xg)    # tanh(LN(c_t))
     stats = [_scratch(save, T, B, 1, xg) for _ in range(4)]  # mean/rstd of hg and c
-    p_xg, p_hs, p_cs, p_act, p_tc = (_Ptr(a) for a in (xg, hs, cs, act_all, tc_all))
-    p_mh, p_rh, p_mc, p_rc = (_Ptr(a) for a in stats)
+    p_xg, p_hs, p_cs, p_act, p_tc = (_ptrs(a) for a in (xg, hs, cs, act_all, tc_all))
+    p_mh, p_rh, p_mc, p_rc = (_ptrs(a) for a in stats)
     h_prev = _steps(hs, batch_sizes, T)
     hgs = []
     for t in range(_n_steps(batch_sizes, T)):
@@ -351,9 +347,9 @@ def _lstm_backward_native(lib, ctx, grad_out, grad_hn, grad_cn):
     dhg = _buffer(T, B, G, like=act_all)   # grad of W_h h_{t-1}
     dh, dc, dcn = (act_all.new_zeros(B, H) for _ in range(3))
     acc = [torch.zeros(n, dtype=torch.float64) for n in (G, G, H, H)]  # LN params' grads
-    p_go, p_cs, p_act, p_tc, p_dxg, p_dhg = (_Ptr(a) for a in (grad_out, cs, act_all, tc_all,
+    p_go, p_cs, p_act, p_tc, p_dxg, p_dhg = (_ptrs(a) for a in (grad_out, cs, act_all, tc_all,
                                                                 dxg, dhg))
-    p_mh, p_rh, p_mc, p_rc = (_Ptr(a) for a in stats)
+    p_mh, p_rh, p_mc, p_rc = (_ptrs(a) for a in stats)
     fixed = [g.data_ptr() for g in gains]
     p_acc = [a.data_ptr() for a in acc]
     d_hgs, dhs = _steps(dhg, batch_sizes, T), _prefixes(dh, batch_sizes, T)
@@ -596,8 +592,8 @@ def _gru_forward_native(lib, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch
     un_all = _scratch(save, T, B, H, xg)       # LN(U h_{t-1}; g4, b4)
     n_all = _scratch(save, T, B, H, xg)        # h~
     stats = [_scratch(save, T, B, 1, xg) for _ in range(4)]  # mean/rstd of W_h h and U h
-    p_xg, p_hs, p_rz, p_un, p_n = (_Ptr(a) for a in (xg, hs, rz_all, un_all, n_all))
-    p_st = [_Ptr(a) for a in stats]
+    p_xg, p_hs, p_rz, p_un, p_n = (_ptrs(a) for a in (xg, hs, rz_all, un_all, n_all))
+    p_st = [_ptrs(a) for a in stats]
     fixed = [p.data_ptr() for p in params]
     h_prev = _steps(hs, batch_sizes, T)
     hgs = []
@@ -626,9 +622,9 @@ def _gru_backward_native(lib, ctx, grad_out, grad_hn):
     dhg = _buffer(T, B, G, like=n_all)   # grad of [W_h h; U h]
     dh, dun = n_all.new_zeros(B, H), n_all.new_zeros(B, H)
     acc = [torch.zeros(n, dtype=torch.float64) for n in (2 * H, 2 * H, H, H)]
-    p_go, p_hs, p_rz, p_un, p_n, p_dxg, p_dhg = (_Ptr(a) for a in (grad_out, hs, rz_all, un_all,
+    p_go, p_hs, p_rz, p_un, p_n, p_dxg, p_dhg = (_ptrs(a) for a in (grad_out, hs, rz_all, un_all,
                                                                     n_all, dxg, dhg))
-    p_st = [_Ptr(a) for a in stats]
+    p_st = [_ptrs(a) for a in stats]
     fixed = [g.data_ptr() for g in gains]
     p_acc = [a.data_ptr() for a in acc]
     d_hgs, dhs = _steps(dhg, batch_sizes, T), _prefixes(dh, batch_sizes, T)
