@@ -180,7 +180,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
 
     out = tmp_path / "rnn.json"
     assert main(["bench", "rnn", "--shapes", "3x2x4x8", "--layers", "1", "2", "--repeat", "1",
-                 "--warmup", "0", "--json", str(out)]) == 0
+                 "--warmup", "0", "--clock", "process", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     impls = {(r["cell"], r["layers"], r["impl"]) for r in rows}
     for layers in (1, 2):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import time
 import warnings
 
 import torch
@@ -170,8 +171,12 @@ def _implementations(cell: str, I: int, H: int, layers: int, bidirectional: bool
     return {name: m.to(device) for name, m in impls.items()}
 
 
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+
+
 def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
-              device: str = "cpu", loop_on_first: bool = True, progress: bool = True) -> list[dict]:
+              device: str = "cpu", loop_on_first: bool = True, progress: bool = True,
+              clock: str = "wall") -> list[dict]:
     """One row per (config, cell, implementation); see the module docstring for what is timed."""
     from tqdm import tqdm
     rows = []
@@ -200,7 +205,7 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
         for name, m in impls.items():
             fns[(name, "fwd")] = forward(m)
             fns[(name, "fb")] = train_step(m)
-        ms = compare(fns, warmup=warmup, repeat=repeat, device=device)
+        ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
         mem = {name: peak_memory_mb(train_step(m), device) for name, m in impls.items()}
         anchor = f"torch.nn.{cell.upper()}"
         for name in impls:
@@ -233,11 +238,11 @@ def _run(args: argparse.Namespace) -> int:
         configs = QUICK_CONFIGS if args.quick else CONFIGS
     repeat = args.repeat or (5 if args.quick else 7)
     rows = bench_rnn(configs, cells=args.cells, repeat=repeat, warmup=args.warmup,
-                     device=args.device, loop_on_first=not args.no_loop)
+                     device=args.device, loop_on_first=not args.no_loop, clock=args.clock)
     print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32, {args.device}, "
-          f"median of {repeat} interleaved rounds after {args.warmup} warm-up (torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads). ratio = fwd+bwd time / "
-          f"torch's; peak MB = memory allocated during one training step.")
+          f"median of {repeat} interleaved rounds after {args.warmup} warm-up, {args.clock} "
+          f"time (torch {torch.__version__}, {torch.get_num_threads()} threads). ratio = "
+          f"fwd+bwd time / torch's; peak MB = memory allocated during one training step.")
     print(format_table(rows, COLUMNS))
     if args.json:
         atomic_write_json(args.json, rows)
@@ -262,6 +267,9 @@ def add_command(bench_subparsers) -> None:
     p.add_argument("--no-loop", action="store_true",
                    help="skip the (slow) readable-loop rows on the first shape")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                   help="wall (default) or process CPU time: on a machine shared with other "
+                        "jobs, --threads 1 --clock process gives stable ratios")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", help="also write the rows to this JSON file")
     p.set_defaults(func=_run)
