@@ -26,6 +26,7 @@ Equations (PAPER.md section 2) and gate order: see ``ln_lstm_sequence`` and ``ln
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 __all__ = ["ln_lstm_sequence", "ln_gru_sequence"]
 
@@ -68,7 +69,7 @@ class _Linear:
     """``y = h @ w.T`` for a fixed ``w`` (G, K) and inputs of at most ``batch`` rows."""
 
     def __init__(self, w: torch.Tensor, batch: int):
-        self.w = w
+        self.wt = w.t()
         self.packed = None
         if (w.device.type == "cpu" and w.dtype == torch.float32
                 and batch * w.numel() >= _PACKED_MIN_FLOPS and _packed_available()):
@@ -78,7 +79,7 @@ class _Linear:
         if self.packed is not None:
             y = torch.ops.mkldnn._linear_pointwise(h, self.packed, None, "none", [], "")
             return y if out is None else out.copy_(y)
-        return torch.mm(h, self.w.t(), out=out) if out is not None else torch.mm(h, self.w.t())
+        return torch.mm(h, self.wt, out=out) if out is not None else torch.mm(h, self.wt)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,6 +408,7 @@ class _LNLSTMFunction(torch.autograd.Function):
         return out, h_n, c_n
 
     @staticmethod
+    @once_differentiable  # the hand-written backward is not itself differentiable
     def backward(ctx, grad_out, grad_hn, grad_cn):
         if ctx.lib is not None:
             return _lstm_backward_native(ctx.lib, ctx, grad_out, grad_hn, grad_cn)
@@ -664,6 +666,7 @@ class _LNGRUFunction(torch.autograd.Function):
         return out, h_n
 
     @staticmethod
+    @once_differentiable  # the hand-written backward is not itself differentiable
     def backward(ctx, grad_out, grad_hn):
         if ctx.lib is not None:
             return _gru_backward_native(ctx.lib, ctx, grad_out, grad_hn)
