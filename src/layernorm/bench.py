@@ -17,9 +17,12 @@ def _sync(device: torch.device | str | None) -> None:
 
 
 def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 3, repeat: int = 15,
-            device: torch.device | str | None = None) -> dict[str, float]:
+            device: torch.device | str | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median milliseconds of each function. Rounds interleave the candidates, in alternating order,
-    so that drift in the machine's speed (other load, frequency) and the order hit all alike."""
+    so that drift in the machine's speed (other load, frequency) and the order hit all alike.
+    ``clock``: wall time by default; ``time.process_time`` counts only this process's CPU time
+    (stable on a machine shared with other jobs when torch uses one thread)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -28,10 +31,10 @@ def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 3, repeat: in
     for r in range(repeat):
         for name, fn in (order if r % 2 == 0 else order[::-1]):
             _sync(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
             _sync(device)
-            times[name].append((time.perf_counter() - t0) * 1e3)
+            times[name].append((clock() - t0) * 1e3)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -94,3 +97,5 @@ def add_commands(sub) -> None:
     n.add_argument("--device", default="cpu")
     n.add_argument("--json", help="also write the rows to this JSON file")
     n.set_defaults(func=_run_norms)
+    from .rnn.bench import add_command as add_rnn_command  # `layernorm bench rnn`
+    add_rnn_command(bsub)

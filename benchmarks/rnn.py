@@ -1,0 +1,12 @@
+"""LN-LSTM / LN-GRU (fused) vs torch.nn.LSTM / GRU: time, ratios and peak memory, one run.
+
+    python benchmarks/rnn.py [--quick] [--shapes 100x32x128x256 ...] [--json out.json]
+
+Same as ``layernorm bench rnn`` (see ``layernorm.rnn.bench``).
+"""
+import sys
+
+from layernorm.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["bench", "rnn", *sys.argv[1:]]))

@@ -1,0 +1,93 @@
+"""The optional C kernels of one LN-LSTM / LN-GRU step (``_rnn_steps.c``): built on first use,
+cached.
+
+Plain C with no torch headers, compiled with the system C compiler in well under a second (a
+torch C++ extension takes a minute), cached per source / compiler / CPU under
+``$LAYERNORM_CACHE`` (default ``~/.cache/layernorm``) so later processes only load it, and called
+through ctypes. ``load()`` returns None whenever anything fails (no compiler, read-only cache,
+unsupported platform) or ``LAYERNORM_NATIVE=0`` is set; callers then use torch ops.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+_SOURCE = Path(__file__).with_name("_rnn_steps.c")
+_FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
+          "-shared", "-fPIC"]
+_lib = None
+_tried = False
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("LAYERNORM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "layernorm")
+    return Path(root)
+
+
+def _cpu_signature() -> str:
+    """-march=native code must not be loaded on another CPU: key the cache on its flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build(cc: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        subprocess.run([cc, *_FLAGS, str(_SOURCE), "-o", tmp, "-lm"], check=True,
+                       capture_output=True, timeout=60)
+        os.replace(tmp, target)  # atomic: concurrent builders never see a partial file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _declare(lib) -> None:
+    i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    lib.lstm_forward_step.argtypes = [i, i, f] + [p] * 15
+    lib.lstm_forward_step.restype = None
+    lib.lstm_backward_step.argtypes = [i, i] + [p] * 21
+    lib.lstm_backward_step.restype = None
+    lib.gru_forward_step.argtypes = [i, i, f] + [p] * 15
+    lib.gru_forward_step.restype = None
+    lib.gru_backward_step.argtypes = [i, i] + [p] * 20
+    lib.gru_backward_step.restype = None
+
+
+def load():
+    """The loaded library, or None (then use the torch-ops path)."""
+    global _lib, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    if os.environ.get("LAYERNORM_NATIVE", "1") == "0" or os.name != "posix":
+        return None
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        return None
+    try:
+        key = hashlib.sha256(_SOURCE.read_bytes() + " ".join([cc, *_FLAGS]).encode()
+                             + _cpu_signature().encode()).hexdigest()[:16]
+        target = _cache_dir() / f"rnn_steps-{key}.so"
+        if not target.exists():
+            _build(cc, target)
+        lib = ctypes.CDLL(str(target))
+        _declare(lib)
+        _lib = lib
+    except Exception:  # noqa: BLE001 - any failure means "use torch ops"
+        _lib = None
+    return _lib

@@ -1,0 +1,210 @@
+/* One LN-LSTM / LN-GRU time step, forward and backward, fused into one pass per example (float32).
+ *
+ * Compiled on first use by layernorm/rnn/_native.py (cc -O3 -march=native, no torch headers, well
+ * under a second) and called through ctypes; layernorm/rnn/fused.py falls back to torch ops when
+ * it is unavailable. The recurrent GEMMs stay in torch (oneDNN / MKL): this file only replaces the
+ * ~25 small elementwise/normalization ops per step whose dispatch overhead dominates at B=32.
+ *
+ * Equations (PAPER.md section 2), rows = examples, G = 4H, gate order i, f, u, o:
+ *   pre  = LN(hg; gain_h, bias_h) + xg          hg = W_h h_{t-1}, LN over the G gates
+ *   c    = sigmoid(f) c_prev + sigmoid(i) tanh(u)
+ *   h    = sigmoid(o) tanh(LN(c; gain_c, bias_c))
+ * Saved for the backward: act = [sigmoid(i), sigmoid(f), tanh(u), sigmoid(o)], tc = tanh(LN(c)),
+ * c, the LN statistics (mean, rstd) of hg and of c. Biased variance, eps inside the square root,
+ * as torch.nn.functional.layer_norm.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* exp in float with a branch-free body the compiler vectorizes (Cephes' expf polynomial, ~1 ulp
+ * on [-87, 88]; NaN propagates through the polynomial). */
+static inline float exp_(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + exp_(-x)); }
+static inline float tanhf_(float x) { return 2.0f / (1.0f + exp_(-2.0f * x)) - 1.0f; }
+
+static void moments(const float *x, int n, float eps, float *mean_out, float *rstd_out) {
+    float s = 0.0f, ss = 0.0f;  /* two passes, vectorized float sums (as torch's CPU layer_norm) */
+#pragma omp simd reduction(+:s)
+    for (int j = 0; j < n; j++) s += x[j];
+    float mean = s / n;
+#pragma omp simd reduction(+:ss)
+    for (int j = 0; j < n; j++) { float d = x[j] - mean; ss += d * d; }
+    float var = ss / n;
+    if (var < 0) var = 0;
+    *mean_out = mean;
+    *rstd_out = 1.0f / sqrtf(var + eps);
+}
+
+void lstm_forward_step(int bs, int H, float eps,
+                       const float *hg, const float *xg,
+                       const float *gain_h, const float *bias_h,
+                       const float *gain_c, const float *bias_c,
+                       const float *c_prev, float *act, float *c_new, float *tc, float *h_new,
+                       float *mean_h, float *rstd_h, float *mean_c, float *rstd_c) {
+    const int G = 4 * H;
+    for (int b = 0; b < bs; b++) {
+        const float *hgb = hg + (long)b * G, *xgb = xg + (long)b * G;
+        float *a = act + (long)b * G;
+        float mu, rs;
+        moments(hgb, G, eps, &mu, &rs);
+        mean_h[b] = mu; rstd_h[b] = rs;
+        for (int j = 0; j < G; j++) a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xgb[j];
+        for (int j = 0; j < 2 * H; j++) a[j] = sigmoidf_(a[j]);
+        for (int j = 2 * H; j < 3 * H; j++) a[j] = tanhf_(a[j]);
+        for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
+        const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
+        const float *cp = c_prev + (long)b * H;
+        float *c = c_new + (long)b * H, *t = tc + (long)b * H, *h = h_new + (long)b * H;
+        for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
+        moments(c, H, eps, &mu, &rs);
+        mean_c[b] = mu; rstd_c[b] = rs;
+        for (int j = 0; j < H; j++) {
+            t[j] = tanhf_((c[j] - mu) * rs * gain_c[j] + bias_c[j]);
+            h[j] = og[j] * t[j];
+        }
+    }
+}
+
+/* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
+ * dxhat = dy * gain; also accumulates the gain / bias gradients (sum of dy * xhat, sum of dy). */
+static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
+                            const float *gain, int n, float *dx, double *dgain, double *dbias) {
+    double s1 = 0.0, s2 = 0.0;
+#pragma omp simd reduction(+:s1, s2)
+    for (int j = 0; j < n; j++) {
+        float xhat = (x[j] - mu) * rs, dxhat = dy[j] * gain[j];
+        s1 += dxhat;
+        s2 += dxhat * xhat;
+        dgain[j] += (double)dy[j] * xhat;
+        dbias[j] += dy[j];
+    }
+    float m1 = (float)(s1 / n), m2 = (float)(s2 / n);
+    for (int j = 0; j < n; j++) {
+        float xhat = (x[j] - mu) * rs;
+        dx[j] = rs * (dy[j] * gain[j] - m1 - xhat * m2);
+    }
+}
+
+/* dh: (bs, H) gradient of h_t from step t+1 (in), grad_out: (bs, H) gradient of out[t];
+ * dc: (bs, H) gradient of c_t from step t+1, overwritten with the gradient of c_{t-1};
+ * writes d_pre (bs, G) (= gradient of xg_t), d_hg (bs, G) (gradient of W_h h_{t-1}); dcn (bs, H)
+ * scratch; accumulates the four LN parameter gradients (double). */
+void lstm_backward_step(int bs, int H,
+                        const float *dh, const float *grad_out, float *dc,
+                        const float *act, const float *tc, const float *c_new,
+                        const float *c_prev, const float *hg,
+                        const float *mean_h, const float *rstd_h,
+                        const float *mean_c, const float *rstd_c,
+                        const float *gain_h, const float *gain_c,
+                        float *d_pre, float *d_hg, float *dcn,
+                        double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c) {
+    const int G = 4 * H;
+    for (int b = 0; b < bs; b++) {
+        const float *a = act + (long)b * G;
+        const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
+        const float *t = tc + (long)b * H, *c = c_new + (long)b * H, *cp = c_prev + (long)b * H;
+        const float *dhb = dh + (long)b * H, *gob = grad_out + (long)b * H;
+        float *dcb = dc + (long)b * H, *dcnb = dcn + (long)b * H, *dp = d_pre + (long)b * G;
+        float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
+        for (int j = 0; j < H; j++) {
+            float g = dhb[j] + gob[j];
+            dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
+            float dtc = g * og[j];
+            dcnb[j] = dtc * (1.0f - t[j] * t[j]);
+        }
+        /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
+        ln_backward_row(dcnb, c, mean_c[b], rstd_c[b], gain_c, H, du, dgain_c, dbias_c);
+        for (int j = 0; j < H; j++) {
+            float dct = du[j] + dcb[j];
+            di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
+            df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
+            du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
+            dcb[j] = dct * fg[j];
+        }
+        ln_backward_row(dp, hg + (long)b * G, mean_h[b], rstd_h[b], gain_h, G,
+                        d_hg + (long)b * G, dgain_h, dbias_h);
+    }
+}
+
+/* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------
+ *   r, z = sigmoid(LN(hg[:2H]; gain_h, bias_h) + xg[:2H])     hg = [W_h h; U h], LN over 2H jointly
+ *   un   = LN(hg[2H:]; gain_u, bias_u)
+ *   n    = tanh(xg[2H:] + r * un)
+ * Saved: rz, un, n and the statistics of both LNs. */
+void gru_forward_step(int bs, int H, float eps,
+                      const float *hg, const float *xg,
+                      const float *gain_h, const float *bias_h,
+                      const float *gain_u, const float *bias_u,
+                      const float *h_prev, float *rz, float *un, float *n, float *h_new,
+                      float *mean_h, float *rstd_h, float *mean_u, float *rstd_u) {
+    const int G = 3 * H;
+    for (int b = 0; b < bs; b++) {
+        const float *hgb = hg + (long)b * G, *xgb = xg + (long)b * G, *hp = h_prev + (long)b * H;
+        float *a = rz + (long)b * 2 * H, *u = un + (long)b * H, *nb = n + (long)b * H;
+        float *h = h_new + (long)b * H;
+        float mu, rs;
+        moments(hgb, 2 * H, eps, &mu, &rs);
+        mean_h[b] = mu; rstd_h[b] = rs;
+        for (int j = 0; j < 2 * H; j++)
+            a[j] = sigmoidf_((hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xgb[j]);
+        moments(hgb + 2 * H, H, eps, &mu, &rs);
+        mean_u[b] = mu; rstd_u[b] = rs;
+        for (int j = 0; j < H; j++) {
+            u[j] = (hgb[2 * H + j] - mu) * rs * gain_u[j] + bias_u[j];
+            nb[j] = tanhf_(xgb[2 * H + j] + a[j] * u[j]);
+            h[j] = nb[j] + a[H + j] * (hp[j] - nb[j]);
+        }
+    }
+}
+
+/* dh: (bs, H) gradient of h_t from step t+1, overwritten with the direct part of the gradient of
+ * h_{t-1} (dh z; the caller adds d_hg @ [W_h; U]); grad_out: (bs, H); writes d_pre (bs, 3H) (=
+ * gradient of xg_t) and d_hg (bs, 3H); dun (bs, H) scratch; accumulates the LN params' grads. */
+void gru_backward_step(int bs, int H,
+                       float *dh, const float *grad_out,
+                       const float *rz, const float *un, const float *n, const float *h_prev,
+                       const float *hg, const float *mean_h, const float *rstd_h,
+                       const float *mean_u, const float *rstd_u,
+                       const float *gain_h, const float *gain_u,
+                       float *d_pre, float *d_hg, float *dun,
+                       double *dgain_h, double *dbias_h, double *dgain_u, double *dbias_u) {
+    const int G = 3 * H;
+    for (int b = 0; b < bs; b++) {
+        const float *r = rz + (long)b * 2 * H, *z = r + H, *u = un + (long)b * H;
+        const float *nb = n + (long)b * H, *hp = h_prev + (long)b * H;
+        const float *gob = grad_out + (long)b * H;
+        float *dhb = dh + (long)b * H, *dp = d_pre + (long)b * G, *du = dun + (long)b * H;
+        for (int j = 0; j < H; j++) {
+            float g = dhb[j] + gob[j];
+            float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
+            dp[2 * H + j] = dnpre;
+            dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
+            dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
+            du[j] = dnpre * r[j];
+            dhb[j] = g * z[j];
+        }
+        const float *hgb = hg + (long)b * G;
+        float *dhg = d_hg + (long)b * G;
+        ln_backward_row(dp, hgb, mean_h[b], rstd_h[b], gain_h, 2 * H, dhg, dgain_h, dbias_h);
+        ln_backward_row(du, hgb + 2 * H, mean_u[b], rstd_u[b], gain_u, H, dhg + 2 * H, dgain_u,
+                        dbias_u);
+    }
+}

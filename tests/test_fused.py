@@ -1,0 +1,225 @@
+"""The fused whole-sequence LN-LSTM / LN-GRU against the plain autograd step loop of
+tests/reference.py: forward and every gradient, with and without (unsorted) lengths."""
+import pytest
+import torch
+
+from layernorm.rnn import fused
+from layernorm.rnn.fused import ln_gru_sequence, ln_lstm_sequence
+from tests.reference import ref_ln_gru_sequence, ref_ln_lstm_sequence
+
+KINDS = {  # name: (function, reference, gate blocks, number of states, LN_h width in blocks)
+    "lstm": (ln_lstm_sequence, ref_ln_lstm_sequence, 4, 2, 4),
+    "gru": (ln_gru_sequence, ref_ln_gru_sequence, 3, 1, 2),
+}
+
+
+def make_args(kind, T, B, H, dtype=torch.float32):
+    """xg, states, w_hh, gain_h, bias_h, gain_2, bias_2 with non-trivial gains and biases."""
+    _, _, G, n_states, n_ln = KINDS[kind]
+    args = [torch.randn(T, B, G * H, dtype=dtype)]
+    args += [0.5 * torch.randn(B, H, dtype=dtype) for _ in range(n_states)]
+    args += [torch.randn(G * H, H, dtype=dtype) / H ** 0.5]
+    args += [1 + 0.1 * torch.randn(n_ln * H, dtype=dtype), 0.1 * torch.randn(n_ln * H, dtype=dtype)]
+    args += [1 + 0.1 * torch.randn(H, dtype=dtype), 0.1 * torch.randn(H, dtype=dtype)]
+    return [a.requires_grad_() for a in args]
+
+
+def outputs_and_grads(fn, args, lengths, grads_out=None):
+    outs = fn(*args, lengths=lengths)
+    if grads_out is None:
+        grads_out = [torch.randn_like(o) for o in outs]
+    grads = torch.autograd.grad(outs, args, [g.to(outs[0].dtype) for g in grads_out])
+    return outs, grads, grads_out
+
+
+LENGTHS = {
+    "full": None,
+    "unsorted": lambda T, B: torch.tensor([T - 2, T, 1, 0, T, 3][:B]),
+}
+
+
+@pytest.fixture(params=["native", "torch-ops", "torch-ops-mm"])
+def step_path(request, monkeypatch):
+    """Run every comparison through each implementation of the step: the C kernel (LSTM, when a
+    compiler is available), torch ops with oneDNN's packed GEMM (whatever the size), torch ops
+    with torch.mm."""
+    if request.param == "native":
+        from layernorm.rnn import _native
+        if _native.load() is None:
+            pytest.skip("no C compiler: the C step kernel is unavailable (torch ops are used)")
+    else:
+        monkeypatch.setattr(fused, "USE_NATIVE", False)
+    if request.param == "torch-ops-mm":
+        monkeypatch.setattr(fused, "_PACKED_OK", False)
+    else:
+        monkeypatch.setattr(fused, "_PACKED_MIN_FLOPS", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("lengths", list(LENGTHS))
+@pytest.mark.parametrize("T,B,H", [(6, 6, 7), (3, 1, 16), (9, 4, 32)])
+def test_fused_matches_reference_fp32(kind, lengths, T, B, H, step_path):
+    fn, ref, *_ = KINDS[kind]
+    if LENGTHS[lengths] is not None:
+        B = max(B, 6)
+    lens = LENGTHS[lengths] and LENGTHS[lengths](T, B)
+    args = make_args(kind, T, B, H)
+    outs, grads, g_out = outputs_and_grads(fn, args, lens)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
+    for name, a, b in zip(["out", "h_n", "c_n"], outs, outs64):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5, msg=name)
+    # gradients are sums over T * B terms: tolerance 1e-5 relative to the gradient's scale
+    for i, (a, b) in enumerate(zip(grads, grads64)):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-5,
+                                   msg=f"gradient of argument {i}")
+        assert torch.isfinite(a).all()
+    if lens is not None:  # padded steps: output exactly 0
+        steps = torch.arange(T).unsqueeze(1)
+        assert (outs[0][steps >= lens.unsqueeze(0)] == 0).all()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_no_grad_path_equals_autograd_path(kind):
+    fn = KINDS[kind][0]
+    args = make_args(kind, 5, 6, 8)
+    lens = torch.tensor([5, 2, 0, 4, 5, 1])
+    with_grad = fn(*args, lengths=lens)
+    with torch.no_grad():
+        without = fn(*args, lengths=lens)
+    for a, b in zip(with_grad, without):
+        assert not b.requires_grad
+        torch.testing.assert_close(a.detach(), b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("lengths", [None, torch.tensor([2, 4, 0, 3])])
+def test_fused_gradcheck_float64(kind, lengths):
+    fn = KINDS[kind][0]
+    args = make_args(kind, 4, 4, 3, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda *a: fn(*a, lengths=lengths), args, eps=1e-6,
+                                    atol=1e-6, rtol=1e-5, fast_mode=True)
+
+
+def test_fused_lengths_equal_running_each_example_alone():
+    """An example's result never depends on padding or on the other examples (per-example LN)."""
+    args = make_args("lstm", 7, 3, 5)
+    lens = torch.tensor([4, 7, 2])
+    out, h_n, c_n = ln_lstm_sequence(*args, lengths=lens)
+    xg, h0, c0, *params = args
+    for b, n in enumerate(lens.tolist()):
+        o1, h1, c1 = ln_lstm_sequence(xg[:n, b:b + 1], h0[b:b + 1], c0[b:b + 1], *params)
+        torch.testing.assert_close(out[:n, b:b + 1], o1)
+        torch.testing.assert_close(h_n[b], h1[0])
+        torch.testing.assert_close(c_n[b], c1[0])
+
+
+def test_fused_rejects_bad_shapes_with_a_fix():
+    xg, h0, c0, w, gh, bh, gc, bc = make_args("lstm", 3, 2, 4)
+    with pytest.raises(ValueError, match=r"h0 of shape \(B, H\) = \(2, 4\)"):
+        ln_lstm_sequence(xg, h0[:1], c0, w, gh, bh, gc, bc)
+    with pytest.raises(ValueError, match=r"w_hh of shape \(16, 4\)"):
+        ln_lstm_sequence(xg, h0, c0, w.t(), gh, bh, gc, bc)
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):
+        ln_lstm_sequence(xg, h0, c0, w, gh, bh, gc, bc, lengths=torch.tensor([4, 1]))
+    with pytest.raises(ValueError, match=r"one dtype"):
+        ln_lstm_sequence(xg.double(), h0, c0, w, gh, bh, gc, bc)
+    with pytest.raises(ValueError, match="at least one time step"):
+        ln_lstm_sequence(xg[:0], h0, c0, w, gh, bh, gc, bc)
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_modules_fused_path_equals_readable_loop(cls, packed):
+    """layernorm.LSTM/GRU(norm="layer") run the fused kernel by default; ``use_fused = False``
+    runs the readable loop. The fused float32 module matches the loop run in float64: outputs and
+    every parameter gradient (2 layers, bidirectional, variable lengths)."""
+    import copy
+
+    import layernorm
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    module = getattr(layernorm, cls)(5, 8, num_layers=2, bidirectional=True, norm="layer")
+    with torch.no_grad():  # non-trivial gains and biases
+        for name, p in module.named_parameters():
+            if name.startswith(("gain", "bias")):
+                p.add_(0.1 * torch.randn_like(p))
+    reference = copy.deepcopy(module).double()
+    reference.use_fused = False
+    x = torch.randn(6, 4, 5)
+    lengths = torch.tensor([6, 2, 5, 3])
+
+    def run(m, x):
+        inp = pack_padded_sequence(x, lengths, enforce_sorted=False) if packed else x
+        out, state = m(inp)
+        out = out.data if packed else out
+        states = state if isinstance(state, tuple) else (state,)
+        weights = torch.linspace(-1, 1, out.numel(), dtype=x.dtype).view_as(out)
+        loss = (out * weights).sum() + sum((s * s).sum() for s in states)
+        return (out, *states), torch.autograd.grad(loss, list(m.parameters()))
+
+    assert module.use_fused
+    (outs, grads), (outs64, grads64) = run(module, x), run(reference, x.double())
+    for a, b in zip(outs, outs64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
+    # Gradients of a 2-layer bidirectional stack sum over layers, directions and steps: the
+    # readable loop in float32 itself is off by up to ~1e-5 of the gradient's scale here.
+    for (name, _), a, b in zip(module.named_parameters(), grads, grads64):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, atol=3e-5 * scale, rtol=1e-5, msg=name)
+
+
+def test_bench_rnn_cli_smoke(tmp_path, capsys):
+    """`layernorm bench rnn` on a tiny shape: every implementation measured, ratios, JSON."""
+    import json
+
+    from layernorm.cli import main
+
+    out = tmp_path / "rnn.json"
+    assert main(["bench", "rnn", "--shapes", "3x2x4x8", "--layers", "1", "2", "--repeat", "1",
+                 "--warmup", "0", "--clock", "process", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    impls = {(r["cell"], r["layers"], r["impl"]) for r in rows}
+    for layers in (1, 2):
+        assert {("lstm", layers, "torch.nn.LSTM"), ("lstm", layers, "layernorm.LSTM"),
+                ("lstm", layers, "TorchScript LN-LSTM"), ("gru", layers, "torch.nn.GRU"),
+                ("gru", layers, "layernorm.GRU")} <= impls
+    assert ("lstm", 1, "layernorm loop") in impls
+    for r in rows:
+        assert r["fwd ms"] > 0 and r["fwd+bwd ms"] > 0 and r["peak MB"] > 0
+        anchor = "torch.nn." + r["cell"].upper()
+        if r["impl"] == anchor:
+            assert r["ratio"] == r["fwd ratio"] == r["mem ratio"] == 1.0
+    printed = capsys.readouterr().out
+    assert "fwd+bwd ms" in printed and "TorchScript LN-LSTM" in printed
+
+
+def test_native_kernel_builds_fast_or_falls_back(tmp_path, monkeypatch):
+    """The C step kernel compiles on first use into the cache (well under the 5 s budget), later
+    loads reuse it, and with no working compiler ``load()`` returns None and the LSTM still runs
+    (torch ops)."""
+    import time
+
+    from layernorm.rnn import _native
+
+    monkeypatch.setattr(_native, "_tried", False)
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "cache"))
+    t0 = time.perf_counter()
+    lib = _native.load()
+    if lib is None:
+        pytest.skip("no C compiler here")
+    assert time.perf_counter() - t0 < 5
+    assert len(list((tmp_path / "cache").glob("rnn_steps-*.so"))) == 1
+
+    monkeypatch.setattr(_native, "_tried", False)
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "other"))
+    monkeypatch.setenv("CC", "/bin/false")  # a compiler that always fails
+    assert _native.load() is None
+    args = make_args("lstm", 3, 2, 4)
+    out, h_n, c_n = ln_lstm_sequence(*args)
+    torch.testing.assert_close(out, ref_ln_lstm_sequence(*args)[0], atol=1e-5, rtol=1e-5)
