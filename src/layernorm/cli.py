@@ -14,6 +14,8 @@ COMMAND_MODULES = (
     "layernorm.experiments.cli",
     "layernorm.data.cli",
     "layernorm.distributed",
+    "layernorm.report",
+    "layernorm.reproduce.command",
 )
 
 

@@ -24,6 +24,7 @@ PRESETS = ("tiny", "quick", "full")
 EXPERIMENT_MODULES = (
     "layernorm.experiments.builtin",
     "layernorm.distributed",
+    "layernorm.reproduce.experiments",
 )
 
 

@@ -1,0 +1,198 @@
+"""``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
+table, geometry), and write the report.
+
+    layernorm reproduce --quick              embedded data, reduced scale, 5 seeds (minutes)
+    layernorm reproduce --full               the paper's scale where data can be downloaded (hours)
+    layernorm reproduce --preset tiny        seconds; for tests
+    layernorm reproduce --only rnn_norms --only analysis --out DIR --jobs 2
+
+Output: ``DIR/runs/<experiment>/<run>/`` (the runner's run directories), ``DIR/analysis/``,
+``DIR/reproduce.json`` (what ran, wall time), ``DIR/report.md`` and ``DIR/figures/``. Running the
+same command again reuses every finished run and analysis result, so an interrupted reproduction
+resumes, and ``layernorm report DIR`` rebuilds the report without training.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .._io import atomic_write_json
+
+EXPERIMENTS = ("rnn_norms", "lstm_gain_init", "cnn_batch_size", "mlp_batch_size",
+               "rnn_downloads")     # the longest first: better packing over --jobs processes
+ANALYSIS = "analysis"
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the worker processes):
+    the cost of a reproduction independent of how loaded the machine is."""
+    import resource
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF,
+               resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
+    """Invariance table and geometry into ``out/analysis`` (reused when present). Returns the
+    parts that could not be run, with the reason."""
+    not_run = {}
+    adir = out / "analysis"
+    adir.mkdir(parents=True, exist_ok=True)
+    try:
+        from ..analysis.geometry import run_geometry
+        from ..analysis.invariance import run_invariance
+    except ImportError as err:
+        return {ANALYSIS: f"layernorm.analysis is not available in this build ({err})"}
+    # tiny: a smoke test of the wiring; quick: the analysis' own defaults (seconds), with fewer
+    # training steps for the geometry's implicit-learning-rate runs; full: the defaults.
+    inv_args = {"tiny": {"draws": 1, "real_draws": 1}}.get(preset, {})
+    geo_args = {"tiny": {"steps": 10, "n_examples": 16}, "quick": {"steps": 200}}.get(preset, {})
+    inv = adir / "invariance.json"
+    if not inv.exists():
+        log("analysis: invariance table (Table 1) ...")
+        try:
+            atomic_write_json(inv, run_invariance(**inv_args))
+        except Exception as err:  # report and continue: the rest of the report still stands
+            not_run["invariance"] = f"run_invariance failed: {type(err).__name__}: {err}"
+    gdir = adir / "geometry"
+    if not (gdir / "geometry.json").exists():
+        log("analysis: parameter-space geometry (section 5.2) ...")
+        try:
+            run_geometry(gdir, progress=True, **geo_args)
+        except Exception as err:
+            not_run["geometry"] = f"run_geometry failed: {type(err).__name__}: {err}"
+    return not_run
+
+
+def _read_meta(out: Path) -> dict:
+    import json
+    try:
+        return json.loads((out / "reproduce.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _invocation(meta: dict) -> dict:
+    keys = ("started", "argv", "jobs", "runs", "trained_runs", "wall_time_s", "total_wall_time_s",
+            "cpu_s", "loadavg_start", "loadavg_end", "git_commit")
+    return {k: meta.get(k) for k in keys}
+
+
+def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, only=None,
+              jobs: int | None = None, report: bool = True, log=print) -> Path:
+    """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
+    from ..experiments import EXPERIMENTS as REGISTRY
+    from ..experiments import PRESETS, get_experiment, load_registered
+    from ..experiments.runner import run_configs
+    from .._checks import check_choice
+
+    check_choice(preset, PRESETS, "preset")
+    load_registered()
+    names = [n for n in EXPERIMENTS if n in REGISTRY] + [ANALYSIS]
+    if only:
+        for n in only:
+            check_choice(n, names, "experiment for --only")
+        names = [n for n in names if n in only]
+    out = Path(out or f"runs/reproduce-{preset}")
+    jobs = jobs or max(1, min(2, os.cpu_count() or 1))
+    t0, load0, cpu0 = time.time(), _loadavg(), _cpu_seconds()
+    not_run: dict[str, str] = {}
+    configs, datasets = [], set()
+    for n in names:
+        if n == ANALYSIS:
+            continue
+        exp = get_experiment(n)
+        if exp.needs_download and preset != "full":
+            not_run[n] = (f"needs downloaded data ({exp.claim}); run with --full")
+            continue
+        cs = exp.configs(preset)
+        configs += cs
+        datasets |= {c.dataset for c in cs}
+    parts: dict[str, float] = {}
+    log(f"layernorm reproduce --preset {preset}: {len(configs)} training runs in {jobs} "
+        f"process(es) into {out}/runs (finished runs are reused)")
+    failed, trained = [], 0
+    if configs:
+        t = time.time()
+        results = run_configs(configs, out / "runs", jobs=jobs, log=log)
+        parts["training"] = time.time() - t
+        failed = [f"{r.run_dir}: {r.error.splitlines()[0]}" for r in results
+                  if r.status == "failed"]
+        trained = sum(r.status == "done" for r in results)
+    if ANALYSIS in names:
+        t = time.time()
+        not_run.update(run_analysis(out, preset, log))
+        parts["analysis"] = time.time() - t
+    meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
+            "runs": len(configs), "failed_runs": failed, "not_run": not_run,
+            "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": _git_commit(),
+            "argv": sys.argv[1:], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
+    meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg(),
+                cpu_s=_cpu_seconds() - cpu0, trained_runs=trained)
+    # Every invocation is kept: a rerun that reuses finished runs must not hide how long the
+    # invocation that trained them took.
+    previous = _read_meta(out)
+    meta["invocations"] = previous.get("invocations", []) + [_invocation(meta)]
+    atomic_write_json(out / "reproduce.json", meta)
+    if report:
+        from ..report import build_report   # reads run directories; training never imports it
+        t = time.time()
+        build_report(out)
+        meta["report_s"] = time.time() - t
+        meta["total_wall_time_s"] = time.time() - t0
+        meta["invocations"][-1] = _invocation(meta)
+        atomic_write_json(out / "reproduce.json", meta)
+        log(f"wall time {meta['total_wall_time_s']:.0f} s (training + analysis "
+            f"{meta['wall_time_s']:.0f} s, report {meta['report_s']:.0f} s); CPU time "
+            f"{meta['cpu_s']:.0f} s; load average {load0} at start, {meta['loadavg_end']} at end")
+    if failed:
+        log(f"{len(failed)} run(s) failed (see above); the report judges what finished.")
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    preset = "full" if args.full else args.preset or "quick"
+    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
+    if (out / "summary.json").exists():
+        from ..report import summary_table
+        print("\n" + summary_table(out))
+        print(f"\nreport: {out / 'report.md'}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("reproduce", help="run the paper's and the seeds' experiments and write a "
+                                         "report that judges each claim")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
+                      "5 seeds: 5-8 minutes on 2 CPU cores (the default)")
+    mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
+                      "downloaded (hours; resumable)")
+    mode.add_argument("--preset", choices=("tiny", "quick", "full"),
+                      help="tiny: seconds, for tests")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
+                        f"{ANALYSIS}")
+    p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
+    p.add_argument("--jobs", type=int, help="training processes at once (default: 2, or 1 on "
+                   "a single core)")
+    p.set_defaults(func=_run)
