@@ -436,3 +436,17 @@ def test_bfloat16_close_to_float32():
     out16, _ = m.to(torch.bfloat16)(x.bfloat16())
     assert out16.dtype == torch.bfloat16
     torch.testing.assert_close(out16.float(), out32, atol=5e-2, rtol=5e-2)
+
+
+def test_bn_lstm_eval_with_exact_population_statistics_equals_training_output():
+    """With momentum 1 the running statistics are one batch's; on that (large) batch the eval
+    output then equals the training output up to the n/(n-1) variance factor. A gap between
+    training and evaluation (e.g. the adding problem in the reproduction) therefore comes from
+    the moving averages lagging the parameters, not from how eval applies them."""
+    m = L.LSTM(I, H, norm="batch", max_length=6, momentum=1.0)
+    x = torch.randn(6, 4000, I) * 2 + 0.5
+    with torch.no_grad():
+        train_out, _ = m(x)
+        m.eval()
+        eval_out, _ = m(x)
+    torch.testing.assert_close(eval_out, train_out, atol=1e-3, rtol=0)

@@ -328,3 +328,54 @@ def test_cli_parallel_jobs_match_sequential(tmp_path):
             for a, b in zip(got, seq):
                 assert a["step"] == b["step"]
                 assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-5)
+
+
+def _spawned_workers(parent: int) -> list[int]:
+    """pids of the multiprocessing workers whose parent is ``parent`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"spawn_main" in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited process nobody has reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_workers_end_when_the_parent_is_terminated(tmp_path):
+    """SIGTERM to `layernorm run --jobs 2` runs no clean-up in the parent; its workers must not
+    train on unattended (they end themselves; the runs resume from their checkpoints)."""
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen([sys.executable, "-m", "layernorm", "run", "digits-mlp", "--out",
+                             str(tmp_path), "--jobs", "2", "--preset", "quick", "--no-progress"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (workers := _spawned_workers(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert workers, "no worker process started within 60 s"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [p for p in alive if _running(p)]
+        assert not alive, f"workers {alive} still running after their parent was terminated"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -117,6 +117,22 @@ def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCac
                          time.perf_counter() - t0)
 
 
+def _exit_with_parent(parent_pid: int, interval: float = 0.5) -> None:
+    """Worker initializer: end this worker when the parent process is gone.
+
+    A parent stopped by SIGTERM or SIGKILL runs no clean-up, and its ProcessPoolExecutor workers
+    would train on unattended. Each run resumes from its checkpoint, so ending them is safe.
+    """
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os._exit(1)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _run_in_child(config_dict: dict, run_dir: str, threads: int) -> RunResult:
     import torch
     torch.set_num_threads(threads)
@@ -170,7 +186,8 @@ def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
 
     from tqdm import tqdm
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(_run_in_child, c.to_dict(), str(d), threads): k
                    for k, (c, d) in enumerate(zip(configs, dirs))}
         bar = tqdm(total=n, desc=f"runs ({jobs} processes)", unit="run", disable=not progress,
