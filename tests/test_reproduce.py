@@ -80,16 +80,29 @@ def test_only_rejects_unknown_names(tmp_path):
                                 "lstm_gain_init", "rnn_downloads"}
 
 
-def test_training_code_never_imports_the_report():
-    code = ("import sys, layernorm.experiments as e; e.load_registered(); "
-            "import layernorm.experiments.training, layernorm.experiments.runner, "
-            "layernorm.reproduce.models, layernorm.reproduce.experiments; "
-            "bad = [m for m in sys.modules if m in ('layernorm.report', 'matplotlib')]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+def _imports_none_of(imports: str, forbidden: tuple[str, ...]) -> None:
+    """In a fresh interpreter, run ``imports``; no module named or under ``forbidden`` loaded."""
+    code = (f"import sys; {imports}; "
+            f"bad = [m for m in sys.modules if m.startswith({forbidden!r})]; "
+            f"print(bad); sys.exit(1 if bad else 0)")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_training_code_never_imports_the_report():
+    _imports_none_of("import layernorm.experiments as e; e.load_registered(); "
+                     "import layernorm.experiments.training, layernorm.experiments.runner, "
+                     "layernorm.reproduce.models, layernorm.reproduce.experiments",
+                     ("layernorm.report", "matplotlib"))
+
+
+def test_the_report_imports_no_training_code():
+    """The report reads run directories (the distributed pairs included, via
+    layernorm.batch_split) without loading the runner, torch.distributed's code or reproduce."""
+    _imports_none_of("import layernorm.report", ("layernorm.experiments", "layernorm.distributed",
+                                                 "layernorm.reproduce", "torch.distributed.run"))
 
 
 def test_every_quick_config_is_valid_and_has_three_seeds():

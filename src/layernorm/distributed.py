@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import pickle
@@ -51,6 +50,7 @@ from torch import nn
 
 from . import functional as LF
 from ._io import atomic_write_json
+from .batch_split import batch_split_rows
 from .bench import format_table
 from .experiments.config import Config
 from .experiments.registry import register_experiment
@@ -374,39 +374,6 @@ def ddp_batch_split(preset: str) -> list[Config]:
                 model_args={"hidden": hidden, "unbiased": True})
     return [Config(norm="layer", **base), Config(norm="batch", **base),
             Config(norm="batch", sync_bn=True, **base)]
-
-
-def _final_parameters(run_dir: Path) -> tuple[dict[str, torch.Tensor], int]:
-    state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
-    buffers = ("running_mean", "running_var", "num_batches_tracked")
-    params = {k: v.double() for k, v in state["model"].items() if not k.endswith(buffers)}
-    return params, state["step"]
-
-
-def batch_split_rows(exp_dir: str | os.PathLike) -> list[dict]:
-    """One row per run that exists both as ``NAME`` (1 process) and ``NAME-wW`` (W processes, same
-    config, finished): the largest parameter difference between their final checkpoints."""
-    exp_dir = Path(exp_dir)
-    rows = []
-    for single in sorted(p for p in exp_dir.iterdir() if (p / "done").exists()):
-        for multi in sorted(exp_dir.glob(f"{single.name}-w*")):
-            if not (multi / "done").exists() or not multi.name[len(single.name) + 2:].isdigit():
-                continue
-            world = int(multi.name[len(single.name) + 2:])
-            config = json.loads((single / "config.json").read_text())
-            a, step_a = _final_parameters(single)
-            b, step_b = _final_parameters(multi)
-            if step_a != step_b or a.keys() != b.keys():
-                raise ValueError(f"{single} and {multi} are not the same run (steps {step_a} vs "
-                                 f"{step_b}). Delete one and train it again.")
-            batch = config["batch_size"]
-            rows.append({
-                "run": single.name, "norm": config["norm"] + (" + sync" if config.get("sync_bn")
-                                                              else ""),
-                "split": f"1 x {batch} vs {world} x {batch // world}", "steps": step_a,
-                "max |param diff|": max(float((a[k] - b[k]).abs().max()) for k in a),
-                "max |param|": max(float(a[k].abs().max()) for k in a)})
-    return rows
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -7,6 +7,9 @@ Input (``DIR`` = the ``--out`` of ``layernorm reproduce``):
     DIR/analysis/invariance.json                      ``run_invariance`` results (optional)
     DIR/analysis/geometry/*.json, *.png               ``run_geometry`` results (optional)
     DIR/reproduce.json                                preset, wall time, jobs (optional)
+    DIR/runs/ddp-batch-split/NAME, NAME-wW            1 vs W processes (optional; made by
+                                                      `layernorm run` and torchrun, see
+                                                      docs/distributed.md)
 
 Every claim is a ``Claim``: a one-line quote with its source, the experiment that tests it, and a
 function that measures numbers from the runs and returns a verdict computed by a rule from
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from ._io import atomic_write_bytes, atomic_write_text
+from .batch_split import batch_split_rows
 from .verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Sample, Verdict, all_of, exceeds,
                        in_range, matches, sample, within)
 
@@ -644,6 +648,106 @@ def claim_lr_decay(runs, ctx):
         "only."])
 
 
+# --- distributed: the same global batch split over processes ----------------------------------
+
+DDP_EXPERIMENT = "ddp-batch-split"
+DDP_REL_TOL = 1e-4          # "identical": max |param diff| <= 1e-4 * max(1, max |param|)
+DDP_DIFF_FACTOR = 100.0     # "different": max |param diff| > 100 x that tolerance
+DDP_NORMS = {"layer": "layer norm", "batch": "batch norm", "batch + sync": "batch norm + --sync-bn"}
+
+
+def ddp_tolerance(max_param: float) -> float:
+    """The float tolerance of one pair of runs: ``DDP_REL_TOL * max(1, max |param|)``.
+
+    Splitting the batch changes the order of float32 sums (each rank's loss mean, DDP's gradient
+    all-reduce, SyncBatchNorm's all-reduced statistics): rounding of ~1e-7 relative per operation
+    that accumulates slowly over steps (measured ~2e-8 after 6 steps, ~5e-6 after 200 steps, see
+    docs/distributed.md). 1e-4 relative leaves room for longer runs and other reduction orders
+    (NCCL), while unsynchronized batch norm moves parameters by ~1e-1 (> 100 x the tolerance).
+    """
+    return DDP_REL_TOL * max(1.0, float(max_param))
+
+
+def _ddp_commands(out: Path, preset: str) -> str:
+    p = f" --preset {preset}" if preset in ("tiny", "quick", "full") else ""
+    runs = out / "runs"
+    return (f"`layernorm run {DDP_EXPERIMENT}{p} --out {runs}` (1 process) and "
+            f"`torchrun --nproc-per-node 2 -m layernorm run {DDP_EXPERIMENT}{p} --out {runs}` "
+            f"(2 processes), then `layernorm report {out}`")
+
+
+def _ddp_rows(ctx: Context) -> list[dict]:
+    """``batch_split_rows`` of ``OUT/runs/ddp-batch-split`` ([] when the folder is absent)."""
+    exp_dir = ctx.out / "runs" / DDP_EXPERIMENT
+    return batch_split_rows(exp_dir) if exp_dir.is_dir() else []
+
+
+def _ddp_table(rows: list[dict]) -> list[dict]:
+    table = []
+    for r in rows:
+        tol = ddp_tolerance(r["max |param|"])
+        d = r["max |param diff|"]
+        table.append({"run": r["run"], "norm": r["norm"], "split": r["split"], "steps": r["steps"],
+                      "max |param diff|": f"{d:.2e}", "max |param|": f"{r['max |param|']:.3g}",
+                      "tolerance": f"{tol:.1e}",
+                      "diff / tolerance": f"{d / tol:.3g}"})
+    return table
+
+
+def _ddp_verdict(row: dict, identical: bool) -> Verdict:
+    """One pair of runs: "identical" (or "different") against the float tolerance. Identical:
+    supported if diff <= tol, not supported if diff > 100 tol; different: the reverse; in
+    between (neither float rounding nor a clear difference): inconclusive."""
+    tol = ddp_tolerance(row["max |param|"])
+    d = row["max |param diff|"]
+    small, large = d <= tol, d > DDP_DIFF_FACTOR * tol
+    if identical:
+        v = SUPPORTED if small else NOT_SUPPORTED if large else INCONCLUSIVE
+        rule = (f"{row['run']} ({row['split']}) identical: supported if max |param diff| ≤ "
+                f"{tol:.1e}, not supported if > {DDP_DIFF_FACTOR * tol:.1e}, else inconclusive")
+    else:
+        v = SUPPORTED if large else NOT_SUPPORTED if small else INCONCLUSIVE
+        rule = (f"{row['run']} ({row['split']}) different: supported if max |param diff| > "
+                f"{DDP_DIFF_FACTOR * tol:.1e}, not supported if ≤ {tol:.1e}, else inconclusive")
+    return Verdict(v, rule, f"max |param diff| = {d:.2e} ({d / tol:.3g} × the tolerance "
+                            f"{tol:.1e}) after {row['steps']} steps")
+
+
+def claim_batch_split(norm: str, identical: bool):
+    """Claim: with ``norm``, 1 process x B and W processes x B/W train identical parameters
+    (``identical``) or measurably different ones; judged on every NAME / NAME-wW pair of
+    ``OUT/runs/ddp-batch-split`` with that norm."""
+    def evaluate(runs, ctx):
+        commands = _ddp_commands(ctx.out, (_load_json(ctx.out / "reproduce.json") or {}).get(
+            "preset", ""))
+        try:
+            rows = _ddp_rows(ctx)
+        except ValueError as err:          # a NAME / NAME-wW pair of two different runs
+            v = Verdict(INCONCLUSIVE, "the pairs cannot be compared", str(err))
+            return ClaimResult(v, "pairs do not match", [], notes=[str(err)])
+        if not rows:
+            return _skip(f"no pair of finished runs NAME and NAME-wW in "
+                         f"{ctx.out / 'runs' / DDP_EXPERIMENT} (`layernorm reproduce` does not "
+                         f"start multi-process runs). Produce them with {commands}.")
+        mine = [r for r in rows if r["norm"] == norm]
+        if not mine:
+            return _skip(f"no paired {norm} runs among {', '.join(r['run'] for r in rows)}; "
+                         f"produce them with {commands}.")
+        what = "identical" if identical else "measurably different"
+        v = all_of([_ddp_verdict(r, identical) for r in mine],
+                   f"every pair must be {what}: tolerance = {DDP_REL_TOL:g} × max(1, max |param|) "
+                   f"(float rounding of the reordered sums); identical means max |param diff| ≤ "
+                   f"tolerance, different means > {DDP_DIFF_FACTOR:g} × tolerance")
+        key = "; ".join(f"{r['split']}: max |param diff| {r['max |param diff|']:.1e}"
+                        for r in mine)
+        return ClaimResult(v, key, _ddp_table(rows), notes=[
+            "1 process trains on the global batch; under torchrun each of W processes trains on "
+            "its contiguous slice and DDP averages the gradients (docs/distributed.md). "
+            "max |param diff|: the largest absolute difference between the final parameters of "
+            "the two runs (batch-norm running statistics left out)."])
+    return evaluate
+
+
 # --- the claim list -------------------------------------------------------------------------
 
 RNN_EXPERIMENTS = ("rnn_norms", "rnn_downloads")
@@ -717,6 +821,15 @@ def claims_for_tasks(rnn_tasks: list[tuple[str, str]]) -> list[Claim]:
         Claim("5.2-lr-decay", "paper 5.2", "“a growing weight norm acts as an implicit "
               "learning-rate decay” (early-stopping effect)", "analysis", claim_lr_decay,
               "Analysis"),
+        Claim("ddp-ln", "paper 3; issue 8", "“LN: splitting a batch over processes changes "
+              "nothing” (identical parameters within float tolerance)", DDP_EXPERIMENT,
+              claim_batch_split("layer", True), "Distributed: 1 process x batch 8 vs 2 processes x 4"),
+        Claim("ddp-bn", "paper 3; issue 8", "“BN: each process normalizes over its own slice” "
+              "(measurably different parameters)", DDP_EXPERIMENT,
+              claim_batch_split("batch", False), "Distributed: 1 process x batch 8 vs 2 processes x 4"),
+        Claim("ddp-bn-sync", "issue 8", "“BN + --sync-bn: statistics over the global batch” "
+              "(identical parameters again)", DDP_EXPERIMENT,
+              claim_batch_split("batch + sync", True), "Distributed: 1 process x batch 8 vs 2 processes x 4"),
     ]
     return out
 
@@ -1011,7 +1124,10 @@ def build_report(out: str | Path) -> Path:
            "2-se interval of d lies inside ±m and not supported if it lies entirely outside. The "
            "rule with its margin is printed under every claim. Margins: beats = "
            f"{BEATS_MARGIN * PP:g} pp of error, suffers = {SUFFERS_MARGIN * PP:g} pp, collapses = "
-           f"{COLLAPSE_MARGIN * PP:g} pp, stable = ±{STABLE_MARGIN * PP:g} pp.", ""]
+           f"{COLLAPSE_MARGIN * PP:g} pp, stable = ±{STABLE_MARGIN * PP:g} pp. The distributed "
+           f"claims compare one pair of runs each (no seeds): identical if the largest parameter "
+           f"difference is ≤ {DDP_REL_TOL:g} × max(1, max |param|), different if it is more than "
+           f"{DDP_DIFF_FACTOR:g} times that.", ""]
 
     section, shown = None, {}
     for claim, res in results:
