@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 _SOURCE = Path(__file__).with_name("_rnn_steps.c")
-_FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
+_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
           "-shared", "-fPIC"]
 _lib = None
 _tried = False

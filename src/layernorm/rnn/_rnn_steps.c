@@ -60,6 +60,7 @@ void lstm_forward_step(int bs, int H, float eps,
                        const float *c_prev, float *act, float *c_new, float *tc, float *h_new,
                        float *mean_h, float *rstd_h, float *mean_c, float *rstd_c) {
     const int G = 4 * H;
+#pragma omp parallel for schedule(static) if (bs >= 8 && H >= 64)
     for (int b = 0; b < bs; b++) {
         const float *hgb = hg + (long)b * G, *xgb = xg + (long)b * G;
         float *a = act + (long)b * G;
