@@ -81,6 +81,8 @@ def _packed_weight(w: torch.Tensor, batch: int):
     if (w.device.type != "cpu" or w.dtype != torch.float32
             or batch * w.numel() < _PACKED_MIN_FLOPS or not _packed_available()):
         return None
+    if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
+        return torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
     key = (w.data_ptr(), w._version, batch)
     hit = _PACK_CACHE.get(id(w))
     if hit is not None and hit[0]() is w and hit[1] == key and torch.equal(hit[2], w):
