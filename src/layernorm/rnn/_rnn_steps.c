@@ -17,6 +17,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* exp in float with a branch-free body the compiler vectorizes (Cephes' expf polynomial, ~1 ulp
  * on [-87, 88]; NaN propagates through the polynomial). */
@@ -109,16 +112,6 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
  * dc: (bs, H) gradient of c_t from step t+1, overwritten with the gradient of c_{t-1};
  * writes d_pre (bs, G) (= gradient of xg_t), d_hg (bs, G) (gradient of W_h h_{t-1}); dcn (bs, H)
  * scratch; accumulates the four LN parameter gradients (double). */
-static void lstm_backward_rows(int b0, int b1, int H,
-                        const float *dh, const float *grad_out, float *dc,
-                        const float *act, const float *tc, const float *c_new,
-                        const float *c_prev, const float *hg,
-                        const float *mean_h, const float *rstd_h,
-                        const float *mean_c, const float *rstd_c,
-                        const float *gain_h, const float *gain_c,
-                        float *d_pre, float *d_hg, float *dcn,
-                        double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c);
-
 void lstm_backward_step(int bs, int H,
                         const float *dh, const float *grad_out, float *dc,
                         const float *act, const float *tc, const float *c_new,
@@ -129,45 +122,20 @@ void lstm_backward_step(int bs, int H,
                         float *d_pre, float *d_hg, float *dcn,
                         double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c) {
     const int G = 4 * H;
+    /* rows in parallel (OpenMP builds); with several threads each one accumulates the LN
+     * parameters' gradients privately and adds them up at the end */
+#pragma omp parallel if (bs >= 8 && H >= 64)
+    {
+    double *loc = NULL, *dgain_h_ = dgain_h, *dbias_h_ = dbias_h, *dgain_c_ = dgain_c;
+    double *dbias_c_ = dbias_c;
 #ifdef _OPENMP
-    if (bs >= 8 && H >= 64) {
-        /* rows in parallel; each thread accumulates the LN parameters' gradients privately */
-#pragma omp parallel
-        {
-            double *loc = calloc((size_t)2 * (G + H), sizeof(double));
-#pragma omp for schedule(static)
-            for (int b = 0; b < bs; b++)
-                lstm_backward_rows(b, b + 1, H, dh, grad_out, dc, act, tc, c_new, c_prev, hg,
-                                   mean_h, rstd_h, mean_c, rstd_c, gain_h, gain_c, d_pre, d_hg,
-                                   dcn, loc, loc + G, loc + 2 * G, loc + 2 * G + H);
-#pragma omp critical
-            {
-                for (int j = 0; j < G; j++) { dgain_h[j] += loc[j]; dbias_h[j] += loc[G + j]; }
-                for (int j = 0; j < H; j++) {
-                    dgain_c[j] += loc[2 * G + j]; dbias_c[j] += loc[2 * G + H + j];
-                }
-            }
-            free(loc);
-        }
-        return;
+    if (omp_get_num_threads() > 1) {
+        loc = calloc((size_t)2 * (G + H), sizeof(double));
+        dgain_h_ = loc; dbias_h_ = loc + G; dgain_c_ = loc + 2 * G; dbias_c_ = loc + 2 * G + H;
     }
 #endif
-    lstm_backward_rows(0, bs, H, dh, grad_out, dc, act, tc, c_new, c_prev, hg, mean_h, rstd_h,
-                       mean_c, rstd_c, gain_h, gain_c, d_pre, d_hg, dcn, dgain_h, dbias_h,
-                       dgain_c, dbias_c);
-}
-
-static void lstm_backward_rows(int b0, int b1, int H,
-                        const float *dh, const float *grad_out, float *dc,
-                        const float *act, const float *tc, const float *c_new,
-                        const float *c_prev, const float *hg,
-                        const float *mean_h, const float *rstd_h,
-                        const float *mean_c, const float *rstd_c,
-                        const float *gain_h, const float *gain_c,
-                        float *d_pre, float *d_hg, float *dcn,
-                        double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c) {
-    const int G = 4 * H;
-    for (int b = b0; b < b1; b++) {
+#pragma omp for schedule(static)
+    for (int b = 0; b < bs; b++) {
         const float *a = act + (long)b * G;
         const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
         const float *t = tc + (long)b * H, *c = c_new + (long)b * H, *cp = c_prev + (long)b * H;
@@ -181,7 +149,7 @@ static void lstm_backward_rows(int b0, int b1, int H,
             dcnb[j] = dtc * (1.0f - t[j] * t[j]);
         }
         /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
-        ln_backward_row(dcnb, c, mean_c[b], rstd_c[b], gain_c, H, du, dgain_c, dbias_c);
+        ln_backward_row(dcnb, c, mean_c[b], rstd_c[b], gain_c, H, du, dgain_c_, dbias_c_);
         for (int j = 0; j < H; j++) {
             float dct = du[j] + dcb[j];
             di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
@@ -190,7 +158,18 @@ static void lstm_backward_rows(int b0, int b1, int H,
             dcb[j] = dct * fg[j];
         }
         ln_backward_row(dp, hg + (long)b * G, mean_h[b], rstd_h[b], gain_h, G,
-                        d_hg + (long)b * G, dgain_h, dbias_h);
+                        d_hg + (long)b * G, dgain_h_, dbias_h_);
+    }
+    if (loc) {
+#pragma omp critical
+        {
+            for (int j = 0; j < G; j++) { dgain_h[j] += loc[j]; dbias_h[j] += loc[G + j]; }
+            for (int j = 0; j < H; j++) {
+                dgain_c[j] += loc[2 * G + j]; dbias_c[j] += loc[2 * G + H + j];
+            }
+        }
+        free(loc);
+    }
     }
 }
 
