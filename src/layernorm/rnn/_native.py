@@ -19,8 +19,10 @@ import tempfile
 from pathlib import Path
 
 _SOURCE = Path(__file__).with_name("_rnn_steps.c")
-_FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
-          "-shared", "-fPIC"]
+_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC"]
+# OpenMP threads over the batch rows (libgomp is torch's own, already loaded); compilers without
+# OpenMP support get the single-threaded build.
+_OMP_FLAGS = (["-fopenmp"], ["-fopenmp-simd"], [])
 _lib = None
 _tried = False
 
@@ -48,8 +50,14 @@ def _build(cc: str, target: Path) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        subprocess.run([cc, *_FLAGS, str(_SOURCE), "-o", tmp, "-lm"], check=True,
-                       capture_output=True, timeout=60)
+        for i, omp in enumerate(_OMP_FLAGS):
+            try:
+                subprocess.run([cc, *_FLAGS, *omp, str(_SOURCE), "-o", tmp, "-lm"], check=True,
+                               capture_output=True, timeout=60)
+                break
+            except subprocess.CalledProcessError:
+                if i == len(_OMP_FLAGS) - 1:
+                    raise
         os.replace(tmp, target)  # atomic: concurrent builders never see a partial file
     finally:
         if os.path.exists(tmp):
@@ -80,7 +88,7 @@ def load():
     if not cc:
         return None
     try:
-        key = hashlib.sha256(_SOURCE.read_bytes() + " ".join([cc, *_FLAGS]).encode()
+        key = hashlib.sha256(_SOURCE.read_bytes() + " ".join([cc, *_FLAGS, "omp"]).encode()
                              + _cpu_signature().encode()).hexdigest()[:16]
         target = _cache_dir() / f"rnn_steps-{key}.so"
         if not target.exists():

@@ -15,7 +15,11 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* exp in float with a branch-free body the compiler vectorizes (Cephes' expf polynomial, ~1 ulp
  * on [-87, 88]; NaN propagates through the polynomial). */
@@ -60,6 +64,7 @@ void lstm_forward_step(int bs, int H, float eps,
                        const float *c_prev, float *act, float *c_new, float *tc, float *h_new,
                        float *mean_h, float *rstd_h, float *mean_c, float *rstd_c) {
     const int G = 4 * H;
+#pragma omp parallel for schedule(static) if (bs >= 8 && H >= 64)
     for (int b = 0; b < bs; b++) {
         const float *hgb = hg + (long)b * G, *xgb = xg + (long)b * G;
         float *a = act + (long)b * G;
@@ -117,6 +122,19 @@ void lstm_backward_step(int bs, int H,
                         float *d_pre, float *d_hg, float *dcn,
                         double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c) {
     const int G = 4 * H;
+    /* rows in parallel (OpenMP builds); with several threads each one accumulates the LN
+     * parameters' gradients privately and adds them up at the end */
+#pragma omp parallel if (bs >= 8 && H >= 64)
+    {
+    double *loc = NULL, *dgain_h_ = dgain_h, *dbias_h_ = dbias_h, *dgain_c_ = dgain_c;
+    double *dbias_c_ = dbias_c;
+#ifdef _OPENMP
+    if (omp_get_num_threads() > 1) {
+        loc = calloc((size_t)2 * (G + H), sizeof(double));
+        dgain_h_ = loc; dbias_h_ = loc + G; dgain_c_ = loc + 2 * G; dbias_c_ = loc + 2 * G + H;
+    }
+#endif
+#pragma omp for schedule(static)
     for (int b = 0; b < bs; b++) {
         const float *a = act + (long)b * G;
         const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
@@ -131,7 +149,7 @@ void lstm_backward_step(int bs, int H,
             dcnb[j] = dtc * (1.0f - t[j] * t[j]);
         }
         /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
-        ln_backward_row(dcnb, c, mean_c[b], rstd_c[b], gain_c, H, du, dgain_c, dbias_c);
+        ln_backward_row(dcnb, c, mean_c[b], rstd_c[b], gain_c, H, du, dgain_c_, dbias_c_);
         for (int j = 0; j < H; j++) {
             float dct = du[j] + dcb[j];
             di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
@@ -140,7 +158,18 @@ void lstm_backward_step(int bs, int H,
             dcb[j] = dct * fg[j];
         }
         ln_backward_row(dp, hg + (long)b * G, mean_h[b], rstd_h[b], gain_h, G,
-                        d_hg + (long)b * G, dgain_h, dbias_h);
+                        d_hg + (long)b * G, dgain_h_, dbias_h_);
+    }
+    if (loc) {
+#pragma omp critical
+        {
+            for (int j = 0; j < G; j++) { dgain_h[j] += loc[j]; dbias_h[j] += loc[G + j]; }
+            for (int j = 0; j < H; j++) {
+                dgain_c[j] += loc[2 * G + j]; dbias_c[j] += loc[2 * G + H + j];
+            }
+        }
+        free(loc);
+    }
     }
 }
 

@@ -25,6 +25,8 @@ Equations (PAPER.md section 2) and gate order: see ``ln_lstm_sequence`` and ``ln
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -65,15 +67,50 @@ def _packed_available() -> bool:
 _PACKED_MIN_FLOPS = 2 ** 22
 
 
+# Packed weights of the last few weight tensors, reused while the tensor holds the same values
+# (inference calls reuse them; a training step's updated weights are packed again). The values
+# are compared with a kept copy (~0.1 ms), since edits through ``w.data`` do not bump the version:
+# id(w) -> (weakref to w, (data_ptr, version, batch), copy of w, packed).
+_PACK_CACHE: dict[int, tuple] = {}
+_PACK_CACHE_SIZE = 16
+
+
+def _packed_weight(w: torch.Tensor, batch: int):
+    """oneDNN's packed form of w (G, K) for inputs of ``batch`` rows, or None when it does not
+    apply (not CPU float32, product too small, oneDNN unavailable)."""
+    if (w.device.type != "cpu" or w.dtype != torch.float32
+            or batch * w.numel() < _PACKED_MIN_FLOPS or not _packed_available()):
+        return None
+    if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
+        return torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
+    key = (w.data_ptr(), w._version, batch)
+    hit = _PACK_CACHE.get(id(w))
+    if hit is not None and hit[0]() is w and hit[1] == key and torch.equal(hit[2], w):
+        return hit[3]
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), batch)
+    if len(_PACK_CACHE) >= _PACK_CACHE_SIZE:
+        _PACK_CACHE.pop(next(iter(_PACK_CACHE)))
+    _PACK_CACHE[id(w)] = (weakref.ref(w), key, w.detach().clone(), packed)
+    return packed
+
+
+def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)); without autograd on the
+    CPU in float32 through oneDNN with w packed once and cached (measured ~25-30% faster than
+    F.linear's MKL GEMM at (3200, 128) x (128, 1024))."""
+    if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+        packed = _packed_weight(w, x.shape[0] * x.shape[1])
+        if packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
+    return torch.nn.functional.linear(x, w)
+
+
 class _Linear:
     """``y = h @ w.T`` for a fixed ``w`` (G, K) and inputs of at most ``batch`` rows."""
 
     def __init__(self, w: torch.Tensor, batch: int):
         self.wt = w.t()
-        self.packed = None
-        if (w.device.type == "cpu" and w.dtype == torch.float32
-                and batch * w.numel() >= _PACKED_MIN_FLOPS and _packed_available()):
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
+        self.packed = _packed_weight(w, batch)
 
     def __call__(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if self.packed is not None:

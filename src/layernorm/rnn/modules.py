@@ -90,6 +90,14 @@ class _Stack(RecurrentBase):
                 self._add_direction(self._suffix(layer, d), layer_input)
         self.reset_parameters()
 
+    def _input_term(self, x: torch.Tensor, suffix: str, terms, time_step: int = 0):
+        """As the cells' ``_input_term``; without autograd the all-steps GEMM of the LN-LSTM/GRU
+        goes through ``fused.input_linear`` (weight packed once for oneDNN and cached)."""
+        if self.use_fused and _fused is not None and x.dim() == 3 and self.mode != "RNN" and \
+                not torch.compiler.is_compiling():
+            return terms["ih"].all_steps(_fused.input_linear(x, self._get("weight_ih", suffix)))
+        return super()._input_term(x, suffix, terms, time_step)
+
     @staticmethod
     def _suffix(layer: int, direction: int) -> str:
         return f"_l{layer}" + ("_reverse" if direction else "")
