@@ -54,7 +54,7 @@ from .batch_split import batch_split_rows
 from .bench import format_table
 from .experiments.config import Config
 from .experiments.registry import register_experiment
-from .experiments.training import Runtime
+from .experiments.training import Runtime, local_batch_size
 from .experiments.training import resolve_device as _runner_device
 from .norms import BatchNorm
 
@@ -114,22 +114,6 @@ def read_env(environ: Mapping[str, str] | None = None) -> dict | None:
                          f"RANK={env['rank']}, WORLD_SIZE={env['world_size']}, "
                          f"LOCAL_RANK={env['local_rank']}. Launch with torchrun, which sets them.")
     return env
-
-
-def local_batch_size(global_batch: int, world_size: int) -> int:
-    """Each rank's micro-batch: ``global_batch / world_size``, which must divide evenly.
-
-    The batch size in a config is the global batch, so a run means the same optimization whatever
-    the number of processes.
-    """
-    if global_batch % world_size:
-        ok = [w for w in range(1, global_batch + 1) if global_batch % w == 0]
-        raise ValueError(f"batch_size {global_batch} is the global batch and must split evenly "
-                         f"over the {world_size} processes (WORLD_SIZE={world_size}), received "
-                         f"{global_batch} % {world_size} = {global_batch % world_size}. Use a "
-                         f"process count that divides it ({ok}) or a batch size that is a multiple "
-                         f"of {world_size}.")
-    return global_batch // world_size
 
 
 def resolve_device(device: str | torch.device | None, local_rank: int = 0) -> torch.device:

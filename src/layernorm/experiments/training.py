@@ -103,15 +103,28 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=gen)
 
 
+def local_batch_size(global_batch: int, world_size: int) -> int:
+    """Each rank's micro-batch: ``global_batch / world_size``, which must divide evenly.
+
+    The batch size in a config is the global batch, so a run means the same optimization whatever
+    the number of processes.
+    """
+    if global_batch % world_size:
+        ok = [w for w in range(1, global_batch + 1) if global_batch % w == 0]
+        raise ValueError(f"batch_size {global_batch} is the global batch and must split evenly "
+                         f"over the {world_size} processes (WORLD_SIZE={world_size}), received "
+                         f"{global_batch} % {world_size} = {global_batch % world_size}. Use a "
+                         f"process count that divides it ({ok}) or a batch size that is a multiple "
+                         f"of {world_size}.")
+    return global_batch // world_size
+
+
 def schedule(config: Config, n_train: int, world_size: int = 1) -> dict:
     """Steps per epoch, total steps, and the evaluation / checkpoint intervals."""
     if config.batch_size > n_train:
         raise ValueError(f"batch_size {config.batch_size} is larger than the training set of "
                          f"{config.dataset!r} ({n_train} examples). Use --batch-size <= {n_train}.")
-    if config.batch_size % world_size:
-        raise ValueError(f"batch_size {config.batch_size} (the global batch) is not divisible by "
-                         f"the world size {world_size}. Pick a batch size that is a multiple of "
-                         f"the number of processes.")
+    local_batch_size(config.batch_size, world_size)
     per_epoch = n_train // config.batch_size     # drop the last partial batch
     total = config.steps if config.steps is not None else max(1, math.ceil(config.epochs * per_epoch))
     eval_every = config.eval_every or per_epoch
