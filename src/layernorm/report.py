@@ -215,6 +215,7 @@ class Context:
     out: Path
     figures: Path
     made: set = field(default_factory=set)   # figures already drawn
+    cache: dict = field(default_factory=dict)  # values several claims read (one read per report)
 
     def figure(self, name: str, draw: Callable[[Path], None]) -> str:
         rel = f"figures/{name}.png"
@@ -678,8 +679,16 @@ def _ddp_commands(out: Path, preset: str) -> str:
 
 def _ddp_rows(ctx: Context) -> list[dict]:
     """``batch_split_rows`` of ``OUT/runs/ddp-batch-split`` ([] when the folder is absent)."""
-    exp_dir = ctx.out / "runs" / DDP_EXPERIMENT
-    return batch_split_rows(exp_dir) if exp_dir.is_dir() else []
+    if "ddp_rows" not in ctx.cache:          # the three claims share one read of the checkpoints
+        exp_dir = ctx.out / "runs" / DDP_EXPERIMENT
+        try:
+            ctx.cache["ddp_rows"] = batch_split_rows(exp_dir) if exp_dir.is_dir() else []
+        except ValueError as err:
+            ctx.cache["ddp_rows"] = err
+    rows = ctx.cache["ddp_rows"]
+    if isinstance(rows, ValueError):
+        raise rows
+    return rows
 
 
 def _ddp_table(rows: list[dict]) -> list[dict]:
