@@ -224,7 +224,8 @@ def _append_row(path: Path, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The checkout's commit, or None outside a git checkout."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
                              capture_output=True, text=True, timeout=5)
@@ -245,7 +246,7 @@ def environment(device: torch.device) -> dict:
             "numpy": np.__version__, "sklearn": sklearn_version,
             "platform": platform.platform(), "device": str(device),
             "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "torch_threads": torch.get_num_threads(), "git_commit": _git_commit(),
+            "torch_threads": torch.get_num_threads(), "git_commit": git_commit(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "resumes": []}
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,15 +39,6 @@ def _cpu_seconds() -> float:
     import resource
     return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF,
                resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
@@ -103,6 +93,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
     from ..experiments import EXPERIMENTS as REGISTRY
     from ..experiments import PRESETS, get_experiment, load_registered
     from ..experiments.runner import run_configs
+    from ..experiments.training import git_commit
     from .._checks import check_choice
 
     check_choice(preset, PRESETS, "preset")
@@ -144,7 +135,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
         parts["analysis"] = time.time() - t
     meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
             "runs": len(configs), "failed_runs": failed, "not_run": not_run,
-            "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": _git_commit(),
+            "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": git_commit(),
             "argv": sys.argv[1:], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
     meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg(),
                 cpu_s=_cpu_seconds() - cpu0, trained_runs=trained)
