@@ -83,6 +83,84 @@ def test_fused_matches_reference_fp32(kind, lengths, T, B, H, step_path):
         assert (outs[0][steps >= lens.unsqueeze(0)] == 0).all()
 
 
+@pytest.mark.parametrize("lengths", list(LENGTHS))
+@pytest.mark.parametrize("T,B,H", [(6, 6, 7), (5, 12, 40)])
+def test_fused_lstm_input_ln_matches_reference(lengths, T, B, H, step_path):
+    """With gain_x / bias_x the input term is the raw W_x x and its LN runs inside (in the C
+    kernel's step on the native path): equal to LN outside + the reference, every gradient."""
+    lens = LENGTHS[lengths] and LENGTHS[lengths](T, B)
+    xw, *rest = make_args("lstm", T, B, H)
+    gain_x = (1 + 0.1 * torch.randn(4 * H)).requires_grad_()
+    bias_x = (0.1 * torch.randn(4 * H)).requires_grad_()
+    args = [xw, *rest, gain_x, bias_x]
+
+    def ours(xw, *a, lengths):
+        return ln_lstm_sequence(xw, *a[:7], lengths=lengths, gain_x=a[7], bias_x=a[8])
+
+    def ref(xw, *a, lengths):
+        xg = torch.nn.functional.layer_norm(xw, (4 * H,), a[7], a[8], 1e-5)
+        return ref_ln_lstm_sequence(xg, *a[:7], lengths=lengths)
+
+    outs, grads, g_out = outputs_and_grads(ours, args, lens)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
+    for name, a, b in zip(["out", "h_n", "c_n"], outs, outs64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5, msg=name)
+    for i, (a, b) in enumerate(zip(grads, grads64)):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-5,
+                                   msg=f"gradient of argument {i}")
+    with torch.no_grad():  # inference path: the same numbers
+        for a, b in zip(ours(*args, lengths=lens), outs):
+            torch.testing.assert_close(a, b.detach(), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="gain_x and bias_x together"):
+        ln_lstm_sequence(*args[:8], gain_x=gain_x)
+
+
+def _native_or_skip():
+    from layernorm.rnn import _native
+    lib = _native.load()
+    if lib is None:
+        pytest.skip("no C compiler: the C kernels are unavailable (torch ops are used)")
+    return lib
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (5, 7, 33), (13, 64, 80), (25, 256, 1024),
+                                   (32, 1024, 256)])
+def test_native_gemm_matches_torch(M, K, N):
+    """The C kernel's own recurrent GEMM (register tiles over panels of the packed weight): odd
+    row counts (partial tiles), N not a multiple of the panel width (zero-padded panels)."""
+    lib = _native_or_skip()
+    a, w = torch.randn(M, K), torch.randn(N, K)
+    panels = fused._panels(w, lib.panel_width())
+    y = torch.full((M, panels.shape[0] * lib.panel_width()), float("nan"))
+    lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
+    torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-4 * K ** 0.5, rtol=1e-5)
+    assert (y[:, N:] == 0).all()  # padded columns: zero weights
+
+
+def test_native_lstm_same_result_with_any_thread_count():
+    """The C forward kernel splits the examples over threads; each example's arithmetic is the
+    same whatever the split, so 1 and 2 threads give identical outputs (gradients sum over
+    examples in a thread-dependent order: equal to rounding)."""
+    _native_or_skip()
+    args = make_args("lstm", 5, 12, 16)
+    lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1, 3])
+    before = torch.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            outs = ln_lstm_sequence(*args, lengths=lens)
+            results.append([*outs, *torch.autograd.grad(outs[0].sum(), args)])
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(results[0][:3], results[1][:3]):
+        assert torch.equal(a, b)
+    for a, b in zip(results[0][3:], results[1][3:]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_fused_no_grad_path_equals_autograd_path(kind):
     fn = KINDS[kind][0]

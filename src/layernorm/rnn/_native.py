@@ -66,8 +66,12 @@ def _build(cc: str, target: Path) -> None:
 
 def _declare(lib) -> None:
     i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-    lib.lstm_forward_step.argtypes = [i, i, f] + [p] * 15
-    lib.lstm_forward_step.restype = None
+    lib.panel_width.argtypes = []
+    lib.panel_width.restype = i
+    lib.gemm_packed.argtypes = [i, i, p, p, i, p]
+    lib.gemm_packed.restype = None
+    lib.lstm_forward_seq.argtypes = [i, i, i, f, i] + [p] * 17
+    lib.lstm_forward_seq.restype = i
     lib.lstm_backward_step.argtypes = [i, i] + [p] * 21
     lib.lstm_backward_step.restype = None
     lib.gru_forward_step.argtypes = [i, i, f] + [p] * 15

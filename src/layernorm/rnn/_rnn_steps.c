@@ -1,9 +1,11 @@
-/* One LN-LSTM / LN-GRU time step, forward and backward, fused into one pass per example (float32).
+/* The LN-LSTM / LN-GRU recurrences in plain C (float32): the whole LN-LSTM forward in one call
+ * (its own recurrent GEMM, both layer norms, gates, cell and output of every step), and one fused
+ * backward / GRU step per call.
  *
  * Compiled on first use by layernorm/rnn/_native.py (cc -O3 -march=native, no torch headers, well
  * under a second) and called through ctypes; layernorm/rnn/fused.py falls back to torch ops when
- * it is unavailable. The recurrent GEMMs stay in torch (oneDNN / MKL): this file only replaces the
- * ~25 small elementwise/normalization ops per step whose dispatch overhead dominates at B=32.
+ * it is unavailable. At B = 32 the ~25 small torch ops of a step cost more in dispatch than in
+ * arithmetic, and oneDNN's per-call overhead on a (32, 256) x (256, 1024) product is ~15% of it.
  *
  * Equations (PAPER.md section 2), rows = examples, G = 4H, gate order i, f, u, o:
  *   pre  = LN(hg; gain_h, bias_h) + xg          hg = W_h h_{t-1}, LN over the G gates
@@ -57,35 +59,163 @@ static void moments(const float *x, int n, float eps, float *mean_out, float *rs
     *rstd_out = 1.0f / sqrtf(var + eps);
 }
 
-void lstm_forward_step(int bs, int H, float eps,
-                       const float *hg, const float *xg,
-                       const float *gain_h, const float *bias_h,
-                       const float *gain_c, const float *bias_c,
-                       const float *c_prev, float *act, float *c_new, float *tc, float *h_new,
-                       float *mean_h, float *rstd_h, float *mean_c, float *rstd_c) {
-    const int G = 4 * H;
-#pragma omp parallel for schedule(static) if (bs >= 8 && H >= 64)
-    for (int b = 0; b < bs; b++) {
-        const float *hgb = hg + (long)b * G, *xgb = xg + (long)b * G;
-        float *a = act + (long)b * G;
-        float mu, rs;
-        moments(hgb, G, eps, &mu, &rs);
-        mean_h[b] = mu; rstd_h[b] = rs;
-        for (int j = 0; j < G; j++) a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xgb[j];
-        for (int j = 0; j < 2 * H; j++) a[j] = sigmoidf_(a[j]);
-        for (int j = 2 * H; j < 3 * H; j++) a[j] = tanhf_(a[j]);
-        for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
-        const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
-        const float *cp = c_prev + (long)b * H;
-        float *c = c_new + (long)b * H, *t = tc + (long)b * H, *h = h_new + (long)b * H;
-        for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
-        moments(c, H, eps, &mu, &rs);
-        mean_c[b] = mu; rstd_c[b] = rs;
-        for (int j = 0; j < H; j++) {
-            t[j] = tanhf_((c[j] - mu) * rs * gain_c[j] + bias_c[j]);
-            h[j] = og[j] * t[j];
+/* ---- the recurrent GEMM  y = h @ W^T  for a few rows of h, W packed in column panels ---------
+ *
+ * W (G, K) row-major is packed (by the caller, in torch) into panels of NR output columns,
+ * wp[p][k][c] = W[p * NR + c][k] (G padded with zero rows to a multiple of NR), so the inner loop
+ * reads NR consecutive floats per k. A tile of up to MR rows x NR columns is accumulated in
+ * registers over the whole K (GCC/Clang vector extensions: zmm with AVX-512, ymm with AVX2, plain
+ * SSE/NEON otherwise). Each element's sum runs over k in order 0..K-1.
+ */
+#if defined(__AVX512F__)
+#define VW 16
+#define MR 12
+#elif defined(__AVX__)
+#define VW 8
+#define MR 6
+#else
+#define VW 4
+#define MR 6
+#endif
+#define NR (2 * VW)
+typedef float vf __attribute__((vector_size(VW * 4)));
+
+static inline vf loadv(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void storev(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+static inline __attribute__((always_inline)) void
+tile(const int mr, int K, const float *a, long lda, const float *w, float *c, long ldc) {
+    vf acc0[MR], acc1[MR];
+    for (int r = 0; r < mr; r++) { acc0[r] = (vf){0}; acc1[r] = (vf){0}; }
+    for (int k = 0; k < K; k++) {
+        vf w0 = loadv(w + (long)k * NR), w1 = loadv(w + (long)k * NR + VW);
+        for (int r = 0; r < mr; r++) {
+            float s = a[r * lda + k];
+            acc0[r] += s * w0;
+            acc1[r] += s * w1;
         }
     }
+    for (int r = 0; r < mr; r++) { storev(c + r * ldc, acc0[r]); storev(c + r * ldc + VW, acc1[r]); }
+}
+
+static void tile_rows(int mr, int K, const float *a, long lda, const float *w, float *c, long ldc) {
+    switch (mr) {  /* one specialization per row count: accumulators stay in registers */
+#define CASE(n) case n: tile(n, K, a, lda, w, c, ldc); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+#if MR > 6
+        CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+#endif
+#undef CASE
+        default: break;
+    }
+}
+
+/* c (M x npanels * NR, row stride ldc) = a (M x K, row stride lda) @ W^T */
+static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, int npanels,
+                      float *c, long ldc) {
+    for (int p = 0; p < npanels; p++) {
+        const float *w = wp + (long)p * K * NR;
+        for (int r = 0; r < M; r += MR) {
+            int mr = M - r < MR ? M - r : MR;
+            tile_rows(mr, K, a + r * lda, lda, w, c + r * ldc + p * NR, ldc);
+        }
+    }
+}
+
+int panel_width(void) { return NR; }
+
+/* For tests and benchmarks: y (M x npanels * NR) = a (M x K) @ W^T, W packed. */
+void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, float *y) {
+    gemm_rows(M, K, a, K, wp, npanels, y, (long)npanels * NR);
+}
+
+/* ---- the LN-LSTM forward over a whole sequence, one call ------------------------------------
+ *
+ * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's
+ * recurrence never reads another's, so the threads never wait for each other. Per step and row:
+ *   hg   = W_h h_{t-1}                                        (the GEMM above)
+ *   pre  = LN(hg; gain_h, bias_h) + LN(xw; gain_x, bias_x)    (xw = W_x x_t; gain_x NULL: + xw)
+ *   c, h as in the equations at the top of this file.
+ * batch_sizes: NULL (all B rows run T steps) or T decreasing counts (rows sorted by decreasing
+ * length; row b runs step t when b < batch_sizes[t]). hs: (T + 1, B, H), hs[0] = h0, output.
+ * h_n, c_n: (B, H), in: h0, c0; out: each row's state after its last step.
+ * Saved for the backward when cs != NULL (else those pointers may be NULL): cs (T + 1, B, H) with
+ * cs[0] = c0, hg_all and act_all (T, B, G), tc_all (T, B, H), stats (6, T, B): mean and rstd of hg,
+ * of c and of xw (the last two only with gain_x). Returns 0, or -1 when a thread's workspace
+ * could not be allocated (then nothing is valid).
+ */
+int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *batch_sizes,
+                      const float *xw, const float *gain_x, const float *bias_x,
+                      const float *wp, const float *gain_h, const float *bias_h,
+                      const float *gain_c, const float *bias_c,
+                      float *hs, float *h_n, float *c_n,
+                      float *cs, float *hg_all, float *act_all, float *tc_all, float *stats) {
+    const int G = 4 * H, npanels = (G + NR - 1) / NR, Gp = npanels * NR;
+    const int save = cs != NULL;
+    const long TB = (long)T * B;
+    int failed = 0;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int nt = 1, id = 0;
+#ifdef _OPENMP
+    nt = omp_get_num_threads();
+    id = omp_get_thread_num();
+#endif
+    const int r0 = (int)((long)B * id / nt), r1 = (int)((long)B * (id + 1) / nt);
+    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + (size_t)G + H + 1));
+    float *a_row = hg + (size_t)(r1 - r0) * Gp, *t_row = a_row + G;
+    if (!hg) {
+#pragma omp atomic write
+        failed = 1;
+    }
+    for (int t = 0; t < T && hg; t++) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        const int e = bs < r1 ? bs : r1;
+        if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
+        gemm_rows(e - r0, H, hs + ((long)t * B + r0) * H, H, wp, npanels, hg, Gp);
+        for (int b = r0; b < e; b++) {
+            const long tb = (long)t * B + b;
+            const float *hgb = hg + (long)(b - r0) * Gp, *xb = xw + tb * G;
+            float *a = save ? act_all + tb * G : a_row;
+            float *tcb = save ? tc_all + tb * H : t_row;
+            float mu, rs, mx = 0.0f, rx = 0.0f;
+            moments(hgb, G, eps, &mu, &rs);
+            if (gain_x) {
+                moments(xb, G, eps, &mx, &rx);
+                for (int j = 0; j < G; j++)
+                    a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j]
+                           + (xb[j] - mx) * rx * gain_x[j] + bias_x[j];
+            } else {
+                for (int j = 0; j < G; j++) a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xb[j];
+            }
+            for (int j = 0; j < 2 * H; j++) a[j] = sigmoidf_(a[j]);
+            for (int j = 2 * H; j < 3 * H; j++) a[j] = tanhf_(a[j]);
+            for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
+            const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
+            float *cp = save ? cs + tb * H : c_n + (long)b * H;
+            float *c = save ? cs + (tb + B) * H : c_n + (long)b * H;  /* in place without save */
+            float *h = hs + (tb + B) * H;
+            for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
+            float mc, rc;
+            moments(c, H, eps, &mc, &rc);
+            for (int j = 0; j < H; j++) {
+                tcb[j] = tanhf_((c[j] - mc) * rc * gain_c[j] + bias_c[j]);
+                h[j] = og[j] * tcb[j];
+            }
+            memcpy(h_n + (long)b * H, h, sizeof(float) * H);
+            if (save) {
+                memcpy(c_n + (long)b * H, c, sizeof(float) * H);
+                memcpy(hg_all + tb * G, hgb, sizeof(float) * G);
+                stats[tb] = mu; stats[TB + tb] = rs;
+                stats[2 * TB + tb] = mc; stats[3 * TB + tb] = rc;
+                stats[4 * TB + tb] = mx; stats[5 * TB + tb] = rx;
+            }
+        }
+    }
+    free(hg);
+    }
+    return failed ? -1 : 0;
 }
 
 /* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),

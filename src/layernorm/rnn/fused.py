@@ -70,9 +70,24 @@ _PACKED_MIN_FLOPS = 2 ** 22
 # Packed weights of the last few weight tensors, reused while the tensor holds the same values
 # (inference calls reuse them; a training step's updated weights are packed again). The values
 # are compared with a kept copy (~0.1 ms), since edits through ``w.data`` do not bump the version:
-# id(w) -> (weakref to w, (data_ptr, version, batch), copy of w, packed).
-_PACK_CACHE: dict[int, tuple] = {}
+# (id(w), kind) -> (weakref to w, (data_ptr, version), copy of w, packed).
+_PACK_CACHE: dict[tuple, tuple] = {}
 _PACK_CACHE_SIZE = 16
+
+
+def _cached_pack(w: torch.Tensor, kind, make):
+    """``make(w)`` (a packed form of w, ``kind`` names the form), cached while w is unchanged."""
+    if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
+        return make(w.detach().contiguous())
+    key = (w.data_ptr(), w._version)
+    hit = _PACK_CACHE.get((id(w), kind))
+    if hit is not None and hit[0]() is w and hit[1] == key and torch.equal(hit[2], w):
+        return hit[3]
+    packed = make(w.detach().contiguous())
+    if len(_PACK_CACHE) >= _PACK_CACHE_SIZE:
+        _PACK_CACHE.pop(next(iter(_PACK_CACHE)))
+    _PACK_CACHE[(id(w), kind)] = (weakref.ref(w), key, w.detach().clone(), packed)
+    return packed
 
 
 def _packed_weight(w: torch.Tensor, batch: int):
@@ -81,17 +96,19 @@ def _packed_weight(w: torch.Tensor, batch: int):
     if (w.device.type != "cpu" or w.dtype != torch.float32
             or batch * w.numel() < _PACKED_MIN_FLOPS or not _packed_available()):
         return None
-    if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
-        return torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), batch)
-    key = (w.data_ptr(), w._version, batch)
-    hit = _PACK_CACHE.get(id(w))
-    if hit is not None and hit[0]() is w and hit[1] == key and torch.equal(hit[2], w):
-        return hit[3]
-    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), batch)
-    if len(_PACK_CACHE) >= _PACK_CACHE_SIZE:
-        _PACK_CACHE.pop(next(iter(_PACK_CACHE)))
-    _PACK_CACHE[id(w)] = (weakref.ref(w), key, w.detach().clone(), packed)
-    return packed
+    return _cached_pack(w, ("onednn", batch),
+                        lambda wc: torch.ops.mkldnn._reorder_linear_weight(wc, batch))
+
+
+def _panels(w: torch.Tensor, width: int) -> torch.Tensor:
+    """w (G, K) in the C kernel's layout: (ceil(G / width), K, width) column panels,
+    panels[p, k, c] = w[p * width + c, k], zero rows padding G (``_rnn_steps.c``, gemm_rows)."""
+    def make(wc):
+        G, K = wc.shape
+        pad = -G % width
+        return torch.nn.functional.pad(wc, (0, 0, 0, pad)).reshape(-1, width, K) \
+            .transpose(1, 2).contiguous()
+    return _cached_pack(w, ("panels", width), make)
 
 
 def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -336,58 +353,62 @@ def _ptrs(x: torch.Tensor) -> list[int]:
     return [base + t * step for t in range(x.shape[0])]
 
 
-def _lstm_forward_native(lib, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
-                         blocks, eps, save: bool):
-    """``_lstm_forward`` with the elementwise work of each step in one C call."""
-    T, B, G = xg.shape
-    H = G // 4
-    linear = _Linear(w_hh, B)
-    params = [p.detach().contiguous() for p in (gain_h, bias_h, gain_c, bias_c)]
-    p_gain_h, p_bias_h, p_gain_c, p_bias_c = (p.data_ptr() for p in params)
+def _native_threads(B: int) -> int:
+    """Threads for the whole-sequence C kernel: torch's count, at least 4 examples each."""
+    return max(1, min(torch.get_num_threads(), B // 4))
 
-    hs = _buffer(T + 1, B, H, like=xg)
+
+def _lstm_forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                         batch_sizes, eps, save: bool):
+    """The whole forward in ONE C call (``lstm_forward_seq``): recurrent GEMM (the C kernel's own,
+    weights packed in panels), both LNs, gates, cell and output of every step. With ``gain_x``,
+    xw is the raw W_x x and its LN is applied in the kernel; else xw is the input term itself.
+
+    Returns (out, h_n, c_n, saved); saved (``save``): hs, cs, hg_all, act_all, tc_all, stats
+    (6, T, B) = mean / rstd of W_h h, of c, of xw."""
+    T, B, G = xw.shape
+    H = G // 4
+    wp = _panels(w_hh, lib.panel_width())
+    vectors = [p.detach().contiguous() for p in (gain_h, bias_h, gain_c, bias_c)]
+    xs = [None, None] if gain_x is None else [p.detach().contiguous() for p in (gain_x, bias_x)]
+    hs = _buffer(T + 1, B, H, like=xw)  # hs[0] = h0, hs[t + 1] = h_t (0 past a row's length)
     hs[0] = h0
-    cs = _buffer(T + 1, B, H, like=xg)
-    cs[0] = c0
-    act_all = _scratch(save, T, B, G, xg)   # i, f, tanh(u), o (activations)
-    tc_all = _scratch(save, T, B, H, xg)    # tanh(LN(c_t))
-    stats = [_scratch(save, T, B, 1, xg) for _ in range(4)]  # mean/rstd of hg and c
-    p_xg, p_hs, p_cs, p_act, p_tc = (_ptrs(a) for a in (xg, hs, cs, act_all, tc_all))
-    p_mh, p_rh, p_mc, p_rc = (_ptrs(a) for a in stats)
-    h_prev = _steps(hs, batch_sizes, T)
-    hgs = []
-    for t in range(_n_steps(batch_sizes, T)):
-        bs = B if batch_sizes is None else batch_sizes[t]
-        hg = linear(h_prev[t])                                        # W_h h_{t-1}  (bs, 4H)
-        lib.lstm_forward_step(bs, H, eps, hg.data_ptr(), p_xg[t], p_gain_h, p_bias_h, p_gain_c,
-                              p_bias_c, p_cs[t], p_act[t], p_cs[t + 1], p_tc[t], p_hs[t + 1],
-                              p_mh[t], p_rh[t], p_mc[t], p_rc[t])
-        if save:
-            hgs.append(hg)
-    out = hs[1:]
-    h_n = _final_state(out, h0, blocks)
-    c_n = _final_state(cs[1:], c0, blocks)
-    saved = (hs, cs, hgs, act_all, tc_all, stats) if save else None
-    return out, h_n, c_n, saved
+    h_n, c_n = h0.detach().clone(memory_format=torch.contiguous_format), \
+        c0.detach().clone(memory_format=torch.contiguous_format)
+    saved = None
+    if save:
+        cs = _buffer(T + 1, B, H, like=xw)
+        cs[0] = c0
+        saved = (hs, cs, _buffer(T, B, G, like=xw), _buffer(T, B, G, like=xw),
+                 _buffer(T, B, H, like=xw), _buffer(6, T, B, like=xw))
+    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
+    ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
+    status = lib.lstm_forward_seq(
+        T, B, H, eps, _native_threads(B), ptr(sizes), xw.data_ptr(), ptr(xs[0]), ptr(xs[1]),
+        wp.data_ptr(), *(v.data_ptr() for v in vectors), hs.data_ptr(), h_n.data_ptr(),
+        c_n.data_ptr(), *(ptr(x) for x in (saved[1:] if save else [None] * 5)))
+    if status != 0:
+        raise MemoryError("ln_lstm_sequence: the C kernel could not allocate its per-thread "
+                          f"workspace (status {status}).")
+    return hs[1:], h_n, c_n, saved
 
 
 def _lstm_backward_native(lib, ctx, grad_out, grad_hn, grad_cn):
-    hs, cs, act_all, tc_all, *stats = ctx.saved_tensors[3:]
-    w_hh, gain_h, gain_c = ctx.saved_tensors[:3]
-    hgs, batch_sizes, blocks = ctx.hgs, ctx.batch_sizes, ctx.blocks
+    w_hh, gain_h, gain_c, xw, gain_x, hs, cs, hg_all, act_all, tc_all, stats = ctx.saved_tensors
+    batch_sizes, blocks = ctx.batch_sizes, ctx.blocks
     T, B, G = act_all.shape
     H = G // 4
     linear_t = _Linear(w_hh.t(), B)
     gains = [g.detach().contiguous() for g in (gain_h, gain_c)]
 
     grad_out = grad_out.contiguous()
-    dxg = _buffer(T, B, G, like=act_all)   # d pre: grad of xg and of LN_h
+    dxg = _buffer(T, B, G, like=act_all)   # d pre: grad of the input term and of LN_h
     dhg = _buffer(T, B, G, like=act_all)   # grad of W_h h_{t-1}
     dh, dc, dcn = (act_all.new_zeros(B, H) for _ in range(3))
     acc = [torch.zeros(n, dtype=torch.float64) for n in (G, G, H, H)]  # LN params' grads
-    p_go, p_cs, p_act, p_tc, p_dxg, p_dhg = (_ptrs(a) for a in (grad_out, cs, act_all, tc_all,
-                                                                dxg, dhg))
-    p_mh, p_rh, p_mc, p_rc = (_ptrs(a) for a in stats)
+    p_go, p_cs, p_act, p_tc, p_dxg, p_dhg, p_hg = (
+        _ptrs(a) for a in (grad_out, cs, act_all, tc_all, dxg, dhg, hg_all))
+    p_mh, p_rh, p_mc, p_rc = (_ptrs(a) for a in stats[:4])
     fixed = [g.data_ptr() for g in gains]
     p_acc = [a.data_ptr() for a in acc]
     d_hgs, dhs = _steps(dhg, batch_sizes, T), _prefixes(dh, batch_sizes, T)
@@ -398,7 +419,7 @@ def _lstm_backward_native(lib, ctx, grad_out, grad_hn, grad_cn):
             dc[lo:hi] += grad_cn[lo:hi]
         bs = B if batch_sizes is None else batch_sizes[t]
         lib.lstm_backward_step(bs, H, dh.data_ptr(), p_go[t], dc.data_ptr(), p_act[t], p_tc[t],
-                               p_cs[t + 1], p_cs[t], hgs[t].data_ptr(), p_mh[t], p_rh[t],
+                               p_cs[t + 1], p_cs[t], p_hg[t], p_mh[t], p_rh[t],
                                p_mc[t], p_rc[t], *fixed, p_dxg[t], p_dhg[t], dcn.data_ptr(),
                                *p_acc)
         linear_t(d_hgs[t], out=dhs[t])                 # dh_{t-1} = d(W_h h_{t-1}) @ W_h
@@ -408,7 +429,14 @@ def _lstm_backward_native(lib, ctx, grad_out, grad_hn, grad_cn):
         dc[lo:hi] += grad_cn[lo:hi]
     dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
     dgain_h, dbias_h, dgain_c, dbias_c = (a.to(act_all.dtype) for a in acc)
-    return dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, None, None, None
+    dxw = dxg
+    dgain_x = dbias_x = None
+    if ctx.input_ln:  # pre = ... + LN(xw; gain_x, bias_x): one LN backward over all steps
+        mean_x, rstd_x = stats[4].unsqueeze(-1), stats[5].unsqueeze(-1)
+        dxw, dgain_x, dbias_x = _layer_norm_backward(dxg, xw, (G,), mean_x, rstd_x, gain_x,
+                                                     gain_x, [True, True, True])
+    return (dxw, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, dgain_x, dbias_x, None, None,
+            None)
 
 
 def _stack_stats(stats, T: int, B: int, padded: bool):
@@ -427,16 +455,19 @@ def _stack_stats(stats, T: int, B: int, padded: bool):
 
 class _LNLSTMFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, blocks, eps):
+    def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                batch_sizes, blocks, eps):
         ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
         ctx.lib = _native_lib(xg)
+        ctx.input_ln = gain_x is not None
         if ctx.lib is not None:
             out, h_n, c_n, saved = _lstm_forward_native(ctx.lib, xg, h0, c0, w_hh, gain_h,
-                                                        bias_h, gain_c, bias_c, batch_sizes,
-                                                        blocks, eps, save=True)
-            hs, cs, ctx.hgs, act_all, tc_all, stats = saved
-            ctx.save_for_backward(w_hh, gain_h, gain_c, hs, cs, act_all, tc_all, *stats)
+                                                        bias_h, gain_c, bias_c, gain_x, bias_x,
+                                                        batch_sizes, eps, save=True)
+            ctx.save_for_backward(w_hh, gain_h, gain_c, xg, gain_x, *saved)
             return out, h_n, c_n
+        if ctx.input_ln:  # callers run the input LN outside for the torch-ops path
+            raise RuntimeError("internal: the input LN is folded only into the C kernel")
         out, h_n, c_n, saved = _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
                                              batch_sizes, blocks, eps, save=True)
         hs, cs, hg_all, act_all, tc_all, stats_h, stats_c = saved
@@ -521,13 +552,16 @@ class _LNLSTMFunction(torch.autograd.Function):
                                                    gain_h, [False, True, True])
         _, dgain_c, dbias_c = _layer_norm_backward(dcn, cs[1:], (H,), mean_c, rstd_c, gain_c,
                                                    gain_c, [False, True, True])
-        return dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, None, None, None
+        return (dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, None, None, None, None,
+                None)
 
 
 def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh: torch.Tensor,
                      gain_h: torch.Tensor, bias_h: torch.Tensor, gain_c: torch.Tensor,
                      bias_c: torch.Tensor, lengths: torch.Tensor | None = None,
-                     eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     eps: float = 1e-5, gain_x: torch.Tensor | None = None,
+                     bias_x: torch.Tensor | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One layer, one direction of the LN-LSTM (PAPER.md section 2) over a whole sequence::
 
         gates = LN(W_h h_{t-1}; gain_h, bias_h) + xg_t          LN over all 4H gates jointly
@@ -536,8 +570,9 @@ def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh:
         h_t = sigmoid(o) tanh(LN(c_t; gain_c, bias_c))            raw c_t carried to step t+1
 
     Args:
-        xg: (T, B, 4H) input term ``LN(W_x x_t; g2, b2) + b`` for all steps (computed outside
-            with ordinary autograd; its gradient comes back as one (T, B, 4H) tensor).
+        xg: (T, B, 4H) input term ``LN(W_x x_t; g2, b2) + b`` for all steps; or, with
+            ``gain_x``/``bias_x`` (4H,), the raw ``W_x x_t``, normalized here (in the C kernel's
+            step, which saves a pass over (T, B, 4H)): xg_t := LN(xg_t; gain_x, bias_x).
         h0, c0: (B, H) initial states. w_hh: (4H, H). gain_h, bias_h: (4H,). gain_c, bias_c: (H,).
         lengths: None or (B,) integer tensor of true lengths, in any order. Steps t >= lengths[b]
             copy the state forward and give out[t, b] = 0.
@@ -546,13 +581,21 @@ def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh:
     Differentiable in every tensor argument; the backward is hand-derived (see module doc).
     """
     H = h0.shape[-1]
-    T, B, H = _check_shapes("ln_lstm_sequence", xg, {"h0": h0, "c0": c0}, w_hh, 4,
-                            {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H),
-                             "gain_c": (gain_c, H), "bias_c": (bias_c, H)})
+    vectors = {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H), "gain_c": (gain_c, H),
+               "bias_c": (bias_c, H)}
+    if (gain_x is None) != (bias_x is None):
+        raise ValueError("ln_lstm_sequence expected gain_x and bias_x together (the input LN's "
+                         "gain and bias) or neither, received only one. Pass both, or None.")
+    if gain_x is not None:
+        vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
+    T, B, H = _check_shapes("ln_lstm_sequence", xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
+    if gain_x is not None and _native_lib(xg) is None:  # torch ops: the input LN outside
+        xg = torch.nn.functional.layer_norm(xg, (4 * H,), gain_x, bias_x, eps)
+        gain_x = bias_x = None
     order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
-    params = (w_hh, gain_h, bias_h, gain_c, bias_c)
+    params = (w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)
     needs_grad = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (xg, h0, c0, *params))
+        t is not None and t.requires_grad for t in (xg, h0, c0, *params))
 
     def run(xg_, h0_, c0_, *rest):
         if needs_grad:
@@ -560,9 +603,9 @@ def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh:
         with torch.no_grad():
             lib = _native_lib(xg_)
             if lib is not None:
-                return _lstm_forward_native(lib, xg_.contiguous(), h0_, c0_, *rest, batch_sizes,
-                                            blocks, eps, save=False)[:3]
-            return _lstm_forward(xg_.contiguous(), h0_, c0_, *rest, batch_sizes, blocks, eps,
+                return _lstm_forward_native(lib, xg_, h0_, c0_, *rest, batch_sizes, eps,
+                                            save=False)[:3]
+            return _lstm_forward(xg_, h0_, c0_, *rest[:5], batch_sizes, blocks, eps,
                                  save=False)[:3]
 
     return _with_order(run, order, xg.contiguous(), (h0, c0), params, T)

@@ -151,21 +151,25 @@ class _Stack(RecurrentBase):
         """
         suffix = self._suffix(layer, direction)
         terms = self._terms(suffix, batch_sizes)
-        xg = self._input_term(x, suffix, terms)                      # (T, B, G)
+        g = lambda name: self._get(name, suffix)  # noqa: E731
         # Under torch.compile the loop is traced and fused by the compiler instead.
         if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
                 self.norm == "layer" and self.bias and not torch.compiler.is_compiling():
-            g = lambda name: self._get(name, suffix)  # noqa: E731
-            if self.mode == "GRU":  # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
-                H2 = 2 * self.hidden_size
-                out, h = _fused.ln_gru_sequence(xg, state[0], g("weight_hh"), g("gain_hh")[:H2],
-                                                g("bias_hh")[:H2], g("gain_hh")[H2:],
-                                                g("bias_hh")[H2:], lengths=lengths, eps=self.eps)
-                return out, (h,)
-            out, h, c = _fused.ln_lstm_sequence(xg, state[0], state[1], g("weight_hh"),
-                                                g("gain_hh"), g("bias_hh"), g("gain_c"),
-                                                g("bias_c"), lengths=lengths, eps=self.eps)
-            return out, (h, c)
+            if self.mode == "LSTM":  # the input LN runs inside the fused kernel
+                xw = _fused.input_linear(x, g("weight_ih"))                # (T, B, 4H)
+                out, h, c = _fused.ln_lstm_sequence(xw, state[0], state[1], g("weight_hh"),
+                                                    g("gain_hh"), g("bias_hh"), g("gain_c"),
+                                                    g("bias_c"), lengths=lengths, eps=self.eps,
+                                                    gain_x=g("gain_ih"), bias_x=g("bias_ih"))
+                return out, (h, c)
+            # GRU: LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
+            xg = self._input_term(x, suffix, terms)                      # (T, B, 3H)
+            H2 = 2 * self.hidden_size
+            out, h = _fused.ln_gru_sequence(xg, state[0], g("weight_hh"), g("gain_hh")[:H2],
+                                            g("bias_hh")[:H2], g("gain_hh")[H2:],
+                                            g("bias_hh")[H2:], lengths=lengths, eps=self.eps)
+            return out, (h,)
+        xg = self._input_term(x, suffix, terms)                          # (T, B, G)
         return run_direction(self._step_fn(suffix, terms), xg, state, mask)
 
     def _forward(self, input, hx: tuple[torch.Tensor, ...] | None):
