@@ -238,69 +238,109 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
     }
 }
 
-/* dh: (bs, H) gradient of h_t from step t+1 (in), grad_out: (bs, H) gradient of out[t];
- * dc: (bs, H) gradient of c_t from step t+1, overwritten with the gradient of c_{t-1};
- * writes d_pre (bs, G) (= gradient of xg_t), d_hg (bs, G) (gradient of W_h h_{t-1}); dcn (bs, H)
- * scratch; accumulates the four LN parameter gradients (double). */
-void lstm_backward_step(int bs, int H,
-                        const float *dh, const float *grad_out, float *dc,
-                        const float *act, const float *tc, const float *c_new,
-                        const float *c_prev, const float *hg,
-                        const float *mean_h, const float *rstd_h,
-                        const float *mean_c, const float *rstd_c,
-                        const float *gain_h, const float *gain_c,
-                        float *d_pre, float *d_hg, float *dcn,
-                        double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c) {
+/* The backward of one LN-LSTM step for one example (row). g: gradient of h_t (from step t + 1
+ * and from out[t]); dcb: gradient of c_t from step t + 1, overwritten with that of c_{t-1};
+ * writes dp (G) = gradient of the gate pre-activation (of the input term) and d_hg (G) = gradient
+ * of W_h h_{t-1}; dcn (H) scratch; accumulates the LN parameters' gradients. */
+static void lstm_backward_row(int H, const float *g, float *dcb,
+                              const float *a, const float *t, const float *c, const float *cp,
+                              const float *hgb, float mh, float rh, float mc, float rc,
+                              const float *gain_h, const float *gain_c,
+                              float *dp, float *d_hg, float *dcnb,
+                              double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c) {
     const int G = 4 * H;
-    /* rows in parallel (OpenMP builds); with several threads each one accumulates the LN
-     * parameters' gradients privately and adds them up at the end */
-#pragma omp parallel if (bs >= 8 && H >= 64)
+    const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
+    float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
+    for (int j = 0; j < H; j++) {
+        dob[j] = g[j] * t[j] * og[j] * (1.0f - og[j]);
+        float dtc = g[j] * og[j];
+        dcnb[j] = dtc * (1.0f - t[j] * t[j]);
+    }
+    /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
+    ln_backward_row(dcnb, c, mc, rc, gain_c, H, du, dgain_c, dbias_c);
+    for (int j = 0; j < H; j++) {
+        float dct = du[j] + dcb[j];
+        di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
+        df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
+        du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
+        dcb[j] = dct * fg[j];
+    }
+    ln_backward_row(dp, hgb, mh, rh, gain_h, G, d_hg, dgain_h, dbias_h);
+}
+
+/* The LN-LSTM backward over a whole sequence, one call, threads over blocks of examples as in
+ * lstm_forward_seq (whose saved buffers it reads: cs, hg_all, act_all, tc_all, stats).
+ * wtp: W_h^T packed in panels (ceil(H / NR), G, NR): dh_{t-1} = d_hg @ W_h with the same GEMM.
+ * dh, dc (B, H): in: gradients of h_n, c_n; out: gradients of h0, c0 (a row that has not started
+ * yet, going backward, keeps its h_n / c_n gradient until its last step).
+ * dxg (T, B, G) out: gradient of the input term; with gain_x, of xw (the input LN's backward is
+ * done in the same row pass). dhg (T, B, G) out: gradient of W_h h_{t-1} (for dW_h after).
+ * dparams (double, accumulated): dgain_h, dbias_h (G each), dgain_c, dbias_c (H each),
+ * dgain_x, dbias_x (G each; only with gain_x). Rows past their length are not written.
+ * Returns 0, or -1 when a thread's workspace could not be allocated. */
+int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
+                      const float *wtp, const float *grad_out,
+                      const float *xw, const float *gain_x,
+                      const float *cs, const float *hg_all, const float *act_all,
+                      const float *tc_all, const float *stats,
+                      const float *gain_h, const float *gain_c,
+                      float *dh, float *dc, float *dxg, float *dhg, double *dparams) {
+    const int G = 4 * H, npanels = (H + NR - 1) / NR, Hp = npanels * NR;
+    const long TB = (long)T * B;
+    const int nacc = 4 * G + 2 * H;
+    int failed = 0;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
-    double *loc = NULL, *dgain_h_ = dgain_h, *dbias_h_ = dbias_h, *dgain_c_ = dgain_c;
-    double *dbias_c_ = dbias_c;
+    int nt = 1, id = 0;
 #ifdef _OPENMP
-    if (omp_get_num_threads() > 1) {
-        loc = calloc((size_t)2 * (G + H), sizeof(double));
-        dgain_h_ = loc; dbias_h_ = loc + G; dgain_c_ = loc + 2 * G; dbias_c_ = loc + 2 * G + H;
-    }
+    nt = omp_get_num_threads();
+    id = omp_get_thread_num();
 #endif
-#pragma omp for schedule(static)
-    for (int b = 0; b < bs; b++) {
-        const float *a = act + (long)b * G;
-        const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
-        const float *t = tc + (long)b * H, *c = c_new + (long)b * H, *cp = c_prev + (long)b * H;
-        const float *dhb = dh + (long)b * H, *gob = grad_out + (long)b * H;
-        float *dcb = dc + (long)b * H, *dcnb = dcn + (long)b * H, *dp = d_pre + (long)b * G;
-        float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
-        for (int j = 0; j < H; j++) {
-            float g = dhb[j] + gob[j];
-            dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
-            float dtc = g * og[j];
-            dcnb[j] = dtc * (1.0f - t[j] * t[j]);
-        }
-        /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
-        ln_backward_row(dcnb, c, mean_c[b], rstd_c[b], gain_c, H, du, dgain_c_, dbias_c_);
-        for (int j = 0; j < H; j++) {
-            float dct = du[j] + dcb[j];
-            di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
-            df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
-            du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
-            dcb[j] = dct * fg[j];
-        }
-        ln_backward_row(dp, hg + (long)b * G, mean_h[b], rstd_h[b], gain_h, G,
-                        d_hg + (long)b * G, dgain_h_, dbias_h_);
+    const int r0 = (int)((long)B * id / nt), r1 = (int)((long)B * (id + 1) / nt);
+    float *work = malloc(sizeof(float) * ((size_t)(r1 - r0) * Hp + 2 * (size_t)H + 1));
+    /* with several threads each one accumulates the parameters' gradients privately */
+    double *acc = nt > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
+    if (!work || !acc) {
+#pragma omp atomic write
+        failed = 1;
     }
-    if (loc) {
+    float *dcn = work ? work + (size_t)(r1 - r0) * Hp : NULL, *g = dcn ? dcn + H : NULL;
+    double *dgain_h = acc, *dbias_h = acc ? acc + G : NULL, *dgain_c = acc ? acc + 2 * G : NULL;
+    double *dbias_c = dgain_c ? dgain_c + H : NULL, *dgain_x = dbias_c ? dbias_c + H : NULL;
+    double *dbias_x = dgain_x ? dgain_x + G : NULL;
+    for (int t = T - 1; t >= 0 && work && acc; t--) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        const int e = bs < r1 ? bs : r1;
+        if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
+        for (int b = r0; b < e; b++) {
+            const long tb = (long)t * B + b;
+            const float *gob = grad_out + tb * H;
+            float *dhb = dh + (long)b * H;
+            for (int j = 0; j < H; j++) g[j] = dhb[j] + gob[j];
+            float *dp = dxg + tb * G;
+            lstm_backward_row(H, g, dc + (long)b * H, act_all + tb * G, tc_all + tb * H,
+                              cs + (tb + B) * H, cs + tb * H, hg_all + tb * G,
+                              stats[tb], stats[TB + tb], stats[2 * TB + tb], stats[3 * TB + tb],
+                              gain_h, gain_c, dp, dhg + tb * G, dcn,
+                              dgain_h, dbias_h, dgain_c, dbias_c);
+            if (gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
+                ln_backward_row(dp, xw + tb * G, stats[4 * TB + tb], stats[5 * TB + tb], gain_x,
+                                G, dp, dgain_x, dbias_x);
+        }
+        /* dh_{t-1} = d_hg @ W_h for these rows */
+        gemm_rows(e - r0, G, dhg + ((long)t * B + r0) * G, G, wtp, npanels, work, Hp);
+        for (int b = r0; b < e; b++)
+            memcpy(dh + (long)b * H, work + (long)(b - r0) * Hp, sizeof(float) * H);
+    }
+    if (nt > 1 && acc) {
 #pragma omp critical
-        {
-            for (int j = 0; j < G; j++) { dgain_h[j] += loc[j]; dbias_h[j] += loc[G + j]; }
-            for (int j = 0; j < H; j++) {
-                dgain_c[j] += loc[2 * G + j]; dbias_c[j] += loc[2 * G + H + j];
-            }
-        }
-        free(loc);
+        for (int j = 0; j < nacc; j++) dparams[j] += acc[j];
+        free(acc);
     }
+    free(work);
     }
+    return failed ? -1 : 0;
 }
 
 /* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------

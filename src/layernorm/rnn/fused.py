@@ -238,12 +238,12 @@ def _check_shapes(who: str, xg, states, w_hh, gates: int, vectors: dict) -> tupl
     return T, B, H
 
 
-def _buffer(*shape, like: torch.Tensor) -> torch.Tensor:
-    """A zero-filled buffer for a whole sequence. Zeros even where every element read is written
-    first: padded rows must read as 0, and the step kernels then write to pages already faulted in
-    by one fast memset instead of faulting them in one step at a time (big buffers come fresh from
-    the OS at every call; measured 2-3x slower steps)."""
-    return like.new_zeros(shape)
+def _buffer(*shape, like: torch.Tensor, zero: bool = True) -> torch.Tensor:
+    """A buffer for a whole sequence: zero-filled where rows past an example's length must read as
+    0 (or where the torch-ops steps write into it: they then write to pages already faulted in by
+    one fast memset instead of faulting them in one step at a time; measured 2-3x slower steps);
+    ``zero=False`` for buffers the C kernels write completely (a 13 MB fill is ~1 ms)."""
+    return like.new_zeros(shape) if zero else like.new_empty(shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,16 +371,18 @@ def _lstm_forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, 
     wp = _panels(w_hh, lib.panel_width())
     vectors = [p.detach().contiguous() for p in (gain_h, bias_h, gain_c, bias_c)]
     xs = [None, None] if gain_x is None else [p.detach().contiguous() for p in (gain_x, bias_x)]
-    hs = _buffer(T + 1, B, H, like=xw)  # hs[0] = h0, hs[t + 1] = h_t (0 past a row's length)
+    # hs[0] = h0, hs[t + 1] = h_t, 0 past a row's length (the kernel writes every other element;
+    # the others below are read only where written)
+    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)
     hs[0] = h0
     h_n, c_n = h0.detach().clone(memory_format=torch.contiguous_format), \
         c0.detach().clone(memory_format=torch.contiguous_format)
     saved = None
     if save:
-        cs = _buffer(T + 1, B, H, like=xw)
+        cs = _buffer(T + 1, B, H, like=xw, zero=False)
         cs[0] = c0
-        saved = (hs, cs, _buffer(T, B, G, like=xw), _buffer(T, B, G, like=xw),
-                 _buffer(T, B, H, like=xw), _buffer(6, T, B, like=xw))
+        saved = (hs, cs, *(_buffer(*shape, like=xw, zero=False)
+                           for shape in ((T, B, G), (T, B, G), (T, B, H), (6, T, B))))
     sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
     ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
     status = lib.lstm_forward_seq(
@@ -394,48 +396,38 @@ def _lstm_forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, 
 
 
 def _lstm_backward_native(lib, ctx, grad_out, grad_hn, grad_cn):
+    """The whole backward loop in ONE C call (``lstm_backward_seq``); then dW_h as one GEMM."""
     w_hh, gain_h, gain_c, xw, gain_x, hs, cs, hg_all, act_all, tc_all, stats = ctx.saved_tensors
-    batch_sizes, blocks = ctx.batch_sizes, ctx.blocks
+    batch_sizes = ctx.batch_sizes
     T, B, G = act_all.shape
     H = G // 4
-    linear_t = _Linear(w_hh.t(), B)
+    wtp = _panels(w_hh.t(), lib.panel_width())  # dh_{t-1} = d(W_h h_{t-1}) @ W_h
     gains = [g.detach().contiguous() for g in (gain_h, gain_c)]
-
-    grad_out = grad_out.contiguous()
-    dxg = _buffer(T, B, G, like=act_all)   # d pre: grad of the input term and of LN_h
-    dhg = _buffer(T, B, G, like=act_all)   # grad of W_h h_{t-1}
-    dh, dc, dcn = (act_all.new_zeros(B, H) for _ in range(3))
-    acc = [torch.zeros(n, dtype=torch.float64) for n in (G, G, H, H)]  # LN params' grads
-    p_go, p_cs, p_act, p_tc, p_dxg, p_dhg, p_hg = (
-        _ptrs(a) for a in (grad_out, cs, act_all, tc_all, dxg, dhg, hg_all))
-    p_mh, p_rh, p_mc, p_rc = (_ptrs(a) for a in stats[:4])
-    fixed = [g.data_ptr() for g in gains]
-    p_acc = [a.data_ptr() for a in acc]
-    d_hgs, dhs = _steps(dhg, batch_sizes, T), _prefixes(dh, batch_sizes, T)
-    for t in range(_n_steps(batch_sizes, T) - 1, -1, -1):
-        if t in blocks:  # these examples' last step: grads of h_n, c_n enter here
-            lo, hi = blocks[t]
-            dh[lo:hi] += grad_hn[lo:hi]
-            dc[lo:hi] += grad_cn[lo:hi]
-        bs = B if batch_sizes is None else batch_sizes[t]
-        lib.lstm_backward_step(bs, H, dh.data_ptr(), p_go[t], dc.data_ptr(), p_act[t], p_tc[t],
-                               p_cs[t + 1], p_cs[t], p_hg[t], p_mh[t], p_rh[t],
-                               p_mc[t], p_rc[t], *fixed, p_dxg[t], p_dhg[t], dcn.data_ptr(),
-                               *p_acc)
-        linear_t(d_hgs[t], out=dhs[t])                 # dh_{t-1} = d(W_h h_{t-1}) @ W_h
-    if -1 in blocks:  # length-0 examples: h_n = h0, c_n = c0
-        lo, hi = blocks[-1]
-        dh[lo:hi] += grad_hn[lo:hi]
-        dc[lo:hi] += grad_cn[lo:hi]
+    gx = None if gain_x is None else gain_x.detach().contiguous()
+    padded = batch_sizes is not None
+    dxg = _buffer(T, B, G, like=act_all, zero=padded)  # grad of xw (or of the input term)
+    dhg = _buffer(T, B, G, like=act_all, zero=padded)  # grad of W_h h_{t-1}
+    dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)  # -> grad of h0
+    dc = grad_cn.detach().clone(memory_format=torch.contiguous_format)  # -> grad of c0
+    dparams = torch.zeros(4 * G + 2 * H, dtype=torch.float64)
+    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
+    grad_out = grad_out.contiguous()  # kept alive (by this name) during the call
+    status = lib.lstm_backward_seq(
+        T, B, H, _native_threads(B), None if sizes is None else sizes.data_ptr(), wtp.data_ptr(),
+        grad_out.data_ptr(), xw.data_ptr(), None if gx is None else gx.data_ptr(),
+        cs.data_ptr(), hg_all.data_ptr(), act_all.data_ptr(), tc_all.data_ptr(), stats.data_ptr(),
+        gains[0].data_ptr(), gains[1].data_ptr(), dh.data_ptr(), dc.data_ptr(), dxg.data_ptr(),
+        dhg.data_ptr(), dparams.data_ptr())
+    if status != 0:
+        raise MemoryError("ln_lstm_sequence: the C backward kernel could not allocate its "
+                          f"per-thread workspace (status {status}).")
+    # everything that does not feed the recurrence: one GEMM over all steps
     dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
-    dgain_h, dbias_h, dgain_c, dbias_c = (a.to(act_all.dtype) for a in acc)
-    dxw = dxg
-    dgain_x = dbias_x = None
-    if ctx.input_ln:  # pre = ... + LN(xw; gain_x, bias_x): one LN backward over all steps
-        mean_x, rstd_x = stats[4].unsqueeze(-1), stats[5].unsqueeze(-1)
-        dxw, dgain_x, dbias_x = _layer_norm_backward(dxg, xw, (G,), mean_x, rstd_x, gain_x,
-                                                     gain_x, [True, True, True])
-    return (dxw, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, dgain_x, dbias_x, None, None,
+    dgain_h, dbias_h, dgain_c, dbias_c, dgain_x, dbias_x = (
+        p.to(act_all.dtype) for p in dparams.split([G, G, H, H, G, G]))
+    if not ctx.input_ln:
+        dgain_x = dbias_x = None
+    return (dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, dgain_x, dbias_x, None, None,
             None)
 
 
