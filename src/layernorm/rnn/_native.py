@@ -77,7 +77,7 @@ def _declare(lib) -> None:
     lib.gru_forward_step.argtypes = [i, i, f] + [p] * 15
     lib.gru_forward_step.restype = None
     lib.gru_backward_step.argtypes = [i, i] + [p] * 20
-    lib.gru_backward_step.restype = None
+    lib.gru_backward_step.restype = i
 
 
 def load():

@@ -113,10 +113,12 @@ static void tile_rows(int mr, int K, const float *a, long lda, const float *w, f
 /* c (M x npanels * NR, row stride ldc) = a (M x K, row stride lda) @ W^T */
 static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, int npanels,
                       float *c, long ldc) {
+    /* rows in ceil(M / MR) tiles of near-equal height (16 rows: 8 + 8, not 12 + 4) */
+    const int ntiles = (M + MR - 1) / MR;
     for (int p = 0; p < npanels; p++) {
         const float *w = wp + (long)p * K * NR;
-        for (int r = 0; r < M; r += MR) {
-            int mr = M - r < MR ? M - r : MR;
+        for (int i = 0; i < ntiles; i++) {
+            const int r = (int)((long)M * i / ntiles), mr = (int)((long)M * (i + 1) / ntiles) - r;
             tile_rows(mr, K, a + r * lda, lda, w, c + r * ldc + p * NR, ldc);
         }
     }
@@ -221,14 +223,14 @@ int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *ba
 /* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
  * dxhat = dy * gain; also accumulates the gain / bias gradients (sum of dy * xhat, sum of dy). */
 static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
-                            const float *gain, int n, float *dx, double *dgain, double *dbias) {
-    double s1 = 0.0, s2 = 0.0;
+                            const float *gain, int n, float *dx, float *dgain, float *dbias) {
+    float s1 = 0.0f, s2 = 0.0f;  /* vectorized float sums, as torch's CPU kernels */
 #pragma omp simd reduction(+:s1, s2)
     for (int j = 0; j < n; j++) {
         float xhat = (x[j] - mu) * rs, dxhat = dy[j] * gain[j];
         s1 += dxhat;
         s2 += dxhat * xhat;
-        dgain[j] += (double)dy[j] * xhat;
+        dgain[j] += dy[j] * xhat;
         dbias[j] += dy[j];
     }
     float m1 = (float)(s1 / n), m2 = (float)(s2 / n);
@@ -247,7 +249,7 @@ static void lstm_backward_row(int H, const float *g, float *dcb,
                               const float *hgb, float mh, float rh, float mc, float rc,
                               const float *gain_h, const float *gain_c,
                               float *dp, float *d_hg, float *dcnb,
-                              double *dgain_h, double *dbias_h, double *dgain_c, double *dbias_c) {
+                              float *dgain_h, float *dbias_h, float *dgain_c, float *dbias_c) {
     const int G = 4 * H;
     const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
     float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
@@ -298,21 +300,24 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
     id = omp_get_thread_num();
 #endif
     const int r0 = (int)((long)B * id / nt), r1 = (int)((long)B * (id + 1) / nt);
-    float *work = malloc(sizeof(float) * ((size_t)(r1 - r0) * Hp + 2 * (size_t)H + 1));
-    /* with several threads each one accumulates the parameters' gradients privately */
+    /* per step the parameters' gradients are summed over the block's rows in float (part),
+     * then added to the double accumulators (acc; private per thread when there are several) */
+    float *work = malloc(sizeof(float) * ((size_t)(r1 - r0) * Hp + 2 * (size_t)H + nacc + 1));
     double *acc = nt > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
     if (!work || !acc) {
 #pragma omp atomic write
         failed = 1;
     }
     float *dcn = work ? work + (size_t)(r1 - r0) * Hp : NULL, *g = dcn ? dcn + H : NULL;
-    double *dgain_h = acc, *dbias_h = acc ? acc + G : NULL, *dgain_c = acc ? acc + 2 * G : NULL;
-    double *dbias_c = dgain_c ? dgain_c + H : NULL, *dgain_x = dbias_c ? dbias_c + H : NULL;
-    double *dbias_x = dgain_x ? dgain_x + G : NULL;
+    float *part = g ? g + H : NULL;
+    float *dgain_h = part, *dbias_h = part ? part + G : NULL, *dgain_c = part ? part + 2 * G : NULL;
+    float *dbias_c = dgain_c ? dgain_c + H : NULL, *dgain_x = dbias_c ? dbias_c + H : NULL;
+    float *dbias_x = dgain_x ? dgain_x + G : NULL;
     for (int t = T - 1; t >= 0 && work && acc; t--) {
         const int bs = batch_sizes ? batch_sizes[t] : B;
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
+        memset(part, 0, sizeof(float) * nacc);
         for (int b = r0; b < e; b++) {
             const long tb = (long)t * B + b;
             const float *gob = grad_out + tb * H;
@@ -328,6 +333,7 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
                 ln_backward_row(dp, xw + tb * G, stats[4 * TB + tb], stats[5 * TB + tb], gain_x,
                                 G, dp, dgain_x, dbias_x);
         }
+        for (int j = 0; j < nacc; j++) acc[j] += part[j];
         /* dh_{t-1} = d_hg @ W_h for these rows */
         gemm_rows(e - r0, G, dhg + ((long)t * B + r0) * G, G, wtp, npanels, work, Hp);
         for (int b = r0; b < e; b++)
@@ -377,7 +383,7 @@ void gru_forward_step(int bs, int H, float eps,
 /* dh: (bs, H) gradient of h_t from step t+1, overwritten with the direct part of the gradient of
  * h_{t-1} (dh z; the caller adds d_hg @ [W_h; U]); grad_out: (bs, H); writes d_pre (bs, 3H) (=
  * gradient of xg_t) and d_hg (bs, 3H); dun (bs, H) scratch; accumulates the LN params' grads. */
-void gru_backward_step(int bs, int H,
+int gru_backward_step(int bs, int H,
                        float *dh, const float *grad_out,
                        const float *rz, const float *un, const float *n, const float *h_prev,
                        const float *hg, const float *mean_h, const float *rstd_h,
@@ -386,6 +392,10 @@ void gru_backward_step(int bs, int H,
                        float *d_pre, float *d_hg, float *dun,
                        double *dgain_h, double *dbias_h, double *dgain_u, double *dbias_u) {
     const int G = 3 * H;
+    /* the parameters' gradients summed over this step's rows in float, then added in double */
+    float *part = calloc((size_t)6 * H, sizeof(float));
+    if (!part) return -1;
+    float *pg_h = part, *pb_h = part + 2 * H, *pg_u = part + 4 * H, *pb_u = part + 5 * H;
     for (int b = 0; b < bs; b++) {
         const float *r = rz + (long)b * 2 * H, *z = r + H, *u = un + (long)b * H;
         const float *nb = n + (long)b * H, *hp = h_prev + (long)b * H;
@@ -402,8 +412,12 @@ void gru_backward_step(int bs, int H,
         }
         const float *hgb = hg + (long)b * G;
         float *dhg = d_hg + (long)b * G;
-        ln_backward_row(dp, hgb, mean_h[b], rstd_h[b], gain_h, 2 * H, dhg, dgain_h, dbias_h);
-        ln_backward_row(du, hgb + 2 * H, mean_u[b], rstd_u[b], gain_u, H, dhg + 2 * H, dgain_u,
-                        dbias_u);
+        ln_backward_row(dp, hgb, mean_h[b], rstd_h[b], gain_h, 2 * H, dhg, pg_h, pb_h);
+        ln_backward_row(du, hgb + 2 * H, mean_u[b], rstd_u[b], gain_u, H, dhg + 2 * H, pg_u,
+                        pb_u);
     }
+    for (int j = 0; j < 2 * H; j++) { dgain_h[j] += pg_h[j]; dbias_h[j] += pb_h[j]; }
+    for (int j = 0; j < H; j++) { dgain_u[j] += pg_u[j]; dbias_u[j] += pb_u[j]; }
+    free(part);
+    return 0;
 }
