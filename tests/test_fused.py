@@ -117,6 +117,38 @@ def test_fused_lstm_input_ln_matches_reference(lengths, T, B, H, step_path):
         ln_lstm_sequence(*args[:8], gain_x=gain_x)
 
 
+def test_fused_lstm_buffers_reused_safely():
+    """The kernels reuse their saved sequence buffers across calls (fused._Workspace) only once
+    nothing else holds them: two forwards alive at once, a backward with retain_graph run twice,
+    and a broadcast (non-contiguous) output gradient all give the reference's gradients."""
+    args = make_args("lstm", 6, 5, 8)
+    xg, h0, c0, *params = args
+    args64 = [a.detach().double().requires_grad_() for a in args]
+
+    def grads(fn, a, loss_of, **kw):
+        out = fn(*a, **kw)
+        return torch.autograd.grad(loss_of(out), a, retain_graph=kw.pop("retain", False))
+
+    loss = lambda outs: outs[0].sum() + (outs[1] * outs[2]).sum()  # noqa: E731
+    expected = grads(ref_ln_lstm_sequence, args64, loss)
+    first = ln_lstm_sequence(*args)
+    got = torch.autograd.grad(loss(first), args, retain_graph=True)
+    second = ln_lstm_sequence(xg * 0.5, h0, c0, *params)  # must not take first's buffers
+    third = ln_lstm_sequence(xg * 2, h0, c0, *params)     # alive together with the second
+    torch.autograd.grad(loss(second) + loss(third), args)
+    again = torch.autograd.grad(loss(first), args)      # first's saved buffers, read again
+    for a, b, e in zip(got, again, expected):
+        torch.testing.assert_close(a.double(), e, atol=1e-5 * max(1.0, e.abs().max().item()),
+                                   rtol=1e-5)
+        assert torch.equal(a, b)
+    # and buffers are reused: repeated training steps do not grow the pool
+    sizes = []
+    for _ in range(3):
+        torch.autograd.grad(loss(ln_lstm_sequence(*args)), args)
+        sizes.append(len(fused._WORKSPACE._bufs))
+    assert sizes[0] == sizes[1] == sizes[2]
+
+
 def _native_or_skip():
     from layernorm.rnn import _native
     lib = _native.load()
@@ -302,3 +334,46 @@ def test_native_kernel_builds_fast_or_falls_back(tmp_path, monkeypatch):
     args = make_args("lstm", 3, 2, 4)
     out, h_n, c_n = ln_lstm_sequence(*args)
     torch.testing.assert_close(out, ref_ln_lstm_sequence(*args)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("flags", [("-mno-avx512f",), ("-mno-avx",), ("-fno-openmp",)],
+                         ids=["avx2", "sse", "no-openmp"])
+def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
+    """The kernels built for other CPUs (ymm / xmm vectors, other tile sizes) or without OpenMP
+    compute the same LN-LSTM, forward and every gradient, as the reference (x86-64 only)."""
+    import ctypes
+    import platform
+    import shutil
+
+    from layernorm.rnn import _native
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("needs a C compiler on x86-64")
+    target = tmp_path / "k.so"
+    try:
+        _native._build(cc, target, extra=flags)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"this compiler does not build with {flags}: {e}")
+    lib = ctypes.CDLL(str(target))
+    _native._declare(lib)
+    monkeypatch.setattr(_native, "_lib", lib)
+    monkeypatch.setattr(_native, "_tried", True)
+    assert fused._native_lib(torch.zeros(1)) is lib
+
+    lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1])
+    args = make_args("lstm", 5, 11, 24)
+    outs, grads, g_out = outputs_and_grads(ln_lstm_sequence, args, lens)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    outs64, grads64, _ = outputs_and_grads(ref_ln_lstm_sequence, args64, lens,
+                                           [g.double() for g in g_out])
+    for a, b in zip(outs, outs64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads, grads64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * max(1.0, b.abs().max().item()),
+                                   rtol=1e-5)
+    w, a = torch.randn(40, 24), torch.randn(7, 24)
+    panels = fused._panels(w, lib.panel_width())
+    y = torch.empty(7, panels.shape[0] * lib.panel_width())
+    lib.gemm_packed(7, 24, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
+    torch.testing.assert_close(y[:, :40], a @ w.t(), atol=1e-4, rtol=1e-5)

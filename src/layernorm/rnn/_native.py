@@ -1,5 +1,5 @@
-"""The optional C kernels of one LN-LSTM / LN-GRU step (``_rnn_steps.c``): built on first use,
-cached.
+"""The optional C kernels of the LN-LSTM / LN-GRU (``_rnn_steps.c``: the LN-LSTM's whole forward
+and backward loops, one LN-GRU step): built on first use, cached.
 
 Plain C with no torch headers, compiled with the system C compiler in well under a second (a
 torch C++ extension takes a minute), cached per source / compiler / CPU under
@@ -45,15 +45,16 @@ def _cpu_signature() -> str:
     return platform.processor() or platform.machine()
 
 
-def _build(cc: str, target: Path) -> None:
+def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
+    """Compile the kernels into ``target`` (``extra``: more compiler flags, e.g. for tests)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
         for i, omp in enumerate(_OMP_FLAGS):
             try:
-                subprocess.run([cc, *_FLAGS, *omp, str(_SOURCE), "-o", tmp, "-lm"], check=True,
-                               capture_output=True, timeout=60)
+                subprocess.run([cc, *_FLAGS, *omp, *extra, str(_SOURCE), "-o", tmp, "-lm"],
+                               check=True, capture_output=True, timeout=60)
                 break
             except subprocess.CalledProcessError:
                 if i == len(_OMP_FLAGS) - 1:

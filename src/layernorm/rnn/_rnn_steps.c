@@ -95,7 +95,10 @@ tile(const int mr, int K, const float *a, long lda, const float *w, float *c, lo
             acc1[r] += s * w1;
         }
     }
-    for (int r = 0; r < mr; r++) { storev(c + r * ldc, acc0[r]); storev(c + r * ldc + VW, acc1[r]); }
+    for (int r = 0; r < mr; r++) {
+        storev(c + r * ldc, acc0[r]);
+        storev(c + r * ldc + VW, acc1[r]);
+    }
 }
 
 static void tile_rows(int mr, int K, const float *a, long lda, const float *w, float *c, long ldc) {
@@ -189,7 +192,8 @@ int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *ba
                     a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j]
                            + (xb[j] - mx) * rx * gain_x[j] + bias_x[j];
             } else {
-                for (int j = 0; j < G; j++) a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xb[j];
+                for (int j = 0; j < G; j++)
+                    a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xb[j];
             }
             for (int j = 0; j < 2 * H; j++) a[j] = sigmoidf_(a[j]);
             for (int j = 2 * H; j < 3 * H; j++) a[j] = tanhf_(a[j]);

@@ -4,22 +4,27 @@ The readable LN-LSTM/LN-GRU (``layernorm.rnn``) runs one autograd graph per time
 people train (B = 32, H = 256) the time goes to per-op Python/autograd overhead, not to arithmetic.
 Here one ``torch.autograd.Function`` covers the whole sequence of one layer and one direction:
 
-* the forward loop runs without autograd and keeps only what the backward needs, in buffers
-  allocated once per call;
+* the forward loop runs without autograd and keeps only what the backward needs;
 * the backward loop computes the gradients of every step by hand and leaves everything that does
   not feed the recurrence to after the loop: the weight gradient ``dW_hh`` is ONE GEMM over all
-  steps, the LN gains/biases gradients one batched reduction;
-* the gradient of the input term ``xg`` comes back as a (T, B, G) tensor, so ``W_x`` and its layer
-  norm (computed for all steps at once, outside) backpropagate through ordinary autograd.
+  steps, the LN gains/biases gradients are accumulated on the way;
+* the gradient of the input term comes back as one (T, B, G) tensor, so ``W_x`` backpropagates
+  through ordinary autograd.
+
+On the CPU in float32 the LN-LSTM's forward and backward loops each run in ONE call of a small C
+kernel (``_rnn_steps.c``: its own register-tiled recurrent GEMM, the input LN folded into the
+step, examples split over threads for the whole sequence) with its sequence buffers reused across
+calls (``_Workspace``). Elsewhere (CUDA, float64, half types, no C compiler, ``USE_NATIVE =
+False``) the same loops run in torch ops; the LN-GRU's step is one C call per step on the CPU.
 
 Variable-length batches run like cuDNN packed sequences: examples are ordered by decreasing length
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
 
-Two cheap identities keep the step short on CPU (where ``torch.tanh`` is several times slower than
-``torch.sigmoid``): ``tanh(x) = 2 sigmoid(2x) - 1``, with the factor 2 folded into the LN gain and
-bias, so every gate needs one sigmoid over the whole gate vector and the backward uses the one
-derivative ``s (1 - s)``. The recurrent GEMM uses oneDNN with the weight packed once per call when
-available (CPU, float32), ``torch.mm`` otherwise (CUDA, float64, or any failure of the packed path).
+Two cheap identities keep the torch-ops step short on CPU (where ``torch.tanh`` is several times
+slower than ``torch.sigmoid``): ``tanh(x) = 2 sigmoid(2x) - 1``, with the factor 2 folded into the
+LN gain and bias, so every gate needs one sigmoid over the whole gate vector and the backward uses
+the one derivative ``s (1 - s)``. Its recurrent GEMM uses oneDNN with the weight packed once per
+call when available (CPU, float32), ``torch.mm`` otherwise.
 
 Equations (PAPER.md section 2) and gate order: see ``ln_lstm_sequence`` and ``ln_gru_sequence``.
 """
@@ -412,14 +417,14 @@ def _lstm_forward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes,
     return out, h_n, c_n, saved
 
 
-# ---- the same step in one C call per step (``_rnn_steps.c``), float32 on the CPU -----------------
+# ---- the whole loop in one C call (``_rnn_steps.c``), float32 on the CPU -------------------------
 
 # Set to False to force the torch-ops path (tests run both).
 USE_NATIVE = True
 
 
 def _native_lib(xg: torch.Tensor):
-    """The C step kernel when it applies (float32 CPU tensors) and builds here, else None."""
+    """The C kernels when they apply (float32 CPU tensors) and build here, else None."""
     if not USE_NATIVE or xg.device.type != "cpu" or xg.dtype != torch.float32:
         return None
     from . import _native
