@@ -83,29 +83,38 @@ def test_fused_matches_reference_fp32(kind, lengths, T, B, H, step_path):
         assert (outs[0][steps >= lens.unsqueeze(0)] == 0).all()
 
 
+GROUPS = {"lstm": lambda H: (4 * H,), "gru": lambda H: (2 * H, H)}  # units normalized jointly
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("lengths", list(LENGTHS))
 @pytest.mark.parametrize("T,B,H", [(6, 6, 7), (5, 12, 40)])
-def test_fused_lstm_input_ln_matches_reference(lengths, T, B, H, step_path):
-    """With gain_x / bias_x the input term is the raw W_x x and its LN runs inside (in the C
-    kernel's step on the native path): equal to LN outside + the reference, every gradient."""
+def test_fused_input_ln_matches_reference(kind, lengths, T, B, H, step_path):
+    """With gain_x / bias_x the input term is the raw W_x x and its LN (per group of units) runs
+    inside (in the C kernel's step on the native path): equal to LN outside + the reference,
+    every gradient, and the inference path gives the same numbers."""
+    fn, ref_fn, G, n_states, _ = KINDS[kind]
     lens = LENGTHS[lengths] and LENGTHS[lengths](T, B)
-    xw, *rest = make_args("lstm", T, B, H)
-    gain_x = (1 + 0.1 * torch.randn(4 * H)).requires_grad_()
-    bias_x = (0.1 * torch.randn(4 * H)).requires_grad_()
+    xw, *rest = make_args(kind, T, B, H)
+    gain_x = (1 + 0.1 * torch.randn(G * H)).requires_grad_()
+    bias_x = (0.1 * torch.randn(G * H)).requires_grad_()
     args = [xw, *rest, gain_x, bias_x]
+    groups = GROUPS[kind](H)
 
     def ours(xw, *a, lengths):
-        return ln_lstm_sequence(xw, *a[:7], lengths=lengths, gain_x=a[7], bias_x=a[8])
+        return fn(xw, *a[:-2], lengths=lengths, gain_x=a[-2], bias_x=a[-1])
 
     def ref(xw, *a, lengths):
-        xg = torch.nn.functional.layer_norm(xw, (4 * H,), a[7], a[8], 1e-5)
-        return ref_ln_lstm_sequence(xg, *a[:7], lengths=lengths)
+        parts = zip(xw.split(groups, -1), a[-2].split(groups), a[-1].split(groups))
+        xg = torch.cat([torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, 1e-5)
+                        for x, g, b in parts], -1)
+        return ref_fn(xg, *a[:-2], lengths=lengths)
 
     outs, grads, g_out = outputs_and_grads(ours, args, lens)
     args64 = [a.detach().double().requires_grad_() for a in args]
     outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
-    for name, a, b in zip(["out", "h_n", "c_n"], outs, outs64):
-        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5, msg=name)
+    for i, (a, b) in enumerate(zip(outs, outs64)):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5, msg=f"output {i}")
     for i, (a, b) in enumerate(zip(grads, grads64)):
         scale = max(1.0, b.abs().max().item())
         torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-5,
@@ -114,29 +123,29 @@ def test_fused_lstm_input_ln_matches_reference(lengths, T, B, H, step_path):
         for a, b in zip(ours(*args, lengths=lens), outs):
             torch.testing.assert_close(a, b.detach(), atol=0, rtol=0)
     with pytest.raises(ValueError, match="gain_x and bias_x together"):
-        ln_lstm_sequence(*args[:8], gain_x=gain_x)
+        fn(*args[:-2], gain_x=gain_x)
 
 
-def test_fused_lstm_buffers_reused_safely():
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_buffers_reused_safely(kind):
     """The kernels reuse their saved sequence buffers across calls (fused._Workspace) only once
-    nothing else holds them: two forwards alive at once, a backward with retain_graph run twice,
-    and a broadcast (non-contiguous) output gradient all give the reference's gradients."""
-    args = make_args("lstm", 6, 5, 8)
-    xg, h0, c0, *params = args
+    nothing else holds them: a graph kept with retain_graph while two other forwards run, and a
+    broadcast (non-contiguous) output gradient, give the reference's gradients."""
+    fn, ref, *_ = KINDS[kind]
+    args = make_args(kind, 6, 5, 8)
+    xg, *rest = args
     args64 = [a.detach().double().requires_grad_() for a in args]
 
-    def grads(fn, a, loss_of, **kw):
-        out = fn(*a, **kw)
-        return torch.autograd.grad(loss_of(out), a, retain_graph=kw.pop("retain", False))
+    def loss(outs):
+        return outs[0].sum() + sum((o * o).sum() for o in outs[1:])
 
-    loss = lambda outs: outs[0].sum() + (outs[1] * outs[2]).sum()  # noqa: E731
-    expected = grads(ref_ln_lstm_sequence, args64, loss)
-    first = ln_lstm_sequence(*args)
+    expected = torch.autograd.grad(loss(ref(*args64)), args64)
+    first = fn(*args)
     got = torch.autograd.grad(loss(first), args, retain_graph=True)
-    second = ln_lstm_sequence(xg * 0.5, h0, c0, *params)  # must not take first's buffers
-    third = ln_lstm_sequence(xg * 2, h0, c0, *params)     # alive together with the second
+    second = fn(xg * 0.5, *rest)  # must not take first's buffers
+    third = fn(xg * 2, *rest)     # alive together with the second
     torch.autograd.grad(loss(second) + loss(third), args)
-    again = torch.autograd.grad(loss(first), args)      # first's saved buffers, read again
+    again = torch.autograd.grad(loss(first), args)  # first's saved buffers, read again
     for a, b, e in zip(got, again, expected):
         torch.testing.assert_close(a.double(), e, atol=1e-5 * max(1.0, e.abs().max().item()),
                                    rtol=1e-5)
@@ -144,7 +153,7 @@ def test_fused_lstm_buffers_reused_safely():
     # and buffers are reused: repeated training steps do not grow the pool
     sizes = []
     for _ in range(3):
-        torch.autograd.grad(loss(ln_lstm_sequence(*args)), args)
+        torch.autograd.grad(loss(fn(*args)), args)
         sizes.append(len(fused._WORKSPACE._bufs))
     assert sizes[0] == sizes[1] == sizes[2]
 
@@ -171,25 +180,28 @@ def test_native_gemm_matches_torch(M, K, N):
     assert (y[:, N:] == 0).all()  # padded columns: zero weights
 
 
-def test_native_lstm_same_result_with_any_thread_count():
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_native_same_result_with_any_thread_count(kind):
     """The C forward kernel splits the examples over threads; each example's arithmetic is the
     same whatever the split, so 1 and 2 threads give identical outputs (gradients sum over
     examples in a thread-dependent order: equal to rounding)."""
     _native_or_skip()
-    args = make_args("lstm", 5, 12, 16)
+    fn, _, _, n_states, _ = KINDS[kind]
+    args = make_args(kind, 5, 12, 16)
     lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1, 3])
     before = torch.get_num_threads()
     try:
         results = []
         for n in (1, 2):
             torch.set_num_threads(n)
-            outs = ln_lstm_sequence(*args, lengths=lens)
+            outs = fn(*args, lengths=lens)
             results.append([*outs, *torch.autograd.grad(outs[0].sum(), args)])
     finally:
         torch.set_num_threads(before)
-    for a, b in zip(results[0][:3], results[1][:3]):
+    k = 1 + n_states
+    for a, b in zip(results[0][:k], results[1][:k]):
         assert torch.equal(a, b)
-    for a, b in zip(results[0][3:], results[1][3:]):
+    for a, b in zip(results[0][k:], results[1][k:]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
@@ -340,7 +352,8 @@ def test_native_kernel_builds_fast_or_falls_back(tmp_path, monkeypatch):
                          ids=["avx2", "sse", "no-openmp"])
 def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     """The kernels built for other CPUs (ymm / xmm vectors, other tile sizes) or without OpenMP
-    compute the same LN-LSTM, forward and every gradient, as the reference (x86-64 only)."""
+    compute the same LN-LSTM and LN-GRU, forward and every gradient, as the reference (x86-64
+    only)."""
     import ctypes
     import platform
     import shutil
@@ -362,16 +375,16 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     assert fused._native_lib(torch.zeros(1)) is lib
 
     lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1])
-    args = make_args("lstm", 5, 11, 24)
-    outs, grads, g_out = outputs_and_grads(ln_lstm_sequence, args, lens)
-    args64 = [a.detach().double().requires_grad_() for a in args]
-    outs64, grads64, _ = outputs_and_grads(ref_ln_lstm_sequence, args64, lens,
-                                           [g.double() for g in g_out])
-    for a, b in zip(outs, outs64):
-        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
-    for a, b in zip(grads, grads64):
-        torch.testing.assert_close(a.double(), b, atol=1e-5 * max(1.0, b.abs().max().item()),
-                                   rtol=1e-5)
+    for fn, ref, *_ in KINDS.values():
+        args = make_args("lstm" if fn is ln_lstm_sequence else "gru", 5, 11, 24)
+        outs, grads, g_out = outputs_and_grads(fn, args, lens)
+        args64 = [a.detach().double().requires_grad_() for a in args]
+        outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
+        for a, b in zip(outs, outs64):
+            torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
+        for a, b in zip(grads, grads64):
+            torch.testing.assert_close(a.double(), b, atol=1e-5 * max(1.0, b.abs().max().item()),
+                                       rtol=1e-5)
     w, a = torch.randn(40, 24), torch.randn(7, 24)
     panels = fused._panels(w, lib.panel_width())
     y = torch.empty(7, panels.shape[0] * lib.panel_width())

@@ -75,10 +75,10 @@ def _declare(lib) -> None:
     lib.lstm_forward_seq.restype = i
     lib.lstm_backward_seq.argtypes = [i, i, i, i] + [p] * 17
     lib.lstm_backward_seq.restype = i
-    lib.gru_forward_step.argtypes = [i, i, f] + [p] * 15
-    lib.gru_forward_step.restype = None
-    lib.gru_backward_step.argtypes = [i, i] + [p] * 20
-    lib.gru_backward_step.restype = i
+    lib.gru_forward_seq.argtypes = [i, i, i, f, i] + [p] * 16
+    lib.gru_forward_seq.restype = i
+    lib.gru_backward_seq.argtypes = [i, i, i, i] + [p] * 17
+    lib.gru_backward_seq.restype = i
 
 
 def load():

@@ -134,6 +134,18 @@ void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, flo
     gemm_rows(M, K, a, K, wp, npanels, y, (long)npanels * NR);
 }
 
+/* The block of examples (rows) [r0, r1) this OpenMP thread owns for the whole sequence: an
+ * example's recurrence never reads another's, so threads never wait for each other. */
+static void row_block(int B, int *r0, int *r1) {
+    int nt = 1, id = 0;
+#ifdef _OPENMP
+    nt = omp_get_num_threads();
+    id = omp_get_thread_num();
+#endif
+    *r0 = (int)((long)B * id / nt);
+    *r1 = (int)((long)B * (id + 1) / nt);
+}
+
 /* ---- the LN-LSTM forward over a whole sequence, one call ------------------------------------
  *
  * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's
@@ -162,12 +174,8 @@ int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *ba
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
-    int nt = 1, id = 0;
-#ifdef _OPENMP
-    nt = omp_get_num_threads();
-    id = omp_get_thread_num();
-#endif
-    const int r0 = (int)((long)B * id / nt), r1 = (int)((long)B * (id + 1) / nt);
+    int r0, r1;
+    row_block(B, &r0, &r1);
     float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + (size_t)G + H + 1));
     float *a_row = hg + (size_t)(r1 - r0) * Gp, *t_row = a_row + G;
     if (!hg) {
@@ -298,16 +306,12 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
-    int nt = 1, id = 0;
-#ifdef _OPENMP
-    nt = omp_get_num_threads();
-    id = omp_get_thread_num();
-#endif
-    const int r0 = (int)((long)B * id / nt), r1 = (int)((long)B * (id + 1) / nt);
+    int r0, r1;
+    row_block(B, &r0, &r1);
     /* per step the parameters' gradients are summed over the block's rows in float (part),
      * then added to the double accumulators (acc; private per thread when there are several) */
     float *work = malloc(sizeof(float) * ((size_t)(r1 - r0) * Hp + 2 * (size_t)H + nacc + 1));
-    double *acc = nt > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
+    double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
     if (!work || !acc) {
 #pragma omp atomic write
         failed = 1;
@@ -343,7 +347,7 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
         for (int b = r0; b < e; b++)
             memcpy(dh + (long)b * H, work + (long)(b - r0) * Hp, sizeof(float) * H);
     }
-    if (nt > 1 && acc) {
+    if (nthreads > 1 && acc) {
 #pragma omp critical
         for (int j = 0; j < nacc; j++) dparams[j] += acc[j];
         free(acc);
@@ -354,74 +358,170 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
 }
 
 /* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------
- *   r, z = sigmoid(LN(hg[:2H]; gain_h, bias_h) + xg[:2H])     hg = [W_h h; U h], LN over 2H jointly
+ *   hg   = W_hh h_{t-1} = [W_h h; U h]                        (the GEMM above, 3H columns)
+ *   r, z = sigmoid(LN(hg[:2H]; gain_h, bias_h) + xr)          LN over 2H jointly
  *   un   = LN(hg[2H:]; gain_u, bias_u)
- *   n    = tanh(xg[2H:] + r * un)
- * Saved: rz, un, n and the statistics of both LNs. */
-void gru_forward_step(int bs, int H, float eps,
-                      const float *hg, const float *xg,
-                      const float *gain_h, const float *bias_h,
-                      const float *gain_u, const float *bias_u,
-                      const float *h_prev, float *rz, float *un, float *n, float *h_new,
-                      float *mean_h, float *rstd_h, float *mean_u, float *rstd_u) {
-    const int G = 3 * H;
-    for (int b = 0; b < bs; b++) {
-        const float *hgb = hg + (long)b * G, *xgb = xg + (long)b * G, *hp = h_prev + (long)b * H;
-        float *a = rz + (long)b * 2 * H, *u = un + (long)b * H, *nb = n + (long)b * H;
-        float *h = h_new + (long)b * H;
-        float mu, rs;
-        moments(hgb, 2 * H, eps, &mu, &rs);
-        mean_h[b] = mu; rstd_h[b] = rs;
-        for (int j = 0; j < 2 * H; j++)
-            a[j] = sigmoidf_((hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xgb[j]);
-        moments(hgb + 2 * H, H, eps, &mu, &rs);
-        mean_u[b] = mu; rstd_u[b] = rs;
-        for (int j = 0; j < H; j++) {
-            u[j] = (hgb[2 * H + j] - mu) * rs * gain_u[j] + bias_u[j];
-            nb[j] = tanhf_(xgb[2 * H + j] + a[j] * u[j]);
-            h[j] = nb[j] + a[H + j] * (hp[j] - nb[j]);
+ *   n    = tanh(xn + r * un)
+ *   h    = n + z (h_prev - n)
+ * with [xr; xn] = xw itself, or with gain_x: [LN(xw[:2H]); LN(xw[2H:])] (gain_x, bias_x: 3H,
+ * the two groups normalized separately, as layernorm.GRU's input term).
+ * Threads, rows and lengths as lstm_forward_seq. Saved when hg_all != NULL: hg_all (T, B, 3H),
+ * rz_all (T, B, 2H), un_all, n_all (T, B, H), stats (8, T, B) = mean / rstd of hg[:2H],
+ * hg[2H:], xw[:2H], xw[2H:]. Returns 0, or -1 when a workspace could not be allocated. */
+int gru_forward_seq(int T, int B, int H, float eps, int nthreads, const int *batch_sizes,
+                    const float *xw, const float *gain_x, const float *bias_x,
+                    const float *wp, const float *gain_h, const float *bias_h,
+                    const float *gain_u, const float *bias_u,
+                    float *hs, float *h_n,
+                    float *hg_all, float *rz_all, float *un_all, float *n_all, float *stats) {
+    const int G = 3 * H, npanels = (G + NR - 1) / NR, Gp = npanels * NR;
+    const int save = hg_all != NULL;
+    const long TB = (long)T * B;
+    int failed = 0;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int r0, r1;
+    row_block(B, &r0, &r1);
+    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + 4 * (size_t)H + 1));
+    float *rz_row = hg + (size_t)(r1 - r0) * Gp, *un_row = rz_row + 2 * H, *n_row = un_row + H;
+    if (!hg) {
+#pragma omp atomic write
+        failed = 1;
+    }
+    for (int t = 0; t < T && hg; t++) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        const int e = bs < r1 ? bs : r1;
+        if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
+        gemm_rows(e - r0, H, hs + ((long)t * B + r0) * H, H, wp, npanels, hg, Gp);
+        for (int b = r0; b < e; b++) {
+            const long tb = (long)t * B + b;
+            const float *hgb = hg + (long)(b - r0) * Gp, *xb = xw + tb * G;
+            const float *hp = hs + tb * H;
+            float *rz = save ? rz_all + tb * 2 * H : rz_row;
+            float *un = save ? un_all + tb * H : un_row, *n = save ? n_all + tb * H : n_row;
+            float *h = hs + (tb + B) * H;
+            float mh, rh, mu, ru, mx1 = 0.0f, rx1 = 0.0f, mx2 = 0.0f, rx2 = 0.0f;
+            moments(hgb, 2 * H, eps, &mh, &rh);
+            moments(hgb + 2 * H, H, eps, &mu, &ru);
+            if (gain_x) {
+                moments(xb, 2 * H, eps, &mx1, &rx1);
+                moments(xb + 2 * H, H, eps, &mx2, &rx2);
+                for (int j = 0; j < 2 * H; j++)
+                    rz[j] = sigmoidf_((hgb[j] - mh) * rh * gain_h[j] + bias_h[j]
+                                      + (xb[j] - mx1) * rx1 * gain_x[j] + bias_x[j]);
+                for (int j = 0; j < H; j++) {
+                    const int k = 2 * H + j;
+                    un[j] = (hgb[k] - mu) * ru * gain_u[j] + bias_u[j];
+                    n[j] = tanhf_((xb[k] - mx2) * rx2 * gain_x[k] + bias_x[k] + rz[j] * un[j]);
+                }
+            } else {
+                for (int j = 0; j < 2 * H; j++)
+                    rz[j] = sigmoidf_((hgb[j] - mh) * rh * gain_h[j] + bias_h[j] + xb[j]);
+                for (int j = 0; j < H; j++) {
+                    un[j] = (hgb[2 * H + j] - mu) * ru * gain_u[j] + bias_u[j];
+                    n[j] = tanhf_(xb[2 * H + j] + rz[j] * un[j]);
+                }
+            }
+            for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
+            memcpy(h_n + (long)b * H, h, sizeof(float) * H);
+            if (save) {
+                memcpy(hg_all + tb * G, hgb, sizeof(float) * G);
+                stats[tb] = mh; stats[TB + tb] = rh; stats[2 * TB + tb] = mu;
+                stats[3 * TB + tb] = ru; stats[4 * TB + tb] = mx1; stats[5 * TB + tb] = rx1;
+                stats[6 * TB + tb] = mx2; stats[7 * TB + tb] = rx2;
+            }
         }
     }
+    free(hg);
+    }
+    return failed ? -1 : 0;
 }
 
-/* dh: (bs, H) gradient of h_t from step t+1, overwritten with the direct part of the gradient of
- * h_{t-1} (dh z; the caller adds d_hg @ [W_h; U]); grad_out: (bs, H); writes d_pre (bs, 3H) (=
- * gradient of xg_t) and d_hg (bs, 3H); dun (bs, H) scratch; accumulates the LN params' grads. */
-int gru_backward_step(int bs, int H,
-                       float *dh, const float *grad_out,
-                       const float *rz, const float *un, const float *n, const float *h_prev,
-                       const float *hg, const float *mean_h, const float *rstd_h,
-                       const float *mean_u, const float *rstd_u,
-                       const float *gain_h, const float *gain_u,
-                       float *d_pre, float *d_hg, float *dun,
-                       double *dgain_h, double *dbias_h, double *dgain_u, double *dbias_u) {
-    const int G = 3 * H;
-    /* the parameters' gradients summed over this step's rows in float, then added in double */
-    float *part = calloc((size_t)6 * H, sizeof(float));
-    if (!part) return -1;
-    float *pg_h = part, *pb_h = part + 2 * H, *pg_u = part + 4 * H, *pb_u = part + 5 * H;
-    for (int b = 0; b < bs; b++) {
-        const float *r = rz + (long)b * 2 * H, *z = r + H, *u = un + (long)b * H;
-        const float *nb = n + (long)b * H, *hp = h_prev + (long)b * H;
-        const float *gob = grad_out + (long)b * H;
-        float *dhb = dh + (long)b * H, *dp = d_pre + (long)b * G, *du = dun + (long)b * H;
-        for (int j = 0; j < H; j++) {
-            float g = dhb[j] + gob[j];
-            float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
-            dp[2 * H + j] = dnpre;
-            dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
-            dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
-            du[j] = dnpre * r[j];
-            dhb[j] = g * z[j];
-        }
-        const float *hgb = hg + (long)b * G;
-        float *dhg = d_hg + (long)b * G;
-        ln_backward_row(dp, hgb, mean_h[b], rstd_h[b], gain_h, 2 * H, dhg, pg_h, pb_h);
-        ln_backward_row(du, hgb + 2 * H, mean_u[b], rstd_u[b], gain_u, H, dhg + 2 * H, pg_u,
-                        pb_u);
+/* The LN-GRU backward over a whole sequence, one call (threads as gru_forward_seq, whose saved
+ * buffers it reads; hs: (T + 1, B, H) its states). wtp: W_hh^T packed in panels
+ * (ceil(H / NR), 3H, NR). dh (B, H): in: gradient of h_n; out: gradient of h0. dxg (T, B, 3H)
+ * out: gradient of the input term (of xw with gain_x); dhg (T, B, 3H) out: gradient of
+ * W_hh h_{t-1}. dparams (double, accumulated): dgain_h, dbias_h (2H each), dgain_u, dbias_u
+ * (H each), dgain_x, dbias_x (3H each; only with gain_x). Returns 0 or -1 (no workspace). */
+int gru_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
+                     const float *wtp, const float *grad_out,
+                     const float *xw, const float *gain_x, const float *hs,
+                     const float *hg_all, const float *rz_all, const float *un_all,
+                     const float *n_all, const float *stats,
+                     const float *gain_h, const float *gain_u,
+                     float *dh, float *dxg, float *dhg, double *dparams) {
+    const int G = 3 * H, npanels = (H + NR - 1) / NR, Hp = npanels * NR;
+    const long TB = (long)T * B;
+    const int nacc = 6 * H + 2 * G;
+    int failed = 0;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int r0, r1;
+    row_block(B, &r0, &r1);
+    const int rows = r1 - r0;
+    /* GEMM output, the direct part dh z of each row's gradient, du, and the float partial sums
+     * of the parameters' gradients (added per step to the double accumulators acc) */
+    float *work = malloc(sizeof(float) * ((size_t)rows * (Hp + H) + H + nacc + 1));
+    double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
+    if (!work || !acc) {
+#pragma omp atomic write
+        failed = 1;
     }
-    for (int j = 0; j < 2 * H; j++) { dgain_h[j] += pg_h[j]; dbias_h[j] += pb_h[j]; }
-    for (int j = 0; j < H; j++) { dgain_u[j] += pg_u[j]; dbias_u[j] += pb_u[j]; }
-    free(part);
-    return 0;
+    float *direct = work ? work + (size_t)rows * Hp : NULL;
+    float *du = direct ? direct + (size_t)rows * H : NULL, *part = du ? du + H : NULL;
+    float *pg_h = part, *pb_h = part ? part + 2 * H : NULL, *pg_u = part ? part + 4 * H : NULL;
+    float *pb_u = part ? part + 5 * H : NULL, *pg_x = part ? part + 6 * H : NULL;
+    float *pb_x = pg_x ? pg_x + G : NULL;
+    for (int t = T - 1; t >= 0 && work && acc; t--) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        const int e = bs < r1 ? bs : r1;
+        if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
+        memset(part, 0, sizeof(float) * nacc);
+        for (int b = r0; b < e; b++) {
+            const long tb = (long)t * B + b;
+            const float *r = rz_all + tb * 2 * H, *z = r + H, *u = un_all + tb * H;
+            const float *nb = n_all + tb * H, *hp = hs + tb * H, *gob = grad_out + tb * H;
+            const float *dhb = dh + (long)b * H;
+            float *dp = dxg + tb * G, *dir = direct + (long)(b - r0) * H;
+            for (int j = 0; j < H; j++) {
+                float g = dhb[j] + gob[j];
+                float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
+                dp[2 * H + j] = dnpre;
+                dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
+                dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
+                du[j] = dnpre * r[j];
+                dir[j] = g * z[j];
+            }
+            const float *hgb = hg_all + tb * G;
+            float *dhgb = dhg + tb * G;
+            ln_backward_row(dp, hgb, stats[tb], stats[TB + tb], gain_h, 2 * H, dhgb, pg_h, pb_h);
+            ln_backward_row(du, hgb + 2 * H, stats[2 * TB + tb], stats[3 * TB + tb], gain_u, H,
+                            dhgb + 2 * H, pg_u, pb_u);
+            if (gain_x) {  /* through the input LNs, in place */
+                const float *xb = xw + tb * G;
+                ln_backward_row(dp, xb, stats[4 * TB + tb], stats[5 * TB + tb], gain_x, 2 * H,
+                                dp, pg_x, pb_x);
+                ln_backward_row(dp + 2 * H, xb + 2 * H, stats[6 * TB + tb], stats[7 * TB + tb],
+                                gain_x + 2 * H, H, dp + 2 * H, pg_x + 2 * H, pb_x + 2 * H);
+            }
+        }
+        for (int j = 0; j < nacc; j++) acc[j] += part[j];
+        /* dh_{t-1} = d[W_h h; U h] @ [W_h; U] + dh z */
+        gemm_rows(e - r0, G, dhg + ((long)t * B + r0) * G, G, wtp, npanels, work, Hp);
+        for (int b = r0; b < e; b++) {
+            const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
+            float *dhb = dh + (long)b * H;
+            for (int j = 0; j < H; j++) dhb[j] = y[j] + dir[j];
+        }
+    }
+    if (nthreads > 1 && acc) {
+#pragma omp critical
+        for (int j = 0; j < nacc; j++) dparams[j] += acc[j];
+        free(acc);
+    }
+    free(work);
+    }
+    return failed ? -1 : 0;
 }

@@ -11,11 +11,11 @@ Here one ``torch.autograd.Function`` covers the whole sequence of one layer and 
 * the gradient of the input term comes back as one (T, B, G) tensor, so ``W_x`` backpropagates
   through ordinary autograd.
 
-On the CPU in float32 the LN-LSTM's forward and backward loops each run in ONE call of a small C
-kernel (``_rnn_steps.c``: its own register-tiled recurrent GEMM, the input LN folded into the
-step, examples split over threads for the whole sequence) with its sequence buffers reused across
+On the CPU in float32 the forward and backward loops each run in ONE call of a small C kernel
+(``_rnn_steps.c``: its own register-tiled recurrent GEMM, the input LN folded into the step,
+examples split over threads for the whole sequence) with their sequence buffers reused across
 calls (``_Workspace``). Elsewhere (CUDA, float64, half types, no C compiler, ``USE_NATIVE =
-False``) the same loops run in torch ops; the LN-GRU's step is one C call per step on the CPU.
+False``) the same loops run in torch ops.
 
 Variable-length batches run like cuDNN packed sequences: examples are ordered by decreasing length
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
@@ -323,6 +323,21 @@ def release_workspace() -> None:
     _WORKSPACE.release()
 
 
+def _input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float):
+    """The optional input LN of ``ln_*_sequence`` (each group of units of xg normalized on its
+    own). Returns (xg, gain_x, bias_x): unchanged when the C kernel applies the LN itself,
+    else xg normalized here (ordinary autograd) and (None, None)."""
+    if (gain_x is None) != (bias_x is None):
+        raise ValueError(f"{who} expected gain_x and bias_x together (the input LN's gain and "
+                         f"bias) or neither, received only one. Pass both, or None.")
+    if gain_x is None or _native_lib(xg) is not None:
+        return xg, gain_x, bias_x
+    parts = zip(xg.split(groups, -1), gain_x.split(groups), bias_x.split(groups))
+    xg = torch.cat([torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps)
+                    for x, g, b in parts], -1)
+    return xg, None, None
+
+
 def _buffer(*shape, like: torch.Tensor, zero: bool = True) -> torch.Tensor:
     """A buffer for a whole sequence: zero-filled where rows past an example's length must read as
     0 (or where the torch-ops steps write into it: they then write to pages already faulted in by
@@ -429,13 +444,6 @@ def _native_lib(xg: torch.Tensor):
         return None
     from . import _native
     return _native.load()
-
-
-def _ptrs(x: torch.Tensor) -> list[int]:
-    """Addresses of x[t] for a (T, ...) tensor (all equal for a reused, expanded buffer). The
-    caller keeps x alive while they are used."""
-    base, step = x.data_ptr(), x.stride(0) * x.element_size()
-    return [base + t * step for t in range(x.shape[0])]
 
 
 def _native_threads(B: int) -> int:
@@ -662,15 +670,10 @@ def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh:
     H = h0.shape[-1]
     vectors = {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H), "gain_c": (gain_c, H),
                "bias_c": (bias_c, H)}
-    if (gain_x is None) != (bias_x is None):
-        raise ValueError("ln_lstm_sequence expected gain_x and bias_x together (the input LN's "
-                         "gain and bias) or neither, received only one. Pass both, or None.")
-    if gain_x is not None:
+    if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
     T, B, H = _check_shapes("ln_lstm_sequence", xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
-    if gain_x is not None and _native_lib(xg) is None:  # torch ops: the input LN outside
-        xg = torch.nn.functional.layer_norm(xg, (4 * H,), gain_x, bias_x, eps)
-        gain_x = bias_x = None
+    xg, gain_x, bias_x = _input_ln("ln_lstm_sequence", xg, gain_x, bias_x, (4 * H,), eps)
     order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
     params = (w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)
     needs_grad = torch.is_grad_enabled() and any(
@@ -740,85 +743,88 @@ def _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, bloc
     return out, h_n, saved
 
 
-def _gru_forward_native(lib, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, blocks,
-                        eps, save: bool):
-    """``_gru_forward`` with the elementwise work of each step in one C call."""
-    T, B, G = xg.shape
+def _gru_forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
+                        batch_sizes, eps, save: bool):
+    """The whole LN-GRU forward in ONE C call (``gru_forward_seq``), as ``_lstm_forward_native``;
+    with ``gain_x`` (3H) xw is the raw W_x x, normalized in the kernel over [:2H] and [2H:].
+
+    Returns (out, h_n, saved); saved (``save``): hs, hg_all, rz_all, un_all, n_all, stats
+    (8, T, B)."""
+    T, B, G = xw.shape
     H = G // 3
-    linear = _Linear(w_hh, B)
-    params = [p.detach().contiguous() for p in (gain_h, bias_h, gain_u, bias_u)]
-    hs = _buffer(T + 1, B, H, like=xg)
+    wp = _panels(w_hh, lib.panel_width())
+    vectors = [p.detach().contiguous() for p in (gain_h, bias_h, gain_u, bias_u)]
+    xs = [None, None] if gain_x is None else [p.detach().contiguous() for p in (gain_x, bias_x)]
+    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)  # as in the LSTM
     hs[0] = h0
-    rz_all = _scratch(save, T, B, 2 * H, xg)   # sigmoid gates r, z
-    un_all = _scratch(save, T, B, H, xg)       # LN(U h_{t-1}; g4, b4)
-    n_all = _scratch(save, T, B, H, xg)        # h~
-    stats = [_scratch(save, T, B, 1, xg) for _ in range(4)]  # mean/rstd of W_h h and U h
-    p_xg, p_hs, p_rz, p_un, p_n = (_ptrs(a) for a in (xg, hs, rz_all, un_all, n_all))
-    p_st = [_ptrs(a) for a in stats]
-    fixed = [p.data_ptr() for p in params]
-    h_prev = _steps(hs, batch_sizes, T)
-    hgs = []
-    for t in range(_n_steps(batch_sizes, T)):
-        bs = B if batch_sizes is None else batch_sizes[t]
-        hg = linear(h_prev[t])                                  # [W_h h; U h]  (bs, 3H)
-        lib.gru_forward_step(bs, H, eps, hg.data_ptr(), p_xg[t], *fixed, p_hs[t], p_rz[t],
-                             p_un[t], p_n[t], p_hs[t + 1], *(p[t] for p in p_st))
-        if save:
-            hgs.append(hg)
-    out = hs[1:]
-    h_n = _final_state(out, h0, blocks)
-    saved = (hs, hgs, rz_all, un_all, n_all, stats) if save else None
-    return out, h_n, saved
+    h_n = h0.detach().clone(memory_format=torch.contiguous_format)
+    saved = None
+    if save:
+        saved = (hs, *(_WORKSPACE.get(shape, like=xw) for shape in (
+            (T, B, G), (T, B, 2 * H), (T, B, H), (T, B, H), (8, T, B))))
+    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
+    ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
+    status = lib.gru_forward_seq(
+        T, B, H, eps, _native_threads(B), ptr(sizes), xw.data_ptr(), ptr(xs[0]), ptr(xs[1]),
+        wp.data_ptr(), *(v.data_ptr() for v in vectors), hs.data_ptr(), h_n.data_ptr(),
+        *(ptr(x) for x in (saved[1:] if save else [None] * 5)))
+    if status != 0:
+        raise MemoryError("ln_gru_sequence: the C kernel could not allocate its per-thread "
+                          f"workspace (status {status}).")
+    return hs[1:], h_n, saved
 
 
 def _gru_backward_native(lib, ctx, grad_out, grad_hn):
-    w_hh, gain_h, gain_u, hs, rz_all, un_all, n_all, *stats = ctx.saved_tensors
-    hgs, batch_sizes, blocks = ctx.hgs, ctx.batch_sizes, ctx.blocks
-    T, B, H = n_all.shape
-    G = 3 * H
-    linear_t = _Linear(w_hh.t(), B)
+    """The whole LN-GRU backward loop in ONE C call (``gru_backward_seq``); then dW_hh."""
+    w_hh, gain_h, gain_u, xw, gain_x, hs, hg_all, rz_all, un_all, n_all, stats = \
+        ctx.saved_tensors
+    batch_sizes = ctx.batch_sizes
+    T, B, G = hg_all.shape
+    H = G // 3
+    wtp = _panels(w_hh.t(), lib.panel_width())  # dh_{t-1} = d[W_h h; U h] @ [W_h; U]
     gains = [g.detach().contiguous() for g in (gain_h, gain_u)]
-    grad_out = grad_out.contiguous()
-    dxg = _buffer(T, B, G, like=n_all)   # grad of xg
-    dhg = _buffer(T, B, G, like=n_all)   # grad of [W_h h; U h]
-    dh, dun = n_all.new_zeros(B, H), n_all.new_zeros(B, H)
-    acc = [torch.zeros(n, dtype=torch.float64) for n in (2 * H, 2 * H, H, H)]
-    p_go, p_hs, p_rz, p_un, p_n, p_dxg, p_dhg = (_ptrs(a) for a in (grad_out, hs, rz_all, un_all,
-                                                                    n_all, dxg, dhg))
-    p_st = [_ptrs(a) for a in stats]
-    fixed = [g.data_ptr() for g in gains]
-    p_acc = [a.data_ptr() for a in acc]
-    d_hgs, dhs = _steps(dhg, batch_sizes, T), _prefixes(dh, batch_sizes, T)
-    for t in range(_n_steps(batch_sizes, T) - 1, -1, -1):
-        if t in blocks:
-            lo, hi = blocks[t]
-            dh[lo:hi] += grad_hn[lo:hi]
-        bs = B if batch_sizes is None else batch_sizes[t]
-        if lib.gru_backward_step(bs, H, dh.data_ptr(), p_go[t], p_rz[t], p_un[t], p_n[t],
-                                 p_hs[t], hgs[t].data_ptr(), *(p[t] for p in p_st), *fixed,
-                                 p_dxg[t], p_dhg[t], dun.data_ptr(), *p_acc):
-            raise MemoryError("ln_gru_sequence: the C backward step could not allocate its "
-                              "workspace.")
-        dhs[t].add_(linear_t(d_hgs[t]))                  # + d[W_h h; U h] @ [W_h; U]
-    if -1 in blocks:  # length-0 examples: h_n = h0
-        lo, hi = blocks[-1]
-        dh[lo:hi] += grad_hn[lo:hi]
+    gx = None if gain_x is None else gain_x.detach().contiguous()
+    padded = batch_sizes is not None
+    dxg = _buffer(T, B, G, like=hg_all, zero=padded)  # grad of xw (or of the input term)
+    dhg = _WORKSPACE.get((T, B, G), like=hg_all)       # grad of [W_h h; U h]
+    if padded:
+        dhg.zero_()
+    dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)  # -> grad of h0
+    dparams = torch.zeros(6 * H + 2 * G, dtype=torch.float64)
+    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
+    grad_out = grad_out.contiguous()  # kept alive (by this name) during the call
+    status = lib.gru_backward_seq(
+        T, B, H, _native_threads(B), None if sizes is None else sizes.data_ptr(), wtp.data_ptr(),
+        grad_out.data_ptr(), xw.data_ptr(), None if gx is None else gx.data_ptr(), hs.data_ptr(),
+        hg_all.data_ptr(), rz_all.data_ptr(), un_all.data_ptr(), n_all.data_ptr(),
+        stats.data_ptr(), gains[0].data_ptr(), gains[1].data_ptr(), dh.data_ptr(),
+        dxg.data_ptr(), dhg.data_ptr(), dparams.data_ptr())
+    if status != 0:
+        raise MemoryError("ln_gru_sequence: the C backward kernel could not allocate its "
+                          f"per-thread workspace (status {status}).")
     dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
-    dgain_h, dbias_h, dgain_u, dbias_u = (a.to(n_all.dtype) for a in acc)
-    return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, None, None, None
+    dgain_h, dbias_h, dgain_u, dbias_u, dgain_x, dbias_x = (
+        p.to(hg_all.dtype) for p in dparams.split([2 * H, 2 * H, H, H, G, G]))
+    if not ctx.input_ln:
+        dgain_x = dbias_x = None
+    return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, dgain_x, dbias_x, None, None, None
 
 
 class _LNGRUFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, blocks, eps):
+    def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes,
+                blocks, eps):
         ctx.batch_sizes, ctx.blocks, ctx.eps = batch_sizes, blocks, eps
         ctx.lib = _native_lib(xg)
+        ctx.input_ln = gain_x is not None
         if ctx.lib is not None:
             out, h_n, saved = _gru_forward_native(ctx.lib, xg, h0, w_hh, gain_h, bias_h, gain_u,
-                                                  bias_u, batch_sizes, blocks, eps, save=True)
-            hs, ctx.hgs, rz_all, un_all, n_all, stats = saved
-            ctx.save_for_backward(w_hh, gain_h, gain_u, hs, rz_all, un_all, n_all, *stats)
+                                                  bias_u, gain_x, bias_x, batch_sizes, eps,
+                                                  save=True)
+            ctx.save_for_backward(w_hh, gain_h, gain_u, xg, gain_x, *saved)
             return out, h_n
+        if ctx.input_ln:  # callers run the input LN outside for the torch-ops path
+            raise RuntimeError("internal: the input LN is folded only into the C kernel")
         out, h_n, saved = _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes,
                                        blocks, eps, save=True)
         hs, hg_rz, hg_u, rz_all, un_all, n_all, stats_h, stats_u = saved
@@ -896,13 +902,14 @@ class _LNGRUFunction(torch.autograd.Function):
                                                    [False, True, True])
         _, dgain_u, dbias_u = _layer_norm_backward(dun, hg_u, (H,), mean_u, rstd_u, gain_u,
                                                    gain_u, [False, True, True])
-        return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, None, None, None
+        return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, None, None, None, None, None
 
 
 def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain_h: torch.Tensor,
                     bias_h: torch.Tensor, gain_u: torch.Tensor, bias_u: torch.Tensor,
-                    lengths: torch.Tensor | None = None,
-                    eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+                    lengths: torch.Tensor | None = None, eps: float = 1e-5,
+                    gain_x: torch.Tensor | None = None, bias_x: torch.Tensor | None = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """One layer, one direction of the LN-GRU (PAPER.md section 2) over a whole sequence::
 
         r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))   LN over 2H jointly
@@ -915,7 +922,9 @@ def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain
 
     Args:
         xg: (T, B, 3H) input terms for all steps: ``[LN(W_x x_t; g2, b2) (2H, for r, z);
-            LN(W x_t; g3, b3) (H, for h~)]`` plus any biases, computed outside with autograd.
+            LN(W x_t; g3, b3) (H, for h~)]`` plus any biases, computed outside with autograd;
+            or, with ``gain_x``/``bias_x`` (3H,), the raw ``[W_x x_t; W x_t]``, normalized here
+            (the two groups separately; in the C kernel's step on the CPU).
         h0: (B, H). w_hh: (3H, H) = [W_h (2H rows: r, z); U (H rows)].
         gain_h, bias_h: (2H,) the LN of W_h h. gain_u, bias_u: (H,) the LN of U h.
         lengths: None or (B,) integer tensor, any order; steps t >= lengths[b] copy the state
@@ -924,12 +933,16 @@ def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain
         out (T, B, H), h_n (B, H) (at each example's true length).
     """
     H = h0.shape[-1]
-    T, B, H = _check_shapes("ln_gru_sequence", xg, {"h0": h0}, w_hh, 3,
-                            {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H),
-                             "gain_u": (gain_u, H), "bias_u": (bias_u, H)})
+    vectors = {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H), "gain_u": (gain_u, H),
+               "bias_u": (bias_u, H)}
+    if gain_x is not None and bias_x is not None:
+        vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
+    T, B, H = _check_shapes("ln_gru_sequence", xg, {"h0": h0}, w_hh, 3, vectors)
+    xg, gain_x, bias_x = _input_ln("ln_gru_sequence", xg, gain_x, bias_x, (2 * H, H), eps)
     order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
-    params = (w_hh, gain_h, bias_h, gain_u, bias_u)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (xg, h0, *params))
+    params = (w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (xg, h0, *params))
 
     def run(xg_, h0_, *rest):
         if needs_grad:
@@ -937,9 +950,8 @@ def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain
         with torch.no_grad():
             lib = _native_lib(xg_)
             if lib is not None:
-                return _gru_forward_native(lib, xg_.contiguous(), h0_, *rest, batch_sizes, blocks,
-                                           eps, save=False)[:2]
-            return _gru_forward(xg_.contiguous(), h0_, *rest, batch_sizes, blocks, eps,
-                                save=False)[:2]
+                return _gru_forward_native(lib, xg_, h0_, *rest, batch_sizes, eps,
+                                           save=False)[:2]
+            return _gru_forward(xg_, h0_, *rest[:5], batch_sizes, blocks, eps, save=False)[:2]
 
     return _with_order(run, order, xg.contiguous(), (h0,), params, T)

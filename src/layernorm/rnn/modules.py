@@ -155,19 +155,20 @@ class _Stack(RecurrentBase):
         # Under torch.compile the loop is traced and fused by the compiler instead.
         if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
                 self.norm == "layer" and self.bias and not torch.compiler.is_compiling():
-            if self.mode == "LSTM":  # the input LN runs inside the fused kernel
-                xw = _fused.input_linear(x, g("weight_ih"))                # (T, B, 4H)
+            # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
+            xw = _fused.input_linear(x, g("weight_ih"))
+            inputs = {"lengths": lengths, "eps": self.eps, "gain_x": g("gain_ih"),
+                      "bias_x": g("bias_ih")}
+            if self.mode == "LSTM":
                 out, h, c = _fused.ln_lstm_sequence(xw, state[0], state[1], g("weight_hh"),
                                                     g("gain_hh"), g("bias_hh"), g("gain_c"),
-                                                    g("bias_c"), lengths=lengths, eps=self.eps,
-                                                    gain_x=g("gain_ih"), bias_x=g("bias_ih"))
+                                                    g("bias_c"), **inputs)
                 return out, (h, c)
             # GRU: LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
-            xg = self._input_term(x, suffix, terms)                      # (T, B, 3H)
             H2 = 2 * self.hidden_size
-            out, h = _fused.ln_gru_sequence(xg, state[0], g("weight_hh"), g("gain_hh")[:H2],
+            out, h = _fused.ln_gru_sequence(xw, state[0], g("weight_hh"), g("gain_hh")[:H2],
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
-                                            g("bias_hh")[H2:], lengths=lengths, eps=self.eps)
+                                            g("bias_hh")[H2:], **inputs)
             return out, (h,)
         xg = self._input_term(x, suffix, terms)                          # (T, B, G)
         return run_direction(self._step_fn(suffix, terms), xg, state, mask)
