@@ -134,8 +134,15 @@ void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, flo
     gemm_rows(M, K, a, K, wp, npanels, y, (long)npanels * NR);
 }
 
-/* The block of examples (rows) [r0, r1) this OpenMP thread owns for the whole sequence: an
- * example's recurrence never reads another's, so threads never wait for each other. */
+/* ---- the time loops, shared by the LN-LSTM and the LN-GRU ---------------------------------
+ *
+ * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's
+ * recurrence never reads another's, so the threads never wait for each other. batch_sizes: NULL
+ * (all B rows run T steps) or T decreasing counts (rows sorted by decreasing length; row b runs
+ * step t when b < batch_sizes[t]). A cell supplies one function per row and step; the drivers run
+ * the GEMMs and the loops. They return 0, or -1 when a thread's workspace could not be allocated
+ * (then nothing is valid). */
+
 static void row_block(int B, int *r0, int *r1) {
     int nt = 1, id = 0;
 #ifdef _OPENMP
@@ -146,38 +153,21 @@ static void row_block(int B, int *r0, int *r1) {
     *r1 = (int)((long)B * (id + 1) / nt);
 }
 
-/* ---- the LN-LSTM forward over a whole sequence, one call ------------------------------------
- *
- * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's
- * recurrence never reads another's, so the threads never wait for each other. Per step and row:
- *   hg   = W_h h_{t-1}                                        (the GEMM above)
- *   pre  = LN(hg; gain_h, bias_h) + LN(xw; gain_x, bias_x)    (xw = W_x x_t; gain_x NULL: + xw)
- *   c, h as in the equations at the top of this file.
- * batch_sizes: NULL (all B rows run T steps) or T decreasing counts (rows sorted by decreasing
- * length; row b runs step t when b < batch_sizes[t]). hs: (T + 1, B, H), hs[0] = h0, output.
- * h_n, c_n: (B, H), in: h0, c0; out: each row's state after its last step.
- * Saved for the backward when cs != NULL (else those pointers may be NULL): cs (T + 1, B, H) with
- * cs[0] = c0, hg_all and act_all (T, B, G), tc_all (T, B, H), stats (6, T, B): mean and rstd of hg,
- * of c and of xw (the last two only with gain_x). Returns 0, or -1 when a thread's workspace
- * could not be allocated (then nothing is valid).
- */
-int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *batch_sizes,
-                      const float *xw, const float *gain_x, const float *bias_x,
-                      const float *wp, const float *gain_h, const float *bias_h,
-                      const float *gain_c, const float *bias_c,
-                      float *hs, float *h_n, float *c_n,
-                      float *cs, float *hg_all, float *act_all, float *tc_all, float *stats) {
-    const int G = 4 * H, npanels = (G + NR - 1) / NR, Gp = npanels * NR;
-    const int save = cs != NULL;
-    const long TB = (long)T * B;
+/* One forward step of row b (tb = t * B + b) given hg = W_hh h_{t-1} (G); scratch: per thread. */
+typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, float *scratch);
+
+/* hs: (T + 1, B, H), hs[0] = h0, written by the rows; wp: W_hh (G, H) packed in panels. */
+static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
+                       const float *wp, const float *hs, size_t scratch, forward_row row,
+                       const void *cell) {
+    const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;
     row_block(B, &r0, &r1);
-    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + (size_t)G + H + 1));
-    float *a_row = hg + (size_t)(r1 - r0) * Gp, *t_row = a_row + G;
+    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + 1));
     if (!hg) {
 #pragma omp atomic write
         failed = 1;
@@ -187,53 +177,75 @@ int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *ba
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
         gemm_rows(e - r0, H, hs + ((long)t * B + r0) * H, H, wp, npanels, hg, Gp);
-        for (int b = r0; b < e; b++) {
-            const long tb = (long)t * B + b;
-            const float *hgb = hg + (long)(b - r0) * Gp, *xb = xw + tb * G;
-            float *a = save ? act_all + tb * G : a_row;
-            float *tcb = save ? tc_all + tb * H : t_row;
-            float mu, rs, mx = 0.0f, rx = 0.0f;
-            moments(hgb, G, eps, &mu, &rs);
-            if (gain_x) {
-                moments(xb, G, eps, &mx, &rx);
-                for (int j = 0; j < G; j++)
-                    a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j]
-                           + (xb[j] - mx) * rx * gain_x[j] + bias_x[j];
-            } else {
-                for (int j = 0; j < G; j++)
-                    a[j] = (hgb[j] - mu) * rs * gain_h[j] + bias_h[j] + xb[j];
-            }
-            for (int j = 0; j < 2 * H; j++) a[j] = sigmoidf_(a[j]);
-            for (int j = 2 * H; j < 3 * H; j++) a[j] = tanhf_(a[j]);
-            for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
-            const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
-            float *cp = save ? cs + tb * H : c_n + (long)b * H;
-            float *c = save ? cs + (tb + B) * H : c_n + (long)b * H;  /* in place without save */
-            float *h = hs + (tb + B) * H;
-            for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
-            float mc, rc;
-            moments(c, H, eps, &mc, &rc);
-            for (int j = 0; j < H; j++) {
-                tcb[j] = tanhf_((c[j] - mc) * rc * gain_c[j] + bias_c[j]);
-                h[j] = og[j] * tcb[j];
-            }
-            memcpy(h_n + (long)b * H, h, sizeof(float) * H);
-            if (save) {
-                memcpy(c_n + (long)b * H, c, sizeof(float) * H);
-                memcpy(hg_all + tb * G, hgb, sizeof(float) * G);
-                stats[tb] = mu; stats[TB + tb] = rs;
-                stats[2 * TB + tb] = mc; stats[3 * TB + tb] = rc;
-                stats[4 * TB + tb] = mx; stats[5 * TB + tb] = rx;
-            }
-        }
+        for (int b = r0; b < e; b++)
+            row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp,
+                hg + (size_t)(r1 - r0) * Gp);
     }
     free(hg);
     }
     return failed ? -1 : 0;
 }
 
+/* One backward step of row b: from the gradient of h_t (dh, rows' own) write the row of dhg
+ * (gradient of W_hh h_{t-1}, G) and direct (H: the part of the gradient of h_{t-1} that does not
+ * go through W_hh, or nothing when the cell has none); sum the parameters' gradients into part. */
+typedef void (*backward_row)(const void *cell, long tb, int b, float *direct, float *scratch,
+                             float *part);
+
+/* wtp: W_hh^T packed in panels (ceil(H / NR), G, NR). dh (B, H): in: gradient of h_n; out: of
+ * h0 (a row that has not started yet, going backward, keeps its h_n gradient until its last
+ * step): dh_{t-1} = dhg_t @ W_hh (+ direct). The parameters' gradients (nacc values) are summed
+ * per step over a thread's rows in float, then added to double accumulators (private per thread
+ * when there are several) and into dparams at the end. */
+static int backward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
+                        const float *wtp, float *dh, float *dhg, int has_direct, size_t scratch,
+                        int nacc, double *dparams, backward_row row, const void *cell) {
+    const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
+    int failed = 0;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int r0, r1;
+    row_block(B, &r0, &r1);
+    const size_t rows = (size_t)(r1 - r0);
+    float *work = malloc(sizeof(float) * (rows * (Hp + H) + scratch + nacc + 1));
+    double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
+    if (!work || !acc) {
+#pragma omp atomic write
+        failed = 1;
+    }
+    for (int t = T - 1; t >= 0 && work && acc; t--) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        const int e = bs < r1 ? bs : r1;
+        if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
+        float *direct = work + rows * Hp, *rest = direct + rows * H, *part = rest + scratch;
+        memset(part, 0, sizeof(float) * nacc);
+        for (int b = r0; b < e; b++)
+            row(cell, (long)t * B + b, b, direct + (long)(b - r0) * H, rest, part);
+        for (int j = 0; j < nacc; j++) acc[j] += part[j];
+        gemm_rows(e - r0, G, dhg + ((long)t * B + r0) * G, G, wtp, npanels, work, Hp);
+        for (int b = r0; b < e; b++) {
+            const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
+            float *dhb = dh + (long)b * H;
+            if (has_direct)
+                for (int j = 0; j < H; j++) dhb[j] = y[j] + dir[j];
+            else
+                memcpy(dhb, y, sizeof(float) * H);
+        }
+    }
+    if (nthreads > 1 && acc) {
+#pragma omp critical
+        for (int j = 0; j < nacc; j++) dparams[j] += acc[j];
+        free(acc);
+    }
+    free(work);
+    }
+    return failed ? -1 : 0;
+}
+
 /* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
- * dxhat = dy * gain; also accumulates the gain / bias gradients (sum of dy * xhat, sum of dy). */
+ * dxhat = dy * gain; also accumulates the gain / bias gradients (sum of dy * xhat, sum of dy).
+ * dx may be dy (in place). */
 static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
                             const float *gain, int n, float *dx, float *dgain, float *dbias) {
     float s1 = 0.0f, s2 = 0.0f;  /* vectorized float sums, as torch's CPU kernels */
@@ -252,26 +264,99 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
     }
 }
 
-/* The backward of one LN-LSTM step for one example (row). g: gradient of h_t (from step t + 1
- * and from out[t]); dcb: gradient of c_t from step t + 1, overwritten with that of c_{t-1};
- * writes dp (G) = gradient of the gate pre-activation (of the input term) and d_hg (G) = gradient
- * of W_h h_{t-1}; dcn (H) scratch; accumulates the LN parameters' gradients. */
-static void lstm_backward_row(int H, const float *g, float *dcb,
-                              const float *a, const float *t, const float *c, const float *cp,
-                              const float *hgb, float mh, float rh, float mc, float rc,
-                              const float *gain_h, const float *gain_c,
-                              float *dp, float *d_hg, float *dcnb,
-                              float *dgain_h, float *dbias_h, float *dgain_c, float *dbias_c) {
-    const int G = 4 * H;
+/* ---- LN-LSTM ------------------------------------------------------------------------------
+ *   hg   = W_h h_{t-1}                                        (the GEMM above)
+ *   pre  = LN(hg; gain_h, bias_h) + LN(xw; gain_x, bias_x)    (xw = W_x x_t; gain_x NULL: + xw)
+ *   c, h as in the equations at the top of this file.
+ * hs: (T + 1, B, H), hs[0] = h0, output. h_n, c_n: (B, H), in: h0, c0; out: each row's state
+ * after its last step. Saved for the backward when cs != NULL (else those pointers may be NULL):
+ * cs (T + 1, B, H) with cs[0] = c0, hg_all and act_all (T, B, G), tc_all (T, B, H), stats
+ * (6, T, B): mean and rstd of hg, of c and of xw (the last two only with gain_x). */
+struct lstm {
+    int B, H;
+    long TB;
+    float eps;
+    const float *xw, *gain_x, *bias_x, *gain_h, *bias_h, *gain_c, *bias_c, *grad_out;
+    float *hs, *h_n, *c_n, *cs, *hg_all, *act_all, *tc_all, *stats;
+    float *dh, *dc, *dxg, *dhg;  /* backward */
+};
+
+static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
+                             float *scratch) {
+    const struct lstm *L = cell;
+    const int H = L->H, G = 4 * H, save = L->cs != NULL;
+    const long TB = L->TB, B = L->B;
+    const float *xb = L->xw + tb * G;
+    float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
+    float mu, rs, mx = 0.0f, rx = 0.0f;
+    moments(hgb, G, L->eps, &mu, &rs);
+    if (L->gain_x) {
+        moments(xb, G, L->eps, &mx, &rx);
+        for (int j = 0; j < G; j++)
+            a[j] = (hgb[j] - mu) * rs * L->gain_h[j] + L->bias_h[j]
+                   + (xb[j] - mx) * rx * L->gain_x[j] + L->bias_x[j];
+    } else {
+        for (int j = 0; j < G; j++)
+            a[j] = (hgb[j] - mu) * rs * L->gain_h[j] + L->bias_h[j] + xb[j];
+    }
+    for (int j = 0; j < 2 * H; j++) a[j] = sigmoidf_(a[j]);
+    for (int j = 2 * H; j < 3 * H; j++) a[j] = tanhf_(a[j]);
+    for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
     const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
-    float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
+    const float *cp = save ? L->cs + tb * H : L->c_n + (long)b * H;
+    float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;  /* in place without save */
+    float *h = L->hs + (tb + B) * H;
+    for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
+    float mc, rc;
+    moments(c, H, L->eps, &mc, &rc);
     for (int j = 0; j < H; j++) {
-        dob[j] = g[j] * t[j] * og[j] * (1.0f - og[j]);
-        float dtc = g[j] * og[j];
-        dcnb[j] = dtc * (1.0f - t[j] * t[j]);
+        tcb[j] = tanhf_((c[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
+        h[j] = og[j] * tcb[j];
+    }
+    memcpy(L->h_n + (long)b * H, h, sizeof(float) * H);
+    if (save) {
+        float *st = L->stats;
+        memcpy(L->c_n + (long)b * H, c, sizeof(float) * H);
+        memcpy(L->hg_all + tb * G, hgb, sizeof(float) * G);
+        st[tb] = mu; st[TB + tb] = rs; st[2 * TB + tb] = mc; st[3 * TB + tb] = rc;
+        st[4 * TB + tb] = mx; st[5 * TB + tb] = rx;
+    }
+}
+
+int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *batch_sizes,
+                     const float *xw, const float *gain_x, const float *bias_x,
+                     const float *wp, const float *gain_h, const float *bias_h,
+                     const float *gain_c, const float *bias_c,
+                     float *hs, float *h_n, float *c_n,
+                     float *cs, float *hg_all, float *act_all, float *tc_all, float *stats) {
+    const struct lstm L = {B, H, (long)T * B, eps, xw, gain_x, bias_x, gain_h, bias_h, gain_c,
+                           bias_c, NULL, hs, h_n, c_n, cs, hg_all, act_all, tc_all, stats,
+                           NULL, NULL, NULL, NULL};
+    return forward_seq(T, B, H, 4 * H, nthreads, batch_sizes, wp, hs, (size_t)5 * H,
+                       lstm_forward_row, &L);
+}
+
+/* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */
+static void lstm_backward_row(const void *cell, long tb, int b, float *direct, float *scratch,
+                              float *part) {
+    const struct lstm *L = cell;
+    const int H = L->H, G = 4 * H;
+    const long TB = L->TB, B = L->B;
+    (void)direct;
+    const float *a = L->act_all + tb * G, *t = L->tc_all + tb * H, *st = L->stats;
+    const float *c = L->cs + (tb + B) * H, *cp = L->cs + tb * H, *gob = L->grad_out + tb * H;
+    const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H, *dhb = L->dh + (long)b * H;
+    float *dcb = L->dc + (long)b * H, *dp = L->dxg + tb * G, *dcn = scratch;
+    float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
+    float *pg_h = part, *pb_h = part + G, *pg_c = part + 2 * G, *pb_c = pg_c + H;
+    float *pg_x = pb_c + H, *pb_x = pg_x + G;
+    for (int j = 0; j < H; j++) {
+        const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
+        dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
+        dcn[j] = g * og[j] * (1.0f - t[j] * t[j]);
     }
     /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
-    ln_backward_row(dcnb, c, mc, rc, gain_c, H, du, dgain_c, dbias_c);
+    ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
     for (int j = 0; j < H; j++) {
         float dct = du[j] + dcb[j];
         di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
@@ -279,19 +364,18 @@ static void lstm_backward_row(int H, const float *g, float *dcb,
         du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
         dcb[j] = dct * fg[j];
     }
-    ln_backward_row(dp, hgb, mh, rh, gain_h, G, d_hg, dgain_h, dbias_h);
+    ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G,
+                    L->dhg + tb * G, pg_h, pb_h);
+    if (L->gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
+        ln_backward_row(dp, L->xw + tb * G, st[4 * TB + tb], st[5 * TB + tb], L->gain_x, G, dp,
+                        pg_x, pb_x);
 }
 
-/* The LN-LSTM backward over a whole sequence, one call, threads over blocks of examples as in
- * lstm_forward_seq (whose saved buffers it reads: cs, hg_all, act_all, tc_all, stats).
- * wtp: W_h^T packed in panels (ceil(H / NR), G, NR): dh_{t-1} = d_hg @ W_h with the same GEMM.
- * dh, dc (B, H): in: gradients of h_n, c_n; out: gradients of h0, c0 (a row that has not started
- * yet, going backward, keeps its h_n / c_n gradient until its last step).
- * dxg (T, B, G) out: gradient of the input term; with gain_x, of xw (the input LN's backward is
- * done in the same row pass). dhg (T, B, G) out: gradient of W_h h_{t-1} (for dW_h after).
- * dparams (double, accumulated): dgain_h, dbias_h (G each), dgain_c, dbias_c (H each),
- * dgain_x, dbias_x (G each; only with gain_x). Rows past their length are not written.
- * Returns 0, or -1 when a thread's workspace could not be allocated. */
+/* Reads lstm_forward_seq's saved buffers. dh, dc (B, H): in: gradients of h_n, c_n; out: of h0,
+ * c0. dxg (T, B, G) out: gradient of the input term; with gain_x, of xw. dhg (T, B, G) out:
+ * gradient of W_h h_{t-1} (for dW_h after). dparams (double, accumulated): dgain_h, dbias_h
+ * (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each; only with gain_x). Rows past
+ * their length are not written. */
 int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
                       const float *wtp, const float *grad_out,
                       const float *xw, const float *gain_x,
@@ -299,62 +383,11 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
                       const float *tc_all, const float *stats,
                       const float *gain_h, const float *gain_c,
                       float *dh, float *dc, float *dxg, float *dhg, double *dparams) {
-    const int G = 4 * H, npanels = (H + NR - 1) / NR, Hp = npanels * NR;
-    const long TB = (long)T * B;
-    const int nacc = 4 * G + 2 * H;
-    int failed = 0;
-    if (nthreads < 1) nthreads = 1;
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-    {
-    int r0, r1;
-    row_block(B, &r0, &r1);
-    /* per step the parameters' gradients are summed over the block's rows in float (part),
-     * then added to the double accumulators (acc; private per thread when there are several) */
-    float *work = malloc(sizeof(float) * ((size_t)(r1 - r0) * Hp + 2 * (size_t)H + nacc + 1));
-    double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
-    if (!work || !acc) {
-#pragma omp atomic write
-        failed = 1;
-    }
-    float *dcn = work ? work + (size_t)(r1 - r0) * Hp : NULL, *g = dcn ? dcn + H : NULL;
-    float *part = g ? g + H : NULL;
-    float *dgain_h = part, *dbias_h = part ? part + G : NULL, *dgain_c = part ? part + 2 * G : NULL;
-    float *dbias_c = dgain_c ? dgain_c + H : NULL, *dgain_x = dbias_c ? dbias_c + H : NULL;
-    float *dbias_x = dgain_x ? dgain_x + G : NULL;
-    for (int t = T - 1; t >= 0 && work && acc; t--) {
-        const int bs = batch_sizes ? batch_sizes[t] : B;
-        const int e = bs < r1 ? bs : r1;
-        if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
-        memset(part, 0, sizeof(float) * nacc);
-        for (int b = r0; b < e; b++) {
-            const long tb = (long)t * B + b;
-            const float *gob = grad_out + tb * H;
-            float *dhb = dh + (long)b * H;
-            for (int j = 0; j < H; j++) g[j] = dhb[j] + gob[j];
-            float *dp = dxg + tb * G;
-            lstm_backward_row(H, g, dc + (long)b * H, act_all + tb * G, tc_all + tb * H,
-                              cs + (tb + B) * H, cs + tb * H, hg_all + tb * G,
-                              stats[tb], stats[TB + tb], stats[2 * TB + tb], stats[3 * TB + tb],
-                              gain_h, gain_c, dp, dhg + tb * G, dcn,
-                              dgain_h, dbias_h, dgain_c, dbias_c);
-            if (gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
-                ln_backward_row(dp, xw + tb * G, stats[4 * TB + tb], stats[5 * TB + tb], gain_x,
-                                G, dp, dgain_x, dbias_x);
-        }
-        for (int j = 0; j < nacc; j++) acc[j] += part[j];
-        /* dh_{t-1} = d_hg @ W_h for these rows */
-        gemm_rows(e - r0, G, dhg + ((long)t * B + r0) * G, G, wtp, npanels, work, Hp);
-        for (int b = r0; b < e; b++)
-            memcpy(dh + (long)b * H, work + (long)(b - r0) * Hp, sizeof(float) * H);
-    }
-    if (nthreads > 1 && acc) {
-#pragma omp critical
-        for (int j = 0; j < nacc; j++) dparams[j] += acc[j];
-        free(acc);
-    }
-    free(work);
-    }
-    return failed ? -1 : 0;
+    const struct lstm L = {B, H, (long)T * B, 0.0f, xw, gain_x, NULL, gain_h, NULL, gain_c, NULL,
+                           grad_out, NULL, NULL, NULL, (float *)cs, (float *)hg_all,
+                           (float *)act_all, (float *)tc_all, (float *)stats, dh, dc, dxg, dhg};
+    return backward_seq(T, B, H, 4 * H, nthreads, batch_sizes, wtp, dh, dhg, 0, (size_t)H,
+                        16 * H + 2 * H, dparams, lstm_backward_row, &L);
 }
 
 /* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------
@@ -365,85 +398,104 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
  *   h    = n + z (h_prev - n)
  * with [xr; xn] = xw itself, or with gain_x: [LN(xw[:2H]); LN(xw[2H:])] (gain_x, bias_x: 3H,
  * the two groups normalized separately, as layernorm.GRU's input term).
- * Threads, rows and lengths as lstm_forward_seq. Saved when hg_all != NULL: hg_all (T, B, 3H),
- * rz_all (T, B, 2H), un_all, n_all (T, B, H), stats (8, T, B) = mean / rstd of hg[:2H],
- * hg[2H:], xw[:2H], xw[2H:]. Returns 0, or -1 when a workspace could not be allocated. */
+ * hs: (T + 1, B, H), hs[0] = h0, output; h_n (B, H) in: h0, out: each row's last state. Saved
+ * when hg_all != NULL: hg_all (T, B, 3H), rz_all (T, B, 2H), un_all, n_all (T, B, H), stats
+ * (8, T, B) = mean / rstd of hg[:2H], hg[2H:], xw[:2H], xw[2H:]. */
+struct gru {
+    int B, H;
+    long TB;
+    float eps;
+    const float *xw, *gain_x, *bias_x, *gain_h, *bias_h, *gain_u, *bias_u, *grad_out;
+    float *hs, *h_n, *hg_all, *rz_all, *un_all, *n_all, *stats;
+    float *dh, *dxg, *dhg;  /* backward */
+};
+
+static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, float *scratch) {
+    const struct gru *R = cell;
+    const int H = R->H, G = 3 * H, save = R->hg_all != NULL;
+    const long TB = R->TB, B = R->B;
+    const float *xb = R->xw + tb * G, *hp = R->hs + tb * H;
+    const float *gx = R->gain_x, *bx = R->bias_x;
+    float *rz = save ? R->rz_all + tb * 2 * H : scratch;
+    float *un = save ? R->un_all + tb * H : scratch + 2 * H;
+    float *n = save ? R->n_all + tb * H : scratch + 3 * H, *h = R->hs + (tb + B) * H;
+    float mh, rh, mu, ru, mx1 = 0.0f, rx1 = 0.0f, mx2 = 0.0f, rx2 = 0.0f;
+    moments(hgb, 2 * H, R->eps, &mh, &rh);
+    moments(hgb + 2 * H, H, R->eps, &mu, &ru);
+    if (gx) {
+        moments(xb, 2 * H, R->eps, &mx1, &rx1);
+        moments(xb + 2 * H, H, R->eps, &mx2, &rx2);
+    }
+    for (int j = 0; j < 2 * H; j++) {
+        const float x = gx ? (xb[j] - mx1) * rx1 * gx[j] + bx[j] : xb[j];
+        rz[j] = sigmoidf_((hgb[j] - mh) * rh * R->gain_h[j] + R->bias_h[j] + x);
+    }
+    for (int j = 0; j < H; j++) {
+        const int k = 2 * H + j;
+        const float x = gx ? (xb[k] - mx2) * rx2 * gx[k] + bx[k] : xb[k];
+        un[j] = (hgb[k] - mu) * ru * R->gain_u[j] + R->bias_u[j];
+        n[j] = tanhf_(x + rz[j] * un[j]);
+        h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
+    }
+    memcpy(R->h_n + (long)b * H, h, sizeof(float) * H);
+    if (save) {
+        float *st = R->stats;
+        memcpy(R->hg_all + tb * G, hgb, sizeof(float) * G);
+        st[tb] = mh; st[TB + tb] = rh; st[2 * TB + tb] = mu; st[3 * TB + tb] = ru;
+        st[4 * TB + tb] = mx1; st[5 * TB + tb] = rx1; st[6 * TB + tb] = mx2; st[7 * TB + tb] = rx2;
+    }
+}
+
 int gru_forward_seq(int T, int B, int H, float eps, int nthreads, const int *batch_sizes,
                     const float *xw, const float *gain_x, const float *bias_x,
                     const float *wp, const float *gain_h, const float *bias_h,
                     const float *gain_u, const float *bias_u,
                     float *hs, float *h_n,
                     float *hg_all, float *rz_all, float *un_all, float *n_all, float *stats) {
-    const int G = 3 * H, npanels = (G + NR - 1) / NR, Gp = npanels * NR;
-    const int save = hg_all != NULL;
-    const long TB = (long)T * B;
-    int failed = 0;
-    if (nthreads < 1) nthreads = 1;
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-    {
-    int r0, r1;
-    row_block(B, &r0, &r1);
-    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + 4 * (size_t)H + 1));
-    float *rz_row = hg + (size_t)(r1 - r0) * Gp, *un_row = rz_row + 2 * H, *n_row = un_row + H;
-    if (!hg) {
-#pragma omp atomic write
-        failed = 1;
-    }
-    for (int t = 0; t < T && hg; t++) {
-        const int bs = batch_sizes ? batch_sizes[t] : B;
-        const int e = bs < r1 ? bs : r1;
-        if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
-        gemm_rows(e - r0, H, hs + ((long)t * B + r0) * H, H, wp, npanels, hg, Gp);
-        for (int b = r0; b < e; b++) {
-            const long tb = (long)t * B + b;
-            const float *hgb = hg + (long)(b - r0) * Gp, *xb = xw + tb * G;
-            const float *hp = hs + tb * H;
-            float *rz = save ? rz_all + tb * 2 * H : rz_row;
-            float *un = save ? un_all + tb * H : un_row, *n = save ? n_all + tb * H : n_row;
-            float *h = hs + (tb + B) * H;
-            float mh, rh, mu, ru, mx1 = 0.0f, rx1 = 0.0f, mx2 = 0.0f, rx2 = 0.0f;
-            moments(hgb, 2 * H, eps, &mh, &rh);
-            moments(hgb + 2 * H, H, eps, &mu, &ru);
-            if (gain_x) {
-                moments(xb, 2 * H, eps, &mx1, &rx1);
-                moments(xb + 2 * H, H, eps, &mx2, &rx2);
-                for (int j = 0; j < 2 * H; j++)
-                    rz[j] = sigmoidf_((hgb[j] - mh) * rh * gain_h[j] + bias_h[j]
-                                      + (xb[j] - mx1) * rx1 * gain_x[j] + bias_x[j]);
-                for (int j = 0; j < H; j++) {
-                    const int k = 2 * H + j;
-                    un[j] = (hgb[k] - mu) * ru * gain_u[j] + bias_u[j];
-                    n[j] = tanhf_((xb[k] - mx2) * rx2 * gain_x[k] + bias_x[k] + rz[j] * un[j]);
-                }
-            } else {
-                for (int j = 0; j < 2 * H; j++)
-                    rz[j] = sigmoidf_((hgb[j] - mh) * rh * gain_h[j] + bias_h[j] + xb[j]);
-                for (int j = 0; j < H; j++) {
-                    un[j] = (hgb[2 * H + j] - mu) * ru * gain_u[j] + bias_u[j];
-                    n[j] = tanhf_(xb[2 * H + j] + rz[j] * un[j]);
-                }
-            }
-            for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
-            memcpy(h_n + (long)b * H, h, sizeof(float) * H);
-            if (save) {
-                memcpy(hg_all + tb * G, hgb, sizeof(float) * G);
-                stats[tb] = mh; stats[TB + tb] = rh; stats[2 * TB + tb] = mu;
-                stats[3 * TB + tb] = ru; stats[4 * TB + tb] = mx1; stats[5 * TB + tb] = rx1;
-                stats[6 * TB + tb] = mx2; stats[7 * TB + tb] = rx2;
-            }
-        }
-    }
-    free(hg);
-    }
-    return failed ? -1 : 0;
+    const struct gru R = {B, H, (long)T * B, eps, xw, gain_x, bias_x, gain_h, bias_h, gain_u,
+                          bias_u, NULL, hs, h_n, hg_all, rz_all, un_all, n_all, stats,
+                          NULL, NULL, NULL};
+    return forward_seq(T, B, H, 3 * H, nthreads, batch_sizes, wp, hs, (size_t)4 * H,
+                       gru_forward_row, &R);
 }
 
-/* The LN-GRU backward over a whole sequence, one call (threads as gru_forward_seq, whose saved
- * buffers it reads; hs: (T + 1, B, H) its states). wtp: W_hh^T packed in panels
- * (ceil(H / NR), 3H, NR). dh (B, H): in: gradient of h_n; out: gradient of h0. dxg (T, B, 3H)
- * out: gradient of the input term (of xw with gain_x); dhg (T, B, 3H) out: gradient of
- * W_hh h_{t-1}. dparams (double, accumulated): dgain_h, dbias_h (2H each), dgain_u, dbias_u
- * (H each), dgain_x, dbias_x (3H each; only with gain_x). Returns 0 or -1 (no workspace). */
+/* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */
+static void gru_backward_row(const void *cell, long tb, int b, float *direct, float *scratch,
+                             float *part) {
+    const struct gru *R = cell;
+    const int H = R->H, G = 3 * H;
+    const long TB = R->TB;
+    const float *r = R->rz_all + tb * 2 * H, *z = r + H, *u = R->un_all + tb * H;
+    const float *nb = R->n_all + tb * H, *hp = R->hs + tb * H, *gob = R->grad_out + tb * H;
+    const float *dhb = R->dh + (long)b * H, *hgb = R->hg_all + tb * G, *st = R->stats;
+    float *dp = R->dxg + tb * G, *dhgb = R->dhg + tb * G, *du = scratch;
+    float *pg_h = part, *pb_h = part + 2 * H, *pg_u = part + 4 * H, *pb_u = part + 5 * H;
+    float *pg_x = part + 6 * H, *pb_x = pg_x + G;
+    for (int j = 0; j < H; j++) {
+        const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
+        const float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
+        dp[2 * H + j] = dnpre;
+        dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
+        dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
+        du[j] = dnpre * r[j];
+        direct[j] = g * z[j];
+    }
+    ln_backward_row(dp, hgb, st[tb], st[TB + tb], R->gain_h, 2 * H, dhgb, pg_h, pb_h);
+    ln_backward_row(du, hgb + 2 * H, st[2 * TB + tb], st[3 * TB + tb], R->gain_u, H,
+                    dhgb + 2 * H, pg_u, pb_u);
+    if (R->gain_x) {  /* through the input LNs, in place */
+        const float *xb = R->xw + tb * G;
+        ln_backward_row(dp, xb, st[4 * TB + tb], st[5 * TB + tb], R->gain_x, 2 * H, dp, pg_x,
+                        pb_x);
+        ln_backward_row(dp + 2 * H, xb + 2 * H, st[6 * TB + tb], st[7 * TB + tb],
+                        R->gain_x + 2 * H, H, dp + 2 * H, pg_x + 2 * H, pb_x + 2 * H);
+    }
+}
+
+/* Reads gru_forward_seq's saved buffers and its states hs. dh (B, H): in: gradient of h_n; out:
+ * of h0. dxg (T, B, 3H) out: gradient of the input term (of xw with gain_x); dhg (T, B, 3H) out:
+ * gradient of W_hh h_{t-1}. dparams (double, accumulated): dgain_h, dbias_h (2H each), dgain_u,
+ * dbias_u (H each), dgain_x, dbias_x (3H each; only with gain_x). */
 int gru_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
                      const float *wtp, const float *grad_out,
                      const float *xw, const float *gain_x, const float *hs,
@@ -451,77 +503,9 @@ int gru_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
                      const float *n_all, const float *stats,
                      const float *gain_h, const float *gain_u,
                      float *dh, float *dxg, float *dhg, double *dparams) {
-    const int G = 3 * H, npanels = (H + NR - 1) / NR, Hp = npanels * NR;
-    const long TB = (long)T * B;
-    const int nacc = 6 * H + 2 * G;
-    int failed = 0;
-    if (nthreads < 1) nthreads = 1;
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-    {
-    int r0, r1;
-    row_block(B, &r0, &r1);
-    const int rows = r1 - r0;
-    /* GEMM output, the direct part dh z of each row's gradient, du, and the float partial sums
-     * of the parameters' gradients (added per step to the double accumulators acc) */
-    float *work = malloc(sizeof(float) * ((size_t)rows * (Hp + H) + H + nacc + 1));
-    double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
-    if (!work || !acc) {
-#pragma omp atomic write
-        failed = 1;
-    }
-    float *direct = work ? work + (size_t)rows * Hp : NULL;
-    float *du = direct ? direct + (size_t)rows * H : NULL, *part = du ? du + H : NULL;
-    float *pg_h = part, *pb_h = part ? part + 2 * H : NULL, *pg_u = part ? part + 4 * H : NULL;
-    float *pb_u = part ? part + 5 * H : NULL, *pg_x = part ? part + 6 * H : NULL;
-    float *pb_x = pg_x ? pg_x + G : NULL;
-    for (int t = T - 1; t >= 0 && work && acc; t--) {
-        const int bs = batch_sizes ? batch_sizes[t] : B;
-        const int e = bs < r1 ? bs : r1;
-        if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
-        memset(part, 0, sizeof(float) * nacc);
-        for (int b = r0; b < e; b++) {
-            const long tb = (long)t * B + b;
-            const float *r = rz_all + tb * 2 * H, *z = r + H, *u = un_all + tb * H;
-            const float *nb = n_all + tb * H, *hp = hs + tb * H, *gob = grad_out + tb * H;
-            const float *dhb = dh + (long)b * H;
-            float *dp = dxg + tb * G, *dir = direct + (long)(b - r0) * H;
-            for (int j = 0; j < H; j++) {
-                float g = dhb[j] + gob[j];
-                float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
-                dp[2 * H + j] = dnpre;
-                dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
-                dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
-                du[j] = dnpre * r[j];
-                dir[j] = g * z[j];
-            }
-            const float *hgb = hg_all + tb * G;
-            float *dhgb = dhg + tb * G;
-            ln_backward_row(dp, hgb, stats[tb], stats[TB + tb], gain_h, 2 * H, dhgb, pg_h, pb_h);
-            ln_backward_row(du, hgb + 2 * H, stats[2 * TB + tb], stats[3 * TB + tb], gain_u, H,
-                            dhgb + 2 * H, pg_u, pb_u);
-            if (gain_x) {  /* through the input LNs, in place */
-                const float *xb = xw + tb * G;
-                ln_backward_row(dp, xb, stats[4 * TB + tb], stats[5 * TB + tb], gain_x, 2 * H,
-                                dp, pg_x, pb_x);
-                ln_backward_row(dp + 2 * H, xb + 2 * H, stats[6 * TB + tb], stats[7 * TB + tb],
-                                gain_x + 2 * H, H, dp + 2 * H, pg_x + 2 * H, pb_x + 2 * H);
-            }
-        }
-        for (int j = 0; j < nacc; j++) acc[j] += part[j];
-        /* dh_{t-1} = d[W_h h; U h] @ [W_h; U] + dh z */
-        gemm_rows(e - r0, G, dhg + ((long)t * B + r0) * G, G, wtp, npanels, work, Hp);
-        for (int b = r0; b < e; b++) {
-            const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
-            float *dhb = dh + (long)b * H;
-            for (int j = 0; j < H; j++) dhb[j] = y[j] + dir[j];
-        }
-    }
-    if (nthreads > 1 && acc) {
-#pragma omp critical
-        for (int j = 0; j < nacc; j++) dparams[j] += acc[j];
-        free(acc);
-    }
-    free(work);
-    }
-    return failed ? -1 : 0;
+    const struct gru R = {B, H, (long)T * B, 0.0f, xw, gain_x, NULL, gain_h, NULL, gain_u, NULL,
+                          grad_out, (float *)hs, NULL, (float *)hg_all, (float *)rz_all,
+                          (float *)un_all, (float *)n_all, (float *)stats, dh, dxg, dhg};
+    return backward_seq(T, B, H, 3 * H, nthreads, batch_sizes, wtp, dh, dhg, 1, (size_t)H,
+                        12 * H, dparams, gru_backward_row, &R);
 }
