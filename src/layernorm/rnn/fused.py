@@ -451,78 +451,99 @@ def _native_threads(B: int) -> int:
     return max(1, min(torch.get_num_threads(), B // 4))
 
 
+def _ptr(x: torch.Tensor | None):
+    return None if x is None else x.data_ptr()
+
+
+def _c_forward(who: str, lib, kernel: str, xw, states, w_hh, vectors, gain_x, bias_x,
+               batch_sizes, eps, saved):
+    """Run a whole-sequence C forward (``lstm_forward_seq`` / ``gru_forward_seq``): its own
+    recurrent GEMM (weights packed in panels), all LNs, gates and outputs of every step. With
+    ``gain_x``, xw is the raw W_x x and the input LN is applied in the kernel; else xw is the
+    input term itself. ``saved``: the buffers the kernel fills for the backward, or None.
+    Returns (hs, final states): hs (T + 1, B, H) = [h0, h_1, ...] (0 past a row's length)."""
+    T, B, _ = xw.shape
+    H = states[0].shape[-1]
+    wp = _panels(w_hh, lib.panel_width())
+    vectors = [p.detach().contiguous() for p in vectors]
+    xs = [None, None] if gain_x is None else [p.detach().contiguous() for p in (gain_x, bias_x)]
+    # the kernel writes every other element of hs; the saved buffers are read only where written
+    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)
+    hs[0] = states[0]
+    finals = [s.detach().clone(memory_format=torch.contiguous_format) for s in states]
+    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
+    status = getattr(lib, kernel)(
+        T, B, H, eps, _native_threads(B), _ptr(sizes), xw.data_ptr(), *map(_ptr, xs),
+        wp.data_ptr(), *(v.data_ptr() for v in vectors), hs.data_ptr(),
+        *(f.data_ptr() for f in finals), *(_ptr(x) for x in (saved or [None] * 5)))
+    if status != 0:
+        raise MemoryError(f"{who}: the C kernel could not allocate its per-thread workspace "
+                          f"(status {status}).")
+    return hs, finals
+
+
+def _c_backward(who: str, lib, kernel: str, ctx, w_hh, xw, gain_x, hs, buffers, gains, grad_out,
+                grad_finals, n_params: int):
+    """Run a whole-sequence C backward (``lstm_backward_seq`` / ``gru_backward_seq``) over
+    ``buffers``, what its forward saved (hs: the states [h0, h_1, ...]), then dW_hh as ONE GEMM
+    over all steps. Returns (grad of the input term (of xw with gain_x), grads of the initial
+    states, dW_hh, the LN parameters' grads as one float64 vector of n_params)."""
+    T, B, G = xw.shape
+    H = hs.shape[-1]
+    padded = ctx.batch_sizes is not None
+    dxg = _buffer(T, B, G, like=hs, zero=padded)  # grad of xw (or of the input term)
+    dhg = _WORKSPACE.get((T, B, G), like=hs)       # grad of W_hh h_{t-1}
+    if padded:
+        dhg.zero_()
+    finals = [g.detach().clone(memory_format=torch.contiguous_format) for g in grad_finals]
+    dparams = torch.zeros(n_params, dtype=torch.float64)
+    sizes = None if ctx.batch_sizes is None else torch.tensor(ctx.batch_sizes, dtype=torch.int32)
+    grad_out = grad_out.contiguous()  # kept alive (by this name) during the call
+    gains = [g.detach().contiguous() for g in gains]
+    gx = None if gain_x is None else gain_x.detach().contiguous()
+    wtp = _panels(w_hh.t(), lib.panel_width())  # dh_{t-1} = d(W_hh h_{t-1}) @ W_hh
+    status = getattr(lib, kernel)(
+        T, B, H, _native_threads(B), _ptr(sizes), wtp.data_ptr(), grad_out.data_ptr(),
+        xw.data_ptr(), _ptr(gx), *(b.data_ptr() for b in buffers),
+        *(g.data_ptr() for g in gains), *(f.data_ptr() for f in finals), dxg.data_ptr(),
+        dhg.data_ptr(), dparams.data_ptr())
+    if status != 0:
+        raise MemoryError(f"{who}: the C backward kernel could not allocate its per-thread "
+                          f"workspace (status {status}).")
+    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    return dxg, finals, dw_hh, dparams
+
+
 def _lstm_forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
                          batch_sizes, eps, save: bool):
-    """The whole forward in ONE C call (``lstm_forward_seq``): recurrent GEMM (the C kernel's own,
-    weights packed in panels), both LNs, gates, cell and output of every step. With ``gain_x``,
-    xw is the raw W_x x and its LN is applied in the kernel; else xw is the input term itself.
-
-    Returns (out, h_n, c_n, saved); saved (``save``): hs, cs, hg_all, act_all, tc_all, stats
-    (6, T, B) = mean / rstd of W_h h, of c, of xw."""
+    """The LN-LSTM forward in ONE C call. Returns (out, h_n, c_n, saved); saved (``save``): hs,
+    cs, hg_all, act_all, tc_all, stats (6, T, B) = mean / rstd of W_h h, of c, of xw."""
     T, B, G = xw.shape
     H = G // 4
-    wp = _panels(w_hh, lib.panel_width())
-    vectors = [p.detach().contiguous() for p in (gain_h, bias_h, gain_c, bias_c)]
-    xs = [None, None] if gain_x is None else [p.detach().contiguous() for p in (gain_x, bias_x)]
-    # hs[0] = h0, hs[t + 1] = h_t, 0 past a row's length (the kernel writes every other element;
-    # the others below are read only where written)
-    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)
-    hs[0] = h0
-    h_n, c_n = h0.detach().clone(memory_format=torch.contiguous_format), \
-        c0.detach().clone(memory_format=torch.contiguous_format)
     saved = None
     if save:
         cs = _WORKSPACE.get((T + 1, B, H), like=xw)
         cs[0] = c0
-        saved = (hs, cs, *(_WORKSPACE.get(shape, like=xw)
-                           for shape in ((T, B, G), (T, B, G), (T, B, H), (6, T, B))))
-    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
-    ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
-    status = lib.lstm_forward_seq(
-        T, B, H, eps, _native_threads(B), ptr(sizes), xw.data_ptr(), ptr(xs[0]), ptr(xs[1]),
-        wp.data_ptr(), *(v.data_ptr() for v in vectors), hs.data_ptr(), h_n.data_ptr(),
-        c_n.data_ptr(), *(ptr(x) for x in (saved[1:] if save else [None] * 5)))
-    if status != 0:
-        raise MemoryError("ln_lstm_sequence: the C kernel could not allocate its per-thread "
-                          f"workspace (status {status}).")
-    return hs[1:], h_n, c_n, saved
+        saved = [cs, *(_WORKSPACE.get(shape, like=xw)
+                       for shape in ((T, B, G), (T, B, G), (T, B, H), (6, T, B)))]
+    hs, (h_n, c_n) = _c_forward("ln_lstm_sequence", lib, "lstm_forward_seq", xw, (h0, c0), w_hh,
+                                (gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, batch_sizes,
+                                eps, saved)
+    return hs[1:], h_n, c_n, (hs, *saved) if save else None
 
 
 def _lstm_backward_native(lib, ctx, grad_out, grad_hn, grad_cn):
-    """The whole backward loop in ONE C call (``lstm_backward_seq``); then dW_h as one GEMM."""
-    w_hh, gain_h, gain_c, xw, gain_x, hs, cs, hg_all, act_all, tc_all, stats = ctx.saved_tensors
-    batch_sizes = ctx.batch_sizes
-    T, B, G = act_all.shape
-    H = G // 4
-    wtp = _panels(w_hh.t(), lib.panel_width())  # dh_{t-1} = d(W_h h_{t-1}) @ W_h
-    gains = [g.detach().contiguous() for g in (gain_h, gain_c)]
-    gx = None if gain_x is None else gain_x.detach().contiguous()
-    padded = batch_sizes is not None
-    dxg = _buffer(T, B, G, like=act_all, zero=padded)  # grad of xw (or of the input term)
-    dhg = _WORKSPACE.get((T, B, G), like=act_all)  # grad of W_h h_{t-1}
-    if padded:
-        dhg.zero_()
-    dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)  # -> grad of h0
-    dc = grad_cn.detach().clone(memory_format=torch.contiguous_format)  # -> grad of c0
-    dparams = torch.zeros(4 * G + 2 * H, dtype=torch.float64)
-    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
-    grad_out = grad_out.contiguous()  # kept alive (by this name) during the call
-    status = lib.lstm_backward_seq(
-        T, B, H, _native_threads(B), None if sizes is None else sizes.data_ptr(), wtp.data_ptr(),
-        grad_out.data_ptr(), xw.data_ptr(), None if gx is None else gx.data_ptr(),
-        cs.data_ptr(), hg_all.data_ptr(), act_all.data_ptr(), tc_all.data_ptr(), stats.data_ptr(),
-        gains[0].data_ptr(), gains[1].data_ptr(), dh.data_ptr(), dc.data_ptr(), dxg.data_ptr(),
-        dhg.data_ptr(), dparams.data_ptr())
-    if status != 0:
-        raise MemoryError("ln_lstm_sequence: the C backward kernel could not allocate its "
-                          f"per-thread workspace (status {status}).")
-    # everything that does not feed the recurrence: one GEMM over all steps
-    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    w_hh, gain_h, gain_c, xw, gain_x, hs, *buffers = ctx.saved_tensors  # buffers: cs, ...
+    H = gain_c.shape[0]
+    dxw, (dh, dc), dw_hh, dparams = _c_backward(
+        "ln_lstm_sequence", lib, "lstm_backward_seq", ctx, w_hh, xw, gain_x, hs, buffers,
+        (gain_h, gain_c), grad_out, (grad_hn, grad_cn), 18 * H)
+    G = 4 * H
     dgain_h, dbias_h, dgain_c, dbias_c, dgain_x, dbias_x = (
-        p.to(act_all.dtype) for p in dparams.split([G, G, H, H, G, G]))
+        p.to(xw.dtype) for p in dparams.split([G, G, H, H, G, G]))
     if not ctx.input_ln:
         dgain_x = dbias_x = None
-    return (dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, dgain_x, dbias_x, None, None,
+    return (dxw, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, dgain_x, dbias_x, None, None,
             None)
 
 
@@ -745,69 +766,30 @@ def _gru_forward(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, bloc
 
 def _gru_forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
                         batch_sizes, eps, save: bool):
-    """The whole LN-GRU forward in ONE C call (``gru_forward_seq``), as ``_lstm_forward_native``;
-    with ``gain_x`` (3H) xw is the raw W_x x, normalized in the kernel over [:2H] and [2H:].
-
+    """The LN-GRU forward in ONE C call (the input LN, with gain_x (3H), over [:2H] and [2H:]).
     Returns (out, h_n, saved); saved (``save``): hs, hg_all, rz_all, un_all, n_all, stats
     (8, T, B)."""
     T, B, G = xw.shape
     H = G // 3
-    wp = _panels(w_hh, lib.panel_width())
-    vectors = [p.detach().contiguous() for p in (gain_h, bias_h, gain_u, bias_u)]
-    xs = [None, None] if gain_x is None else [p.detach().contiguous() for p in (gain_x, bias_x)]
-    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)  # as in the LSTM
-    hs[0] = h0
-    h_n = h0.detach().clone(memory_format=torch.contiguous_format)
-    saved = None
-    if save:
-        saved = (hs, *(_WORKSPACE.get(shape, like=xw) for shape in (
-            (T, B, G), (T, B, 2 * H), (T, B, H), (T, B, H), (8, T, B))))
-    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
-    ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
-    status = lib.gru_forward_seq(
-        T, B, H, eps, _native_threads(B), ptr(sizes), xw.data_ptr(), ptr(xs[0]), ptr(xs[1]),
-        wp.data_ptr(), *(v.data_ptr() for v in vectors), hs.data_ptr(), h_n.data_ptr(),
-        *(ptr(x) for x in (saved[1:] if save else [None] * 5)))
-    if status != 0:
-        raise MemoryError("ln_gru_sequence: the C kernel could not allocate its per-thread "
-                          f"workspace (status {status}).")
-    return hs[1:], h_n, saved
+    saved = [_WORKSPACE.get(shape, like=xw) for shape in (
+        (T, B, G), (T, B, 2 * H), (T, B, H), (T, B, H), (8, T, B))] if save else None
+    hs, (h_n,) = _c_forward("ln_gru_sequence", lib, "gru_forward_seq", xw, (h0,), w_hh,
+                            (gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, batch_sizes, eps,
+                            saved)
+    return hs[1:], h_n, (hs, *saved) if save else None
 
 
 def _gru_backward_native(lib, ctx, grad_out, grad_hn):
-    """The whole LN-GRU backward loop in ONE C call (``gru_backward_seq``); then dW_hh."""
-    w_hh, gain_h, gain_u, xw, gain_x, hs, hg_all, rz_all, un_all, n_all, stats = \
-        ctx.saved_tensors
-    batch_sizes = ctx.batch_sizes
-    T, B, G = hg_all.shape
-    H = G // 3
-    wtp = _panels(w_hh.t(), lib.panel_width())  # dh_{t-1} = d[W_h h; U h] @ [W_h; U]
-    gains = [g.detach().contiguous() for g in (gain_h, gain_u)]
-    gx = None if gain_x is None else gain_x.detach().contiguous()
-    padded = batch_sizes is not None
-    dxg = _buffer(T, B, G, like=hg_all, zero=padded)  # grad of xw (or of the input term)
-    dhg = _WORKSPACE.get((T, B, G), like=hg_all)       # grad of [W_h h; U h]
-    if padded:
-        dhg.zero_()
-    dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)  # -> grad of h0
-    dparams = torch.zeros(6 * H + 2 * G, dtype=torch.float64)
-    sizes = None if batch_sizes is None else torch.tensor(batch_sizes, dtype=torch.int32)
-    grad_out = grad_out.contiguous()  # kept alive (by this name) during the call
-    status = lib.gru_backward_seq(
-        T, B, H, _native_threads(B), None if sizes is None else sizes.data_ptr(), wtp.data_ptr(),
-        grad_out.data_ptr(), xw.data_ptr(), None if gx is None else gx.data_ptr(), hs.data_ptr(),
-        hg_all.data_ptr(), rz_all.data_ptr(), un_all.data_ptr(), n_all.data_ptr(),
-        stats.data_ptr(), gains[0].data_ptr(), gains[1].data_ptr(), dh.data_ptr(),
-        dxg.data_ptr(), dhg.data_ptr(), dparams.data_ptr())
-    if status != 0:
-        raise MemoryError("ln_gru_sequence: the C backward kernel could not allocate its "
-                          f"per-thread workspace (status {status}).")
-    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    w_hh, gain_h, gain_u, xw, gain_x, hs, *rest = ctx.saved_tensors
+    H = gain_u.shape[0]
+    dxw, (dh,), dw_hh, dparams = _c_backward(
+        "ln_gru_sequence", lib, "gru_backward_seq", ctx, w_hh, xw, gain_x, hs, (hs, *rest),
+        (gain_h, gain_u), grad_out, (grad_hn,), 12 * H)
     dgain_h, dbias_h, dgain_u, dbias_u, dgain_x, dbias_x = (
-        p.to(hg_all.dtype) for p in dparams.split([2 * H, 2 * H, H, H, G, G]))
+        p.to(xw.dtype) for p in dparams.split([2 * H, 2 * H, H, H, 3 * H, 3 * H]))
     if not ctx.input_ln:
         dgain_x = dbias_x = None
-    return dxg, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, dgain_x, dbias_x, None, None, None
+    return dxw, dh, dw_hh, dgain_h, dbias_h, dgain_u, dbias_u, dgain_x, dbias_x, None, None, None
 
 
 class _LNGRUFunction(torch.autograd.Function):
