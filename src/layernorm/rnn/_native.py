@@ -1,5 +1,5 @@
-"""The optional C kernels of the LN-LSTM / LN-GRU (``_rnn_steps.c``: the LN-LSTM's whole forward
-and backward loops, one LN-GRU step): built on first use, cached.
+"""The optional C kernels of the LN-LSTM / LN-GRU (``_rnn_steps.c``: each cell's whole forward
+and backward time loops): built on first use, cached.
 
 Plain C with no torch headers, compiled with the system C compiler in well under a second (a
 torch C++ extension takes a minute), cached per source / compiler / CPU under

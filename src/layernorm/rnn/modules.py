@@ -91,8 +91,9 @@ class _Stack(RecurrentBase):
         self.reset_parameters()
 
     def _input_term(self, x: torch.Tensor, suffix: str, terms, time_step: int = 0):
-        """As the cells' ``_input_term``; without autograd the all-steps GEMM of the LN-LSTM/GRU
-        goes through ``fused.input_linear`` (weight packed once for oneDNN and cached)."""
+        """As the cells' ``_input_term``; without autograd the all-steps GEMM of an LSTM/GRU
+        whose recurrence runs in the loop (norm "batch" or "none", or no biases) goes through
+        ``fused.input_linear`` (weight packed once for oneDNN and cached)."""
         if self.use_fused and _fused is not None and x.dim() == 3 and self.mode != "RNN" and \
                 not torch.compiler.is_compiling():
             return terms["ih"].all_steps(_fused.input_linear(x, self._get("weight_ih", suffix)))
@@ -150,7 +151,6 @@ class _Stack(RecurrentBase):
         the recurrence.
         """
         suffix = self._suffix(layer, direction)
-        terms = self._terms(suffix, batch_sizes)
         g = lambda name: self._get(name, suffix)  # noqa: E731
         # Under torch.compile the loop is traced and fused by the compiler instead.
         if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
@@ -170,6 +170,7 @@ class _Stack(RecurrentBase):
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
                                             g("bias_hh")[H2:], **inputs)
             return out, (h,)
+        terms = self._terms(suffix, batch_sizes)
         xg = self._input_term(x, suffix, terms)                          # (T, B, G)
         return run_direction(self._step_fn(suffix, terms), xg, state, mask)
 
