@@ -45,6 +45,12 @@ def _cpu_signature() -> str:
     return platform.processor() or platform.machine()
 
 
+def compiler() -> str | None:
+    """The C compiler to use: $CC, else cc / gcc / clang on the PATH, else None."""
+    return (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+            or shutil.which("clang"))
+
+
 def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
     """Compile the kernels into ``target`` (``extra``: more compiler flags, e.g. for tests)."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +95,7 @@ def load():
     _tried = True
     if os.environ.get("LAYERNORM_NATIVE", "1") == "0" or os.name != "posix":
         return None
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = compiler()
     if not cc:
         return None
     try:

@@ -222,6 +222,25 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
     return rows
 
 
+def kernel_build_seconds() -> float | None:
+    """Seconds to compile the C kernels from scratch (into a temporary cache, as on first use),
+    or None when no C compiler is available (torch ops are used then)."""
+    import tempfile
+    from pathlib import Path
+
+    from . import _native
+    cc = _native.compiler()
+    if not cc:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        try:
+            _native._build(cc, Path(tmp) / "k.so")
+        except Exception:  # noqa: BLE001 - no working compiler: torch ops are used
+            return None
+        return time.perf_counter() - t0
+
+
 def _parse_shape(s: str) -> tuple[int, int, int, int]:
     try:
         T, B, I, H = (int(v) for v in s.lower().split("x"))
@@ -248,6 +267,9 @@ def _run(args: argparse.Namespace) -> int:
           f"time (torch {torch.__version__}, {torch.get_num_threads()} threads). ratio = "
           f"fwd+bwd time / torch's; peak MB = memory allocated during one training step.")
     print(format_table(rows, COLUMNS))
+    build = kernel_build_seconds() if args.device == "cpu" else None
+    print("C kernels: " + ("no C compiler here, torch ops used" if build is None else
+                           f"first-use compile {build:.2f} s (then cached per CPU)"))
     if args.json:
         atomic_write_json(args.json, rows)
         print(f"wrote {args.json}")
