@@ -111,8 +111,9 @@ class Term:
             return LF.layer_norm(a, self.groups[0], self.gain, self.bias, self.eps)
         k = len(self.groups)
         biases = self.bias.split(self.groups) if self.bias is not None else (None,) * k
-        return torch.cat([LF.layer_norm(part, part.shape[-1], g, b, self.eps) for part, g, b in
-                          zip(a.split(self.groups, -1), self.gain.split(self.groups), biases)], -1)
+        return torch.cat([LF.layer_norm(part, n, g, b, self.eps) for part, g, b, n in
+                          zip(a.split(self.groups, -1), self.gain.split(self.groups), biases,
+                              self.groups)], -1)
 
     def all_steps(self, a: torch.Tensor) -> torch.Tensor:
         """The term for every step of a (T, B, G) sequence at once. Batch norm keeps separate
@@ -548,6 +549,10 @@ class _Cell(RecurrentBase):
         batched = input.dim() == 2
         if not batched:
             input, hx = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx)
+        if input.shape[0] == 0:                 # no examples: empty states, as torch's cells
+            zero = (sum(p.sum() for p in self.parameters()) + input.sum()) * 0
+            new = tuple(h + zero for h in hx)
+            return new if batched else tuple(h.squeeze(0) for h in new)
         terms = self._terms("")
         xg = self._input_term(input, "", terms, time_step)
         new = self._step_fn("", terms)(xg, hx, time_step)
