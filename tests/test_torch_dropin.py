@@ -548,3 +548,11 @@ def test_legacy_onnx_export(norm):
     onnx.checker.check_model(graph)
     ops = {n.op_type for n in graph.graph.node}
     assert ("LSTM" in ops) == (norm == "none")
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_readable_loop_is_twice_differentiable(mode):
+    m = _normalized(mode, {"bidirectional": True}, "layer")
+    m.use_fused = False
+    x = torch.randn(3, 2, IN, dtype=DT, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x: m(x)[0], (x,), fast_mode=True)

@@ -106,6 +106,7 @@ class _Stack(RecurrentBase):
             for d in range(self.num_directions):
                 self._add_direction(self._suffix(layer, d), layer_input)
         self.reset_parameters()
+        self.flatten_parameters()
 
     # ---- torch's weight lists (weight-drop / AWD-LSTM code reads them) -----------------------
     @property
@@ -138,6 +139,31 @@ class _Stack(RecurrentBase):
     @property
     def all_weights(self) -> list[list[torch.Tensor]]:
         return [[getattr(self, n) for n in names] for names in self._all_weights]
+
+    def flatten_parameters(self) -> None:
+        """norm="none" on a CUDA device: put the weights in one cuDNN buffer, as
+        torch.nn.RNNBase.flatten_parameters does (called after ``.to()`` / ``.cuda()`` too), so
+        torch's op runs without compacting them at every call. A no-op otherwise."""
+        weights = self._flat_weights
+        if self.norm != "none" or not weights or not all(
+                isinstance(w, torch.Tensor) and w.is_cuda and w.dtype == weights[0].dtype and
+                torch.backends.cudnn.is_acceptable(w) for w in weights):
+            return
+        if len({w.data_ptr() for w in weights}) != len(weights):
+            return                                   # aliased weights: torch's copying path
+        import torch.backends.cudnn.rnn as cudnn_rnn
+        mode = self.mode if self.mode != "RNN" else "RNN_" + self.nonlinearity.upper()
+        with torch.cuda.device_of(weights[0]), torch.no_grad():
+            if torch._use_cudnn_rnn_flatten_weight():
+                torch._cudnn_rnn_flatten_weight(
+                    weights, (4 if self.bias else 2) + (1 if self.proj_size else 0),
+                    self.input_size, cudnn_rnn.get_cudnn_mode(mode), self.hidden_size,
+                    self.proj_size, self.num_layers, self.batch_first, self.bidirectional)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.flatten_parameters()
+        return out
 
     def _torch_module(self) -> nn.Module:
         cls = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[self.mode]
