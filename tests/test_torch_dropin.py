@@ -559,3 +559,19 @@ def test_readable_loop_is_twice_differentiable(mode):
     m.use_fused = False
     x = torch.randn(3, 2, IN, dtype=DT, requires_grad=True)
     assert torch.autograd.gradgradcheck(lambda x: m(x)[0], (x,), fast_mode=True)
+
+
+@pytest.mark.parametrize("norm", ["none", "layer"])
+def test_functional_call_and_torch_func_grad_read_the_given_parameters(norm):
+    m = L.GRU(IN, HID, norm=norm, dtype=DT)
+    x = torch.randn(4, 2, IN, dtype=DT)
+    params = {k: v.detach() * 1.5 for k, v in m.named_parameters()}
+    ref = L.GRU(IN, HID, norm=norm, dtype=DT)
+    ref.load_state_dict(params)
+    out = torch.func.functional_call(m, params, (x,))[0]
+    torch.testing.assert_close(out, ref(x)[0])
+    m.use_fused = False                               # torch.func needs the readable loop
+    grads = torch.func.grad(lambda p: torch.func.functional_call(m, p, (x,))[0].sum())(params)
+    expected = torch.autograd.grad(ref(x)[0].sum(), list(ref.parameters()))
+    for (name, g), e in zip(grads.items(), expected):
+        torch.testing.assert_close(g, e, msg=name)

@@ -5,9 +5,10 @@
     bn = layernorm.LSTM(32, 64, norm="batch", max_length=50)        # BN-LSTM baseline
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
-The time loop of one layer and one direction lives in ``run_direction`` (the only loop in the
-package); ``_run_direction`` prepares its inputs and is the single place where a fused kernel can
-take over (see its docstring).
+``norm="none"`` calls torch's own fused op (``_torch_forward``). For the normalized norms the time
+loop of one layer and one direction lives in ``run_direction`` (the only loop in the package);
+``_run_direction`` prepares its inputs and is the single place where a fused kernel can take over
+(see its docstring); ``_loop_direction`` always runs the loop (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
 
