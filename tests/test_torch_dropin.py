@@ -575,3 +575,13 @@ def test_functional_call_and_torch_func_grad_read_the_given_parameters(norm):
     expected = torch.autograd.grad(ref(x)[0].sum(), list(ref.parameters()))
     for (name, g), e in zip(grads.items(), expected):
         torch.testing.assert_close(g, e, msg=name)
+
+
+def test_a_deleted_weight_keeps_its_place_in_the_weight_lists():
+    m = L.LSTM(IN, HID, num_layers=2, norm="layer")
+    names = m._flat_weights_names
+    del m._parameters["weight_hh_l0"]                 # weight drop, before the tensor is set
+    assert m._flat_weights_names == names
+    assert m._flat_weights[names.index("weight_hh_l0")] is None
+    m.flatten_parameters()                            # torch's short-circuit, no error
+    m.to(torch.float64)

@@ -112,30 +112,31 @@ class _Stack(RecurrentBase):
     # ---- torch's weight lists (weight-drop / AWD-LSTM code reads them) -----------------------
     @property
     def _all_weights(self) -> list[list[str]]:
-        """Parameter names per (layer, direction), torch's first (weight_ih, weight_hh, bias_ih,
-        bias_hh, weight_hr, those that exist), then the normalization's gains and biases."""
-        torch_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")
-        extra = ("gain_ih", "gain_hh", "gain", "gain_c", "bias_c")
-        names = []
-        for layer in range(self.num_layers):
-            for d in range(self.num_directions):
-                sfx = self._suffix(layer, d)
-                names.append([n + sfx for n in torch_names + extra
-                              if hasattr(self, n + sfx)])
-        return names
+        """Parameter names per (layer, direction): torch's first (weight_ih, weight_hh, bias_ih,
+        bias_hh, weight_hr, as the configuration has them), then the normalization's gains and
+        biases. From the configuration, so a name whose Parameter was deleted (weight drop)
+        keeps its place."""
+        torch_names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) \
+            + (["weight_hr"] if self.proj_size else [])
+        extra = [] if self.norm == "none" else ["gain"] if self.mode == "RNN" else \
+            ["gain_ih", "gain_hh"] + (["gain_c"] + (["bias_c"] if self.bias else [])
+                                      if self.mode == "LSTM" else [])
+        return [[n + self._suffix(layer, d) for n in torch_names + extra]
+                for layer in range(self.num_layers) for d in range(self.num_directions)]
 
     @property
     def _flat_weights_names(self) -> list[str]:
         """torch's flat list (every layer and direction, torch's order), then the extra
         normalization parameters in the same layer order."""
         per = self._all_weights
-        k = 4 if self.bias else 2
-        k += 1 if self.proj_size else 0
+        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
         return [n for names in per for n in names[:k]] + [n for names in per for n in names[k:]]
 
     @property
-    def _flat_weights(self) -> list[torch.Tensor]:
-        return [getattr(self, n) for n in self._flat_weights_names]
+    def _flat_weights(self) -> list[torch.Tensor | None]:
+        """The tensors of ``_flat_weights_names`` (None for one deleted and not yet set, as
+        torch)."""
+        return [getattr(self, n, None) for n in self._flat_weights_names]
 
     @property
     def all_weights(self) -> list[list[torch.Tensor]]:
