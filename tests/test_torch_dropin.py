@@ -585,3 +585,60 @@ def test_a_deleted_weight_keeps_its_place_in_the_weight_lists():
     assert m._flat_weights[names.index("weight_hh_l0")] is None
     m.flatten_parameters()                            # torch's short-circuit, no error
     m.to(torch.float64)
+
+
+class _WordLM(nn.Module):
+    """The word-level language model of the PyTorch examples (encoder, RNN, tied decoder)."""
+
+    def __init__(self, rnn_cls, ntoken=11, ninp=4, nlayers=2, **kw):
+        super().__init__()
+        self.drop = nn.Dropout(0.2)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = rnn_cls(ninp, ninp, nlayers, dropout=0.2, **kw)
+        self.decoder = nn.Linear(ninp, ntoken)
+        self.decoder.weight = self.encoder.weight                 # tied weights
+        self.nlayers, self.nhid = nlayers, ninp
+
+    def forward(self, x, hidden):
+        output, hidden = self.rnn(self.drop(self.encoder(x)), hidden)
+        return self.decoder(self.drop(output)), hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return (weight.new_zeros(self.nlayers, bsz, self.nhid),
+                weight.new_zeros(self.nlayers, bsz, self.nhid))
+
+
+def _train_word_lm(model, steps=4):
+    gen = torch.Generator().manual_seed(5)
+    data = torch.randint(0, 11, (steps * 5 + 1, 3), generator=gen)
+    hidden = model.init_hidden(3)
+    losses = []
+    torch.manual_seed(6)                                            # the same dropout masks
+    for i in range(steps):
+        x, y = data[i * 5:(i + 1) * 5], data[i * 5 + 1:(i + 1) * 5 + 1]
+        hidden = tuple(h.detach() for h in hidden)                  # repackage_hidden
+        model.zero_grad()
+        out, hidden = model(x, hidden)
+        loss = F.cross_entropy(out.view(-1, 11), y.reshape(-1))
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-1.0)
+        losses.append(loss.item())
+    return losses
+
+
+def test_word_language_model_trains_as_with_torchs_lstm():
+    torch.manual_seed(0)
+    theirs = _WordLM(nn.LSTM)
+    ours = _WordLM(lambda *a, **k: L.LSTM(*a, norm="none", **k))
+    ours.load_state_dict(theirs.state_dict())
+    assert _train_word_lm(ours) == _train_word_lm(theirs)           # bitwise, step by step
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.equal(a, b), name
+    ln = _WordLM(lambda *a, **k: L.LSTM(*a, norm="layer", **k))
+    losses = _train_word_lm(ln, steps=6)
+    assert all(math.isfinite(v) for v in losses)
+    assert not ln.rnn.gain_hh_l1.eq(1).all() and not ln.rnn.bias_c_l0.eq(0).all()   # trained
