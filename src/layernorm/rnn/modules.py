@@ -231,21 +231,23 @@ class _Stack(RecurrentBase):
             raise RNNInputError(f"{who} expected a PackedSequence of input_size={self.input_size}, "
                                 f"received data of shape {tuple(p.data.shape)}. Build it with "
                                 f"input_size={p.data.shape[-1]} or fix the features.")
-        B = int(bs[0]) if len(bs) else 0
-        if B < 1 or int(bs.sum()) != p.data.shape[0] or bool((bs[1:] > bs[:-1]).any()) or \
-                bool((bs < 1).any()):
+        sizes = bs.tolist()                      # a few ints: cheaper checked in Python
+        if not sizes or sizes[-1] < 1 or sum(sizes) != p.data.shape[0] or \
+                any(a < b for a, b in zip(sizes, sizes[1:])):
             raise RNNInputError(f"{who} expected a PackedSequence with positive, non-increasing "
                                 f"batch_sizes summing to the {p.data.shape[0]} rows of data, "
-                                f"received batch_sizes {bs.tolist()}. Build it with "
+                                f"received batch_sizes {sizes}. Build it with "
                                 f"pack_padded_sequence / pack_sequence.")
+        B = sizes[0]
         s, u = p.sorted_indices, p.unsorted_indices
         if s is None and u is None:
             return
         ok = s is not None and u is not None and s.dim() == 1 and u.dim() == 1 and \
             s.dtype == torch.int64 and u.dtype == torch.int64 and len(s) == B and len(u) == B
         if ok:
-            ar = torch.arange(B, device=s.device)
-            ok = bool((s.sort().values == ar).all()) and bool((s[u.to(s.device)] == ar).all())
+            sl, ul = s.tolist(), u.tolist()
+            ok = sorted(sl) == list(range(B)) and all(0 <= j < B and sl[j] == i
+                                                       for i, j in enumerate(ul))
         if not ok:
             raise RNNInputError(f"{who} expected a PackedSequence whose sorted_indices is a "
                                 f"permutation of range({B}) and unsorted_indices its inverse, "
