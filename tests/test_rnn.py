@@ -336,10 +336,10 @@ def test_bad_input_errors_name_expected_and_received():
     m = L.LSTM(I, H, num_layers=2)
     with pytest.raises(ValueError, match=r"input_size=5.*received shape \(3, 2, 7\)"):
         m(torch.randn(3, 2, 7))
-    with pytest.raises(ValueError, match=r"3-D input.*received a 2-D tensor.*unsqueeze"):
-        m(torch.randn(3, I))
-    with pytest.raises(ValueError, match=r"expected hx\[0\] of shape \(2, 2, 4\).*received "
-                                         r"\(1, 2, 4\)"):
+    with pytest.raises(RuntimeError, match=r"3-D input.*received a 4-D tensor"):
+        m(torch.randn(3, 2, 1, I))
+    with pytest.raises(RuntimeError, match=r"expected hx\[0\] of shape \(2, 2, 4\).*received "
+                                           r"\(1, 2, 4\)"):
         m(torch.randn(3, 2, I), (torch.zeros(1, 2, H), torch.zeros(1, 2, H)))
     with pytest.raises(ValueError, match=r"expected hx of shape \(1, 2, 4\).*received \(1, 3, 4\)"):
         L.GRU(I, H)(torch.randn(3, 2, I), torch.zeros(1, 3, H))
@@ -351,8 +351,8 @@ def test_bad_input_errors_name_expected_and_received():
         L.LSTMCell(I, H)(torch.randn(2, 3))
     with pytest.raises(TypeError, match="floating-point"):
         m(torch.ones(3, 2, I, dtype=torch.long))
-    with pytest.raises(ValueError, match="proj_size"):
-        L.LSTM.from_torch(nn.LSTM(I, H, proj_size=2))
+    with pytest.raises(ValueError, match="proj_size applies to LSTM only"):
+        L.GRU(I, H, proj_size=2)
     with pytest.raises(TypeError, match=r"expected a torch.nn.GRU, received LSTM"):
         L.GRU.from_torch(nn.LSTM(I, H))
 

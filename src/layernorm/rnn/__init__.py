@@ -1,11 +1,13 @@
-"""Normalized recurrent networks with torch.nn.LSTM / GRU / RNN's interface (PAPER.md section 2).
+"""Normalized recurrent networks with torch.nn.LSTM / GRU / RNN's interface (the paper's
+section 3.1; docs/rnn.md).
 
 ``norm="layer"`` (LN-LSTM / LN-GRU / LN-RNN), ``"batch"`` (Cooijmans et al.'s BN-LSTM baseline,
 per-time-step statistics) or ``"none"`` (exactly torch's modules). Cells are step functions in
 ``cells``; ``modules.run_direction`` is the one time loop.
 """
-from .cells import RNN_NORMS, GRUCell, LSTMCell, RNNCell, gru_step, lstm_step, rnn_step
+from .cells import (RNN_NORMS, GRUCell, LSTMCell, RNNCell, RNNInputError, RNNTypeError, gru_step,
+                    lstm_step, rnn_step)
 from .modules import GRU, LSTM, RNN, run_direction
 
 __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "RNN_NORMS", "lstm_step",
-           "gru_step", "rnn_step", "run_direction"]
+           "gru_step", "rnn_step", "run_direction", "RNNInputError", "RNNTypeError"]

@@ -1,7 +1,7 @@
 """Recurrent cells as step functions, their normalized terms, and the one-step modules.
 
-PAPER.md section 2. Every recurrent layer here computes, at step t, normalized *terms* (summed
-inputs) and then the gates of torch's LSTM / GRU / Elman RNN:
+The paper, section 3.1 (docs/rnn.md). Every recurrent layer here computes, at step t, normalized
+*terms* (summed inputs) and then the gates of torch's LSTM / GRU / Elman RNN:
 
     LSTM   gates = N(W_x x_t) + b_ih + N(W_h h_{t-1}) + b_hh      N over all 4H gates jointly
            i, f, g, o = split(gates)                               torch's gate order
@@ -29,7 +29,9 @@ candidate is multiplied by r, as in torch, and is the paper's b4. BN-LSTM's gate
 """
 from __future__ import annotations
 
+import difflib
 import math
+import numbers
 from typing import Callable, Sequence
 
 import torch
@@ -37,9 +39,35 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import functional as LF
-from .._checks import check_choice, check_float
+from .._checks import check_choice
 
 RNN_NORMS = ("layer", "batch", "none")
+
+
+class RNNInputError(ValueError, RuntimeError):
+    """A wrong shape, dtype or state given to a layernorm RNN. torch raises ValueError for some of
+    these mistakes and RuntimeError for others: this is both, so code written for either catches
+    it."""
+
+
+class RNNTypeError(TypeError, ValueError, RuntimeError):
+    """An argument of the wrong type (e.g. ``dropout="0.1"``, an integer input, a PackedSequence
+    with non-integer batch sizes): a TypeError that is also what torch raises for it."""
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_keywords(who: str, unknown: dict, valid) -> None:
+    """A TypeError naming the misspelt keyword and the closest valid one."""
+    if not unknown:
+        return
+    name = next(iter(unknown))
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise TypeError(f"{who} got an unexpected keyword argument {name!r}.{hint} Valid keywords: "
+                    f"{', '.join(sorted(valid))}.")
 NONLINEARITIES = {"tanh": torch.tanh, "relu": torch.relu}
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
@@ -83,8 +111,9 @@ class Term:
             return LF.layer_norm(a, self.groups[0], self.gain, self.bias, self.eps)
         k = len(self.groups)
         biases = self.bias.split(self.groups) if self.bias is not None else (None,) * k
-        return torch.cat([LF.layer_norm(part, part.shape[-1], g, b, self.eps) for part, g, b in
-                          zip(a.split(self.groups, -1), self.gain.split(self.groups), biases)], -1)
+        return torch.cat([LF.layer_norm(part, n, g, b, self.eps) for part, g, b, n in
+                          zip(a.split(self.groups, -1), self.gain.split(self.groups), biases,
+                              self.groups)], -1)
 
     def all_steps(self, a: torch.Tensor) -> torch.Tensor:
         """The term for every step of a (T, B, G) sequence at once. Batch norm keeps separate
@@ -141,8 +170,10 @@ StepFn = Callable[[torch.Tensor, tuple, int], tuple]
 
 
 def lstm_step(xg: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_hh: torch.Tensor,
-              norm_hh: Callable, norm_c: Callable, t: int | None = None):
-    """One (LN-/BN-)LSTM step. xg: (B, 4H) = N(W_x x_t) + b_ih; h, c: (B, H); w_hh: (4H, H).
+              norm_hh: Callable, norm_c: Callable, t: int | None = None,
+              w_hr: torch.Tensor | None = None):
+    """One (LN-/BN-)LSTM step. xg: (B, 4H) = N(W_x x_t) + b_ih; h: (B, P); c: (B, H);
+    w_hh: (4H, P); w_hr: (P, H) projection (torch's proj_size) or None (then P = H).
 
     Returns (h_t, c_t); c_t is the raw cell, only its normalized copy enters h_t.
     """
@@ -150,6 +181,8 @@ def lstm_step(xg: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_hh: torch.Te
     ingate, forgetgate, cellgate, outgate = gates.chunk(4, 1)
     c = torch.sigmoid(forgetgate) * c + torch.sigmoid(ingate) * torch.tanh(cellgate)
     h = torch.sigmoid(outgate) * torch.tanh(norm_c(c, t))
+    if w_hr is not None:
+        h = F.linear(h, w_hr)                                     # (B, P)
     return h, c
 
 
@@ -158,7 +191,7 @@ def gru_step(xg: torch.Tensor, h: torch.Tensor, w_hh: torch.Tensor, norm_hh: Cal
     """One (LN-)GRU step. xg: (B, 3H) = [N(W_x x_t) + b over r, z | N(W x_t) + b_in]; h: (B, H).
 
     The recurrent term is [N(W_h h) + b over r, z | N(U h) + b_hn]: U h is normalized before the
-    reset gate multiplies it (PAPER.md, LN-GRU). Returns (h_t,).
+    reset gate multiplies it (the LN-GRU of docs/rnn.md). Returns (h_t,).
     """
     hg = norm_hh(F.linear(h, w_hh), t)                            # (B, 3H)
     H2 = 2 * h.shape[-1]
@@ -187,20 +220,52 @@ class RecurrentBase(nn.Module):
     def __init__(self, mode: str, input_size: int, hidden_size: int, *, bias: bool = True,
                  norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
                  momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
-                 device=None, dtype=None) -> None:
+                 proj_size: int = 0, forget_bias: float = 0.0, device=None, dtype=None) -> None:
         super().__init__()
+        who = type(self).__name__
         check_choice(norm, RNN_NORMS, "norm")
         check_choice(nonlinearity, NONLINEARITIES, "nonlinearity")
         if mode != "RNN" and nonlinearity != "tanh":
             raise ValueError(f"nonlinearity={nonlinearity!r} applies to RNN and RNNCell only, "
-                             f"received it for {type(self).__name__}. Remove the argument.")
+                             f"received it for {who}. Remove the argument.")
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                             ("max_length", max_length)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{type(self).__name__} expected {name} to be a positive int, "
-                                 f"received {value!r}. Pass e.g. {name}=16.")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise RNNTypeError(f"{who} expected {name} to be a positive int, received "
+                                   f"{value!r} ({type(value).__name__}). Pass e.g. {name}=16.")
+            if value < 1:
+                raise ValueError(f"{who} expected {name} to be a positive int, received "
+                                 f"{value!r}. Pass e.g. {name}=16.")
+        if not isinstance(proj_size, int) or isinstance(proj_size, bool) or proj_size < 0:
+            raise ValueError(f"{who} expected proj_size to be an int >= 0 (0: no projection), "
+                             f"received {proj_size!r}. Pass e.g. proj_size=0.")
+        if proj_size and mode != "LSTM":
+            raise ValueError(f"proj_size applies to LSTM only (as in torch), received "
+                             f"proj_size={proj_size} for {who}. Remove the argument.")
+        if proj_size >= hidden_size:
+            raise ValueError(f"{who} expected proj_size smaller than hidden_size={hidden_size}, "
+                             f"received proj_size={proj_size}. Pass a smaller proj_size.")
+        if not _real(eps) or not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"{who} expected eps to be a finite number > 0 (it is added to the "
+                             f"variance inside the square root), received {eps!r}. Pass e.g. "
+                             f"eps=1e-5.")
+        if not _real(momentum) or not 0 < momentum <= 1:
+            raise ValueError(f"{who} expected momentum in (0, 1] (the weight of the new batch in "
+                             f"the running statistics), received {momentum!r}. Pass e.g. "
+                             f"momentum=0.1.")
+        if gain_init is not None and (not _real(gain_init) or not math.isfinite(gain_init)):
+            raise ValueError(f"{who} expected gain_init to be a finite number (the gains' initial "
+                             f"value), received {gain_init!r}. Pass e.g. gain_init=1.0, or None "
+                             f"for the default.")
+        if not _real(forget_bias) or not math.isfinite(forget_bias):
+            raise ValueError(f"{who} expected forget_bias to be a finite number, received "
+                             f"{forget_bias!r}. Pass e.g. forget_bias=1.0.")
+        if forget_bias and (mode != "LSTM" or not bias):
+            raise ValueError(f"forget_bias applies to an LSTM with biases, received "
+                             f"forget_bias={forget_bias} for {who}(bias={bias}). Remove it, or "
+                             f"use an LSTM with bias=True.")
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
-        self.bias = bias
+        self.bias, self.proj_size, self.forget_bias = bias, proj_size, float(forget_bias)
         self.norm, self.eps, self.momentum, self.max_length = norm, eps, momentum, max_length
         # Cooijmans et al. initialise batch-norm gains at 0.1; the paper's LN gains start at 1.
         default_gain = 0.1 if norm == "batch" else 1.0
@@ -220,10 +285,12 @@ class RecurrentBase(nn.Module):
             self.register_parameter(name + suffix, nn.Parameter(torch.empty(*shape, **f)))
 
         param("weight_ih", G, input_size)
-        param("weight_hh", G, H)
+        param("weight_hh", G, self.proj_size or H)
         if self.bias:
             param("bias_ih", G)
             param("bias_hh", G)
+        if self.proj_size:
+            param("weight_hr", self.proj_size, H)   # h_t = W_hr (o * tanh(...)), as torch
         if self.norm != "none":
             if self.mode == "RNN":
                 param("gain", H)                 # one LN over the sum (eq. 4)
@@ -246,8 +313,11 @@ class RecurrentBase(nn.Module):
     def reset_parameters(self) -> None:
         """torch's initialisation, U(-1/sqrt(H), 1/sqrt(H)), for the weights (and, with
         norm="none", the biases). Normalized layers: gains ``gain_init``, biases 0, as in the
-        authors' code (no forget-gate bias)."""
+        authors' code (no forget-gate bias). Then an LSTM's ``forget_bias`` is added to the
+        forget-gate slice of every ``bias_ih`` (so with a norm the forget gate's total bias is
+        exactly ``forget_bias``)."""
         bound = 1.0 / math.sqrt(self.hidden_size)
+        H = self.hidden_size
         with torch.no_grad():
             for name, p in self.named_parameters():
                 if name.startswith("gain"):
@@ -256,6 +326,10 @@ class RecurrentBase(nn.Module):
                     p.zero_()
                 else:
                     p.uniform_(-bound, bound)
+            if self.forget_bias:
+                for name, p in self.named_parameters():
+                    if name.startswith("bias_ih"):
+                        p[H:2 * H] += self.forget_bias      # torch's gate order i, f, g, o
         self.reset_running_stats()
 
     def reset_running_stats(self) -> None:
@@ -270,6 +344,38 @@ class RecurrentBase(nn.Module):
 
     def flatten_parameters(self) -> None:
         """No-op, for code written for torch.nn.RNNBase (cuDNN weight packing does not apply)."""
+
+    # ---- torch's own module, for norm="none" ------------------------------------------------
+    def _torch_module(self) -> nn.Module:
+        raise NotImplementedError
+
+    def to_torch(self) -> nn.Module:
+        """The torch.nn module (LSTM, GRU, RNN or their cells) that computes what this
+        ``norm="none"`` module computes, holding the *same* Parameter objects (training one
+        trains the other). Other norms have no torch equivalent and raise ValueError."""
+        if self.norm != "none":
+            raise ValueError(f"{type(self).__name__}(norm={self.norm!r}) has no torch.nn "
+                             f"equivalent; to_torch() needs norm='none'. Build it with "
+                             f"norm='none' (from_torch copies torch's weights) to get one.")
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # torch's dropout-with-one-layer warning, again
+            twin = self._torch_module()
+        for name, p in self.named_parameters():
+            setattr(twin, name, p)               # RNNBase.__setattr__ refreshes _flat_weights
+        return twin.train(self.training)
+
+    def __prepare_scriptable__(self):
+        """torch.jit.script: norm="none" scripts as torch's own module (``to_torch()``, same
+        Parameters); the normalized recurrences are Python loops TorchScript cannot compile."""
+        if self.norm == "none":
+            return self.to_torch()
+        raise RuntimeError(
+            f"torch.jit.script cannot compile {type(self).__name__}(norm={self.norm!r}): its "
+            f"time loop and normalizations are Python code. Use torch.jit.trace(module, "
+            f"example_inputs) instead (the trace records the loop for the example's sequence "
+            f"length, see docs/rnn.md), or torch.compile / torch.export; norm='none' scripts as "
+            f"torch.nn.{self.mode}.")
 
     # ---- the math of one direction -----------------------------------------------------------
     def _get(self, name: str, suffix: str) -> torch.Tensor | None:
@@ -314,7 +420,9 @@ class RecurrentBase(nn.Module):
         """step(xg_t, state, t) -> new state (h_t first) for one direction."""
         w_hh = self._get("weight_hh", suffix)
         if self.mode == "LSTM":
-            return lambda xg, s, t: lstm_step(xg, s[0], s[1], w_hh, terms["hh"], terms["c"], t)
+            w_hr = self._get("weight_hr", suffix)
+            return lambda xg, s, t: lstm_step(xg, s[0], s[1], w_hh, terms["hh"], terms["c"], t,
+                                              w_hr)
         if self.mode == "GRU":
             return lambda xg, s, t: gru_step(xg, s[0], w_hh, terms["hh"], t)
         act = NONLINEARITIES[self.nonlinearity]
@@ -335,9 +443,46 @@ class RecurrentBase(nn.Module):
             s += ", bias=False"
         if self.mode == "RNN" and self.nonlinearity != "tanh":
             s += f", nonlinearity={self.nonlinearity!r}"
+        if self.forget_bias:
+            s += f", forget_bias={self.forget_bias}"
         if self.norm == "batch":
             s += f", max_length={self.max_length}, momentum={self.momentum}"
         return s
+
+
+def autocast_on(x: torch.Tensor) -> bool:
+    try:
+        return torch.is_autocast_enabled(x.device.type)
+    except TypeError:                                  # torch < 2.4: no device argument
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+
+
+def check_dtype(x: torch.Tensor, weight: torch.Tensor, who: str) -> None:
+    """The input's dtype is the weights' (torch's check; skipped under autocast, as torch)."""
+    if not torch.is_floating_point(x):
+        raise RNNTypeError(f"{who} expected a floating-point input of dtype {weight.dtype} (the "
+                           f"weights'), received dtype {x.dtype}. Convert it: "
+                           f"input.to({weight.dtype}).")
+    if x.dtype != weight.dtype and not autocast_on(x):
+        raise RNNInputError(f"{who} received an input of dtype {x.dtype} but its weights are "
+                            f"{weight.dtype}. Convert the input: input.to({weight.dtype}), or the "
+                            f"module: module.to({x.dtype}).")
+
+
+def check_state_dtype(h: torch.Tensor, x: torch.Tensor, name: str, who: str) -> None:
+    if h.dtype != x.dtype and not autocast_on(x):
+        raise RNNInputError(f"{who} expected {name} of dtype {x.dtype} (the input's), received "
+                            f"{h.dtype}. Convert it: {name}.to({x.dtype}).")
+    if h.device != x.device:
+        raise RNNInputError(f"{who} expected {name} on the input's device {x.device}, received "
+                            f"it on {h.device}. Move it: {name}.to({str(x.device)!r}).")
+
+
+def _no_forget_bias(who: str, kwargs: dict) -> None:
+    if kwargs.get("forget_bias"):
+        raise ValueError(f"{who}.from_torch copies the torch module's biases, so forget_bias="
+                         f"{kwargs['forget_bias']} would be overwritten. Add it to the torch "
+                         f"module's bias_ih[H:2H] before copying, or leave it out.")
 
 
 def _copy_from_torch(ours: RecurrentBase, theirs: nn.Module) -> RecurrentBase:
@@ -355,37 +500,59 @@ def _copy_from_torch(ours: RecurrentBase, theirs: nn.Module) -> RecurrentBase:
 class _Cell(RecurrentBase):
     _mode = ""
 
+    _KEYWORDS = ("input_size", "hidden_size", "bias", "norm", "gain_init", "eps", "momentum",
+                 "max_length", "nonlinearity", "forget_bias", "device", "dtype")
+
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
                  norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
                  momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
-                 device=None, dtype=None) -> None:
+                 forget_bias: float = 0.0, device=None, dtype=None, **unknown) -> None:
+        check_keywords(type(self).__name__, unknown, self._KEYWORDS)
         super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
                          gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
-                         nonlinearity=nonlinearity, device=device, dtype=dtype)
+                         nonlinearity=nonlinearity, forget_bias=forget_bias, device=device,
+                         dtype=dtype)
         self._add_direction("", input_size)
         self.reset_parameters()
 
+    def _torch_module(self) -> nn.Module:
+        cls = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell, "RNN": nn.RNNCell}[self.mode]
+        kw = {"nonlinearity": self.nonlinearity} if self.mode == "RNN" else {}
+        return cls(self.input_size, self.hidden_size, self.bias, device="meta", **kw)
+
     def _check(self, x: torch.Tensor, hx: tuple) -> None:
         who = type(self).__name__
-        check_float(x, who)
+        if not isinstance(x, torch.Tensor):
+            raise RNNTypeError(f"{who} expected a tensor (B, {self.input_size}) or "
+                               f"({self.input_size},), received {type(x).__name__}.")
+        check_dtype(x, self.weight_ih, who)
         if x.dim() not in (1, 2) or x.shape[-1] != self.input_size:
-            raise ValueError(f"{who} expected an input of shape (B, {self.input_size}) or "
-                             f"({self.input_size},) (input_size={self.input_size}), received "
-                             f"shape {tuple(x.shape)}. Pass one time step, or build the cell with "
-                             f"input_size={x.shape[-1] if x.dim() else '...'}.")
+            raise RNNInputError(f"{who} expected an input of shape (B, {self.input_size}) or "
+                                f"({self.input_size},) (input_size={self.input_size}), received "
+                                f"shape {tuple(x.shape)}. Pass one time step, or build the cell "
+                                f"with input_size={x.shape[-1] if x.dim() else '...'}.")
         want = tuple(x.shape[:-1]) + (self.hidden_size,)
         for i, h in enumerate(hx):
+            name = "hx" if len(hx) == 1 else f"hx[{i}]"
+            if not isinstance(h, torch.Tensor):
+                raise RNNTypeError(f"{who} expected {name} to be a tensor of shape {want}, "
+                                   f"received {type(h).__name__}. Pass hx=None for zeros.")
             if tuple(h.shape) != want:
-                name = "hx" if len(hx) == 1 else f"hx[{i}]"
-                raise ValueError(f"{who} expected {name} of shape {want} (batch, hidden_size), "
-                                 f"received {tuple(h.shape)}. Pass a state with the input's batch "
-                                 f"size and hidden_size={self.hidden_size}, or hx=None for zeros.")
+                raise RNNInputError(f"{who} expected {name} of shape {want} (batch, "
+                                    f"hidden_size), received {tuple(h.shape)}. Pass a state with "
+                                    f"the input's batch size and hidden_size={self.hidden_size}, "
+                                    f"or hx=None for zeros.")
+            check_state_dtype(h, x, name, who)
 
     def _one_step(self, input: torch.Tensor, hx: tuple, time_step: int) -> tuple:
         self._check(input, hx)
         batched = input.dim() == 2
         if not batched:
             input, hx = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx)
+        if input.shape[0] == 0:                 # no examples: empty states, as torch's cells
+            zero = (sum(p.sum() for p in self.parameters()) + input.sum()) * 0
+            new = tuple(h + zero for h in hx)
+            return new if batched else tuple(h.squeeze(0) for h in new)
         terms = self._terms("")
         xg = self._input_term(input, "", terms, time_step)
         new = self._step_fn("", terms)(xg, hx, time_step)
@@ -403,6 +570,7 @@ class _Cell(RecurrentBase):
         if not isinstance(cell, expected):
             raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{expected.__name__}, "
                             f"received {type(cell).__name__}. Pass the matching torch cell.")
+        _no_forget_bias(cls.__name__, kwargs)
         if isinstance(cell, nn.RNNCell):
             kwargs.setdefault("nonlinearity", cell.nonlinearity)
         p = cell.weight_ih
@@ -426,7 +594,7 @@ class LSTMCell(_Cell):
 
 
 class GRUCell(_Cell):
-    """One LN-GRU step (the four LNs of PAPER.md), or torch.nn.GRUCell with ``norm="none"``.
+    """One LN-GRU step (the four LNs of docs/rnn.md), or torch.nn.GRUCell with ``norm="none"``.
     ``forward(input, hx=None, time_step=0) -> h_1``."""
     _mode = "GRU"
 

@@ -1,13 +1,14 @@
 """Stacked, optionally bidirectional recurrent modules with torch.nn.LSTM / GRU / RNN's interface.
 
-    lstm = layernorm.LSTM(32, 64, num_layers=2, norm="layer")       # LN-LSTM (PAPER.md section 2)
+    lstm = layernorm.LSTM(32, 64, num_layers=2, norm="layer")       # LN-LSTM (paper section 3.1)
     out, (h_n, c_n) = lstm(x)                                       # x: (T, B, 32)
     bn = layernorm.LSTM(32, 64, norm="batch", max_length=50)        # BN-LSTM baseline
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
-The time loop of one layer and one direction lives in ``run_direction`` (the only loop in the
-package); ``_run_direction`` prepares its inputs and is the single place where a fused kernel can
-take over (see its docstring).
+``norm="none"`` calls torch's own fused op (``_torch_forward``). For the normalized norms the time
+loop of one layer and one direction lives in ``run_direction`` (the only loop in the package);
+``_run_direction`` prepares its inputs and is the single place where a fused kernel can take over
+(see its docstring); ``_loop_direction`` always runs the loop (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import _VF, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .._checks import check_float, check_nonempty
-from .cells import RecurrentBase, StepFn, _copy_from_torch
+from .cells import (RNNInputError, RNNTypeError, RecurrentBase, StepFn, _copy_from_torch,
+                    _no_forget_bias, _real, check_dtype, check_keywords, check_state_dtype)
 
 try:  # the fused whole-sequence LN-LSTM (branch rnnfast); the loop below is the reference path
     from . import fused as _fused
@@ -62,33 +63,118 @@ class _Stack(RecurrentBase):
     # False (on the class or an instance) to run the readable loop instead.
     use_fused = True
 
+    _KEYWORDS = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout",
+                 "bidirectional", "proj_size", "norm", "gain_init", "eps", "momentum",
+                 "max_length", "nonlinearity", "forget_bias", "device", "dtype")
+
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 *, norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
-                 momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
-                 device=None, dtype=None) -> None:
+                 proj_size: int = 0, *, norm: str = "layer", gain_init: float | None = None,
+                 eps: float = 1e-5, momentum: float = 0.1, max_length: int = 100,
+                 nonlinearity: str = "tanh", forget_bias: float = 0.0, device=None, dtype=None,
+                 **unknown) -> None:
+        who = type(self).__name__
+        check_keywords(who, unknown, self._KEYWORDS)
         super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
                          gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
-                         nonlinearity=nonlinearity, device=device, dtype=dtype)
-        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
-            raise ValueError(f"{type(self).__name__} expected num_layers to be a positive int, "
-                             f"received {num_layers!r}. Pass e.g. num_layers=1.")
-        if not 0 <= float(dropout) <= 1 or isinstance(dropout, bool):
-            raise ValueError(f"{type(self).__name__} expected dropout in [0, 1], received "
-                             f"{dropout!r}. It is the probability of zeroing an element.")
+                         nonlinearity=nonlinearity, proj_size=proj_size, forget_bias=forget_bias,
+                         device=device, dtype=dtype)
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool):
+            raise RNNTypeError(f"{who} expected num_layers to be a positive int, received "
+                               f"{num_layers!r} ({type(num_layers).__name__}). Pass e.g. "
+                               f"num_layers=1.")
+        if num_layers < 1:
+            raise ValueError(f"{who} expected num_layers to be a positive int, received "
+                             f"{num_layers!r}. Pass e.g. num_layers=1.")
+        if not _real(dropout):
+            raise RNNTypeError(f"{who} expected dropout to be a number in [0, 1], received "
+                               f"{dropout!r} ({type(dropout).__name__}). Pass a float, e.g. "
+                               f"dropout=0.1.")
+        if not 0 <= dropout <= 1:
+            raise ValueError(f"{who} expected dropout in [0, 1], received {dropout!r}. It is "
+                             f"the probability of zeroing an element.")
         if dropout > 0 and num_layers == 1:
             warnings.warn(f"dropout option adds dropout after all but last recurrent layer, so "
                           f"non-zero dropout expects num_layers greater than 1, but got "
                           f"dropout={dropout} and num_layers={num_layers}", UserWarning,
                           stacklevel=2)
-        self.num_layers, self.batch_first = num_layers, batch_first
-        self.dropout, self.bidirectional = float(dropout), bidirectional
+        self.num_layers, self.batch_first = num_layers, bool(batch_first)
+        self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
         self.num_directions = 2 if bidirectional else 1
+        out_size = proj_size or hidden_size
         for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * self.num_directions
+            layer_input = input_size if layer == 0 else out_size * self.num_directions
             for d in range(self.num_directions):
                 self._add_direction(self._suffix(layer, d), layer_input)
         self.reset_parameters()
+        self.flatten_parameters()
+
+    # ---- torch's weight lists (weight-drop / AWD-LSTM code reads them) -----------------------
+    @property
+    def _all_weights(self) -> list[list[str]]:
+        """Parameter names per (layer, direction): torch's first (weight_ih, weight_hh, bias_ih,
+        bias_hh, weight_hr, as the configuration has them), then the normalization's gains and
+        biases. From the configuration, so a name whose Parameter was deleted (weight drop)
+        keeps its place."""
+        torch_names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) \
+            + (["weight_hr"] if self.proj_size else [])
+        extra = [] if self.norm == "none" else ["gain"] if self.mode == "RNN" else \
+            ["gain_ih", "gain_hh"] + (["gain_c"] + (["bias_c"] if self.bias else [])
+                                      if self.mode == "LSTM" else [])
+        return [[n + self._suffix(layer, d) for n in torch_names + extra]
+                for layer in range(self.num_layers) for d in range(self.num_directions)]
+
+    @property
+    def _flat_weights_names(self) -> list[str]:
+        """torch's flat list (every layer and direction, torch's order), then the extra
+        normalization parameters in the same layer order."""
+        per = self._all_weights
+        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
+        return [n for names in per for n in names[:k]] + [n for names in per for n in names[k:]]
+
+    @property
+    def _flat_weights(self) -> list[torch.Tensor | None]:
+        """The tensors of ``_flat_weights_names`` (None for one deleted and not yet set, as
+        torch)."""
+        return [getattr(self, n, None) for n in self._flat_weights_names]
+
+    @property
+    def all_weights(self) -> list[list[torch.Tensor]]:
+        return [[getattr(self, n) for n in names] for names in self._all_weights]
+
+    def flatten_parameters(self) -> None:
+        """norm="none" on a CUDA device: put the weights in one cuDNN buffer, as
+        torch.nn.RNNBase.flatten_parameters does (called after ``.to()`` / ``.cuda()`` too), so
+        torch's op runs without compacting them at every call. A no-op otherwise."""
+        weights = self._flat_weights
+        if self.norm != "none" or not weights or not all(
+                isinstance(w, torch.Tensor) and w.is_cuda and w.dtype == weights[0].dtype and
+                torch.backends.cudnn.is_acceptable(w) for w in weights):
+            return
+        if len({w.data_ptr() for w in weights}) != len(weights):
+            return                                   # aliased weights: torch's copying path
+        import torch.backends.cudnn.rnn as cudnn_rnn
+        mode = self.mode if self.mode != "RNN" else "RNN_" + self.nonlinearity.upper()
+        with torch.cuda.device_of(weights[0]), torch.no_grad():
+            if torch._use_cudnn_rnn_flatten_weight():
+                torch._cudnn_rnn_flatten_weight(
+                    weights, (4 if self.bias else 2) + (1 if self.proj_size else 0),
+                    self.input_size, cudnn_rnn.get_cudnn_mode(mode), self.hidden_size,
+                    self.proj_size, self.num_layers, self.batch_first, self.bidirectional)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.flatten_parameters()
+        return out
+
+    def _torch_module(self) -> nn.Module:
+        cls = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[self.mode]
+        kw = {"nonlinearity": self.nonlinearity} if self.mode == "RNN" else {}
+        if self.proj_size:
+            kw["proj_size"] = self.proj_size
+        return cls(self.input_size, self.hidden_size, num_layers=self.num_layers, bias=self.bias,
+                   batch_first=self.batch_first, dropout=self.dropout,
+                   bidirectional=self.bidirectional, device="meta", **kw)
 
     def _input_term(self, x: torch.Tensor, suffix: str, terms, time_step: int = 0):
         """As the cells' ``_input_term``; without autograd the all-steps GEMM of an LSTM/GRU
@@ -105,35 +191,92 @@ class _Stack(RecurrentBase):
 
     # ---- input checks ------------------------------------------------------------------------
     def _check_input(self, x: torch.Tensor) -> None:
+        """x: a tensor (T, B, I), (B, T, I) with batch_first, or unbatched (T, I)."""
         who = type(self).__name__
         layout = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
-        if not isinstance(x, (torch.Tensor, PackedSequence)):
-            raise TypeError(f"{who} expected a tensor {layout} or a PackedSequence, received "
-                            f"{type(x).__name__}.")
-        check_float(x, who)
-        if x.dim() != 3:
-            fix = ("x.unsqueeze(0) for one sequence (batch_first=True)" if self.batch_first
-                   else "x.unsqueeze(1) for one sequence")
-            raise ValueError(f"{who} expected a 3-D input {layout} or a PackedSequence, received "
-                             f"a {x.dim()}-D tensor of shape {tuple(x.shape)}. Unbatched "
-                             f"sequences are not supported: add a batch dimension, e.g. {fix}.")
-        check_nonempty(x, who)
+        if not isinstance(x, torch.Tensor):
+            raise RNNTypeError(f"{who} expected a tensor {layout} or a PackedSequence, received "
+                               f"{type(x).__name__}.")
+        if x.dim() not in (2, 3):
+            raise RNNInputError(f"{who} expected a 3-D input {layout}, an unbatched 2-D input "
+                                f"(T, input_size) or a PackedSequence, received a {x.dim()}-D "
+                                f"tensor of shape {tuple(x.shape)}. Reshape it to one of those.")
+        check_dtype(x, self.weight_ih_l0, who)
         if x.shape[-1] != self.input_size:
-            raise ValueError(f"{who} expected input of shape {layout} with input_size="
-                             f"{self.input_size}, received shape {tuple(x.shape)} (last dim "
-                             f"{x.shape[-1]}). Build it with input_size={x.shape[-1]} or fix "
-                             f"the input's feature dimension.")
+            raise RNNInputError(f"{who} expected input of shape {layout} with input_size="
+                                f"{self.input_size}, received shape {tuple(x.shape)} (last dim "
+                                f"{x.shape[-1]}). Build it with input_size={x.shape[-1]} or fix "
+                                f"the input's feature dimension.")
+        T = x.shape[1] if self.batch_first and x.dim() == 3 else x.shape[0]
+        if T == 0:
+            raise RNNInputError(f"{who} expected a sequence length larger than 0, received input "
+                                f"of shape {tuple(x.shape)}. Skip empty sequences.")
 
-    def _check_hx(self, hx: tuple, batch: int) -> None:
-        who, want = type(self).__name__, (self.num_layers * self.num_directions, batch,
-                                          self.hidden_size)
-        for i, h in enumerate(hx):
+    def _check_packed(self, p: PackedSequence) -> None:
+        """A PackedSequence as pack_padded_sequence / pack_sequence make it."""
+        who = type(self).__name__
+        bs = p.batch_sizes
+        if not isinstance(bs, torch.Tensor) or bs.dtype != torch.int64 or bs.dim() != 1:
+            got = (f"{bs.dtype} tensor of shape {tuple(bs.shape)}" if
+                   isinstance(bs, torch.Tensor) else type(bs).__name__)
+            raise RNNTypeError(f"{who} expected a PackedSequence whose batch_sizes is a 1-D int64 "
+                               f"tensor, received {got}. Build it with "
+                               f"torch.nn.utils.rnn.pack_padded_sequence(x, lengths) with integer "
+                               f"lengths (not a mask).")
+        if not isinstance(p.data, torch.Tensor) or p.data.dim() != 2:
+            raise RNNInputError(f"{who} expected a PackedSequence with 2-D data (sum of lengths, "
+                                f"input_size), received {getattr(p.data, 'shape', p.data)}.")
+        check_dtype(p.data, self.weight_ih_l0, who)
+        if p.data.shape[-1] != self.input_size:
+            raise RNNInputError(f"{who} expected a PackedSequence of input_size={self.input_size}, "
+                                f"received data of shape {tuple(p.data.shape)}. Build it with "
+                                f"input_size={p.data.shape[-1]} or fix the features.")
+        sizes = bs.tolist()                      # a few ints: cheaper checked in Python
+        if not sizes or sizes[-1] < 1 or sum(sizes) != p.data.shape[0] or \
+                any(a < b for a, b in zip(sizes, sizes[1:])):
+            raise RNNInputError(f"{who} expected a PackedSequence with positive, non-increasing "
+                                f"batch_sizes summing to the {p.data.shape[0]} rows of data, "
+                                f"received batch_sizes {sizes}. Build it with "
+                                f"pack_padded_sequence / pack_sequence.")
+        B = sizes[0]
+        s, u = p.sorted_indices, p.unsorted_indices
+        if s is None and u is None:
+            return
+        ok = s is not None and u is not None and s.dim() == 1 and u.dim() == 1 and \
+            s.dtype == torch.int64 and u.dtype == torch.int64 and len(s) == B and len(u) == B
+        if ok:
+            sl, ul = s.tolist(), u.tolist()
+            ok = sorted(sl) == list(range(B)) and all(0 <= j < B and sl[j] == i
+                                                       for i, j in enumerate(ul))
+        if not ok:
+            raise RNNInputError(f"{who} expected a PackedSequence whose sorted_indices is a "
+                                f"permutation of range({B}) and unsorted_indices its inverse, "
+                                f"received sorted_indices={None if s is None else s.tolist()}, "
+                                f"unsorted_indices={None if u is None else u.tolist()}. Build it "
+                                f"with pack_padded_sequence(..., enforce_sorted=False).")
+
+    def _state_sizes(self) -> tuple[int, ...]:
+        H = self.hidden_size
+        return (self.proj_size or H, H) if self.mode == "LSTM" else (H,)
+
+    def _check_hx(self, hx: tuple, batch: int | None, x: torch.Tensor) -> None:
+        """hx: the states, each (L * D, batch, size), or (L * D, size) when batch is None
+        (unbatched input)."""
+        who, LD = type(self).__name__, self.num_layers * self.num_directions
+        for i, (h, size) in enumerate(zip(hx, self._state_sizes())):
             name = "hx" if len(hx) == 1 else f"hx[{i}]"
-            if not isinstance(h, torch.Tensor) or tuple(h.shape) != want:
-                got = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
-                raise ValueError(f"{who} expected {name} of shape {want} (num_layers * "
-                                 f"num_directions, batch, hidden_size), received {got}. Pass "
-                                 f"hx=None for zeros, or a state shaped like the h_n it returns.")
+            want = (LD, size) if batch is None else (LD, batch, size)
+            if not isinstance(h, torch.Tensor):
+                raise RNNTypeError(f"{who} expected {name} to be a tensor of shape {want}, "
+                                   f"received {type(h).__name__}. Pass hx=None for zeros.")
+            if tuple(h.shape) != want:
+                what = ("(num_layers * num_directions, hidden_size) for an unbatched 2-D input"
+                        if batch is None else "(num_layers * num_directions, batch, " +
+                        ("proj_size" if self.proj_size and i == 0 else "hidden_size") + ")")
+                raise RNNInputError(f"{who} expected {name} of shape {want} {what}, received "
+                                    f"{tuple(h.shape)}. Pass hx=None for zeros, or a state "
+                                    f"shaped like the one it returns.")
+            check_state_dtype(h, x, name, who)
 
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
@@ -170,30 +313,107 @@ class _Stack(RecurrentBase):
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
                                             g("bias_hh")[H2:], **inputs)
             return out, (h,)
+        return self._loop_direction(layer, direction, x, state, mask, batch_sizes, lengths)
+
+    def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
+                        state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
+                        batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
+        """``_run_direction`` through THE loop ``run_direction`` (the readable path: any norm,
+        proj_size, and torch.jit.trace, which records it step by step)."""
+        suffix = self._suffix(layer, direction)
         terms = self._terms(suffix, batch_sizes)
-        xg = self._input_term(x, suffix, terms)                          # (T, B, G)
+        if torch.jit.is_tracing():                  # plain torch ops only in a trace
+            xg = RecurrentBase._input_term(self, x, suffix, terms)
+        else:
+            xg = self._input_term(x, suffix, terms)                      # (T, B, G)
         return run_direction(self._step_fn(suffix, terms), xg, state, mask)
 
     def _forward(self, input, hx: tuple[torch.Tensor, ...] | None):
+        """Checks, unbatched input and hx as torch, then one of three paths: torch's own fused
+        RNN op (norm="none"), empty outputs (a batch of 0 examples), or the normalized layers."""
         packed = isinstance(input, PackedSequence)
+        if packed:
+            self._check_packed(input)
+            x_any, B, unbatched = input.data, int(input.batch_sizes[0]), False
+        else:
+            self._check_input(input)
+            x_any, unbatched = input, input.dim() == 2
+            if unbatched:                               # torch: (T, I), hx (L * D, H)
+                input = input.unsqueeze(0 if self.batch_first else 1)
+            B = input.shape[0 if self.batch_first else 1]
+        if hx is None:
+            hx = tuple(x_any.new_zeros(self.num_layers * self.num_directions, B, size)
+                       for size in self._state_sizes())
+        else:
+            self._check_hx(hx, None if unbatched else B, x_any)
+            if unbatched:
+                hx = tuple(h.unsqueeze(1) for h in hx)
+            if packed and input.sorted_indices is not None:
+                hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
+
+        if self.norm == "none":
+            output, h_n = self._torch_forward(input, hx, packed)
+        elif B == 0:
+            output, h_n = self._empty_forward(input, hx)
+        else:
+            output, h_n = self._normalized_forward(input, hx, packed)
+
+        if packed and input.unsorted_indices is not None:
+            h_n = tuple(h.index_select(1, input.unsorted_indices) for h in h_n)
+        if unbatched:
+            output = output.squeeze(0 if self.batch_first else 1)
+            h_n = tuple(h.squeeze(1) for h in h_n)
+        return output, h_n
+
+    def _torch_forward(self, input, hx: tuple[torch.Tensor, ...], packed: bool):
+        """norm="none": torch's own fused op (what torch.nn.LSTM / GRU / RNN call), on this
+        module's Parameters in torch's flat order: the same numbers and the same speed."""
+        if self.mode == "LSTM":
+            fn, state = _VF.lstm, hx
+        else:
+            fn = {"GRU": _VF.gru, "tanh": _VF.rnn_tanh, "relu": _VF.rnn_relu}[
+                "GRU" if self.mode == "GRU" else self.nonlinearity]
+            state = hx[0]
+        args = (self._flat_weights, self.bias, self.num_layers, self.dropout, self.training,
+                self.bidirectional)
+        if packed:
+            result = fn(input.data, input.batch_sizes, state, *args)
+            output = PackedSequence(result[0], input.batch_sizes, input.sorted_indices,
+                                    input.unsorted_indices)
+        else:
+            result = fn(input, state, *args, self.batch_first)
+            output = result[0]
+        return output, tuple(result[1:])
+
+    def _empty_forward(self, x: torch.Tensor, hx: tuple[torch.Tensor, ...]):
+        """A batch of 0 examples: empty outputs of torch's shapes, still connected to the
+        parameters and the input (their gradients are zeros), no statistics updated."""
+        T = x.shape[1 if self.batch_first else 0]
+        width = (self.proj_size or self.hidden_size) * self.num_directions
+        zero = (sum(p.sum() for p in self._flat_weights) + x.sum()) * 0
+        shape = (0, T, width) if self.batch_first else (T, 0, width)
+        return x.new_zeros(shape) + zero, tuple(h + zero for h in hx)
+
+    def _normalized_forward(self, input, hx: tuple[torch.Tensor, ...], packed: bool):
+        """norm="layer" / "batch" over checked input (B >= 1) and hx in processing order."""
         if packed:
             # Work in the packed (decreasing length) order: active examples are a prefix.
             x, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes))
-            self._check_input(x)
             batch_sizes = input.batch_sizes.tolist()
         else:
-            self._check_input(input)
             x = input.transpose(0, 1) if self.batch_first else input
             batch_sizes = lengths = None                 # lengths: (B,) int64 on the CPU
         T, B = x.shape[0], x.shape[1]
-        n_state = 2 if self.mode == "LSTM" else 1
-        if hx is None:
-            zeros = x.new_zeros(self.num_layers * self.num_directions, B, self.hidden_size)
-            hx = (zeros,) * n_state
-        else:
-            self._check_hx(hx, B)
-            if packed and input.sorted_indices is not None:
-                hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
+        n_state = len(hx)
+        tracing = torch.jit.is_tracing()
+        if tracing:
+            warnings.warn(f"torch.jit.trace records {type(self).__name__}(norm={self.norm!r})'s "
+                          f"time loop for this input's {T} steps: the traced module is only "
+                          f"right for sequences of length {T} (see docs/rnn.md). Trace with the "
+                          f"length you will run, or use torch.export / torch.compile.",
+                          torch.jit.TracerWarning, stacklevel=3)
+        # The fused kernels have no projection; a trace records plain torch ops.
+        run = self._loop_direction if self.proj_size or tracing else self._run_direction
         if packed:
             on_device = lengths.to(x.device)
             mask = (torch.arange(T, device=x.device).unsqueeze(1) < on_device).unsqueeze(-1)
@@ -211,8 +431,7 @@ class _Stack(RecurrentBase):
                 k = layer * self.num_directions + d
                 state0 = tuple(h[k] for h in hx)
                 xd = reverse(layer_input) if d else layer_input
-                out, state = self._run_direction(layer, d, xd, state0, mask, batch_sizes,
-                                                 lengths)
+                out, state = run(layer, d, xd, state0, mask, batch_sizes, lengths)
                 outs.append(reverse(out) if d else out)
                 finals.append(state)
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
@@ -226,8 +445,6 @@ class _Stack(RecurrentBase):
             data = pack_padded_sequence(layer_input, lengths).data
             output = PackedSequence(data, input.batch_sizes, input.sorted_indices,
                                     input.unsorted_indices)
-            if input.unsorted_indices is not None:
-                h_n = tuple(h.index_select(1, input.unsorted_indices) for h in h_n)
         else:
             output = layer_input.transpose(0, 1) if self.batch_first else layer_input
         return output, h_n
@@ -244,10 +461,9 @@ class _Stack(RecurrentBase):
         if not isinstance(module, expected):
             raise TypeError(f"{cls.__name__}.from_torch expected a torch.nn.{expected.__name__}, "
                             f"received {type(module).__name__}. Pass the matching torch module.")
+        _no_forget_bias(cls.__name__, kwargs)
         if getattr(module, "proj_size", 0):
-            raise ValueError(f"{cls.__name__}.from_torch received an LSTM with proj_size="
-                             f"{module.proj_size}; projections are not supported. Use "
-                             f"proj_size=0, or add a Linear layer on the outputs.")
+            kwargs.setdefault("proj_size", module.proj_size)
         if isinstance(module, nn.RNN):
             kwargs.setdefault("nonlinearity", module.nonlinearity)
         p = module.weight_ih_l0
@@ -267,31 +483,38 @@ class _Stack(RecurrentBase):
             s += f", dropout={self.dropout}"
         if self.bidirectional:
             s += ", bidirectional=True"
+        if self.proj_size:
+            s += f", proj_size={self.proj_size}"
         return s
 
 
 class LSTM(_Stack):
-    """LN-LSTM (``norm="layer"``, PAPER.md section 2), BN-LSTM (``"batch"``, Cooijmans et al.) or
-    exactly torch.nn.LSTM (``"none"``), with torch.nn.LSTM's arguments and returns.
+    """LN-LSTM (``norm="layer"``, the paper's section 3.1), BN-LSTM (``"batch"``, Cooijmans et
+    al.) or exactly torch.nn.LSTM (``"none"``, which runs torch's own op), with torch.nn.LSTM's
+    arguments and returns (docs/rnn.md).
 
-    ``forward(input, hx=None) -> output, (h_n, c_n)``: input (T, B, I), (B, T, I) with batch_first,
-    or a PackedSequence (PackedSequence out); hx = (h_0, c_0), each (num_layers * num_directions,
-    B, H). Extra keywords: ``gain_init`` (gains' initial value; default 1.0, 0.1 for "batch"),
-    ``eps``, and for "batch" ``max_length`` (steps with their own running statistics; later steps
-    use the last one's) and ``momentum``. Not supported: proj_size, unbatched (2-D) input.
+    ``forward(input, hx=None) -> output, (h_n, c_n)``: input (T, B, I), (B, T, I) with
+    batch_first, unbatched (T, I), or a PackedSequence (PackedSequence out); hx = (h_0, c_0),
+    h_0 (num_layers * num_directions, B, proj_size or H), c_0 (..., B, H), without B for an
+    unbatched input. ``proj_size``: h_t = W_hr (o * tanh(...)) as torch (the normalized layers
+    then run the readable loop). Extra keywords: ``gain_init`` (gains' initial value; default
+    1.0, 0.1 for "batch"), ``eps``, ``forget_bias`` (added to the forget gate's bias at
+    initialisation; default 0 as the paper's code), and for "batch" ``max_length`` (steps with
+    their own running statistics; later steps use the last one's) and ``momentum``.
     """
     _mode = "LSTM"
 
     def forward(self, input, hx: tuple[torch.Tensor, torch.Tensor] | None = None):
         if hx is not None and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
-            raise ValueError(f"LSTM expected hx = (h_0, c_0), a tuple of two tensors, received "
-                             f"{type(hx).__name__}. Pass both states, or hx=None for zeros.")
+            raise RNNInputError(f"LSTM expected hx = (h_0, c_0), a tuple of two tensors, "
+                                f"received {type(hx).__name__}. Pass both states, or hx=None "
+                                f"for zeros.")
         output, (h_n, c_n) = self._forward(input, None if hx is None else tuple(hx))
         return output, (h_n, c_n)
 
 
 class GRU(_Stack):
-    """LN-GRU (``norm="layer"``: the four LNs of PAPER.md), per-step batch-normalized GRU
+    """LN-GRU (``norm="layer"``: the four LNs of docs/rnn.md), per-step batch-normalized GRU
     (``"batch"``) or exactly torch.nn.GRU (``"none"``). ``forward(input, hx=None) -> output,
     h_n``, shapes as torch.nn.GRU. Keywords as ``layernorm.LSTM``."""
     _mode = "GRU"
