@@ -40,6 +40,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from .. import _args
 from .._io import atomic_write_bytes, atomic_write_json
 from ..bench import format_table
 from ..norms import norm_block
@@ -566,6 +567,8 @@ def format_geometry(result: dict) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .._io import output_dir
+    output_dir(args.out)
     result = run_geometry(args.out, methods=args.methods, steps=args.steps,
                           n_examples=args.examples, seed=args.seed, progress=True)
     print(format_geometry(result))
@@ -577,8 +580,9 @@ def add_commands(sub) -> None:
                        "implicit learning-rate decay, gain metric under input re-scaling")
     p.add_argument("--out", required=True, help="directory for geometry.json and the figures")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
-    p.add_argument("--examples", type=int, default=256,
+    p.add_argument("--steps", type=_args.int_at_least(2), default=300,
+                   help="training steps per run, >= 2 (default 300)")
+    p.add_argument("--examples", type=_args.positive_int, default=256,
                    help="digits examples in the Fisher expectation (default 256)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_args.seed, default=0)
     p.set_defaults(func=_run)

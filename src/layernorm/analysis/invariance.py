@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import _args
 from ..bench import format_table
 from .layer import (METHODS, check_data, check_method, check_scales, load_digits_xy,
                     method_eps, normalized_layer, single_thread, statistics, summed_inputs)
@@ -400,11 +401,11 @@ def add_commands(sub) -> None:
     p.add_argument("--json-detail", action="store_true", help="print every measurement, the "
                    "per-eps tables, tolerances, margins and the paper's table as JSON")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--eps", nargs="+", type=float, default=list(DEFAULT_EPS),
+    p.add_argument("--eps", nargs="+", type=_args.nonnegative_float, default=list(DEFAULT_EPS),
                    help="eps values to run (default: 0 1e-5)")
-    p.add_argument("--draws", type=int, default=5, help="random Gaussian draws (default 5)")
-    p.add_argument("--real-draws", type=int, default=2,
+    p.add_argument("--draws", type=_args.positive_int, default=5, help="random Gaussian draws (default 5)")
+    p.add_argument("--real-draws", type=_args.nonnegative_int, default=2,
                    help="random layers on the digits data (default 2)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_args.seed, default=0)
     p.set_defaults(func=_run)

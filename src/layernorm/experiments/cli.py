@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import _args
 from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment, load_registered
 
 
@@ -101,15 +102,15 @@ def add_commands(sub) -> None:
     p.add_argument("--preset", choices=PRESETS, default="quick",
                    help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
     p.add_argument("--norm", nargs="+", metavar="NORM", help="layer, batch, rms, weight, none")
-    p.add_argument("--batch-size", nargs="+", type=int, metavar="N")
-    p.add_argument("--seed", nargs="+", type=int, metavar="S")
+    p.add_argument("--batch-size", nargs="+", type=_args.positive_int, metavar="N")
+    p.add_argument("--seed", nargs="+", type=_args.seed, metavar="S")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, help="train this many steps instead")
-    length.add_argument("--epochs", type=float, help="train this many epochs instead")
+    length.add_argument("--steps", type=_args.positive_int, help="train this many steps instead")
+    length.add_argument("--epochs", type=_args.positive_float, help="train this many epochs instead")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"))
     p.add_argument("--out", default="runs", help="output folder (default: runs)")
-    p.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
-    p.add_argument("--threads", type=int, help="torch threads per process (default: torch's, or "
+    p.add_argument("--jobs", type=_args.positive_int, default=1, help="parallel processes (default 1)")
+    p.add_argument("--threads", type=_args.positive_int, help="torch threads per process (default: torch's, or "
                    "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
                    "busy machine")
     p.add_argument("--sync-bn", action="store_true",

@@ -4,10 +4,26 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 DEVICES = ("auto", "cpu", "cuda")
+SEED_MAX = 2**32 - 1     # the runner derives each epoch's data order seed from it
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def check_name(value, what: str, *, empty: bool = False) -> str:
+    """The one check of the names that become file or registry names (experiment, model, tag):
+    letters, digits and ``_ . + -``, not starting with a dot or a dash, so a name is one path
+    component and a run directory never resolves outside its output folder."""
+    if empty and value == "":
+        return value
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > 100:
+        raise ValueError(f"{what} must be a name of letters, digits and '_.+-' (not starting with "
+                         f"'.' or '-', at most 100 characters), received {value!r}. Use e.g. "
+                         f"'gain1' or 'rnn_norms'; a name is one folder name, never a path.")
+    return value
 
 
 @dataclass
@@ -39,6 +55,8 @@ class Config:
         from ..norms import NORMS
         from .registry import MODELS, load_registered
         load_registered()
+        check_name(self.experiment, "experiment", empty=True)
+        check_name(self.tag, "tag", empty=True)
         check_choice(self.dataset, DATASETS, "dataset")
         check_choice(self.model, MODELS, "model")
         check_choice(self.norm, NORMS, "norm")
@@ -61,6 +79,16 @@ class Config:
                 raise ValueError(f"{name} must be None or an integer >= 1, received {v!r}.")
         if not isinstance(self.sync_bn, bool):
             raise ValueError(f"sync_bn must be True or False, received {self.sync_bn!r}.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) \
+                or not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(f"seed must be an integer in [0, {SEED_MAX}] (2**32 - 1), received "
+                             f"{self.seed!r}. Pass a smaller seed such as 0.")
+        for name in ("model_args", "data_args"):
+            if not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} must be a dict of keyword arguments, received "
+                                 f"{getattr(self, name)!r}. Pass e.g. {name}={{}}.")
+        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool):
+            raise ValueError(f"lr must be a number > 0, received {self.lr!r}.")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, received {self.lr!r}.")
         return self

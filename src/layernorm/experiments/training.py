@@ -38,13 +38,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from .._io import (atomic_write_bytes, atomic_write_json, atomic_write_text,
+                   clean_stale_temp_files, exclusive_lock, read_metrics)
 from ..data import Dataset, load_dataset
 from .config import Config
 from .registry import build_model
 
 CHECKPOINT_FORMAT = 1
 RUN_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "done")
+CHECKPOINT_KEYS = ("format", "config", "step", "model", "optimizer", "rng_torch", "wall_time",
+                   "train_loss_sum", "train_loss_count")
 METRIC_KEYS = ("step", "epoch", "train_loss", "test_loss", "test_error", "wall_time")
 
 
@@ -201,20 +204,6 @@ def _jsonable(v):
 
 
 # ----------------------------------------------------------------------------- run directory
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    """The complete rows of ``metrics.jsonl`` (a torn last line from a kill is skipped)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break     # a torn line can only be the last one; nothing after it was written
-    return rows
-
-
 def _append_row(path: Path, row: dict) -> None:
     # One write of one complete line, then fsync: a kill leaves at most a torn last line, which
     # read_metrics ignores and a resume truncates.
@@ -298,6 +287,11 @@ def load_checkpoint(path: str | os.PathLike, config: Config) -> dict:
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise RunDirError(f"checkpoint {path} is not a layernorm checkpoint of format "
                           f"{CHECKPOINT_FORMAT}. Delete it to restart this run from step 0.")
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise RunDirError(f"checkpoint {path} lacks {missing}; expected a layernorm checkpoint "
+                          f"with {list(CHECKPOINT_KEYS)}. Delete it to restart this run from "
+                          f"step 0.")
     if state.get("config") != config.to_dict():
         raise RunDirError(f"checkpoint {path} was written for another config than "
                           f"{path.parent / 'config.json'}. Delete the checkpoint (restart from "
@@ -322,25 +316,11 @@ def _claim(run_dir: Path, is_writer: bool):
     if not is_writer:
         yield
         return
-    try:
-        import fcntl
-    except ImportError:      # not POSIX (Windows): no lock, the rest works the same
+    with exclusive_lock(run_dir.parent / f".{run_dir.name}.lock",
+                        f"another process (pid {{pid}}) is training {run_dir} right now. Wait for "
+                        f"it, or use another --out.", error=RunDirError):
+        clean_stale_temp_files(run_dir)       # from atomic writes cut short by a kill
         yield
-        return
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(run_dir.parent / f".{run_dir.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError(f"another process is training {run_dir} right now. Wait for it, "
-                              f"or use another --out.") from None
-        if run_dir.is_dir():
-            for tmp in run_dir.glob(".*.tmp"):   # from an atomic write cut short by a kill
-                tmp.unlink(missing_ok=True)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None = None,
