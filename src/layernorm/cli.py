@@ -1,5 +1,6 @@
 """The ``layernorm`` command. Each subcommand lives next to its code in a module with
-``add_commands(subparsers)``; this file only lists those modules."""
+``add_commands(subparsers)``; this file lists those modules and the modules that register
+experiments (the plugins of the runner)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ import os
 import sys
 
 from ._io import BusyError
+from .experiments.registry import add_plugins
 
 COMMAND_MODULES = (
     "layernorm.demo",
@@ -16,7 +18,7 @@ COMMAND_MODULES = (
     "layernorm.analysis.geometry",
     "layernorm.experiments.cli",
     "layernorm.data.cli",
-    "layernorm.distributed",
+    "layernorm.reproduce.batch_split",
     "layernorm.report",
     "layernorm.reproduce.command",
 )
@@ -28,6 +30,16 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# Modules whose import registers models and experiments for `layernorm list / run / reproduce`
+# (the runner's registry knows only its own built-in ones).
+EXPERIMENT_MODULES = (
+    "layernorm.experiments.builtin",
+    "layernorm.reproduce.experiments",
+    "layernorm.reproduce.batch_split",
+)
+add_plugins(*EXPERIMENT_MODULES)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .. import distributed
+    from . import runtime as distributed
     from .runner import check_unique_run_dirs, override, run_configs
     try:
         exp = get_experiment(args.experiment)

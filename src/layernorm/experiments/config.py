@@ -4,28 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field, fields
+
+from .names import check_choice, check_name
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 DEVICES = ("auto", "cpu", "cuda")
 SEED_MAX = 2**32 - 1     # the runner derives each epoch's data order seed from it
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
-
-
-def check_name(value, what: str, *, empty: bool = False) -> str:
-    """The one check of the names that become file or registry names (experiment, model, tag):
-    letters, digits and ``_ . + -``, not starting with a dot or a dash, so a name is one path
-    component and a run directory never resolves outside its output folder."""
-    if empty and value == "":
-        return value
-    if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > 100:
-        raise ValueError(f"{what} must be a name of letters, digits and '_.+-' (not starting with "
-                         f"'.' or '-', at most 100 characters), received {value!r}. Use e.g. "
-                         f"'gain1' or 'rnn_norms'; a name is one folder name, never a path.")
-    return value
-
-
 @dataclass
 class Config:
     experiment: str = ""            # the registry name that produced it ("" for ad-hoc runs)
@@ -50,7 +35,6 @@ class Config:
 
     def validate(self) -> "Config":
         """Check every field against what exists; raise a ValueError that names the fix."""
-        from .._checks import check_choice
         from ..data import DATASETS
         from ..norms import NORMS
         from .registry import MODELS, load_registered

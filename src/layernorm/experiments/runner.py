@@ -10,7 +10,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .config import Config
-from .training import Runtime, check_run_dir, read_metrics, train
+from .names import check_name
+from .registry import PLUGIN_MODULES
+from .rundir import check_run_dir, read_metrics
+from .runtime import Runtime
+from .training import train
 
 
 @dataclass
@@ -77,7 +81,6 @@ def run_dir_for(config: Config, out: str | os.PathLike, world_size: int = 1) -> 
     A run on W > 1 processes (torchrun) is ``<run name>-wW``: with batch norm its numbers depend
     on W, so it never reuses or resumes a run made with another number of processes.
     """
-    from .config import check_name
     check_name(config.experiment, "experiment", empty=True)
     check_name(config.tag, "tag", empty=True)
     name = config.run_name() + (f"-w{world_size}" if world_size > 1 else "")
@@ -141,8 +144,12 @@ def _exit_with_parent(parent_pid: int, interval: float = 0.5) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _run_in_child(config_dict: dict, run_dir: str, threads: int) -> RunResult:
+def _run_in_child(config_dict: dict, run_dir: str, threads: int,
+                  plugins: tuple[str, ...] = ()) -> RunResult:
     import torch
+
+    from .registry import add_plugins
+    add_plugins(*plugins)     # a spawned process knows only what the parent declared
     torch.set_num_threads(threads)
     return _run_one(Config.from_dict(config_dict), Path(run_dir), False)
 
@@ -235,7 +242,7 @@ def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, 
                 while queue and len(in_flight) < width:
                     k = queue.popleft()
                     in_flight[pool.submit(_run_in_child, configs[k].to_dict(), str(dirs[k]),
-                                          threads)] = k
+                                          threads, tuple(PLUGIN_MODULES))] = k
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for fut in done:
                     k = in_flight.pop(fut)

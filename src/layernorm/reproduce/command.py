@@ -118,7 +118,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
 def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool, log) -> Path:
     from ..experiments import get_experiment
     from ..experiments.runner import run_configs
-    from ..experiments.training import git_commit
+    from ..experiments.rundir import git_commit
 
     t0, load0, cpu0 = time.time(), _loadavg(), _cpu_seconds()
     not_run: dict[str, str] = {}
