@@ -567,10 +567,13 @@ def format_geometry(result: dict) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .._io import output_dir
-    output_dir(args.out)
-    result = run_geometry(args.out, methods=args.methods, steps=args.steps,
-                          n_examples=args.examples, seed=args.seed, progress=True)
+    from .._io import clean_stale_temp_files, exclusive_lock, output_dir
+    out = output_dir(args.out)
+    with exclusive_lock(out / ".geometry.lock", f"another `layernorm geometry` (pid {{pid}}) is "
+                        f"writing {out} right now; wait for it, or pass another --out."):
+        clean_stale_temp_files(out)      # atomic writes cut short by a kill
+        result = run_geometry(out, methods=args.methods, steps=args.steps,
+                              n_examples=args.examples, seed=args.seed, progress=True)
     print(format_geometry(result))
     return 0
 

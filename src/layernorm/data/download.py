@@ -178,7 +178,8 @@ def _download(url: str, resource: Resource, path: Path, *, progress: bool,
 
 
 def _fill(url: str, resource: Resource, part: Path, f, *, progress: bool, timeout: float) -> None:
-    """Append the rest of ``url`` to the open ``.part`` file ``f`` (a Range request from its size)."""
+    """Append the rest of ``url`` to the open ``.part`` file ``f`` (a Range request from its
+    size)."""
     from tqdm import tqdm
     start = os.fstat(f.fileno()).st_size
     if resource.size is not None and start >= resource.size:

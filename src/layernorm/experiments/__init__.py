@@ -4,7 +4,8 @@
     train(Config(dataset="digits", model="mlp", norm="layer", batch_size=32, epochs=2), "runs/x")
 
 Layers: ``config`` (and ``names``), ``registry``, ``rundir`` (the run directory), ``runtime``
-(torchrun), ``training`` (the loop), ``runner`` (many configs). See docs/runner.md for the layout and how to register models and experiments.
+(torchrun), ``training`` (the loop), ``runner`` (many configs). See docs/runner.md for the layout
+and how to register models and experiments.
 """
 from __future__ import annotations
 

@@ -47,6 +47,8 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--jobs must be >= 1, received {args.jobs}.")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads must be >= 1, received {args.threads}.")
+        from .._io import output_dir
+        output_dir(args.out)
         # Under torchrun: check the environment and the batch split before joining the group.
         env = distributed.read_env()
         for c in configs:
@@ -106,11 +108,14 @@ def add_commands(sub) -> None:
     p.add_argument("--seed", nargs="+", type=_args.seed, metavar="S")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--steps", type=_args.positive_int, help="train this many steps instead")
-    length.add_argument("--epochs", type=_args.positive_float, help="train this many epochs instead")
+    length.add_argument("--epochs", type=_args.positive_float,
+                        help="train this many epochs instead")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"))
     p.add_argument("--out", default="runs", help="output folder (default: runs)")
-    p.add_argument("--jobs", type=_args.positive_int, default=1, help="parallel processes (default 1)")
-    p.add_argument("--threads", type=_args.positive_int, help="torch threads per process (default: torch's, or "
+    p.add_argument("--jobs", type=_args.positive_int, default=1,
+                   help="parallel processes (default 1)")
+    p.add_argument("--threads", type=_args.positive_int,
+                   help="torch threads per process (default: torch's, or "
                    "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
                    "busy machine")
     p.add_argument("--sync-bn", action="store_true",

@@ -1,5 +1,5 @@
-"""This process's place in a run: the runner's hooks (``Runtime``), and torchrun's environment, process
-group and DistributedDataParallel behind them (``DistributedRuntime``, ``runtime()``).
+"""This process's place in a run: the runner's hooks (``Runtime``), and torchrun's environment,
+process group and DistributedDataParallel behind them (``DistributedRuntime``, ``runtime()``).
 
 Launch any run under torchrun (``torchrun --nproc-per-node 2 -m layernorm run EXPERIMENT``);
 ``layernorm run`` calls ``runtime()``, which calls ``init()``, and hands the runner a

@@ -219,6 +219,7 @@ def add_commands(sub) -> None:
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{ANALYSIS}")
     p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
-    p.add_argument("--jobs", type=_args.positive_int, help="training processes at once (default: 2, or 1 on "
+    p.add_argument("--jobs", type=_args.positive_int,
+                   help="training processes at once (default: 2, or 1 on "
                    "a single core)")
     p.set_defaults(func=_run)
