@@ -1,6 +1,6 @@
 """The geometry of parameter space (paper section 5.2), measured with the exact Fisher information.
 
-PAPER.md section 4. The model is a normalized softmax GLM on the digits,
+docs/paper.md section 4. The model is a normalized softmax GLM on the digits,
 ``p(y | x) = softmax(g * (W x - mu) / sigma + b)`` (``layer.normalized_layer``, one method per run),
 and its Fisher information
 

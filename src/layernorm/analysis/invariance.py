@@ -1,8 +1,8 @@
 """Table 1 of the paper, measured: which transformations of a layer's weights and data leave its
 output unchanged, for batch norm, weight norm, layer norm (and RMS norm and no normalization).
 
-PAPER.md section 3. The layer is ``h = tanh(g * (a - mu) / sigma + b)``, ``a = W x``
-(``layer.normalized_layer``). Each transformation acts on that layer's W (H, D) or inputs x (N, D):
+Paper section 5.1 (docs/paper.md section 3). The layer is ``h = tanh(g * (a - mu) / sigma + b)``,
+``a = W x`` (``layer.normalized_layer``). Each transformation acts on that layer's W (H, D) or inputs x (N, D):
 
     weight_matrix_rescaling     W -> d W                 one random d in [1/4, 4]
     weight_matrix_recentering   W -> W + 1 c^T           the same vector c added to every row w_i

@@ -206,8 +206,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("reproduce", help="run the paper's and the seeds' experiments and write a "
-                                         "report that judges each claim")
+    p = sub.add_parser("reproduce", help="run the experiments of the paper and of the two "
+                                         "summaries it checks (docs/paper.md) and write a report "
+                                         "that judges each claim")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
                       "5 seeds: 5-8 minutes on 2 CPU cores (the default)")
