@@ -1,5 +1,5 @@
-"""argparse types shared by the commands: a bad value is refused by argparse itself (usage line,
-one error line, exit 2) with what was expected, what was received and the fix."""
+"""argparse types shared by the commands: a bad value is refused by argparse itself (one error
+line, exit 2) with what was expected, what was received and the fix."""
 from __future__ import annotations
 
 import argparse
@@ -14,15 +14,6 @@ def _int(text: str, what: str) -> int:
         raise argparse.ArgumentTypeError(f"expected {what}, received {text!r}") from None
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    value = _int(text, "an integer >= 1")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, received {text}; pass 1 or "
-                                         f"more")
-    return value
-
-
 def seed(text: str) -> int:
     """A random seed in [0, 2**32 - 1]."""
     value = _int(text, f"an integer seed in [0, {SEED_MAX}]")
@@ -32,25 +23,21 @@ def seed(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A finite number > 0."""
+def _finite(text: str, positive: bool) -> float:
+    what, example = ("> 0", "1e-5") if positive else (">= 0", "0 or 1e-5")
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, received {text!r}; pass "
-                                         f"e.g. 1e-5")
+    if not (value > 0 if positive else value >= 0) or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number {what}, received {text!r}; "
+                                         f"pass e.g. {example}")
     return value
 
 
-def nonnegative_int(text: str) -> int:
-    """An integer >= 0."""
-    value = _int(text, "an integer >= 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text}; pass 0 or "
-                                         f"more")
-    return value
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    return _finite(text, True)
 
 
 def int_at_least(low: int):
@@ -65,13 +52,10 @@ def int_at_least(low: int):
     return check
 
 
+positive_int = int_at_least(1)          # an integer >= 1
+nonnegative_int = int_at_least(0)       # an integer >= 0
+
+
 def nonnegative_float(text: str) -> float:
     """A finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (0 <= value < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, received {text!r}; pass "
-                                         f"e.g. 0 or 1e-5")
-    return value
+    return _finite(text, False)
