@@ -47,12 +47,13 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--jobs must be >= 1, received {args.jobs}.")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads must be >= 1, received {args.threads}.")
-        from .._io import output_dir
-        output_dir(args.out)
         # Under torchrun: check the environment and the batch split before joining the group.
         env = distributed.read_env()
         for c in configs:
             distributed.local_batch_size(c.batch_size, env["world_size"] if env else 1)
+        if env is None or env["rank"] == 0:      # only the writer touches files
+            from .._io import output_dir
+            output_dir(args.out)
     except ValueError as err:
         print(f"layernorm run: error: {err}", file=sys.stderr)
         return 2
