@@ -50,6 +50,11 @@ def _lock_dir(tmp_path):
 
 ROW = json.dumps({"step": 10, "test_error": 0.5})
 
+
+@register_model("test-ln-only", norms=("layer", "none"))
+def _ln_only(dataset, norm):
+    return torch.nn.Flatten()
+
 # (id, call(tmp_path), exception type, [expected, received, fix]) -- regular expressions
 API = [
     ("tag escaping --out", lambda t: Config(tag="../../../escaped", steps=1).validate(),
@@ -73,6 +78,10 @@ API = [
      ["model_args must be a dict", r"\[32\]", "model_args=\\{\\}"]),
     ("unknown norm", lambda t: _cfg(norm="group").validate(), ValueError,
      ["expected one of", "unknown norm 'group'", "Pick one of those"]),
+    ("a norm the model does not support", lambda t: _cfg(model="test-ln-only",
+                                                          norm="batch").validate(), ValueError,
+     [r"model 'test-ln-only' supports the norms \['layer', 'none'\]", "received norm='batch'",
+      "Pick one of those"]),
     ("unknown config field", lambda t: Config.from_dict({"colour": 1}), ValueError,
      ["known fields are", r"\['colour'\]", "another version of layernorm"]),
     ("register a model named like a path", lambda t: register_model("../m"), ValueError,
@@ -168,6 +177,8 @@ CLI = [
      [r"--seed: expected a seed in \[0, 4294967295\]", "received 1180591620717411303424"]),
     ("run --jobs 0", lambda t: ["run", "digits-mlp", "--jobs", "0"],
      ["--jobs: expected an integer >= 1", "received 0"]),
+    ("run --norm group", lambda t: ["run", "digits-mlp", "--norm", "group"],
+     ["--norm: invalid choice: 'group'", "choose from 'layer'"]),
     ("run --steps x", lambda t: ["run", "digits-mlp", "--steps", "x"],
      ["--steps: expected an integer >= 1", "received 'x'"]),
     ("run nosuch", lambda t: ["run", "nosuch", "--out", str(t)],

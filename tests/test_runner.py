@@ -290,7 +290,7 @@ def test_cli_list_and_run_and_rerun(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["run", "nope"], "unknown experiment 'nope'"),
-    (["run", "digits-mlp", "--norm", "group"], "unknown norm 'group'"),
+    (["run", "digits-mlp", "--norm", "group"], "--norm: invalid choice: 'group'"),
     (["run", "digits-mlp", "--batch-size", "0"], "--batch-size: expected an integer >= 1"),
     (["run", "digits-mlp", "--jobs", "0"], "--jobs: expected an integer >= 1"),
     (["run", "digits-mlp", "--batch-size", "8"], "would share the run directory"),

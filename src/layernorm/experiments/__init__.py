@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from .config import Config
 from .names import check_name
-from .registry import (EXPERIMENT_MODULES, EXPERIMENTS, MODELS, PLUGIN_MODULES, PRESETS,
-                       Experiment, add_plugins, build_model, get_experiment, load_registered,
+from .registry import (EXPERIMENT_MODULES, EXPERIMENTS, MODEL_NORMS, MODELS, PLUGIN_MODULES,
+                       PRESETS, Experiment, add_plugins, build_model, get_experiment, load_registered,
                        register_experiment, register_model)
 from .rundir import (METRIC_KEYS, MetricsError, RunDirError, check_run_dir, load_checkpoint,
                      read_metrics)
 from .runtime import Runtime
 from .training import evaluate, train
 
-__all__ = ["Config", "EXPERIMENT_MODULES", "EXPERIMENTS", "MODELS", "PLUGIN_MODULES", "PRESETS",
+__all__ = ["Config", "EXPERIMENT_MODULES", "EXPERIMENTS", "MODEL_NORMS", "MODELS", "PLUGIN_MODULES", "PRESETS",
            "Experiment", "add_plugins", "build_model", "check_name", "get_experiment",
            "load_registered", "register_experiment", "register_model", "METRIC_KEYS",
            "MetricsError", "RunDirError", "Runtime", "check_run_dir", "evaluate",

@@ -104,7 +104,9 @@ def add_commands(sub) -> None:
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
     p.add_argument("--preset", choices=PRESETS, default="quick",
                    help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
-    p.add_argument("--norm", nargs="+", metavar="NORM", help="layer, batch, rms, weight, none")
+    from ..norms import NORMS
+    p.add_argument("--norm", nargs="+", metavar="NORM", choices=NORMS,
+                   help=f"one or more of {', '.join(NORMS)} (a model may support fewer)")
     p.add_argument("--batch-size", nargs="+", type=_args.positive_int, metavar="N")
     p.add_argument("--seed", nargs="+", type=_args.seed, metavar="S")
     length = p.add_mutually_exclusive_group()

@@ -37,13 +37,17 @@ class Config:
         """Check every field against what exists; raise a ValueError that names the fix."""
         from ..data import DATASETS
         from ..norms import NORMS
-        from .registry import MODELS, load_registered
+        from .registry import MODEL_NORMS, MODELS, load_registered
         load_registered()
         check_name(self.experiment, "experiment", empty=True)
         check_name(self.tag, "tag", empty=True)
         check_choice(self.dataset, DATASETS, "dataset")
         check_choice(self.model, MODELS, "model")
         check_choice(self.norm, NORMS, "norm")
+        if self.norm not in MODEL_NORMS.get(self.model, NORMS):
+            raise ValueError(f"model {self.model!r} supports the norms "
+                             f"{list(MODEL_NORMS[self.model])}, received norm={self.norm!r}. Pick "
+                             f"one of those (--norm), or another model.")
         check_choice(self.optimizer, OPTIMIZERS, "optimizer")
         check_choice(self.device, DEVICES, "device")
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) \

@@ -41,14 +41,17 @@ def load_registered() -> None:
         importlib.import_module(name)
 
 MODELS: dict[str, Callable] = {}
+MODEL_NORMS: dict[str, tuple[str, ...]] = {}    # the norms a model supports, where it says so
 
 
-def register_model(name: str):
+def register_model(name: str, *, norms: tuple[str, ...] | None = None):
     """Decorator: register ``fn(dataset: Dataset, norm: str, **model_args) -> nn.Module``.
 
     The module's ``forward(x)`` (or ``forward(x, lengths=...)`` for datasets with lengths) returns
     logits (N, C) or (N, T, C) for "classify" tasks, predictions (N,) or (N, 1) for "regress".
     Optional hook: ``extra_metrics(x) -> dict`` (JSON values), added to every metrics row.
+    ``norms``: the norm names the model supports (default: every name of ``layernorm.norms.NORMS``);
+    ``Config.validate`` refuses another with that list, before any run starts.
     """
     check_name(name, "model name")
 
@@ -56,6 +59,8 @@ def register_model(name: str):
         if name in MODELS:
             raise ValueError(f"model {name!r} is already registered; pick another name.")
         MODELS[name] = fn
+        if norms is not None:
+            MODEL_NORMS[name] = tuple(norms)
         return fn
     return deco
 
