@@ -127,6 +127,18 @@ def output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     return path
 
 
+# ----------------------------------------------------------------------------- tables
+def format_table(rows: list[dict], columns: list[str]) -> str:
+    """A plain-text table; floats with 3 significant decimals."""
+    def cell(v):
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+    body = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) if body else len(c)
+              for i, c in enumerate(columns)]
+    line = lambda cells: "  ".join(s.rjust(w) for s, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(b) for b in body])
+
+
 # ----------------------------------------------------------------------------- JSON lines
 class MetricsError(ValueError):
     """A metrics file holds a line that is not a complete metrics row."""

@@ -8,7 +8,7 @@ import argparse
 import torch
 
 from . import _args
-from .bench import format_table
+from ._io import format_table
 from .norms import make_norm
 
 

@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from .. import _args
 from .._io import atomic_write_bytes, atomic_write_json
-from ..bench import format_table
+from .._io import format_table
 from ..norms import norm_block
 from .invariance import tolerance
 from .layer import (METHOD_NAMES, METHODS, check_data, check_method, check_scales,

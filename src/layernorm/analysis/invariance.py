@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import _args
-from ..bench import format_table
+from .._io import format_table
 from .layer import (METHODS, check_data, check_method, check_scales, load_digits_xy,
                     method_eps, normalized_layer, single_thread, statistics, summed_inputs)
 

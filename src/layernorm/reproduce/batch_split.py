@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .._io import atomic_write_json
 from ..batch_split import batch_split_rows
-from ..bench import format_table
+from .._io import format_table
 from ..experiments.config import Config
 from ..experiments.registry import register_experiment
 
