@@ -184,7 +184,7 @@ CLI = [
     ("run nosuch", lambda t: ["run", "nosuch", "--out", str(t)],
      ["unknown experiment 'nosuch'", "expected one of"]),
     ("reproduce --only nosuch", lambda t: ["reproduce", "--only", "nosuch"],
-     ["--only: invalid choice: 'nosuch'", "choose from"]),
+     ["unknown experiment for --only 'nosuch'; expected one of", "Pick one of those"]),
     ("reproduce --jobs -1", lambda t: ["reproduce", "--jobs", "-1"],
      ["--jobs: expected an integer >= 1", "received -1"]),
     ("reproduce --jobs 0", lambda t: ["reproduce", "--jobs", "0"],
