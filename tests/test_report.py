@@ -1,60 +1,9 @@
 """Verdict rules and the report builder, on synthetic run directories (no training)."""
 import json
-import math
-
 import pytest
 
 from layernorm import report as R
-from layernorm.verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Sample, all_of, exceeds,
-                                in_range, matches, sample, within)
-
-
-# --- pure rules -------------------------------------------------------------------------------
-
-def test_exceeds_three_outcomes():
-    big = sample([0.30, 0.31, 0.29])
-    small = sample([0.10, 0.11, 0.09])
-    assert exceeds(big, small, 0.01).verdict == SUPPORTED
-    assert exceeds(small, big, 0.01).verdict == NOT_SUPPORTED           # reversed
-    tight = sample([0.100, 0.102, 0.098])
-    assert exceeds(sample([0.10, 0.101, 0.099]), tight, 0.01).verdict == NOT_SUPPORTED  # equal
-    noisy = sample([0.05, 0.40, 0.15])
-    assert exceeds(noisy, small, 0.01).verdict == INCONCLUSIVE          # seeds disagree
-    # a real but too-small difference is not support for a claim with a margin
-    v = exceeds(sample([0.105, 0.106, 0.104]), tight, 0.01)
-    assert v.verdict == NOT_SUPPORTED and "0.01" in v.rule
-
-
-def test_within_three_outcomes():
-    a = sample([0.10, 0.105, 0.095])
-    assert within(a, sample([0.105, 0.11, 0.10]), 0.02).verdict == SUPPORTED
-    assert within(a, sample([0.30, 0.31, 0.29]), 0.02).verdict == NOT_SUPPORTED
-    assert within(a, sample([0.05, 0.30, 0.12]), 0.02).verdict == INCONCLUSIVE
-
-
-def test_all_of_and_matches_and_range():
-    s = exceeds(sample([1, 1.1, 0.9]), sample([0, 0.1, -0.1]), 0.1)
-    n = exceeds(sample([0, 0.1, -0.1]), sample([1, 1.1, 0.9]), 0.1)
-    i = exceeds(sample([0, 3, -2]), sample([0, 0.1, -0.1]), 0.1)
-    assert all_of([s, s]).verdict == SUPPORTED
-    assert all_of([s, i]).verdict == INCONCLUSIVE
-    assert all_of([s, i, n]).verdict == NOT_SUPPORTED
-    assert matches({"a": True, "b": False}, {"a": True, "b": False}).verdict == SUPPORTED
-    assert matches({"a": True, "b": True}, {"a": True, "b": False}).verdict == NOT_SUPPORTED
-    assert matches({"a": True}, {"a": True, "b": False}).verdict == INCONCLUSIVE
-    assert in_range(-2.01, -2.05, -1.95).verdict == SUPPORTED
-    assert in_range(-0.1, -2.05, -1.95).verdict == NOT_SUPPORTED
-
-
-def test_sample_statistics_and_errors():
-    s = sample([1.0, 2.0, 3.0])
-    assert s.mean == 2.0 and math.isclose(s.std, 1.0) and math.isclose(s.se, 1 / math.sqrt(3))
-    with pytest.raises(ValueError, match="at least one value"):
-        Sample(())
-    with pytest.raises(ValueError, match="NaN"):
-        sample([1.0, float("nan")])
-    with pytest.raises(ValueError, match="margin"):
-        exceeds(s, s, -1)
+from layernorm.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 
 # --- synthetic run directories ----------------------------------------------------------------
@@ -82,6 +31,7 @@ def ff_rows(final_err, epochs=3, nll0=1.0):
 def write_batch_experiment(root, exp, errs: dict, nll0: dict | None = None):
     """errs[(norm, batch)] = list of final errors, one per seed."""
     for (norm, b), vals in errs.items():
+        vals = list(vals) + [vals[0] + 0.001, vals[1] - 0.001][:max(0, 5 - len(vals))]
         for seed, err in enumerate(vals):
             cfg = {"experiment": exp, "task": "digits", "model": "mlp", "norm": norm,
                    "batch_size": b, "seed": seed, "model_args": {}, "data_args": {}}
@@ -146,14 +96,14 @@ def test_report_rnn_claims(tmp_path):
     curves = {"layer": [0.5, 0.2, 0.1, 0.1], "none": [0.8, 0.6, 0.4, 0.3],
               "batch": [0.8, 0.5, 0.3, 0.2]}
     for norm, errs in curves.items():
-        for seed in range(3):
+        for seed in range(5):
             jitter = 0.01 * seed
             cfg = {"experiment": "rnn_norms", "task": "mnist1d-seq", "norm": norm, "batch_size": 32,
                    "seed": seed, "model_args": {}}
             write_run(tmp_path, f"rnn/{norm}-{seed}", cfg,
                       rnn_rows([e + jitter for e in errs], flat if norm == "layer" else drifting))
     for gain, errs in ((1.0, [0.5, 0.2, 0.1, 0.1]), (0.1, [0.8, 0.6, 0.3, 0.2])):
-        for seed in range(3):
+        for seed in range(5):
             cfg = {"experiment": "lstm_gain_init", "task": "mnist1d-seq", "norm": "layer",
                    "batch_size": 32, "seed": seed, "model_args": {"gain_init": gain}}
             write_run(tmp_path, f"gain/{gain}-{seed}", cfg, rnn_rows(errs, flat))
