@@ -105,7 +105,7 @@ def test_mlp_claims_use_the_papers_bn_and_eval_mode_nll(tmp_path):
     # how it could be wrong: settings vs the paper, updates, seeds, BN scoring, the interval
     assert "Settings: digits; mlp width [128, 128]" in md and "784-1000-1000-10" in md
     assert "Updates per arm: batch norm, all layers @ batch 4 400" in md
-    assert "every arm makes the same number of updates" in md
+    assert "every arm made the same number of updates" in md
     assert "Seeds: 0-4 (5 per arm" in md
     assert "population statistics recomputed" in md and "EMA test error %" in md
     assert "95% paired t-interval" in md and "The test split varies with the seed" in md
@@ -119,9 +119,11 @@ def test_trains_faster_needs_eval_mode_nll(tmp_path):
                            layer={"fair": False})
     s = summary(tmp_path)
     assert s["6.6-fast"]["verdict"] == R.NOT_RUN
-    assert "eval_train_nll" in s["6.6-fast"]["key"] and "running loss" in s["6.6-fast"]["key"]
+    assert "eval-mode training NLL" in s["6.6-fast"]["key"]
+    md = (tmp_path / "report.md").read_text()
+    assert "(`eval_train_nll`): the train-mode running loss" in md
     # without population statistics, BN is scored (and labelled) with its running averages
-    assert "running averages (EMA" in (tmp_path / "report.md").read_text()
+    assert "running averages (EMA" in md
 
 
 def test_bn_is_scored_with_population_statistics_not_the_ema(tmp_path):
@@ -201,7 +203,9 @@ CURVES = {"layer": [0.5, 0.2, 0.1, 0.1], "none": [0.8, 0.6, 0.4, 0.3],
           "batch": [0.8, 0.5, 0.3, 0.2]}
 
 
-def test_rnn_claims_and_hidden_stability_needs_long_sequences(tmp_path):
+def test_rnn_claims_and_hidden_stability_needs_long_sequences(tmp_path, monkeypatch):
+    import layernorm.report.figures as figures
+    monkeypatch.setattr(figures, "draw", lambda fig, inp, path: None)   # drawn once, below
     write_rnn(tmp_path, "rnn_norms", "mnist1d-seq", 10, CURVES)
     write_rnn(tmp_path, "rnn_norms", "adding", 30, CURVES, dataset="adding")
     s = summary(tmp_path)
@@ -221,6 +225,7 @@ def test_rnn_claims_and_hidden_stability_needs_long_sequences(tmp_path):
     import shutil
     shutil.rmtree(tmp_path / "runs" / "rnn_stability")
     write_rnn(tmp_path, "rnn_stability", "adding", 120, CURVES, dataset="adding")
+    monkeypatch.undo()
     s = summary(tmp_path)
     assert s["rnn-hidden-adding"]["verdict"] == SUPPORTED
     assert (tmp_path / "figures" / "rnn_stability_adding_hidden.png").exists()

@@ -101,6 +101,8 @@ def test_too_few_seeds_is_inconclusive_whatever_the_numbers():
     v = exceeds(big, small, 0.1)
     assert v.verdict == INCONCLUSIVE and f"needs ≥ {MIN_SEEDS}" in v.detail
     assert in_range(sample([1.0] * n), 0, 2).verdict == INCONCLUSIVE
+    one = exceeds(sample([1.0]), sample([0.0]), 0.1)
+    assert one.interval.lo == -math.inf and "no Welch t-interval with n = 1 vs 1" in one.detail
     assert exceeds(sample([1.0 + i * 1e-3 for i in range(5)]), sample([0.0] * 5),
                    0.1).verdict == SUPPORTED
 

@@ -130,11 +130,20 @@ class Interval:
         return t_quantile(self.df, self.level) if self.df > 0 else math.inf
 
     @property
+    def defined(self) -> bool:
+        """Each arm (or the pairs) has >= 2 values, so a spread can be estimated."""
+        return self.n >= 2
+
+    @property
     def lo(self) -> float:
+        if not self.defined:
+            return -math.inf
         return self.d - self.t * self.se if self.se > 0 else self.d
 
     @property
     def hi(self) -> float:
+        if not self.defined:
+            return math.inf
         return self.d + self.t * self.se if self.se > 0 else self.d
 
     @property
@@ -144,6 +153,8 @@ class Interval:
     def text(self, scale: float = 1.0, unit: str = "") -> str:
         s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
         n = f"{self.n_a} pairs" if self.kind == "paired" else f"n = {self.n_a} vs {self.n_b}"
+        if not self.defined:
+            return f"d = {s(self.d)}; no {self.kind} t-interval with {n} (needs 2 or more)"
         return (f"d = {s(self.d)}, {self.level:.0%} {self.kind} t-interval [{s(self.lo)}, "
                 f"{s(self.hi)}] (se {s(self.se)}, df {self.df:.3g}, t {self.t:.3g}, {n})")
 

@@ -8,6 +8,7 @@ number a rule compares, and every margin, is defined in this module.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -201,8 +202,10 @@ class Claim:
 
 
 def not_run(reason: str) -> ClaimResult:
+    """Nothing to judge: ``reason`` says what is missing (its first clause is the key number)."""
     v = Verdict(INCONCLUSIVE, "no data: the rule cannot be applied", reason)
-    return ClaimResult(v, f"not run: {reason}", [], notes=[f"Not run: {reason}"], measured=False)
+    short = re.split(r"[;:(]", reason)[0].strip()
+    return ClaimResult(v, short, [], measured=False)
 
 
 def _need(groups: dict[str, list[Run]]) -> str | None:
@@ -302,20 +305,24 @@ def _split_varies(run: Run) -> bool:
     return any(d.get(k) == run.seed for k in ("split_seed", "seed"))
 
 
-def _budget(runs: list[Run], meta_budget: str | None) -> str:
+def _budget(inp: Inputs, experiment: str, runs: list[Run]) -> str:
+    """The experiment's stated budget rule (``reproduce.json`` "budgets"), else what the update
+    counts show."""
+    stated = ((inp.meta.get("budgets") or {}).get(experiment) or {})
+    stated = stated.get("text") if isinstance(stated, dict) else stated
     counts = sorted({updates(r) for r in runs})
-    rule = meta_budget or ("every arm makes the same number of updates" if len(counts) == 1
-                           else "the arms make different numbers of updates")
-    return f"Budget: {rule}"
+    shown = ("every arm made the same number of updates" if len(counts) == 1
+             else "the arms made different numbers of updates")
+    return f"Budget: {stated + '; ' if stated else ''}{shown}"
 
 
-def how_wrong(experiment: str, arms: dict[str, list[Run]], verdict: Verdict, *,
+def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict: Verdict, *,
               extra: tuple[str, ...] = ()) -> list[str]:
     """The lines that say how a claim's verdict could be wrong: the settings (vs the paper), the
     update counts and seeds of each arm, how BN was scored, the interval."""
     runs = [r for rs in arms.values() for r in rs]
     out = [_settings(runs, experiment)] if runs else []
-    out.append(_budget(runs, None) + ". Updates per arm: " + "; ".join(
+    out.append(_budget(inp, experiment, runs) + ". Updates per arm: " + "; ".join(
         f"{name} {_fmt_range([updates(r) for r in rs])}" for name, rs in arms.items() if rs))
     seeds = {name: sorted(r.seed for r in rs) for name, rs in arms.items() if rs}
     if len({tuple(s) for s in seeds.values()}) == 1:
@@ -439,7 +446,7 @@ def claim_bn_suffers(experiment: str, small: int, large: int, margin: float, wha
                f"LN: {ln_up.mean * PP:+.2f} pp")
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
                            ff_figures(experiment, what),
-                           caveats=how_wrong(experiment, _arm_names(g), v))
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
     return for_bn_variants(evaluate, experiment)
 
 
@@ -460,7 +467,7 @@ def claim_ln_stable(experiment: str, smalls: tuple[int, ...], large: int, what: 
                         for s, p in zip(smalls, parts))
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
                            ff_figures(experiment, what),
-                           caveats=how_wrong(experiment, _arm_names(g), v))
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
     return evaluate
 
 
@@ -491,7 +498,7 @@ def claim_ln_faster_than_bn(experiment: str, batches: tuple[int, ...], what: str
                           f"on geometric average) over the whole {LEVEL:.0%} interval")
         return ClaimResult(v, "; ".join(keys), err_table(select(inp.runs, experiment=experiment)),
                            ff_figures(experiment, what),
-                           caveats=how_wrong(experiment, _arm_names(g), v))
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
     return for_bn_variants(evaluate, experiment)
 
 
@@ -507,7 +514,7 @@ def claim_beats(experiment: str, winner: str, loser: str, batch: int, what: str)
                f"{lo.mean * PP:.2f}% at batch {batch}")
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
                            ff_figures(experiment, what),
-                           caveats=how_wrong(experiment, _arm_names(g), v))
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
     return evaluate
 
 
@@ -526,7 +533,7 @@ def claim_bn_collapse(experiment: str, smalls: tuple[int, ...] = (4, 1), large: 
                         for s, p in zip(smalls, parts))
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
                            ff_figures(experiment, "ConvNet"),
-                           caveats=how_wrong(experiment, _arm_names(g), v))
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
     return evaluate
 
 
@@ -624,7 +631,7 @@ def claim_rnn_fastest(experiment: str, task: str):
                                   f"mean error at the first evaluation (step "
                                   f"{allr[0].rows[0][F_STEP]}) and the best method's final "
                                   f"score."] + _mse_note(g),
-                           caveats=how_wrong(experiment, _rnn_arms(g), v))
+                           caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
     return evaluate
 
 
@@ -642,7 +649,7 @@ def claim_rnn_best(experiment: str, task: str):
         allr = [r for v_ in g.values() for r in v_]
         return ClaimResult(v, key, rnn_table(g, target_error(g)),
                            rnn_figures(experiment, task, allr), notes=_mse_note(g),
-                           caveats=how_wrong(experiment, _rnn_arms(g), v))
+                           caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
     return evaluate
 
 
@@ -683,7 +690,7 @@ def claim_rnn_hidden_stable(experiment: str, task: str):
                                f"steps t ≥ 1 of log std({what}_t) (0: the same scale at every "
                                f"step). Drift over training: max − min over evaluations of the "
                                f"time-averaged log std. Measured on a fixed test batch."],
-                           caveats=how_wrong(experiment, _rnn_arms(g), v))
+                           caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
     return evaluate
 
 
@@ -707,7 +714,7 @@ def claim_gain_init(experiment: str, norm: str = "layer", better: float = 1.0, w
         fig = Figure(f"{experiment}_{norm}", "gain", (("experiment", experiment), ("norm", norm)),
                      f"{better},{worse}")
         return ClaimResult(v, key, table, [fig], caveats=how_wrong(
-            experiment, {f"gain {better}": ga, f"gain {worse}": gb}, v))
+            inp, experiment, {f"gain {better}": ga, f"gain {worse}": gb}, v))
     return evaluate
 
 
