@@ -11,6 +11,7 @@ import pytest
 from layernorm import report as R
 from layernorm.analysis.invariance import PAPER_TABLE
 from layernorm.report import claims as C
+from layernorm.report import scoring as S
 from layernorm.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +110,7 @@ def test_mlp_claims_use_the_papers_bn_and_eval_mode_nll(tmp_path):
     assert "Seeds: 0-4 (5 per arm" in md
     assert "population statistics recomputed" in md and "EMA test error %" in md
     assert "95% paired t-interval" in md and "The test split varies with the seed" in md
-    assert f"mean of its last {C.LAST_K} evaluations" in md
+    assert f"mean of its last {S.LAST_K} evaluations" in md
     assert (tmp_path / "figures" / "mlp_batch_size_error_vs_batch.png").stat().st_size > 1000
 
 
@@ -141,8 +142,8 @@ def test_a_final_spike_does_not_decide_a_run():
     rows = [{"step": s, "eval_test_error": 0.017} for s in STEPS]
     rows[-1]["eval_test_error"] = 0.059
     run = R.Run(Path("x"), {"seed": 0}, rows)
-    assert abs(C.score(run, C.F_ERROR_FAIR, k=1) - 0.059) < 1e-9
-    assert abs(C.score(run, C.F_ERROR_FAIR) - (0.017 * 2 + 0.059) / 3) < 1e-12
+    assert abs(S.score(run, S.F_ERROR_FAIR, k=1) - 0.059) < 1e-9
+    assert abs(S.score(run, S.F_ERROR_FAIR) - (0.017 * 2 + 0.059) / 3) < 1e-12
 
 
 # --- 6.7: the ConvNet, composites and totals --------------------------------------------------

@@ -3,6 +3,7 @@
 (a test checks it).
 
     runs.py       reading the output directory (runs, analysis JSON, distributed pairs)
+    scoring.py    the metrics fields read, one number per run (last-k score, updates, ...), arms
     claims.py     the claims: pure functions from measured numbers to verdicts, and the one list
                   mapping each claim to the experiment that tests it
     figures.py    matplotlib only
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 from ..analysis.invariance import PAPER_TABLE as PAPER_TABLE1
 from .build import add_commands, build_report, summary_table
-from .claims import (BEATS_MARGIN, COLLAPSE_MARGIN, DDP_DIFF_FACTOR, DDP_REL_TOL, LAST_K,
-                     NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim, ClaimResult, claims_for,
+from .claims import (BEATS_MARGIN, COLLAPSE_MARGIN, DDP_DIFF_FACTOR, DDP_REL_TOL, NOT_RUN,
+                     STABLE_MARGIN, SUFFERS_MARGIN, Claim, ClaimResult, claims_for,
                      claims_for_tasks, ddp_tolerance, judge)
 from .runs import (DDP_EXPERIMENT, Inputs, ReportInputError, Run, load_runs, read_inputs,
                    select)
+from .scoring import LAST_K
 
 __all__ = ["PAPER_TABLE1", "add_commands", "build_report", "summary_table", "BEATS_MARGIN",
            "COLLAPSE_MARGIN", "DDP_DIFF_FACTOR", "DDP_REL_TOL", "LAST_K", "NOT_RUN",

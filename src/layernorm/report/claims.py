@@ -2,8 +2,8 @@
 (``layernorm.verdicts``). No file is read and nothing is drawn here: a claim names the figures it
 wants (``Figure``) and ``figures.py`` draws them.
 
-``claims_for(inputs)`` is the one list of claims and the experiment each is tested by; every
-number a rule compares, and every margin, is defined in this module.
+``claims_for_tasks`` is the one list of claims and the experiment each is tested by, and every
+margin a rule uses is defined here; the per-run numbers they compare are ``scoring.py``'s.
 """
 from __future__ import annotations
 
@@ -13,11 +13,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..analysis.invariance import PAPER_TABLE, TRANSFORMATIONS
-from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED, Sample,
-                        Verdict, all_of, exceeds, in_range, matches, sample, within)
+from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED, Verdict,
+                        all_of, exceeds, in_range, matches, sample, within)
 from .runs import DDP_EXPERIMENT, Inputs, Run, select
+from .scoring import (F_BN_SCORING, F_ERROR, F_ERROR_EMA, F_ERROR_FAIR, F_HIDDEN_STD, F_STEP,
+                      F_SUMMED_STD, F_TRAIN_LOSS, F_TRAIN_NLL, LAST_K, NORM_LABEL, PP,
+                      REGRESSION_TASKS, RNN_LABEL, RNN_NORMS, _fmt_range, _increase, _seeds_text,
+                      _uses_pop, arm, err_sample, err_table, error_key, has, hidden_stats,
+                      log_area, mean_curve, rnn_table, score, seq_len, steps_to, target_error,
+                      updates)
 
-PP = 100.0   # errors are stored as fractions and printed in percentage points
 NOT_RUN = "not run"
 
 # Margins (metric units) for the rules, stated once and printed with every verdict.
@@ -33,29 +38,9 @@ GAIN_MARGIN = 0.01          # "gain 1.0 better": mean test error over training l
 LR_DECAY_FACTOR = 0.8       # 5.2: LN's effective lr falls to <= 0.8x the no-norm run's fall
 LR_DECAY_SAME = 0.9         # ... and a ratio >= 0.9 is no decay worth crediting to LN
 MIN_HIDDEN_T = 100          # hidden-state stability needs sequences of at least this length
-LAST_K = 3                  # each run is scored on the mean of its last LAST_K evaluations
 
-# Metrics fields the claims read. The runner writes step, test_error, test_loss and train_loss for
-# every run (BN scored with its running averages); the reproduction models add the others. A claim
-# that needs a field the runs do not carry says "not run" and why.
-F_STEP, F_ERROR, F_LOSS, F_TRAIN_LOSS = "step", "test_error", "test_loss", "train_loss"
-F_ERROR_FAIR = "eval_test_error"    # eval mode; BN with population statistics (one training pass)
-F_LOSS_FAIR = "eval_test_loss"      # the same loss (the MSE for regression tasks)
-F_ERROR_EMA = "ema_test_error"      # BN only: scored with the running averages (EMA)
-F_LOSS_EMA = "ema_test_loss"
-F_TRAIN_NLL = "eval_train_nll"      # eval-mode NLL on a fixed training sample (BN: population)
-F_TEST_MSE = "test_mse"             # regression: the test MSE
-F_BN_SCORING = "bn_scoring"         # "population" where BN was scored with population statistics
-F_HIDDEN_STD, F_HIDDEN_MEAN = "hidden_std", "hidden_mean"     # per time step, std / mean of h_t
-F_SUMMED_STD = "summed_std"         # per time step, std of the summed inputs W_x e_t + W_h h_t-1
-REGRESSION_TASKS = ("adding",)      # test_loss is the MSE, test_error the threshold error
-
-NORM_LABEL = {"none": "no norm", "batch": "batch norm", "layer": "layer norm",
-              "weight": "weight norm", "rms": "RMS norm", "batch-all": "batch norm, all layers"}
 BN_VARIANTS = {"batch-all": "on every layer, the logits too (the paper's wording)",
                "batch": "on the hidden layers only"}
-RNN_NORMS = ("none", "batch", "layer")
-RNN_LABEL = {"none": "LSTM", "batch": "BN-LSTM", "layer": "LN-LSTM"}
 
 # What each experiment stands in for, from the paper's section 5 table / the summaries (the
 # settings actually run are read from the runs' configs).
@@ -70,90 +55,6 @@ PAPER_SETTINGS = {
                      "tiny-shakespeare stands in for MSR)",
     "lstm_gain_init": "paper 6.2: attentive reader, LN-LSTM 240 units, CNN QA corpus",
 }
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-run numbers (one value per run; a Sample collects them over seeds)
-
-def _num(v, bad: float) -> float:
-    if v is None:
-        return bad
-    v = float(v)
-    return bad if math.isnan(v) else v
-
-
-def has(run: Run, key: str) -> bool:
-    """Every evaluation row of ``run`` carries ``key``."""
-    return all(r.get(key) is not None for r in run.rows)
-
-
-def score(run: Run, key: str = F_ERROR, bad: float = 1.0, k: int = LAST_K) -> float:
-    """Mean of ``key`` over the run's last ``k`` evaluations (a diverged run, NaN, counts as
-    ``bad``): one final iterate's spike does not decide a run."""
-    vals = [_num(r.get(key), bad) for r in run.rows if key in r][-k:]
-    return sum(vals) / len(vals) if vals else bad
-
-
-def mean_curve(run: Run, key: str, bad: float) -> float:
-    """Mean of ``key`` over all evaluations: the area under the curve (lower = faster)."""
-    vals = [_num(r.get(key), bad) for r in run.rows if key in r]
-    return sum(vals) / len(vals) if vals else bad
-
-
-def log_area(run: Run, key: str, upto: float) -> float:
-    """Mean of log(key) at the log-spaced update counts eval_every · 2^j <= ``upto`` (all
-    evaluations <= ``upto`` if the run has fewer than two of those): the area under log NLL
-    against log updates, so late differences (0.001 vs 0.002 nats) count as much as early ones
-    (1.0 vs 2.0), and every arm is read at the same update counts."""
-    rows = [r for r in run.rows if r.get(key) is not None and r[F_STEP] <= upto]
-    every = run.config.get("eval_every") or (rows[0][F_STEP] if rows else 1)
-    logspaced = [r for r in rows if r[F_STEP] % every == 0 and
-                 (r[F_STEP] // every) & (r[F_STEP] // every - 1) == 0]
-    rows = logspaced if len(logspaced) >= 2 else rows
-    vals = [math.log(max(_num(r.get(key), 1e3), 1e-12)) for r in rows]
-    return sum(vals) / len(vals) if vals else math.log(1e3)
-
-
-def updates(run: Run) -> int:
-    """Optimizer updates the run made (the step of its last evaluation)."""
-    return int(run.rows[-1][F_STEP])
-
-
-def steps_to(run: Run, target_error: float, key: str = F_ERROR) -> tuple[float, bool]:
-    """First step whose ``key`` <= target, and whether it was reached. Not reached: the last
-    step (censored at the budget), flagged False."""
-    for r in run.rows:
-        if _num(r.get(key), 1.0) <= target_error:
-            return float(r[F_STEP]), True
-    return float(run.rows[-1][F_STEP]), False
-
-
-def seq_len(run: Run) -> int:
-    rows = [r for r in run.rows if r.get(F_HIDDEN_STD)]
-    return len(rows[-1][F_HIDDEN_STD]) if rows else 0
-
-
-def _log_std_spread(per_step: list) -> float:
-    """Std over time steps t >= 1 of log std(x_t): how much the scale of x_t moves along the
-    sequence (0 = the same scale at every step; grows where x_t explodes or vanishes)."""
-    vals = [math.log(max(float(v), 1e-12)) for v in per_step[1:]] or [0.0]
-    m = sum(vals) / len(vals)
-    return math.sqrt(sum((v - m) ** 2 for v in vals) / len(vals))
-
-
-def hidden_stats(run: Run, key: str = F_HIDDEN_STD) -> tuple[float, float] | None:
-    """Stability of one run from ``key`` (per time step std of h_t or of the summed inputs):
-
-    over_time: at the last evaluation, the spread over time steps of log std (``_log_std_spread``).
-    over_training: the time-averaged log std at each evaluation; max - min over evaluations.
-    """
-    rows = [r for r in run.rows if r.get(key)]
-    if not rows:
-        return None
-    over_time = _log_std_spread(rows[-1][key])
-    avg = [sum(math.log(max(float(v), 1e-12)) for v in r[key][1:] or r[key]) /
-           max(len(r[key]) - 1, 1) for r in rows]
-    return over_time, max(avg) - min(avg)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,63 +115,7 @@ def _need(groups: dict[str, list[Run]]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Arms: the runs of one configuration over seeds, and how they are scored
-
-def _uses_pop(runs: list[Run]) -> bool:
-    """BN runs scored with population statistics (all of them)."""
-    return bool(runs) and all(r.norm == "batch" and has(r, F_ERROR_FAIR) and
-                              r.rows[-1].get(F_BN_SCORING) == "population" for r in runs)
-
-
-def error_key(runs: list[Run]) -> str:
-    """The field an arm is scored on: the fair eval-mode score (BN with population statistics)
-    when every run carries it, else the runner's test_error (BN: running averages)."""
-    return F_ERROR_FAIR if runs and all(has(r, F_ERROR_FAIR) for r in runs) else F_ERROR
-
-
-def loss_key(runs: list[Run]) -> str:
-    for k in (F_TEST_MSE, F_LOSS_FAIR):
-        if runs and all(has(r, k) for r in runs):
-            return k
-    return F_LOSS
-
-
-def bn_label(runs: list[Run]) -> str:
-    """How an arm's BN was scored, for table labels."""
-    if not any(r.norm == "batch" for r in runs):
-        return ""
-    return "population statistics" if _uses_pop(runs) else "running averages (EMA)"
-
-
-def arm(runs: list[Run], fn: Callable[[Run], float]) -> Sample:
-    """fn over the runs of one arm, keyed by seed (so arms of the same seeds are paired)."""
-    return sample((fn(r) for r in runs), (r.seed for r in runs))
-
-
-def err_sample(runs: list[Run]) -> Sample:
-    key = error_key(runs)
-    return arm(runs, lambda r: score(r, key))
-
-
-def _increase(small: list[Run], large: list[Run]) -> Sample:
-    """Per seed: error at the small batch minus error at the large one (seeds both ran)."""
-    ks, kl = error_key(small), error_key(large)
-    lmap = {r.seed: score(r, kl) for r in large}
-    pairs = [(r.seed, score(r, ks) - lmap[r.seed]) for r in small if r.seed in lmap]
-    return sample((d for _, d in pairs), (s for s, _ in pairs)) if pairs else sample([math.inf])
-
-
-def _fmt_range(vals: list[int]) -> str:
-    lo, hi = min(vals), max(vals)
-    return f"{lo}" if lo == hi else f"{lo}-{hi}"
-
-
-def _seeds_text(seeds: list[int]) -> str:
-    s = sorted(set(seeds))
-    if s and s == list(range(s[0], s[-1] + 1)) and len(s) > 2:
-        return f"{s[0]}-{s[-1]}"
-    return ", ".join(map(str, s))
-
+# How a claim could be wrong
 
 def _settings(runs: list[Run], experiment: str) -> str:
     """One line: what these runs are, next to what the paper ran."""
@@ -353,35 +198,6 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
                        "Every seed is scored on the same test split: the interval holds the "
                        "spread over training seeds, not test-set sampling noise."))
     return out + list(extra)
-
-
-# ---------------------------------------------------------------------------------------------
-# Tables
-
-def _err_cells(rs: list[Run]) -> dict:
-    row = {"updates": _fmt_range([updates(r) for r in rs])}
-    key = error_key(rs)
-    how = bn_label(rs)
-    row[f"test error % (mean of last {LAST_K})"] = arm(rs, lambda r: score(r, key)).fmt(PP) + \
-        (f" [BN: {how}]" if how else "")
-    if how and all(has(r, F_ERROR_EMA) for r in rs):
-        row["EMA test error %"] = arm(rs, lambda r: score(r, F_ERROR_EMA)).fmt(PP)
-    if all(has(r, F_TRAIN_NLL) for r in rs):
-        row["eval-mode train NLL (last)"] = arm(rs, lambda r: score(r, F_TRAIN_NLL, 1e3, 1)).fmt(
-            1, 4)
-    row["seeds"] = len(rs)
-    return row
-
-
-def err_table(runs: list[Run], by: tuple[str, ...] = ("variant", "batch_size")) -> list[dict]:
-    groups: dict[tuple, list[Run]] = {}
-    for r in runs:
-        groups.setdefault(tuple(getattr(r, k) if hasattr(Run, k) else r.arg(k) for k in by),
-                          []).append(r)
-    rows = []
-    for key, rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        rows.append({**dict(zip(by, key)), **_err_cells(sorted(rs, key=lambda r: r.seed))})
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,49 +356,8 @@ def claim_bn_collapse(experiment: str, smalls: tuple[int, ...] = (4, 1), large: 
 # ---------------------------------------------------------------------------------------------
 # RNN experiments
 
-def target_error(groups: dict[str, list[Run]]) -> float:
-    """The target of "steps to target accuracy" for one task: halfway between the mean error at
-    the first evaluation (all methods) and the best method's final score. The same target for
-    every method; stated in the report next to the numbers."""
-    allr = [r for v in groups.values() for r in v]
-    start = sum(_num(r.rows[0].get(F_ERROR), 1.0) for r in allr) / len(allr)
-    best = min(err_sample(v).mean for v in groups.values() if v)
-    return best + 0.5 * (start - best)
-
-
 def _rnn_groups(runs, experiment, task):
     return {n: select(runs, experiment=experiment, task=task, norm=n) for n in RNN_NORMS}
-
-
-def rnn_table(g: dict[str, list[Run]], target: float) -> list[dict]:
-    rows = []
-    for n, rs in g.items():
-        if not rs:
-            continue
-        key = error_key(rs)
-        how = bn_label(rs)
-        steps = [steps_to(r, target, key) for r in rs]
-        row = {"model": RNN_LABEL[n], "updates": _fmt_range([updates(r) for r in rs]),
-               f"test error % (mean of last {LAST_K})": err_sample(rs).fmt(PP) +
-               (f" [{how}]" if how else "")}
-        if how and all(has(r, F_ERROR_EMA) for r in rs):
-            row["EMA test error %"] = arm(rs, lambda r: score(r, F_ERROR_EMA)).fmt(PP)
-        if rs[0].task in REGRESSION_TASKS or rs[0].config.get("dataset") in REGRESSION_TASKS:
-            lk = loss_key(rs)
-            row[f"test MSE (mean of last {LAST_K})"] = arm(
-                rs, lambda r: score(r, lk, math.inf)).fmt(1, 4)
-            if how and all(has(r, F_LOSS_EMA) for r in rs):
-                row["EMA test MSE"] = arm(rs, lambda r: score(r, F_LOSS_EMA, math.inf)).fmt(1, 4)
-        row[f"steps to error ≤ {target * PP:.1f}%"] = sample(s for s, _ in steps).fmt(1, 0)
-        row["reached"] = f"{sum(ok for _, ok in steps)}/{len(steps)}"
-        for k, label in ((F_HIDDEN_STD, "h_t"), (F_SUMMED_STD, "summed inputs")):
-            hs = [hidden_stats(r, k) for r in rs]
-            if all(h is not None for h in hs):
-                row[f"{label}: log-std spread over t"] = sample(h[0] for h in hs).fmt(1, 3)
-                row[f"{label}: log-std drift over training"] = sample(h[1] for h in hs).fmt(1, 3)
-        row["seeds"] = len(rs)
-        rows.append(row)
-    return rows
 
 
 def rnn_figures(experiment: str, task: str, runs: list[Run]) -> list[Figure]:

@@ -7,8 +7,9 @@ import math
 from pathlib import Path
 
 from .._io import atomic_write_bytes
-from .claims import (F_ERROR, F_HIDDEN_MEAN, F_HIDDEN_STD, F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL,
-                     PP, RNN_LABEL, RNN_NORMS, Figure, _num, error_key, score)
+from .claims import Figure
+from .scoring import (F_ERROR, F_HIDDEN_MEAN, F_HIDDEN_STD, F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL,
+                      PP, RNN_LABEL, RNN_NORMS, _num, error_key, score)
 from .runs import Inputs, Run, select
 
 COLORS = {"none": "tab:gray", "batch": "tab:blue", "batch-all": "tab:cyan", "layer": "tab:red", "weight": "tab:green",

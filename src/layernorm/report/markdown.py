@@ -8,8 +8,9 @@ import time
 
 from ..verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
-                     DDP_REL_TOL, FASTER_MARGIN, LAST_K, NOT_RUN, PP, STABLE_MARGIN,
-                     SUFFERS_MARGIN, Claim, ClaimResult)
+                     DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
+                     ClaimResult)
+from .scoring import LAST_K, PP
 from .runs import Inputs
 
 VERDICT_MARK = {SUPPORTED: "✅ supported", NOT_SUPPORTED: "❌ not supported",
