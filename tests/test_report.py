@@ -40,15 +40,14 @@ def ff_rows(final_err, *, nll_final=0.01, ema_err=None, fair=True, bn=False, spi
                "test_error": err if ema_err is None else 0.5 + (ema_err - 0.5) * f,
                "wall_time": float(i)}
         if fair:
-            row |= {"eval_test_error": err, "eval_test_loss": 1.0,
-                    "eval_train_nll": nll_final ** f}
-            if bn:
-                row |= {"bn_scoring": "population", "ema_test_error": row["test_error"]}
+            row["eval_train_nll"] = nll_final ** f
+            if bn:     # the runner's test_error is then the EMA score
+                row |= {"eval_test_error": err, "eval_test_loss": 1.0, "bn_scoring": "population"}
+            else:
+                row["test_error"] = err
         rows.append(row)
     if spike is not None:
-        rows[-1]["test_error"] = rows[-1].get("eval_test_error", 0) + spike
-        if fair:
-            rows[-1]["eval_test_error"] += spike
+        rows[-1]["test_error"] += spike
     return rows
 
 
@@ -178,7 +177,7 @@ def rnn_rows(errs, hidden_std, mse=None):
     for i, (e, h) in enumerate(zip(errs, hidden_std)):
         row = {"step": 50 * (i + 1), "epoch": 1, "train_loss": 2 * e, "test_loss": 2 * e,
                "test_error": e, "wall_time": float(i), "hidden_mean": [0.0] * len(h),
-               "hidden_std": h, "eval_test_error": e, "eval_test_loss": 2 * e}
+               "hidden_std": h}
         if mse is not None:
             row["test_mse"] = mse
         rows.append(row)

@@ -16,11 +16,11 @@ from ..analysis.invariance import PAPER_TABLE, TRANSFORMATIONS
 from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED, Verdict,
                         all_of, exceeds, in_range, matches, sample, within)
 from .runs import DDP_EXPERIMENT, Inputs, Run, select
-from .scoring import (F_BN_SCORING, F_ERROR, F_ERROR_EMA, F_ERROR_FAIR, F_HIDDEN_STD, F_STEP,
+from .scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, F_HIDDEN_STD, F_STEP,
                       F_SUMMED_STD, F_TRAIN_LOSS, F_TRAIN_NLL, LAST_K, NORM_LABEL, PP,
                       REGRESSION_TASKS, RNN_LABEL, RNN_NORMS, _fmt_range, _increase, _seeds_text,
                       _uses_pop, arm, err_sample, err_table, error_key, has, hidden_stats,
-                      log_area, mean_curve, rnn_table, score, seq_len, steps_to, target_error,
+                      late_change, log_area, mean_curve, rnn_table, score, seq_len, steps_to, target_error,
                       updates)
 
 NOT_RUN = "not run"
@@ -37,6 +37,7 @@ STEPS_FRACTION = 0.05       # "converges faster": fewer steps by >= 5% of the st
 GAIN_MARGIN = 0.01          # "gain 1.0 better": mean test error over training lower by >= 1 pp
 LR_DECAY_FACTOR = 0.8       # 5.2: LN's effective lr falls to <= 0.8x the no-norm run's fall
 LR_DECAY_SAME = 0.9         # ... and a ratio >= 0.9 is no decay worth crediting to LN
+STILL_FALLING = 0.005       # an arm whose error still falls by >= 0.5 pp late in training
 MIN_HIDDEN_T = 100          # hidden-state stability needs sequences of at least this length
 
 BN_VARIANTS = {"batch-all": "on every layer, the logits too (the paper's wording)",
@@ -169,6 +170,18 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
     out = [_settings(runs, experiment)] if runs else []
     out.append(_budget(inp, experiment, runs) + ". Updates per arm: " + "; ".join(
         f"{name} {_fmt_range([updates(r) for r in rs])}" for name, rs in arms.items() if rs))
+    late = {}
+    for name, rs in arms.items():
+        ch = [late_change(r, error_key(rs)) for r in rs]
+        if rs and all(c is not None for c in ch):
+            late[name] = sum(ch) / len(ch)
+    if late:
+        falling = [n for n, c in late.items() if c <= -STILL_FALLING]
+        out.append(f"Test error from the third to the last quarter of updates (mean over seeds): "
+                   + "; ".join(f"{n} {c * PP:+.2f} pp" for n, c in late.items()) + ". "
+                   + (f"Still falling by ≥ {STILL_FALLING * PP:g} pp, maybe undertrained: "
+                      f"{', '.join(falling)}." if falling else
+                      f"No arm still falling by ≥ {STILL_FALLING * PP:g} pp."))
     seeds = {name: sorted(r.seed for r in rs) for name, rs in arms.items() if rs}
     if len({tuple(s) for s in seeds.values()}) == 1:
         s = next(iter(seeds.values()))
@@ -180,7 +193,7 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
         if _uses_pop(bn):
             out.append(f"Batch norm scored with population statistics recomputed by one pass "
                        f"over a training sample (`{F_ERROR_FAIR}`); the score with its running "
-                       f"averages (EMA, `{F_ERROR_EMA}`) is in the table as “EMA”.")
+                       f"averages (EMA, the runner's `{F_ERROR}`) is in the table as “EMA”.")
         else:
             out.append(f"Batch norm scored with its running averages (EMA, momentum 0.1): these "
                        f"runs carry no population-statistics score (`{F_ERROR_FAIR}` with "

@@ -16,10 +16,10 @@ LAST_K = 3   # each run is scored on the mean of its last LAST_K evaluations
 # every run (BN scored with its running averages); the reproduction models add the others. A claim
 # that needs a field the runs do not carry says "not run" and why.
 F_STEP, F_ERROR, F_LOSS, F_TRAIN_LOSS = "step", "test_error", "test_loss", "train_loss"
-F_ERROR_FAIR = "eval_test_error"    # eval mode; BN with population statistics (one training pass)
-F_LOSS_FAIR = "eval_test_loss"      # the same loss (the MSE for regression tasks)
-F_ERROR_EMA = "ema_test_error"      # BN only: scored with the running averages (EMA)
-F_LOSS_EMA = "ema_test_loss"
+F_ERROR_FAIR = "eval_test_error"    # BN only: eval mode with population statistics (one pass over
+F_LOSS_FAIR = "eval_test_loss"      # a training sample); the runner's test_* are then the EMA scores
+F_ERROR_EMA = "ema_test_error"      # BN: scored with the running averages (EMA), where written;
+F_LOSS_EMA = "ema_test_loss"        # else the runner's test_error / test_loss are that score
 F_TRAIN_NLL = "eval_train_nll"      # eval-mode NLL on a fixed training sample (BN: population)
 F_TEST_MSE = "test_mse"             # regression: the test MSE
 F_BN_SCORING = "bn_scoring"         # "population" where BN was scored with population statistics
@@ -76,6 +76,15 @@ def log_area(run: Run, key: str, upto: float) -> float:
     return sum(vals) / len(vals) if vals else math.log(1e3)
 
 
+def late_change(run: Run, key: str) -> float | None:
+    """Mean of ``key`` over the last quarter of the run's updates minus its mean over the third
+    quarter (negative: still falling at the end); None with too few evaluations."""
+    end = run.rows[-1][F_STEP]
+    q3 = [_num(r.get(key), 1.0) for r in run.rows if 0.5 * end < r[F_STEP] <= 0.75 * end]
+    q4 = [_num(r.get(key), 1.0) for r in run.rows if 0.75 * end < r[F_STEP]]
+    return sum(q4) / len(q4) - sum(q3) / len(q3) if q3 and q4 else None
+
+
 def updates(run: Run) -> int:
     """Optimizer updates the run made (the step of its last evaluation)."""
     return int(run.rows[-1][F_STEP])
@@ -129,8 +138,14 @@ def _uses_pop(runs: list[Run]) -> bool:
 
 def error_key(runs: list[Run]) -> str:
     """The field an arm is scored on: the fair eval-mode score (BN with population statistics)
-    when every run carries it, else the runner's test_error (BN: running averages)."""
+    when every run carries it, else the runner's test_error (eval mode; BN: running averages)."""
     return F_ERROR_FAIR if runs and all(has(r, F_ERROR_FAIR) for r in runs) else F_ERROR
+
+
+def ema_key(runs: list[Run], loss: bool = False) -> str:
+    """A BN arm's running-average (EMA) score: ``ema_*`` where written, else the runner's."""
+    k = F_LOSS_EMA if loss else F_ERROR_EMA
+    return k if all(has(r, k) for r in runs) else (F_LOSS if loss else F_ERROR)
 
 
 def loss_key(runs: list[Run]) -> str:
@@ -186,8 +201,8 @@ def _err_cells(rs: list[Run]) -> dict:
     how = bn_label(rs)
     row[f"test error % (mean of last {LAST_K})"] = arm(rs, lambda r: score(r, key)).fmt(PP) + \
         (f" [BN: {how}]" if how else "")
-    if how and all(has(r, F_ERROR_EMA) for r in rs):
-        row["EMA test error %"] = arm(rs, lambda r: score(r, F_ERROR_EMA)).fmt(PP)
+    if key == F_ERROR_FAIR and how:
+        row["EMA test error %"] = arm(rs, lambda r: score(r, ema_key(rs))).fmt(PP)
     if all(has(r, F_TRAIN_NLL) for r in rs):
         row["eval-mode train NLL (last)"] = arm(rs, lambda r: score(r, F_TRAIN_NLL, 1e3, 1)).fmt(
             1, 4)
@@ -227,14 +242,15 @@ def rnn_table(g: dict[str, list[Run]], target: float) -> list[dict]:
         row = {"model": RNN_LABEL[n], "updates": _fmt_range([updates(r) for r in rs]),
                f"test error % (mean of last {LAST_K})": err_sample(rs).fmt(PP) +
                (f" [{how}]" if how else "")}
-        if how and all(has(r, F_ERROR_EMA) for r in rs):
-            row["EMA test error %"] = arm(rs, lambda r: score(r, F_ERROR_EMA)).fmt(PP)
+        if key == F_ERROR_FAIR and how:
+            row["EMA test error %"] = arm(rs, lambda r: score(r, ema_key(rs))).fmt(PP)
         if rs[0].task in REGRESSION_TASKS or rs[0].config.get("dataset") in REGRESSION_TASKS:
             lk = loss_key(rs)
             row[f"test MSE (mean of last {LAST_K})"] = arm(
                 rs, lambda r: score(r, lk, math.inf)).fmt(1, 4)
-            if how and all(has(r, F_LOSS_EMA) for r in rs):
-                row["EMA test MSE"] = arm(rs, lambda r: score(r, F_LOSS_EMA, math.inf)).fmt(1, 4)
+            if key == F_ERROR_FAIR and how and lk != F_LOSS:
+                row["EMA test MSE"] = arm(
+                    rs, lambda r: score(r, ema_key(rs, loss=True), math.inf)).fmt(1, 4)
         row[f"steps to error ≤ {target * PP:.1f}%"] = sample(s for s, _ in steps).fmt(1, 0)
         row["reached"] = f"{sum(ok for _, ok in steps)}/{len(steps)}"
         for k, label in ((F_HIDDEN_STD, "h_t"), (F_SUMMED_STD, "summed inputs")):
