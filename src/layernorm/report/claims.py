@@ -472,7 +472,7 @@ def claim_rnn_hidden_stable(experiment: str, task: str):
         key = "; ".join(f"{how}: LSTM {p.interval.d:+.3f} above LN" for how, p in
                         zip(("over t", "over training"), parts))
         allr = [r for v_ in g.values() for r in v_]
-        return ClaimResult(v, key, rnn_table(g, target_error(g)),
+        return ClaimResult(v, key, rnn_table(g, target_error(g), hidden=True),
                            rnn_figures(experiment, task, allr), notes=[
                                f"Log-std spread over t: at the last evaluation, the std over time "
                                f"steps t ≥ 1 of log std({what}_t) (0: the same scale at every "

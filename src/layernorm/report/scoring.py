@@ -231,7 +231,8 @@ def target_error(groups: dict[str, list[Run]]) -> float:
     return best + 0.5 * (start - best)
 
 
-def rnn_table(g: dict[str, list[Run]], target: float) -> list[dict]:
+def rnn_table(g: dict[str, list[Run]], target: float, hidden: bool = False) -> list[dict]:
+    """One row per model; ``hidden``: with the hidden-state stability statistics."""
     rows = []
     for n, rs in g.items():
         if not rs:
@@ -253,7 +254,8 @@ def rnn_table(g: dict[str, list[Run]], target: float) -> list[dict]:
                     rs, lambda r: score(r, ema_key(rs, loss=True), math.inf)).fmt(1, 4)
         row[f"steps to error ≤ {target * PP:.1f}%"] = sample(s for s, _ in steps).fmt(1, 0)
         row["reached"] = f"{sum(ok for _, ok in steps)}/{len(steps)}"
-        for k, label in ((F_HIDDEN_STD, "h_t"), (F_SUMMED_STD, "summed inputs")):
+        for k, label in ((F_HIDDEN_STD, "h_t"), (F_SUMMED_STD, "summed inputs")) if hidden \
+                else ():
             hs = [hidden_stats(r, k) for r in rs]
             if all(h is not None for h in hs):
                 row[f"{label}: log-std spread over t"] = sample(h[0] for h in hs).fmt(1, 3)
