@@ -16,12 +16,11 @@ from ..analysis.invariance import PAPER_TABLE, TRANSFORMATIONS
 from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED, Verdict,
                         all_of, exceeds, in_range, matches, sample, within)
 from .runs import DDP_EXPERIMENT, Inputs, Run, select
-from .scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, F_HIDDEN_STD, F_STEP,
-                      F_SUMMED_STD, F_TRAIN_LOSS, F_TRAIN_NLL, LAST_K, NORM_LABEL, PP,
-                      REGRESSION_TASKS, RNN_LABEL, RNN_NORMS, _fmt_range, _increase, _seeds_text,
-                      _uses_pop, arm, err_sample, err_table, error_key, has, hidden_stats,
-                      late_change, log_area, mean_curve, rnn_table, score, seq_len, steps_to, target_error,
-                      updates)
+from .scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, F_HIDDEN_STD, F_STEP, F_TRAIN_LOSS,
+                      F_TRAIN_NLL, LAST_K, NORM_LABEL, PP, REGRESSION_TASKS, RNN_LABEL, RNN_NORMS,
+                      _fmt_range, _increase, _seeds_text, _uses_pop, arm, err_sample, err_table,
+                      error_key, has, hidden_stats, late_change, log_area, mean_curve, rnn_table,
+                      score, seq_len, steps_to, target_error, updates)
 
 NOT_RUN = "not run"
 
@@ -458,9 +457,9 @@ def claim_rnn_hidden_stable(experiment: str, task: str):
             return not_run(f"sequences of T = {T} steps: instability (exploding or vanishing "
                            f"scales) needs T ≥ {MIN_HIDDEN_T} to show; the adding problem at "
                            f"T ≥ {MIN_HIDDEN_T} tests this claim")
-        key_field = F_SUMMED_STD if all(hidden_stats(r, F_SUMMED_STD) for r in rs) \
-            else F_HIDDEN_STD
-        what = "summed inputs" if key_field == F_SUMMED_STD else "h_t"
+        # The claim is about h_t. The raw summed inputs are shown beside it: LN-LSTM normalizes
+        # them before use, so their own scale is not what LN keeps stable.
+        key_field, what = F_HIDDEN_STD, "h_t"
         parts = []
         for i, how in enumerate(("spread over time steps", "drift over training")):
             f = lambda r, i=i: hidden_stats(r, key_field)[i]  # noqa: E731
@@ -477,7 +476,9 @@ def claim_rnn_hidden_stable(experiment: str, task: str):
                                f"Log-std spread over t: at the last evaluation, the std over time "
                                f"steps t ≥ 1 of log std({what}_t) (0: the same scale at every "
                                f"step). Drift over training: max − min over evaluations of the "
-                               f"time-averaged log std. Measured on a fixed test batch."],
+                               f"time-averaged log std. Measured on a fixed test batch. The "
+                               f"summed inputs' statistics (before any normalization) are in the "
+                               f"table for context: LN-LSTM normalizes them before use."],
                            caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
     return evaluate
 
