@@ -105,7 +105,7 @@ class Claim:
 def not_run(reason: str) -> ClaimResult:
     """Nothing to judge: ``reason`` says what is missing (its first clause is the key number)."""
     v = Verdict(INCONCLUSIVE, "no data: the rule cannot be applied", reason)
-    short = re.split(r"[;:(]", reason)[0].strip()
+    short = re.split(r";| \(", reason)[0].strip()
     return ClaimResult(v, short, [], measured=False)
 
 
@@ -454,9 +454,9 @@ def claim_rnn_hidden_stable(experiment: str, task: str):
             return not_run(f"the runs carry no per-step `{F_HIDDEN_STD}`")
         T = min(seq_len(r) for r in rs)
         if T < MIN_HIDDEN_T:
-            return not_run(f"sequences of T = {T} steps: instability (exploding or vanishing "
-                           f"scales) needs T ≥ {MIN_HIDDEN_T} to show; the adding problem at "
-                           f"T ≥ {MIN_HIDDEN_T} tests this claim")
+            return not_run(f"sequences of T = {T} steps (instability, exploding or vanishing "
+                           f"scales, needs T ≥ {MIN_HIDDEN_T} to show; the adding problem at "
+                           f"T ≥ {MIN_HIDDEN_T} tests this claim)")
         # The claim is about h_t. The raw summed inputs are shown beside it: LN-LSTM normalizes
         # them before use, so their own scale is not what LN keeps stable.
         key_field, what = F_HIDDEN_STD, "h_t"
