@@ -151,7 +151,7 @@ class Interval:
         return min(self.n_a, self.n_b)
 
     def text(self, scale: float = 1.0, unit: str = "") -> str:
-        s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
+        s = lambda x: f"{(0.0 if abs(x) < 1e-12 else x) * scale:.3g}{unit}"  # noqa: E731
         n = f"{self.n_a} pairs" if self.kind == "paired" else f"n = {self.n_a} vs {self.n_b}"
         if not self.defined:
             return f"d = {s(self.d)}; no {self.kind} t-interval with {n} (needs 2 or more)"
