@@ -93,6 +93,8 @@ def test_mlp_claims_use_the_papers_bn_and_eval_mode_nll(tmp_path):
     # LN's eval-mode train NLL ends 4x lower than BN's (on every layer)
     write_batch_experiment(tmp_path, "mlp_batch_size", errs,
                            layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
+    (tmp_path / "reproduce.json").write_text(json.dumps({"preset": "quick", "budgets": {
+        "mlp_batch_size": {"rule": "same updates", "text": "400 updates at every batch size"}}}))
     s = summary(tmp_path)
     assert s["6.6-bn"]["verdict"] == SUPPORTED
     assert s["6.6-ln"]["verdict"] == SUPPORTED
@@ -105,7 +107,8 @@ def test_mlp_claims_use_the_papers_bn_and_eval_mode_nll(tmp_path):
     # how it could be wrong: settings vs the paper, updates, seeds, BN scoring, the interval
     assert "Settings: digits; mlp width [128, 128]" in md and "784-1000-1000-10" in md
     assert "Updates per arm: batch norm, all layers @ batch 4 400" in md
-    assert "every arm made the same number of updates" in md
+    assert "Budget: 400 updates at every batch size; every arm made the same number of " \
+           "updates" in md
     assert "Seeds: 0-4 (5 per arm" in md
     assert "population statistics recomputed" in md and "EMA test error %" in md
     assert "95% paired t-interval" in md and "The test split varies with the seed" in md

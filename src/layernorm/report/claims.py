@@ -151,10 +151,9 @@ def _split_varies(run: Run) -> bool:
 
 
 def _budget(inp: Inputs, experiment: str, runs: list[Run]) -> str:
-    """The experiment's stated budget rule (``reproduce.json`` "budgets"), else what the update
-    counts show."""
-    stated = ((inp.meta.get("budgets") or {}).get(experiment) or {})
-    stated = stated.get("text") if isinstance(stated, dict) else stated
+    """The experiment's stated budget rule, and what the update counts show."""
+    stated = inp.budgets.get(experiment) or {}
+    stated = stated.get("text") if isinstance(stated, dict) else str(stated)
     counts = sorted({updates(r) for r in runs})
     shown = ("every arm made the same number of updates" if len(counts) == 1
              else "the arms made different numbers of updates")

@@ -146,6 +146,7 @@ class Inputs:
     ddp_rows: list[dict] | None = None                   # None: no ddp-batch-split folder
     ddp_error: str | None = None                         # two runs of a pair do not match
     unfinished: int = 0                                  # run directories without ``done``
+    budgets: dict = field(default_factory=dict)          # experiment -> {"rule", "text"}
 
     @property
     def empty(self) -> bool:
@@ -180,6 +181,20 @@ def _ddp(out: Path) -> tuple[list[dict] | None, str | None]:
                            f"({type(failure).__name__}: {failure}).") from None
 
 
+def _budgets(meta: dict) -> dict:
+    """How each batch-size experiment set its arms' training lengths: ``reproduce.json``'s
+    "budgets" when recorded, else the reproduction's ``BUDGETS`` (imported here, when a report
+    is built, so that importing the report loads no experiment code). The update count of every
+    arm is read from its runs either way."""
+    if isinstance(meta.get("budgets"), dict):
+        return meta["budgets"]
+    try:
+        from ..reproduce.experiments import BUDGETS
+    except ImportError:
+        return {}
+    return dict(BUDGETS)
+
+
 def read_inputs(out: str | Path) -> Inputs:
     """Read the output directory ``out`` (see the module docstring)."""
     out = Path(out)
@@ -206,4 +221,5 @@ def read_inputs(out: str | Path) -> Inputs:
                                        "run_invariance's results (Table 1)"),
                   geometry=geometry,
                   geometry_figures=sorted(gdir.glob("*.png")) if geometry else [],
-                  ddp_rows=ddp_rows, ddp_error=ddp_error, unfinished=unfinished)
+                  ddp_rows=ddp_rows, ddp_error=ddp_error, unfinished=unfinished,
+                  budgets=_budgets(meta))
