@@ -54,6 +54,8 @@ PAPER_SETTINGS = {
     "rnn_downloads": "summary B: IMDb sentiment and MSR Sentence Completion (a char-level LM on "
                      "tiny-shakespeare stands in for MSR)",
     "lstm_gain_init": "paper 6.2: attentive reader, LN-LSTM 240 units, CNN QA corpus",
+    "rnn_stability": "paper 3.1 argues LN stabilizes the hidden-to-hidden dynamics (no experiment "
+                     "of its own); summary B: a stable hidden-state distribution on IMDb / MSR",
 }
 
 
@@ -464,16 +466,17 @@ def claim_rnn_hidden_stable(experiment: str, task: str):
             f = lambda r, i=i: hidden_stats(r, key_field)[i]  # noqa: E731
             parts.append(exceeds(arm(g["none"], f), arm(g["layer"], f), DRIFT_MARGIN,
                                  a_name=f"LSTM {what} log-std {how}", b_name="LN-LSTM's"))
-        v = all_of(parts, f"the scale of the {what} moves less with LN-LSTM than with LSTM, both "
+        v = all_of(parts, f"the scale of {what} moves less with LN-LSTM than with LSTM, both "
                           f"along the sequence (T = {T}) and over training: each statistic lower "
                           f"by ≥ {DRIFT_MARGIN:g} over the whole {LEVEL:.0%} interval")
-        key = "; ".join(f"{how}: LSTM {p.interval.d:+.3f} above LN" for how, p in
-                        zip(("over t", "over training"), parts))
+        key = "; ".join(f"log-std {how}, LSTM − LN-LSTM: {p.interval.d:+.3f} "
+                        f"[{p.interval.lo:+.3f}, {p.interval.hi:+.3f}]" for how, p in
+                        zip(("spread over t", "drift over training"), parts))
         allr = [r for v_ in g.values() for r in v_]
         return ClaimResult(v, key, rnn_table(g, target_error(g), hidden=True),
                            rnn_figures(experiment, task, allr), notes=[
                                f"Log-std spread over t: at the last evaluation, the std over time "
-                               f"steps t ≥ 1 of log std({what}_t) (0: the same scale at every "
+                               f"steps t ≥ 1 of log std({what}) (0: the same scale at every "
                                f"step). Drift over training: max − min over evaluations of the "
                                f"time-averaged log std. Measured on a fixed test batch. The "
                                f"summed inputs' statistics (before any normalization) are in the "
