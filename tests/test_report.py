@@ -338,6 +338,14 @@ def test_json_errors_name_the_file(tmp_path, capsys, which):
     assert len(io.err.strip().splitlines()) == 1 and "Traceback" not in io.err
 
 
+def test_metrics_row_without_step_is_a_clear_error(tmp_path, capsys):
+    d = write_run(tmp_path, "mlp_batch_size/a", {"experiment": "mlp_batch_size", "norm": "layer",
+                                                 "batch_size": 4, "seed": 0}, ff_rows(0.1))
+    (d / "metrics.jsonl").write_text(json.dumps({"test_error": 0.1}) + "\n")
+    code, io = _cli([tmp_path], capsys)
+    assert code == 2 and "row 1 has no numeric 'step'" in io.err and str(d) in io.err
+
+
 def test_rejected_checkpoint_is_a_clear_error(tmp_path, capsys):
     import pickle
 

@@ -112,6 +112,12 @@ def load_runs(root: str | Path) -> list[Run]:
             raise ReportInputError(f"{cfg} holds a {type(config).__name__}, expected a JSON object "
                                    f"(the run's config). Delete {d} to train that run again.")
         rows = _read_metrics(d)
+        for i, row in enumerate(rows, 1):
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int | float):
+                raise ReportInputError(
+                    f"{d / 'metrics.jsonl'}: row {i} has no numeric 'step' (received "
+                    f"{str(row)[:80]}); every row the runner writes has one. Delete {d} to train "
+                    f"that run again.")
         if rows:
             runs.append(Run(d, config, rows, env if isinstance(env, dict) else {}))
     return runs
