@@ -318,8 +318,8 @@ def claim_ln_faster_than_bn(experiment: str, batches: tuple[int, ...], what: str
             c = arm(ln, lambda r: log_area(r, F_TRAIN_NLL, upto))
             parts.append(exceeds(a, c, FASTER_MARGIN, a_name=f"BN mean log train NLL at batch {b}",
                                  b_name="LN's", unit=" (log nats)"))
-            keys.append(f"batch {b}: BN/LN NLL ×{math.exp(a.mean - c.mean):.2f} "
-                        f"(geometric mean over evaluations to step {upto})")
+            keys.append(f"batch {b}: BN/LN train NLL ×{math.exp(a.mean - c.mean):.2f} "
+                        f"(to update {upto})")
         v = all_of(parts, f"at every batch size ({', '.join(map(str, batches))}), the mean over "
                           f"evaluations of log eval-mode training NLL (the area under the log "
                           f"curve, to the smallest update count of the two arms) is higher for BN "
