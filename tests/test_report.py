@@ -1,63 +1,22 @@
-"""Verdict rules and the report builder, on synthetic run directories (no training)."""
+"""The report builder on synthetic run directories (no training): which numbers each claim
+compares, how BN is scored, the totals, how each claim says it could be wrong, and bad input."""
 import json
-import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from layernorm import report as R
-from layernorm.verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Sample, all_of, exceeds,
-                                in_range, matches, sample, within)
+from layernorm.analysis.invariance import PAPER_TABLE
+from layernorm.report import claims as C
+from layernorm.report import scoring as S
+from layernorm.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = (25, 50, 100, 200, 400)
 
-# --- pure rules -------------------------------------------------------------------------------
-
-def test_exceeds_three_outcomes():
-    big = sample([0.30, 0.31, 0.29])
-    small = sample([0.10, 0.11, 0.09])
-    assert exceeds(big, small, 0.01).verdict == SUPPORTED
-    assert exceeds(small, big, 0.01).verdict == NOT_SUPPORTED           # reversed
-    tight = sample([0.100, 0.102, 0.098])
-    assert exceeds(sample([0.10, 0.101, 0.099]), tight, 0.01).verdict == NOT_SUPPORTED  # equal
-    noisy = sample([0.05, 0.40, 0.15])
-    assert exceeds(noisy, small, 0.01).verdict == INCONCLUSIVE          # seeds disagree
-    # a real but too-small difference is not support for a claim with a margin
-    v = exceeds(sample([0.105, 0.106, 0.104]), tight, 0.01)
-    assert v.verdict == NOT_SUPPORTED and "0.01" in v.rule
-
-
-def test_within_three_outcomes():
-    a = sample([0.10, 0.105, 0.095])
-    assert within(a, sample([0.105, 0.11, 0.10]), 0.02).verdict == SUPPORTED
-    assert within(a, sample([0.30, 0.31, 0.29]), 0.02).verdict == NOT_SUPPORTED
-    assert within(a, sample([0.05, 0.30, 0.12]), 0.02).verdict == INCONCLUSIVE
-
-
-def test_all_of_and_matches_and_range():
-    s = exceeds(sample([1, 1.1, 0.9]), sample([0, 0.1, -0.1]), 0.1)
-    n = exceeds(sample([0, 0.1, -0.1]), sample([1, 1.1, 0.9]), 0.1)
-    i = exceeds(sample([0, 3, -2]), sample([0, 0.1, -0.1]), 0.1)
-    assert all_of([s, s]).verdict == SUPPORTED
-    assert all_of([s, i]).verdict == INCONCLUSIVE
-    assert all_of([s, i, n]).verdict == NOT_SUPPORTED
-    assert matches({"a": True, "b": False}, {"a": True, "b": False}).verdict == SUPPORTED
-    assert matches({"a": True, "b": True}, {"a": True, "b": False}).verdict == NOT_SUPPORTED
-    assert matches({"a": True}, {"a": True, "b": False}).verdict == INCONCLUSIVE
-    assert in_range(-2.01, -2.05, -1.95).verdict == SUPPORTED
-    assert in_range(-0.1, -2.05, -1.95).verdict == NOT_SUPPORTED
-
-
-def test_sample_statistics_and_errors():
-    s = sample([1.0, 2.0, 3.0])
-    assert s.mean == 2.0 and math.isclose(s.std, 1.0) and math.isclose(s.se, 1 / math.sqrt(3))
-    with pytest.raises(ValueError, match="at least one value"):
-        Sample(())
-    with pytest.raises(ValueError, match="NaN"):
-        sample([1.0, float("nan")])
-    with pytest.raises(ValueError, match="margin"):
-        exceeds(s, s, -1)
-
-
-# --- synthetic run directories ----------------------------------------------------------------
 
 def write_run(root, name, config, rows, done=True):
     d = root / "runs" / name
@@ -69,130 +28,363 @@ def write_run(root, name, config, rows, done=True):
     return d
 
 
-def ff_rows(final_err, epochs=3, nll0=1.0):
+def ff_rows(final_err, *, nll_final=0.01, ema_err=None, fair=True, bn=False, spike=None):
+    """Evaluations at STEPS: error falls from 50% to ``final_err``, eval-mode train NLL from 1 to
+    ``nll_final`` (log-linearly). BN rows: ``test_error`` is the EMA score (``ema_err``),
+    ``eval_test_error`` the population-statistics one."""
     rows = []
-    for e in range(1, epochs + 1):
-        f = e / epochs
-        rows.append({"step": e * 10, "epoch": e, "train_loss": nll0 * (1.2 - f),
-                     "test_loss": 1.0, "test_error": 0.5 + (final_err - 0.5) * f,
-                     "wall_time": float(e)})
+    for i, s in enumerate(STEPS):
+        f = (i + 1) / len(STEPS)
+        err = 0.5 + (final_err - 0.5) * f
+        row = {"step": s, "epoch": s / 100, "train_loss": 1.0 - 0.5 * f, "test_loss": 1.0,
+               "test_error": err if ema_err is None else 0.5 + (ema_err - 0.5) * f,
+               "wall_time": float(i)}
+        if fair:
+            row["eval_train_nll"] = nll_final ** f
+            if bn:     # the runner's test_error is then the EMA score
+                row |= {"eval_test_error": err, "eval_test_loss": 1.0, "bn_scoring": "population"}
+            else:
+                row["test_error"] = err
+        rows.append(row)
+    if spike is not None:
+        rows[-1]["test_error"] += spike
     return rows
 
 
-def write_batch_experiment(root, exp, errs: dict, nll0: dict | None = None):
-    """errs[(norm, batch)] = list of final errors, one per seed."""
-    for (norm, b), vals in errs.items():
+def write_batch_experiment(root, exp, errs: dict, **kw):
+    """errs[(variant, batch)] = list of final errors, one per seed; variant "batch-all" is BN
+    with model_args bn_logits. kw[(variant)] -> ff_rows keywords."""
+    for (variant, b), vals in errs.items():
+        norm = "batch" if variant.startswith("batch") else variant
         for seed, err in enumerate(vals):
-            cfg = {"experiment": exp, "task": "digits", "model": "mlp", "norm": norm,
-                   "batch_size": b, "seed": seed, "model_args": {}, "data_args": {}}
-            write_run(root, f"{exp}/{norm}-b{b}-s{seed}", cfg,
-                      ff_rows(err, nll0=(nll0 or {}).get(norm, 1.0)))
+            margs = {"hidden": [128, 128]} | ({"bn_logits": True} if variant == "batch-all"
+                                              else {})
+            cfg = {"experiment": exp, "dataset": "digits", "model": "mlp", "norm": norm,
+                   "batch_size": b, "seed": seed, "steps": STEPS[-1], "eval_every": 25,
+                   "optimizer": "adam", "lr": 1e-3, "model_args": margs,
+                   "data_args": {"split_seed": seed}}
+            extra = kw.get(variant, {})
+            extra = extra(seed) if callable(extra) else extra
+            write_run(root, f"{exp}/{variant}-b{b}-s{seed}", cfg,
+                      ff_rows(err, bn=norm == "batch", **extra))
+
+
+def five(*centres, spread=0.001):
+    return [[c + spread * d for d in (-2, -1, 0, 1, 2)] for c in centres]
+
+
+def summary(root):
+    R.build_report(root)
+    return {r["claim"]: r for r in json.loads((root / "summary.json").read_text())}
 
 
 def verdicts(root):
-    R.build_report(root)
-    return {r["claim"]: r["verdict"] for r in json.loads((root / "summary.json").read_text())}
+    return {k: v["verdict"] for k, v in summary(root).items()}
 
 
-def test_report_bn_suffers_supported_and_ln_not_faster(tmp_path):
-    errs = {("batch", 128): [0.05, 0.06, 0.055], ("batch", 4): [0.20, 0.22, 0.21],
-            ("layer", 128): [0.05, 0.052, 0.051], ("layer", 4): [0.052, 0.05, 0.053],
-            ("none", 128): [0.07, 0.07, 0.072], ("none", 4): [0.08, 0.08, 0.081]}
-    # LN's training NLL is *higher* than BN's: "LN faster than BN" must come out not supported
-    write_batch_experiment(tmp_path, "mlp_batch_size", errs, nll0={"layer": 2.0, "batch": 1.0})
-    v = verdicts(tmp_path)
-    assert v["6.6-bn"] == SUPPORTED
-    assert v["6.6-ln"] == SUPPORTED
-    assert v["6.6-fast"] == NOT_SUPPORTED
+# --- 6.6: the MLP -----------------------------------------------------------------------------
+
+def test_mlp_claims_use_the_papers_bn_and_eval_mode_nll(tmp_path):
+    b128, b4 = five(0.010, 0.025)
+    errs = {("batch-all", 128): b128, ("batch-all", 4): b4,
+            ("batch", 128): b128, ("batch", 4): five(0.0105)[0],       # hidden-only: no rise
+            ("layer", 128): five(0.012)[0], ("layer", 4): five(0.013)[0],
+            ("none", 128): five(0.02)[0], ("none", 4): five(0.02)[0]}
+    # LN's eval-mode train NLL ends 4x lower than BN's (on every layer)
+    write_batch_experiment(tmp_path, "mlp_batch_size", errs,
+                           layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
+    (tmp_path / "reproduce.json").write_text(json.dumps({"preset": "quick", "budgets": {
+        "mlp_batch_size": {"rule": "same updates", "text": "400 updates at every batch size"}}}))
+    s = summary(tmp_path)
+    assert s["6.6-bn"]["verdict"] == SUPPORTED
+    assert s["6.6-ln"]["verdict"] == SUPPORTED
+    assert s["6.6-fast"]["verdict"] == SUPPORTED and "×" in s["6.6-fast"]["key"]
     md = (tmp_path / "report.md").read_text()
-    assert "## Summary" in md and "Reduced-scale run" in md
-    assert "figures/mlp_batch_size_curves.png" in md
+    # the hidden-only BN variant is judged by the same rule, shown, not counted
+    assert "Batch norm on the hidden layers only (`batch`), same rule, not counted: " \
+           "**not supported**" in md
+    assert "Judged with batch norm on every layer" in md
+    # how it could be wrong: settings vs the paper, updates, seeds, BN scoring, the interval
+    assert "Settings: digits; mlp width [128, 128]" in md and "784-1000-1000-10" in md
+    assert "Updates per arm: batch norm, all layers @ batch 4 400" in md
+    assert "Budget: 400 updates at every batch size; every arm made the same number of " \
+           "updates" in md
+    assert "Seeds: 0-4 (5 per arm" in md
+    assert "population statistics recomputed" in md and "EMA test error %" in md
+    assert "95% paired t-interval" in md and "The test split varies with the seed" in md
+    assert f"mean of its last {S.LAST_K} evaluations" in md
     assert (tmp_path / "figures" / "mlp_batch_size_error_vs_batch.png").stat().st_size > 1000
-    # claims whose experiment was not run say so, never guessed
-    assert v["6.7-bn-ln"] == R.NOT_RUN and v["table1"] == R.NOT_RUN
 
 
-def test_report_cnn_seed_claim_not_supported_and_inconclusive(tmp_path):
-    errs = {("batch", 128): [0.03, 0.031, 0.029], ("batch", 4): [0.035, 0.034, 0.036],
-            ("batch", 1): [0.04, 0.041, 0.039],                 # no collapse: not supported
-            ("layer", 128): [0.04, 0.041, 0.039], ("layer", 4): [0.02, 0.10, 0.30],  # noisy
-            ("layer", 1): [0.04, 0.04, 0.041],
-            ("none", 128): [0.08, 0.081, 0.079]}
+def test_trains_faster_needs_eval_mode_nll(tmp_path):
+    errs = {(n, b): five(0.02)[0] for n in ("batch", "layer") for b in (128, 4)}
+    write_batch_experiment(tmp_path, "mlp_batch_size", errs, batch={"fair": False},
+                           layer={"fair": False})
+    s = summary(tmp_path)
+    assert s["6.6-fast"]["verdict"] == R.NOT_RUN
+    assert "eval-mode training NLL" in s["6.6-fast"]["key"]
+    md = (tmp_path / "report.md").read_text()
+    assert "(`eval_train_nll`): the train-mode running loss" in md
+    # without population statistics, BN is scored (and labelled) with its running averages
+    assert "running averages (EMA" in md
+
+
+def test_bn_is_scored_with_population_statistics_not_the_ema(tmp_path):
+    # EMA says BN at batch 4 is terrible (+40 pp); population statistics say it is like batch 128
+    errs = {("batch", 128): five(0.02)[0], ("batch", 4): five(0.021)[0],
+            ("layer", 128): five(0.02)[0], ("layer", 4): five(0.02)[0]}
+    write_batch_experiment(tmp_path, "mlp_batch_size", errs, batch={"ema_err": 0.42})
+    s = summary(tmp_path)
+    assert s["6.6-bn"]["verdict"] == NOT_SUPPORTED
+    assert s["6.6-bn"]["key"].startswith("BN 4 vs 128: +0.0")
+
+
+def test_a_final_spike_does_not_decide_a_run():
+    # Adam's last iterate at batch 4 spikes (1.7% -> 5.9%): the run is scored on its last 3
+    rows = [{"step": s, "eval_test_error": 0.017} for s in STEPS]
+    rows[-1]["eval_test_error"] = 0.059
+    run = R.Run(Path("x"), {"seed": 0}, rows)
+    assert abs(S.score(run, S.F_ERROR_FAIR, k=1) - 0.059) < 1e-9
+    assert abs(S.score(run, S.F_ERROR_FAIR) - (0.017 * 2 + 0.059) / 3) < 1e-12
+
+
+# --- 6.7: the ConvNet, composites and totals --------------------------------------------------
+
+def test_cnn_composites_are_judged_from_their_parts_and_not_counted_again(tmp_path):
+    errs = {("batch", 128): five(0.030)[0], ("batch", 4): five(0.035)[0],
+            ("batch", 1): five(0.04)[0],                       # no collapse: not supported
+            ("layer", 128): five(0.040)[0], ("layer", 4): [0.02, 0.10, 0.30, 0.05, 0.04],
+            ("layer", 1): five(0.04)[0], ("none", 128): five(0.08)[0]}
     write_batch_experiment(tmp_path, "cnn_batch_size", errs)
-    v = verdicts(tmp_path)
-    assert v["seed-cnn-bn"] == NOT_SUPPORTED
-    assert v["seed-cnn-ln"] == INCONCLUSIVE
+    s = summary(tmp_path)
+    v = {k: r["verdict"] for k, r in s.items()}
+    assert v["cnn-bn-collapse"] == NOT_SUPPORTED
+    assert v["cnn-ln-stable"] == INCONCLUSIVE
     assert v["6.7-ln-none"] == SUPPORTED and v["6.7-bn-ln"] == SUPPORTED
-    # the paper's statement holds as a whole here, the seed's does not
-    assert v["6.7-paper"] == SUPPORTED and v["seed-cnn"] == NOT_SUPPORTED
+    assert v["6.7-paper"] == SUPPORTED and v["cnn-summary-b"] == NOT_SUPPORTED
+    assert s["6.7-paper"]["kind"] == "composite" and s["table1"]["kind"] == "check"
+    md = (tmp_path / "report.md").read_text()
+    claims = [r for r in s.values() if r["kind"] == "claim"]
+    counted = {k: sum(r["verdict"] == k for r in claims) for k in
+               (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, R.NOT_RUN)}
+    assert f"Claims ({len(claims)}, each once): supported: {counted[SUPPORTED]}," in md
+    assert counted[SUPPORTED] == 2          # 6.7-ln-none, 6.7-bn-ln; the composites not again
+    assert "Statements made of the claims above (not counted again): 6.7-paper supported; " \
+           "cnn-summary-b not supported" in md
 
 
-def test_unfinished_runs_are_ignored(tmp_path):
-    cfg = {"experiment": "mlp_batch_size", "norm": "batch", "batch_size": 4, "seed": 0}
-    write_run(tmp_path, "x", cfg, ff_rows(0.1), done=False)
-    assert R.load_runs(tmp_path) == []
+# --- RNNs -------------------------------------------------------------------------------------
+
+def rnn_rows(errs, hidden_std, mse=None):
+    rows = []
+    for i, (e, h) in enumerate(zip(errs, hidden_std)):
+        row = {"step": 50 * (i + 1), "epoch": 1, "train_loss": 2 * e, "test_loss": 2 * e,
+               "test_error": e, "wall_time": float(i), "hidden_mean": [0.0] * len(h),
+               "hidden_std": h}
+        if mse is not None:
+            row["test_mse"] = mse
+        rows.append(row)
+    return rows
 
 
-def rnn_rows(errs, hidden_std):
-    return [{"step": 50 * (i + 1), "epoch": 1, "train_loss": 2 * e, "test_loss": 2 * e,
-             "test_error": e, "wall_time": float(i), "hidden_mean": [0.0] * len(h),
-             "hidden_std": h} for i, (e, h) in enumerate(zip(errs, hidden_std))]
-
-
-def test_report_rnn_claims(tmp_path):
-    T = 6
+def write_rnn(root, exp, task, T, curves, drifting_norms=("none", "batch"), dataset=None):
     flat = [[0.0] + [0.3] * (T - 1)] * 4
-    drifting = [[0.0] + [0.1 * (k + 1) * (1 + t / T) for t in range(T - 1)] for k in range(4)]
-    curves = {"layer": [0.5, 0.2, 0.1, 0.1], "none": [0.8, 0.6, 0.4, 0.3],
-              "batch": [0.8, 0.5, 0.3, 0.2]}
+    drifting = [[0.0] + [0.05 * (k + 1) * 3 ** (t / T) for t in range(T - 1)] for k in range(4)]
     for norm, errs in curves.items():
-        for seed in range(3):
-            jitter = 0.01 * seed
-            cfg = {"experiment": "rnn_norms", "task": "mnist1d-seq", "norm": norm, "batch_size": 32,
-                   "seed": seed, "model_args": {}}
-            write_run(tmp_path, f"rnn/{norm}-{seed}", cfg,
-                      rnn_rows([e + jitter for e in errs], flat if norm == "layer" else drifting))
+        for seed in range(5):
+            jitter = 0.002 * seed
+            cfg = {"experiment": exp, "task": task, "dataset": dataset or task, "norm": norm,
+                   "batch_size": 32, "seed": seed, "steps": 200, "model": "rnn_classifier",
+                   "model_args": {"hidden": 48}, "data_args": {}}
+            write_run(root, f"{exp}/{task}-{norm}-{seed}", cfg,
+                      rnn_rows([e + jitter for e in errs],
+                               drifting if norm in drifting_norms else flat,
+                               mse=0.01 if dataset == "adding" else None))
+
+
+CURVES = {"layer": [0.5, 0.2, 0.1, 0.1], "none": [0.8, 0.6, 0.4, 0.3],
+          "batch": [0.8, 0.5, 0.3, 0.2]}
+
+
+def test_rnn_claims_and_hidden_stability_needs_long_sequences(tmp_path, monkeypatch):
+    import layernorm.report.figures as figures
+    monkeypatch.setattr(figures, "draw", lambda fig, inp, path: None)   # drawn once, below
+    write_rnn(tmp_path, "rnn_norms", "mnist1d-seq", 10, CURVES)
+    write_rnn(tmp_path, "rnn_norms", "adding", 30, CURVES, dataset="adding")
+    s = summary(tmp_path)
+    assert s["rnn-fast-mnist1d-seq"]["verdict"] == SUPPORTED
+    assert s["rnn-best-mnist1d-seq"]["verdict"] == SUPPORTED
+    # no stability experiment: one claim, not run, saying what it needs
+    assert "rnn-hidden-mnist1d-seq" not in s
+    assert s["rnn-hidden-adding"]["verdict"] == R.NOT_RUN
+    assert "rnn_stability" in s["rnn-hidden-adding"]["key"]
+    md = (tmp_path / "report.md").read_text()
+    assert "test MSE (mean of last 3)" in md          # the adding problem reports its MSE
+    # a stability experiment at T = 30 is refused; at T = 120 it is judged
+    write_rnn(tmp_path, "rnn_stability", "adding", 30, CURVES, dataset="adding")
+    s = summary(tmp_path)
+    assert s["rnn-hidden-adding"]["verdict"] == R.NOT_RUN and "T = 30" in \
+        s["rnn-hidden-adding"]["key"]
+    import shutil
+    shutil.rmtree(tmp_path / "runs" / "rnn_stability")
+    write_rnn(tmp_path, "rnn_stability", "adding", 120, CURVES, dataset="adding")
+    monkeypatch.undo()
+    s = summary(tmp_path)
+    assert s["rnn-hidden-adding"]["verdict"] == SUPPORTED
+    assert (tmp_path / "figures" / "rnn_stability_adding_hidden.png").exists()
+
+
+def test_gain_init(tmp_path):
     for gain, errs in ((1.0, [0.5, 0.2, 0.1, 0.1]), (0.1, [0.8, 0.6, 0.3, 0.2])):
-        for seed in range(3):
+        for seed in range(5):
             cfg = {"experiment": "lstm_gain_init", "task": "mnist1d-seq", "norm": "layer",
                    "batch_size": 32, "seed": seed, "model_args": {"gain_init": gain}}
-            write_run(tmp_path, f"gain/{gain}-{seed}", cfg, rnn_rows(errs, flat))
-    v = verdicts(tmp_path)
-    assert v["rnn-fast-mnist1d-seq"] == SUPPORTED
-    assert v["rnn-best-mnist1d-seq"] == SUPPORTED
-    assert v["rnn-hidden-mnist1d-seq"] == SUPPORTED
-    assert v["6.2-gain"] == SUPPORTED
-    assert (tmp_path / "figures" / "rnn_norms_mnist1d-seq_hidden.png").exists()
+            write_run(tmp_path, f"gain/{gain}-{seed}", cfg,
+                      rnn_rows([e + 0.002 * seed for e in errs], [[0.0, 0.3]] * 4))
+    assert verdicts(tmp_path)["6.2-gain"] == SUPPORTED
 
 
-def test_report_analysis_claims(tmp_path):
+# --- analysis ---------------------------------------------------------------------------------
+
+def write_analysis(root, ln_ratio=0.25, none_ratio=0.27, none_exponent=0.05, differ=True):
     inv = {m: {t: {"invariant": bool(ok), "max_abs_change": 0.0 if ok else 1.0}
-               for t, ok in cells.items()} for m, cells in R.PAPER_TABLE1.items()}
-    inv["weight"]["dataset_rescaling"] = {"invariant": True, "max_abs_change": 0.0}  # one differs
-    (tmp_path / "analysis" / "geometry").mkdir(parents=True)
-    (tmp_path / "analysis" / "invariance.json").write_text(json.dumps(inv))
-    layer = {"norm_growth": 2.0, "eff_lr_early": 0.02, "eff_lr_late": 0.005,
-             "eff_lr_exponent_vs_norm": -2.0}
+               for t, ok in cells.items()} for m, cells in PAPER_TABLE.items()}
+    if differ:
+        inv["weight"]["dataset_rescaling"] = {"invariant": True, "max_abs_change": 0.0}
+    (root / "analysis" / "geometry").mkdir(parents=True, exist_ok=True)
+    (root / "analysis" / "invariance.json").write_text(json.dumps(inv))
+
+    def run(ratio):
+        return {"steps": 200, "summary": {"layers": [{
+            "norm_growth": 2.0, "eff_lr_early": 0.02, "eff_lr_late": 0.02 * ratio,
+            "eff_lr_exponent_vs_norm": -2.0}], "fisher_decay_exponent": -2.0}}
     geo = {"curvature": {"methods": {
         "layer": {"main": "W", "exponent": -2.0}, "batch": {"main": "w_i", "exponent": -1.99},
-        "weight": {"main": "w_i", "exponent": -2.01}, "none": {"main": "w_i", "exponent": 0.05}}},
-        "training": {"layer/sgd": {"summary": {"layers": [layer]}}}}
-    (tmp_path / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
-    v = verdicts(tmp_path)
-    assert v["table1"] == NOT_SUPPORTED
-    assert v["5.2-curvature"] == SUPPORTED and v["5.2-lr-decay"] == SUPPORTED
+        "weight": {"main": "w_i", "exponent": -2.01},
+        "none": {"main": "w_i", "exponent": none_exponent}}},
+        "training": {"layer/sgd": run(ln_ratio), "none/sgd": run(none_ratio)}}
+    (root / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
+
+
+def test_analysis_checks_and_the_lr_decay_against_no_norm(tmp_path):
+    write_analysis(tmp_path)
+    s = summary(tmp_path)
+    assert s["table1"]["verdict"] == NOT_SUPPORTED and s["table1"]["kind"] == "check"
+    assert s["5.2-curvature"]["verdict"] == SUPPORTED
+    # LN's effective lr falls as much as the un-normalized network's: nothing LN adds
+    assert s["5.2-lr-decay"]["verdict"] == NOT_SUPPORTED and s["5.2-lr-decay"]["kind"] == "claim"
+    md = (tmp_path / "report.md").read_text()
+    assert "Checks (deterministic measurements, no seeds): 1/2 hold" in md
+    assert "weight/dataset_rescaling" in md
+    write_analysis(tmp_path, ln_ratio=0.1, none_ratio=0.27, differ=False)
+    s = summary(tmp_path)
+    assert s["5.2-lr-decay"]["verdict"] == SUPPORTED and s["table1"]["verdict"] == SUPPORTED
+    assert "Checks (deterministic measurements, no seeds): 2/2 hold" in \
+        (tmp_path / "report.md").read_text()
     # a plain GLM whose curvature also fell like d^-2 would refute the contrast
-    geo["curvature"]["methods"]["none"]["exponent"] = -2.0
-    (tmp_path / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
+    write_analysis(tmp_path, none_exponent=-2.0)
     assert verdicts(tmp_path)["5.2-curvature"] == NOT_SUPPORTED
-    assert "weight/dataset_rescaling" in (tmp_path / "report.md").read_text()
 
 
-def test_report_cli_and_bad_dir(tmp_path, capsys):
+def test_table1_is_the_analysis_modules_and_claims_draw_nothing():
+    assert R.PAPER_TABLE1 is PAPER_TABLE
+    assert C.STABLE_MARGIN <= C.SUFFERS_MARGIN
+    code = ("import sys, layernorm.report.claims, layernorm.report.runs; "
+            "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+def _cli(args, capsys):
     from layernorm.cli import main
-    with pytest.raises(FileNotFoundError, match="--out"):
-        R.build_report(tmp_path / "nope")
-    assert main(["report", str(tmp_path / "nope")]) == 2
-    assert "--out" in capsys.readouterr().err
-    assert main(["report", str(tmp_path)]) == 0
-    assert "6.6-bn" in capsys.readouterr().out
+    code = main(["report", *map(str, args)])
+    return code, capsys.readouterr()
+
+
+def test_missing_file_empty_and_unfinished(tmp_path, capsys):
+    code, io = _cli([tmp_path / "nope"], capsys)
+    assert code == 2 and "does not exist" in io.err and "--out" in io.err
+    (tmp_path / "f.txt").write_text("x")
+    code, io = _cli([tmp_path / "f.txt"], capsys)
+    assert code == 2 and "which is a file" in io.err and "Traceback" not in io.err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, io = _cli([empty], capsys)
+    assert code == 2 and "nothing to judge" in io.err and len(io.err.strip().splitlines()) == 1
+    assert not (empty / "report.md").exists()
+    write_run(empty, "mlp_batch_size/x", {"experiment": "mlp_batch_size", "norm": "batch",
+                                          "batch_size": 4, "seed": 0}, ff_rows(0.1), done=False)
+    assert R.load_runs(empty) == []
+    code, io = _cli([empty], capsys)
+    assert code == 2 and "1 run directories have no `done`" in io.err
+
+
+@pytest.mark.parametrize("which", ["config.json", "env.json", "reproduce.json",
+                                   "invariance.json"])
+def test_json_errors_name_the_file(tmp_path, capsys, which):
+    d = write_run(tmp_path, "mlp_batch_size/a", {"experiment": "mlp_batch_size", "norm": "layer",
+                                                 "batch_size": 4, "seed": 0}, ff_rows(0.1))
+    path = {"config.json": d / "config.json", "env.json": d / "env.json",
+            "reproduce.json": tmp_path / "reproduce.json",
+            "invariance.json": tmp_path / "analysis" / "invariance.json"}[which]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"preset": "quick", ')
+    code, io = _cli([tmp_path], capsys)
+    assert code == 2 and str(path) in io.err and "not valid JSON" in io.err
+    assert len(io.err.strip().splitlines()) == 1 and "Traceback" not in io.err
+
+
+def test_metrics_row_without_step_is_a_clear_error(tmp_path, capsys):
+    d = write_run(tmp_path, "mlp_batch_size/a", {"experiment": "mlp_batch_size", "norm": "layer",
+                                                 "batch_size": 4, "seed": 0}, ff_rows(0.1))
+    (d / "metrics.jsonl").write_text(json.dumps({"test_error": 0.1}) + "\n")
+    code, io = _cli([tmp_path], capsys)
+    assert code == 2 and "row 1 has no numeric 'step'" in io.err and str(d) in io.err
+
+
+def test_rejected_checkpoint_is_a_clear_error(tmp_path, capsys):
+    import pickle
+
+    import torch
+    exp = tmp_path / "runs" / R.DDP_EXPERIMENT
+    for name in ("layer", "layer-w2"):
+        d = exp / name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"experiment": R.DDP_EXPERIMENT,
+                                                   "norm": "layer", "batch_size": 8}))
+        (d / "done").write_text("{}")
+        torch.save({"step": 1, "model": {"w": torch.zeros(2)}}, d / "checkpoint.pt")
+    # a pickle that weights_only=True rejects (an arbitrary global)
+    with open(exp / "layer-w2" / "checkpoint.pt", "wb") as f:
+        pickle.dump({"step": 1, "model": {"w": subprocess.Popen}}, f, protocol=2)
+    code, io = _cli([tmp_path], capsys)
+    assert code == 2 and "layer-w2/checkpoint.pt cannot be read as a checkpoint" in io.err
+    assert len(io.err.strip().splitlines()) == 1 and "Traceback" not in io.err
+
+
+def test_no_tmp_left_after_a_failed_write_and_stale_ones_removed(tmp_path, monkeypatch):
+    write_analysis(tmp_path)
+    stale = tmp_path / ".report.md.abc123.tmp"
+    stale.write_text("half a report")
+    import layernorm._io as io_mod
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(io_mod.os, "replace", fail)
+    with pytest.raises(OSError, match="No space"):
+        R.build_report(tmp_path)
+    monkeypatch.undo()
+    left = [p.name for p in tmp_path.rglob("*.tmp")]
+    assert left == [], left
+    R.build_report(tmp_path)
+    assert (tmp_path / "report.md").exists() and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_cli_prints_the_summary(tmp_path, capsys):
+    write_analysis(tmp_path)
+    code, io = _cli([tmp_path], capsys)
+    assert code == 0 and "table1" in io.out and "check" in io.out

@@ -53,7 +53,7 @@ def test_three_facts_supported_and_section_written(tmp_path):
     assert "1.0e-01" in s["ddp-bn"]["key"] and "1 x 8 vs 2 x 4" in s["ddp-bn"]["key"]
     md = (tmp_path / "report.md").read_text()
     assert "## Distributed: 1 process x batch 8 vs 2 processes x 4" in md
-    assert "(#ddp-bn-sync) | issue 8 | ✅ supported |" in md               # a summary row
+    assert "(#ddp-bn-sync) | docs/distributed.md | ✅ holds |" in md    # a summary row
     # the rows as a table, printed once and referred to by the other two claims
     assert md.count("| batch + sync | 1 x 8 vs 2 x 4 | 6 |") == 1
     assert md.count("Measured numbers: the table under [ddp-ln](#ddp-ln).") == 2
@@ -71,6 +71,8 @@ def test_ln_that_differs_is_not_supported(tmp_path):
 
 def test_no_runs_is_not_run_with_the_commands(tmp_path):
     (tmp_path / "reproduce.json").write_text(json.dumps({"preset": "tiny"}))
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "invariance.json").write_text("{}")   # something else to judge
     s = summary(tmp_path)
     assert {c: s[c]["verdict"] for c in DDP_CLAIMS} == dict.fromkeys(DDP_CLAIMS, R.NOT_RUN)
     md = (tmp_path / "report.md").read_text()

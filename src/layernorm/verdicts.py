@@ -1,32 +1,39 @@
 """Verdict rules: pure functions that turn measured numbers (one value per seed) into
 "supported" / "not supported" / "inconclusive", each with the sentence that states its rule.
 
-Every comparison works on the difference of two means, ``d = mean(a) - mean(b)``, and its standard
-error ``se = sqrt(var(a)/n_a + var(b)/n_b)`` (sample variances over seeds). The interval
-``[d - 2 se, d + 2 se]`` is the rough 95% range of the true difference. A claim also names a margin
-``m`` (in the metric's units): how large a difference must be to matter.
+Every comparison works on the difference ``d = mean(a) - mean(b)`` and its 95% t-interval
+``[lo, hi]``:
+
+    paired (the two arms ran the same seeds: same initial weights, data order and test split)
+        d_s = a_s - b_s per seed; d = mean(d_s), se = std(d_s) / sqrt(n), df = n - 1
+    Welch (otherwise)
+        se = sqrt(var(a)/n_a + var(b)/n_b),
+        df = se^4 / ((var(a)/n_a)^2 / (n_a - 1) + (var(b)/n_b)^2 / (n_b - 1))   (Welch-Satterthwaite)
+    interval  d ± t_{0.975, df} · se
+
+A claim also names a margin ``m`` (in the metric's units): how large a difference must be to matter.
 
     exceeds(a, b, m)    "a is larger than b by a margin that matters"
-        supported      d - 2 se > 0 and d >= m     (a difference that is both real and large enough)
-        not supported  d + 2 se < m                (any difference is surely smaller than m,
-                                                    including a reversed one)
-        inconclusive   otherwise                   (seeds disagree too much to tell)
+        supported      lo >= m          (the whole interval beyond the margin)
+        not supported  hi < m           (the whole interval short of it, a reversal included)
+        inconclusive   otherwise        (the interval straddles m: d ≈ m is never a coin flip)
 
-    within(a, b, m)     "a and b are the same up to m" (e.g. LN is stable across batch sizes)
-        supported      -m <= d - 2 se and d + 2 se <= m
-        not supported  d - 2 se > m or d + 2 se < -m
+    within(a, b, m)     "a and b are the same up to m" (an equivalence claim)
+        supported      -m <= lo and hi <= m     (the whole interval inside the band)
+        not supported  lo > m or hi < -m        (the whole interval outside it)
         inconclusive   otherwise
 
     all_of(v1, v2, ...) supported if all are supported, not supported if any is not supported,
                         inconclusive otherwise.
 
-Fewer than ``MIN_SEEDS`` (3) values on either side: inconclusive, whatever the numbers (one or two
-seeds give no usable spread). With 3 seeds, 2 standard errors is a lenient interval (a t-interval
-would use ~2.8-4.3); the margins keep a tiny but "significant" difference from counting as
-support.
+Fewer than ``MIN_SEEDS`` (5) values on either side (or pairs, for a paired difference):
+inconclusive, whatever the numbers. Below 5 the interval is honest but uninformative (t = 4.3 at
+df = 2, 3.2 at df = 3) and a sample standard deviation from 2-4 values is itself too noisy to
+trust the t-distribution's tails.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -35,23 +42,32 @@ SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
-MIN_SEEDS = 3
+MIN_SEEDS = 5
+LEVEL = 0.95          # two-sided confidence level of every interval
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One measured quantity over seeds."""
+    """One measured quantity over seeds; ``seeds`` (optional, one per value) lets two samples be
+    paired seed by seed."""
     values: tuple[float, ...]
+    seeds: tuple | None = None
 
     def __post_init__(self):
         if len(self.values) == 0:
             raise ValueError("Sample expected at least one value (one per seed), received none. "
                              "Check that the runs of this configuration finished (a 'done' file).")
-        if not all(math.isfinite(v) for v in self.values):
-            # A diverged run (NaN loss) is kept as +inf error by the caller; NaN is not comparable.
-            if any(math.isnan(v) for v in self.values):
-                raise ValueError(f"Sample received NaN among {self.values}; map diverged runs to "
-                                 f"a worst-case value (e.g. error 1.0) before comparing.")
+        if any(math.isnan(v) for v in self.values):
+            # A diverged run (NaN loss) is kept as a worst-case value by the caller.
+            raise ValueError(f"Sample received NaN among {self.values}; map diverged runs to "
+                             f"a worst-case value (e.g. error 1.0) before comparing.")
+        if self.seeds is not None:
+            if len(self.seeds) != len(self.values):
+                raise ValueError(f"Sample expected one seed per value, received "
+                                 f"{len(self.seeds)} seeds for {len(self.values)} values.")
+            if len(set(self.seeds)) != len(self.seeds):
+                raise ValueError(f"Sample expected distinct seeds, received {self.seeds}: two runs "
+                                 f"of one configuration with the same seed are the same run.")
 
     @property
     def n(self) -> int:
@@ -73,12 +89,111 @@ class Sample:
     def se(self) -> float:
         return self.std / math.sqrt(self.n)
 
+    def by_seed(self) -> dict:
+        if self.seeds is None:
+            raise ValueError("this Sample has no seeds, so it cannot be paired; build it with "
+                             "sample(values, seeds=...).")
+        return dict(zip(self.seeds, self.values))
+
     def fmt(self, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
         return f"{self.mean * scale:.{digits}f} ± {self.std * scale:.{digits}f}{unit} (n={self.n})"
 
 
-def sample(values: Iterable[float]) -> Sample:
-    return Sample(tuple(float(v) for v in values))
+def sample(values: Iterable[float], seeds: Iterable | None = None) -> Sample:
+    return Sample(tuple(float(v) for v in values), None if seeds is None else tuple(seeds))
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom
+    (``df = inf``: the normal quantile)."""
+    if not df > 0:
+        raise ValueError(f"t_quantile expected df > 0, received {df}.")
+    from scipy.stats import norm, t
+    q = 0.5 + level / 2
+    return float(norm.ppf(q) if math.isinf(df) else t.ppf(q, df))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The t-interval of a difference d: ``kind`` is "paired" or "Welch"."""
+    d: float
+    se: float
+    df: float
+    kind: str
+    n_a: int
+    n_b: int
+    level: float = LEVEL
+
+    @property
+    def t(self) -> float:
+        return t_quantile(self.df, self.level) if self.df > 0 else math.inf
+
+    @property
+    def defined(self) -> bool:
+        """Each arm (or the pairs) has >= 2 values, so a spread can be estimated."""
+        return self.n >= 2
+
+    @property
+    def lo(self) -> float:
+        if not self.defined:
+            return -math.inf
+        return self.d - self.t * self.se if self.se > 0 else self.d
+
+    @property
+    def hi(self) -> float:
+        if not self.defined:
+            return math.inf
+        return self.d + self.t * self.se if self.se > 0 else self.d
+
+    @property
+    def n(self) -> int:
+        return min(self.n_a, self.n_b)
+
+    def text(self, scale: float = 1.0, unit: str = "") -> str:
+        s = lambda x: f"{(0.0 if abs(x) < 1e-12 else x) * scale:.3g}{unit}"  # noqa: E731
+        n = f"{self.n_a} pairs" if self.kind == "paired" else f"n = {self.n_a} vs {self.n_b}"
+        if not self.defined:
+            return f"d = {s(self.d)}; no {self.kind} t-interval with {n} (needs 2 or more)"
+        return (f"d = {s(self.d)}, {self.level:.0%} {self.kind} t-interval [{s(self.lo)}, "
+                f"{s(self.hi)}] (se {s(self.se)}, df {self.df:.3g}, t {self.t:.3g}, {n})")
+
+
+def welch_interval(a: Sample, b: Sample, level: float = LEVEL) -> Interval:
+    """d = mean(a) - mean(b) with the Welch-Satterthwaite degrees of freedom."""
+    va, vb = a.std ** 2 / a.n, b.std ** 2 / b.n
+    se = math.sqrt(va + vb)
+    den = (va ** 2 / (a.n - 1) if a.n > 1 else 0.0) + (vb ** 2 / (b.n - 1) if b.n > 1 else 0.0)
+    df = (va + vb) ** 2 / den if den > 0 else float(max(a.n + b.n - 2, 0))
+    return Interval(a.mean - b.mean, se, df, "Welch", a.n, b.n, level)
+
+
+def paired_interval(a: Sample, b: Sample, level: float = LEVEL) -> Interval:
+    """d = mean over the seeds both samples ran of a_s - b_s; df = pairs - 1."""
+    am, bm = a.by_seed(), b.by_seed()
+    common = [s for s in am if s in bm]
+    if not common:
+        raise ValueError(f"paired_interval expected samples sharing seeds, received seeds "
+                         f"{sorted(am)} and {sorted(bm)}.")
+    diff = sample(am[s] - bm[s] for s in common)
+    return Interval(diff.mean, diff.se, float(diff.n - 1), "paired", diff.n, diff.n, level)
+
+
+def paired_ok(a: Sample, b: Sample) -> bool:
+    """The two arms ran exactly the same seeds (so each seed is a matched pair)."""
+    return a.seeds is not None and b.seeds is not None and set(a.seeds) == set(b.seeds)
+
+
+def difference(a: Sample, b: Sample, paired: bool | None = None,
+               level: float = LEVEL) -> Interval:
+    """The interval of mean(a) - mean(b): paired when both ran the same seeds (``paired=None``),
+    or as asked (``paired=True`` on samples without matching seeds is an error)."""
+    if paired is None:
+        paired = paired_ok(a, b)
+    if paired and not paired_ok(a, b):
+        raise ValueError(f"a paired difference expected two samples with the same seeds, received "
+                         f"{a.seeds} and {b.seeds}. Pass paired=False for a Welch interval.")
+    return paired_interval(a, b, level) if paired else welch_interval(a, b, level)
 
 
 @dataclass(frozen=True)
@@ -87,16 +202,11 @@ class Verdict:
     rule: str                  # the rule, in words, with its numbers filled in
     detail: str = ""           # the measured numbers the rule was applied to
     parts: tuple["Verdict", ...] = field(default=())
+    interval: Interval | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, received {self.verdict!r}")
-
-
-def _diff(a: Sample, b: Sample) -> tuple[float, float]:
-    d = a.mean - b.mean
-    se = math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
-    return d, se
 
 
 def _check_margin(margin: float, who: str) -> None:
@@ -105,46 +215,44 @@ def _check_margin(margin: float, who: str) -> None:
                          f"the smallest difference that matters, in the metric's units.")
 
 
-def _compare(a: Sample, b: Sample, margin: float, who: str, decide, rule: str, *,
+def _compare(a: Sample, b: Sample, margin: float, who: str, decide, rule: str, *, paired,
              unit: str, scale: float) -> Verdict:
-    """The interval [d - 2 se, d + 2 se] of d = mean(a) - mean(b), judged by ``decide(d, lo, hi)``
-    (returns SUPPORTED / NOT_SUPPORTED / INCONCLUSIVE); too few seeds or NaN: inconclusive."""
+    """The t-interval [lo, hi] of d = mean(a) - mean(b), judged by ``decide(lo, hi)``;
+    fewer than MIN_SEEDS values (or pairs): inconclusive."""
     _check_margin(margin, who)
-    d, se = _diff(a, b)
-    lo, hi = d - 2 * se, d + 2 * se
-    few = min(a.n, b.n) < MIN_SEEDS
-    v = INCONCLUSIVE if few or math.isnan(lo) or math.isnan(hi) else decide(d, lo, hi)
-    s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
-    detail = f"d = {s(d)}, se = {s(se)}, 2-se interval [{s(lo)}, {s(hi)}]" + \
-        (f"; only {min(a.n, b.n)} seed(s), the rule needs >= {MIN_SEEDS}" if few else "")
-    return Verdict(v, rule.format(m=s(margin)), detail)
+    iv = difference(a, b, paired)
+    few = iv.n < MIN_SEEDS
+    v = INCONCLUSIVE if few or math.isnan(iv.lo) or math.isnan(iv.hi) else decide(iv.lo, iv.hi)
+    detail = iv.text(scale, unit) + (f"; only {iv.n} seed(s), the rule needs ≥ {MIN_SEEDS}"
+                                     if few else "")
+    return Verdict(v, rule.format(m=f"{margin * scale:.3g}{unit}"), detail, interval=iv)
 
 
 def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
-            unit: str = "", scale: float = 1.0) -> Verdict:
+            unit: str = "", scale: float = 1.0, paired: bool | None = None) -> Verdict:
     """Claim: ``a`` is larger than ``b`` by a difference that matters (>= margin). See module doc.
 
     ``scale`` and ``unit`` only affect how numbers are printed (e.g. 100, " pp" for errors).
     """
-    def decide(d, lo, hi):
-        if lo > 0 and d >= margin:
+    def decide(lo, hi):
+        if lo >= margin:
             return SUPPORTED
         return NOT_SUPPORTED if hi < margin else INCONCLUSIVE
-    rule = (f"{a_name} − {b_name} = d; supported if d − 2·se > 0 and d ≥ {{m}}, "
-            f"not supported if d + 2·se < {{m}}, else inconclusive")
-    return _compare(a, b, margin, "exceeds", decide, rule, unit=unit, scale=scale)
+    rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is ≥ {{m}}, "
+            f"not supported if the whole interval is < {{m}}, else inconclusive")
+    return _compare(a, b, margin, "exceeds", decide, rule, paired=paired, unit=unit, scale=scale)
 
 
 def within(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
-           unit: str = "", scale: float = 1.0) -> Verdict:
+           unit: str = "", scale: float = 1.0, paired: bool | None = None) -> Verdict:
     """Claim: ``a`` and ``b`` agree to within ``margin`` (an equivalence claim). See module doc."""
-    def decide(d, lo, hi):
+    def decide(lo, hi):
         if -margin <= lo and hi <= margin:
             return SUPPORTED
         return NOT_SUPPORTED if lo > margin or hi < -margin else INCONCLUSIVE
-    rule = (f"{a_name} − {b_name} = d; supported if [d − 2·se, d + 2·se] lies inside ±{{m}}, "
-            f"not supported if it lies entirely outside, else inconclusive")
-    return _compare(a, b, margin, "within", decide, rule, unit=unit, scale=scale)
+    rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval lies inside "
+            f"±{{m}}, not supported if it lies entirely outside, else inconclusive")
+    return _compare(a, b, margin, "within", decide, rule, paired=paired, unit=unit, scale=scale)
 
 
 def all_of(parts: Sequence[Verdict], rule: str = "") -> Verdict:
@@ -188,14 +296,17 @@ def matches(measured: dict, expected: dict, *, what: str = "cell") -> Verdict:
 
 
 def in_range(value: Sample | float, lo: float, hi: float, *, name: str = "value") -> Verdict:
-    """Claim: a measured number lies in [lo, hi]. For a Sample, the 2-se interval of its mean is
-    used: supported if inside, not supported if entirely outside, inconclusive if it straddles."""
+    """Claim: a measured number lies in [lo, hi]. A plain number (one deterministic measurement)
+    is compared directly; for a Sample the t-interval of its mean is used (and fewer than
+    MIN_SEEDS values are inconclusive): supported if inside, not supported if entirely outside,
+    inconclusive if it straddles."""
     if isinstance(value, Sample):
-        m, se = value.mean, value.se
+        m, half = value.mean, t_quantile(value.n - 1) * value.se if value.n > 1 else math.inf
+        few = value.n < MIN_SEEDS
     else:
-        m, se = float(value), 0.0
-    a, b = m - 2 * se, m + 2 * se
-    if math.isnan(m):
+        m, half, few = float(value), 0.0, False
+    a, b = m - half, m + half
+    if math.isnan(m) or few:
         v = INCONCLUSIVE
     elif lo <= a and b <= hi:
         v = SUPPORTED
@@ -203,6 +314,8 @@ def in_range(value: Sample | float, lo: float, hi: float, *, name: str = "value"
         v = NOT_SUPPORTED
     else:
         v = INCONCLUSIVE
-    rule = (f"supported if {name} (± 2·se) lies in [{lo:g}, {hi:g}], not supported if entirely "
+    how = f" ({LEVEL:.0%} t-interval)" if isinstance(value, Sample) else ""
+    rule = (f"supported if {name}{how} lies in [{lo:g}, {hi:g}], not supported if entirely "
             f"outside, else inconclusive")
-    return Verdict(v, rule, f"{name} = {m:.4g} ± {2 * se:.2g}")
+    detail = f"{name} = {m:.4g}" + (f" ± {half:.2g}" if half else "")
+    return Verdict(v, rule, detail)

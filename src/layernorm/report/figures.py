@@ -1,0 +1,208 @@
+"""The report's figures (matplotlib, Agg): ``draw(figure, inputs, path)`` for the ``Figure``s the
+claims ask for. Nothing here decides a verdict."""
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+from .._io import atomic_write_bytes
+from .claims import Figure
+from .scoring import (F_ERROR, F_HIDDEN_MEAN, F_HIDDEN_STD, F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL,
+                      PP, RNN_LABEL, RNN_NORMS, _num, error_key, score)
+from .runs import Inputs, Run, select
+
+COLORS = {"none": "tab:gray", "batch": "tab:blue", "batch-all": "tab:cyan", "layer": "tab:red", "weight": "tab:green",
+          "rms": "tab:purple"}
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _norms_present(runs, order=("none", "batch", "batch-all", "layer", "weight", "rms")):
+    have = {r.variant for r in runs}
+    return [n for n in order if n in have]
+
+
+def _batches_present(runs):
+    return sorted({r.batch_size for r in runs}, reverse=True)
+
+
+def _mean_std_curve(runs: list[Run], xkey: str, ykey: str, bad: float):
+    n = min(len(r.rows) for r in runs)
+    xs = [float(runs[0].rows[i].get(xkey, i)) for i in range(n)]
+    ys = [[_num(r.rows[i].get(ykey), bad) for r in runs] for i in range(n)]
+    mean = [sum(v) / len(v) for v in ys]
+    std = [math.sqrt(sum((a - m) ** 2 for a in v) / max(len(v) - 1, 1)) for v, m in zip(ys, mean)]
+    return xs, mean, std
+
+
+def _save(fig, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    _plt().close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _band(ax, xs, mean, std, **kw):
+    line, = ax.plot(xs, mean, **kw)
+    ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                    color=line.get_color(), alpha=0.15, linewidth=0)
+
+
+def _loss_key(runs: list[Run]) -> tuple[str, str]:
+    if all(r.rows and all(row.get(F_TRAIN_NLL) is not None for row in r.rows) for r in runs):
+        return F_TRAIN_NLL, "train NLL, eval mode (nats)"
+    return F_TRAIN_LOSS, "train loss, running mean in train mode"
+
+
+def ff_curves(runs: list[Run], path: Path, title: str) -> None:
+    plt = _plt()
+    batches = _batches_present(runs)
+    lkey, llabel = _loss_key(runs)
+    fig, axes = plt.subplots(2, len(batches), figsize=(4.2 * len(batches), 6.5), squeeze=False)
+    for j, b in enumerate(batches):
+        for n in _norms_present(runs):
+            rs = select(runs, variant=n, batch_size=b)
+            if not rs:
+                continue
+            for i, (key, bad) in enumerate(((lkey, float("nan")), (error_key(rs), 1.0))):
+                xs, m, s = _mean_std_curve(rs, "step", key, bad)
+                scale = 1.0 if i == 0 else PP
+                _band(axes[i][j], xs, [v * scale for v in m], [v * scale for v in s],
+                      label=NORM_LABEL.get(n, n), color=COLORS.get(n))
+        axes[0][j].set_title(f"{title}, batch size {b}")
+        axes[0][j].set_ylabel(llabel)
+        axes[0][j].set_yscale("log")
+        axes[1][j].set_ylabel("test error (%)")
+        for i in range(2):
+            axes[i][j].set_xlabel("update")
+            axes[i][j].grid(alpha=0.3)
+        axes[1][j].legend(fontsize=8)
+    fig.suptitle(f"{title}: training curves (mean ± std over seeds; BN test error with "
+                 f"population statistics where measured)")
+    _save(fig, path)
+
+
+def error_bars(runs: list[Run], path: Path, title: str) -> None:
+    plt = _plt()
+    norms, batches = _norms_present(runs), _batches_present(runs)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(norms) * len(batches) / 2, 4))
+    width = 0.8 / len(batches)
+    for j, b in enumerate(batches):
+        ms, ss = [], []
+        for n in norms:
+            rs = select(runs, variant=n, batch_size=b)
+            vals = [score(r, error_key(rs)) * PP for r in rs]
+            ms.append(sum(vals) / len(vals) if vals else float("nan"))
+            ss.append(math.sqrt(sum((v - ms[-1]) ** 2 for v in vals) / max(len(vals) - 1, 1))
+                      if vals else 0)
+        xs = [i + (j - (len(batches) - 1) / 2) * width for i in range(len(norms))]
+        ax.bar(xs, ms, width, yerr=ss, capsize=3, label=f"batch {b}", alpha=0.85)
+    ax.set_xticks(range(len(norms)), [NORM_LABEL.get(n, n) for n in norms])
+    ax.set_ylabel("test error (%), mean of the last evaluations")
+    ax.set_title(f"{title}: test error vs batch size (mean ± std over seeds)")
+    ax.legend(title="batch size")
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+
+
+def rnn_curves(runs: list[Run], path: Path, title: str) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for n in RNN_NORMS:
+        rs = select(runs, norm=n)
+        if not rs:
+            continue
+        for ax, (key, bad, scale) in zip(axes, ((F_TRAIN_LOSS, float("nan"), 1.0),
+                                                 (error_key(rs), 1.0, PP))):
+            xs, m, s = _mean_std_curve(rs, "step", key, bad)
+            _band(ax, xs, [v * scale for v in m], [v * scale for v in s], label=RNN_LABEL[n],
+                  color=COLORS[n])
+    axes[0].set_ylabel("train loss (running mean, train mode)")
+    axes[1].set_ylabel("test error (%)")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{title} (mean ± std over seeds)")
+    _save(fig, path)
+
+
+def hidden(runs: list[Run], path: Path, title: str) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for n in RNN_NORMS:
+        rs = [r for r in select(runs, norm=n) if r.rows[-1].get(F_HIDDEN_STD)]
+        if not rs:
+            continue
+        c = COLORS[n]
+        for idx, style, when in ((0, ":", "first eval"), (-1, "-", "last eval")):
+            rows = [[r for r in run.rows if r.get(F_HIDDEN_STD)][idx] for run in rs]
+            T = min(len(r[F_HIDDEN_STD]) for r in rows)
+            std = [sum(float(r[F_HIDDEN_STD][t]) for r in rows) / len(rows) for t in range(T)]
+            axes[0].plot(range(T), std, style, color=c, label=f"{RNN_LABEL[n]}, {when}")
+            if all(r.get(F_HIDDEN_MEAN) for r in rows):
+                mean = [sum(float(r[F_HIDDEN_MEAN][t]) for r in rows) / len(rows)
+                        for t in range(T)]
+                axes[1].plot(range(T), mean, style, color=c, label=f"{RNN_LABEL[n]}, {when}")
+        n_ev = min(len([r for r in run.rows if r.get(F_HIDDEN_STD)]) for run in rs)
+        steps = [[r for r in rs[0].rows if r.get(F_HIDDEN_STD)][i]["step"] for i in range(n_ev)]
+        avg = []
+        for i in range(n_ev):
+            vals = []
+            for run in rs:
+                h = [r for r in run.rows if r.get(F_HIDDEN_STD)][i][F_HIDDEN_STD]
+                vals.append(sum(map(float, h)) / len(h))
+            avg.append(vals)
+        m = [sum(v) / len(v) for v in avg]
+        s = [math.sqrt(sum((a - mm) ** 2 for a in v) / max(len(v) - 1, 1)) for v, mm in
+             zip(avg, m)]
+        _band(axes[2], steps, m, s, color=c, label=RNN_LABEL[n])
+    axes[0].set(xlabel="time step t", ylabel="std of h_t (over batch and units)",
+                title="spread of h_t along the sequence")
+    axes[0].set_yscale("log")
+    axes[1].set(xlabel="time step t", ylabel="mean of h_t", title="mean of h_t along the sequence")
+    axes[2].set(xlabel="training step", ylabel="time-averaged std of h_t",
+                title="spread of h_t over training")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{title} (mean over seeds; dotted: first evaluation, solid: last)")
+    _save(fig, path)
+
+
+def gain(runs: list[Run], path: Path, title: str) -> None:
+    better, worse = (float(v) for v in title.split(","))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for g, c in ((better, "tab:red"), (worse, "tab:orange")):
+        rs = [r for r in runs if float(r.arg("gain_init", 1.0)) == g]
+        if not rs:
+            continue
+        xs, m, s = _mean_std_curve(rs, "step", F_ERROR, 1.0)
+        _band(ax, xs, [v * PP for v in m], [v * PP for v in s], color=c, label=f"gain init {g}")
+    ax.set(xlabel="training step", ylabel="test error (%)",
+           title="LN-LSTM: gain initialisation (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+
+
+DRAW = {"ff_curves": ff_curves, "error_bars": error_bars, "rnn_curves": rnn_curves,
+        "hidden": hidden, "gain": gain}
+
+
+def draw(fig: Figure, inp: Inputs, path: Path) -> None:
+    """Draw (or copy) ``fig`` to ``path``."""
+    if fig.kind == "copy":
+        atomic_write_bytes(path, Path(fig.source).read_bytes())
+        return
+    runs = select(inp.runs, **dict(fig.where))
+    if runs:
+        DRAW[fig.kind](runs, path, fig.title)

@@ -1,0 +1,139 @@
+"""The verdict rules on constructed samples: t-intervals (Welch and paired), the margins, the
+equivalence band, the seed minimum."""
+import math
+
+import pytest
+from scipy import stats
+
+from layernorm.verdicts import (INCONCLUSIVE, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED, Sample,
+                                all_of, difference, exceeds, in_range, matches, paired_interval,
+                                sample, t_quantile, welch_interval, within)
+
+SEEDS = tuple(range(5))
+
+
+def test_welch_interval_matches_scipy():
+    a = sample([0.21, 0.25, 0.19, 0.30, 0.22])
+    b = sample([0.10, 0.11, 0.12, 0.09, 0.105, 0.115, 0.1])
+    iv = welch_interval(a, b)
+    ci = stats.ttest_ind(a.values, b.values, equal_var=False).confidence_interval(0.95)
+    assert math.isclose(iv.lo, ci.low, rel_tol=1e-9) and math.isclose(iv.hi, ci.high, rel_tol=1e-9)
+    # Welch-Satterthwaite df lies between min(n) - 1 and n_a + n_b - 2
+    assert 4 <= iv.df <= 10 and iv.kind == "Welch"
+
+
+def test_paired_interval_matches_scipy():
+    a = sample([0.21, 0.25, 0.19, 0.30, 0.22], SEEDS)
+    b = sample([0.20, 0.23, 0.18, 0.27, 0.215], SEEDS)
+    iv = paired_interval(a, b)
+    ci = stats.ttest_rel(a.values, b.values).confidence_interval(0.95)
+    assert math.isclose(iv.lo, ci.low, rel_tol=1e-9) and math.isclose(iv.hi, ci.high, rel_tol=1e-9)
+    assert iv.df == 4 and iv.kind == "paired"
+    # pairing is by seed, not by position
+    shuffled = sample(reversed(b.values), reversed(SEEDS))
+    assert math.isclose(paired_interval(a, shuffled).lo, iv.lo)
+    # same seeds: paired by default; different seeds: Welch
+    assert difference(a, b).kind == "paired"
+    assert difference(a, sample(b.values, range(10, 15))).kind == "Welch"
+    with pytest.raises(ValueError, match="same seeds"):
+        difference(a, sample(b.values), paired=True)
+
+
+def test_two_se_says_supported_the_t_interval_does_not():
+    # d / se = 2.2: d - 2 se > 0 (the old rule's "real"), but t(0.975, df ~ 8) ~ 2.3 > 2.2
+    a = sample([1.0, 1.4, 0.6, 1.2, 0.8])
+    b = sample([0.0, 0.4, -0.4, 0.2, -0.2])
+    se = math.sqrt(a.std ** 2 / 5 + b.std ** 2 / 5)
+    d = a.mean - b.mean
+    shift = 2.2 * se - d
+    a = sample(v + shift for v in a.values)
+    d = a.mean - b.mean
+    assert d - 2 * se > 0                                     # the 2-se rule: supported
+    v = exceeds(a, b, 0.0, paired=False)
+    assert v.interval.t > 2.2 and v.interval.lo < 0
+    assert v.verdict == INCONCLUSIVE
+    assert "Welch t-interval" in v.detail and "df" in v.detail
+
+
+def test_supported_needs_the_whole_interval_beyond_the_margin():
+    b = sample([0.10, 0.11, 0.09, 0.10, 0.10])
+    # d = 1.1 * m with a tight interval: supported; d = 1.1 * m with a wide one: inconclusive
+    tight = sample([0.121, 0.120, 0.122, 0.121, 0.121])
+    assert exceeds(tight, b, 0.01).verdict == SUPPORTED
+    wide = sample([0.09, 0.15, 0.10, 0.13, 0.14])
+    v = exceeds(wide, b, 0.01)
+    assert v.interval.d > 0.01 and v.interval.lo < 0.01 and v.verdict == INCONCLUSIVE
+    # a real but too-small difference: the whole interval short of the margin
+    small = sample([0.104, 0.105, 0.104, 0.105, 0.104])
+    v = exceeds(small, sample([0.100, 0.101, 0.100, 0.100, 0.101]), 0.01)
+    assert v.verdict == NOT_SUPPORTED and "0.01" in v.rule
+    assert exceeds(b, tight, 0.01).verdict == NOT_SUPPORTED           # reversed
+
+
+def test_paired_decides_what_welch_cannot():
+    # a large seed effect shared by both arms (same init, same test split) hides a constant +1 pp
+    base = [0.02, 0.06, 0.03, 0.08, 0.045]
+    bn4 = sample([v + 0.015 + 0.001 * (i % 2) for i, v in enumerate(base)], SEEDS)
+    bn128 = sample(base, SEEDS)
+    assert exceeds(bn4, bn128, 0.01, paired=False).verdict == INCONCLUSIVE
+    v = exceeds(bn4, bn128, 0.01)                        # same seeds: paired by default
+    assert v.interval.kind == "paired" and v.verdict == SUPPORTED
+    assert "5 pairs" in v.detail
+
+
+def test_stable_band():
+    ln128 = sample([0.030, 0.031, 0.029, 0.030, 0.030], SEEDS)
+    # within a 1 pp band, tightly: supported
+    ln4 = sample([0.034, 0.036, 0.033, 0.035, 0.034], SEEDS)
+    assert within(ln4, ln128, 0.01).verdict == SUPPORTED
+    # mean difference inside the band but the interval pokes out: inconclusive, not "stable"
+    noisy = sample([0.030, 0.050, 0.025, 0.045, 0.035], SEEDS)
+    v = within(noisy, ln128, 0.01)
+    assert abs(v.interval.d) < 0.01 < v.interval.hi and v.verdict == INCONCLUSIVE
+    # clearly outside: not supported
+    assert within(sample([0.06, 0.061, 0.059, 0.06, 0.06], SEEDS), ln128,
+                  0.01).verdict == NOT_SUPPORTED
+
+
+def test_too_few_seeds_is_inconclusive_whatever_the_numbers():
+    n = MIN_SEEDS - 1
+    big, small = sample([1.0 + i * 1e-3 for i in range(n)]), sample([0.0] * n)
+    v = exceeds(big, small, 0.1)
+    assert v.verdict == INCONCLUSIVE and f"needs ≥ {MIN_SEEDS}" in v.detail
+    assert in_range(sample([1.0] * n), 0, 2).verdict == INCONCLUSIVE
+    one = exceeds(sample([1.0]), sample([0.0]), 0.1)
+    assert one.interval.lo == -math.inf and "no Welch t-interval with n = 1 vs 1" in one.detail
+    assert exceeds(sample([1.0 + i * 1e-3 for i in range(5)]), sample([0.0] * 5),
+                   0.1).verdict == SUPPORTED
+
+
+def test_all_of_and_matches_and_range():
+    up = exceeds(sample([1, 1.1, 0.9, 1, 1]), sample([0, 0.1, -0.1, 0, 0]), 0.1)
+    down = exceeds(sample([0, 0.1, -0.1, 0, 0]), sample([1, 1.1, 0.9, 1, 1]), 0.1)
+    unsure = exceeds(sample([0, 3, -2, 1, 0]), sample([0, 0.1, -0.1, 0, 0]), 0.1)
+    assert (up.verdict, down.verdict, unsure.verdict) == (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+    assert all_of([up, up]).verdict == SUPPORTED
+    assert all_of([up, unsure]).verdict == INCONCLUSIVE
+    assert all_of([up, unsure, down]).verdict == NOT_SUPPORTED
+    assert matches({"a": True, "b": False}, {"a": True, "b": False}).verdict == SUPPORTED
+    assert matches({"a": True, "b": True}, {"a": True, "b": False}).verdict == NOT_SUPPORTED
+    assert matches({"a": True}, {"a": True, "b": False}).verdict == INCONCLUSIVE
+    assert in_range(-2.01, -2.05, -1.95).verdict == SUPPORTED
+    assert in_range(-0.1, -2.05, -1.95).verdict == NOT_SUPPORTED
+
+
+def test_sample_statistics_and_errors():
+    s = sample([1.0, 2.0, 3.0])
+    assert s.mean == 2.0 and math.isclose(s.std, 1.0) and math.isclose(s.se, 1 / math.sqrt(3))
+    assert math.isclose(t_quantile(4), 2.7764451, rel_tol=1e-6)
+    assert math.isclose(t_quantile(math.inf), 1.959964, rel_tol=1e-6)
+    with pytest.raises(ValueError, match="at least one value"):
+        Sample(())
+    with pytest.raises(ValueError, match="NaN"):
+        sample([1.0, float("nan")])
+    with pytest.raises(ValueError, match="margin"):
+        exceeds(s, s, -1)
+    with pytest.raises(ValueError, match="distinct seeds"):
+        sample([1.0, 2.0], [0, 0])
+    with pytest.raises(ValueError, match="one seed per value"):
+        sample([1.0, 2.0], [0])
