@@ -343,7 +343,7 @@ def test_metrics_row_without_step_is_a_clear_error(tmp_path, capsys):
                                                  "batch_size": 4, "seed": 0}, ff_rows(0.1))
     (d / "metrics.jsonl").write_text(json.dumps({"test_error": 0.1}) + "\n")
     code, io = _cli([tmp_path], capsys)
-    assert code == 2 and "row 1 has no numeric 'step'" in io.err and str(d) in io.err
+    assert code == 2 and "missing ['step']" in io.err and str(d) in io.err
 
 
 def test_rejected_checkpoint_is_a_clear_error(tmp_path, capsys):

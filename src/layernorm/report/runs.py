@@ -18,6 +18,8 @@ import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._io import read_metrics
+
 DDP_EXPERIMENT = "ddp-batch-split"
 
 
@@ -89,9 +91,9 @@ class Run:
 
 
 def _read_metrics(run_dir: Path) -> list[dict]:
-    # The project's one metrics reader (its torn-last-line rule is the runner's). Imported here,
-    # not at module level: importing layernorm.report loads no training code.
-    from ..experiments.training import read_metrics
+    # The project's one metrics reader (layernorm._io: the runner resumes with the same one, so
+    # its torn-last-line rule is the runner's); it lives below experiments/, so the report loads
+    # no training code.
     try:
         return read_metrics(run_dir)
     except ValueError as err:

@@ -164,9 +164,16 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
     meta["invocations"] = previous.get("invocations", []) + [_invocation(meta)]
     atomic_write_json(out / "reproduce.json", meta)
     if report:
-        from ..report import build_report   # reads run directories; training never imports it
+        from ..report import ReportInputError, build_report   # training never imports it
         t = time.time()
-        build_report(out)
+        try:
+            build_report(out)
+        except ReportInputError as err:
+            if not (failed or failed_analysis):
+                raise
+            # nothing finished to judge because everything failed: the failures are the news
+            log(f"no report: {err}")
+            return out
         meta["report_s"] = time.time() - t
         meta["total_wall_time_s"] = time.time() - t0
         meta["invocations"][-1] = _invocation(meta)
