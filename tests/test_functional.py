@@ -53,17 +53,57 @@ def test_layer_norm_helper_path_equals_torch_path(dtype):
     assert y.dtype == dtype
 
 
+RMS_SHAPES = SHAPES + [(1, 1), (4, 3), (1, 1023), (64, 1024)]  # H = 1, 3, 1023; B = 1; threads
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
-def test_rms_norm_matches_reference_and_torch(shape, dtype):
+@pytest.mark.parametrize("shape", RMS_SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_rms_norm_matches_reference_and_torch(shape, dtype, affine):
+    """Forward and every gradient against the float64 reference (the compiled kernel on CPU)."""
     H = shape[-1]
-    x, w = torch.randn(shape), torch.randn(H)
-    _check(lambda x, w: LF.rms_norm(x, H, w), lambda x, w: ref_rms_norm(x, 1, w), [x, w], dtype,
-           grad_scale=10 if dtype == torch.bfloat16 else 1)
+    x, w = torch.randn(shape), torch.randn(H) if affine else None
+    _check(lambda x, w: LF.rms_norm(x, H, w, eps=1e-5), lambda x, w: ref_rms_norm(x, 1, w),
+           [x, w], dtype, grad_scale=10 if dtype == torch.bfloat16 else 1)
     atol, rtol = TOL[dtype]
-    xd, wd = x.to(dtype), w.to(dtype)
-    torch.testing.assert_close(LF.rms_norm(xd, H, wd), F.rms_norm(xd, (H,), wd, eps=1e-5),
+    xd, wd = x.to(dtype), None if w is None else w.to(dtype)
+    torch.testing.assert_close(LF.rms_norm(xd, H, wd, eps=1e-5), F.rms_norm(xd, (H,), wd, eps=1e-5),
                                atol=atol * 2, rtol=rtol * 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_default_eps_is_torchs(dtype):
+    """eps=None as torch.nn.functional.rms_norm: the machine epsilon of the statistics' dtype
+    (float32's for half types). Inputs around 1e-3 make eps visible."""
+    x, w = (torch.randn(6, 32) * 1e-3).to(dtype), torch.randn(32).to(dtype)
+    assert LF.rms_eps(dtype) == torch.finfo(torch.float64 if dtype == torch.float64
+                                            else torch.float32).eps
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(LF.rms_norm(x, 32, w), F.rms_norm(x, (32,), w), atol=atol * 2,
+                               rtol=rtol * 2)
+    expect = ref_rms_norm(x, 1, w, eps=LF.rms_eps(dtype))
+    torch.testing.assert_close(LF.rms_norm(x, 32, w).double(), expect, atol=atol, rtol=rtol)
+    far = ref_rms_norm(x, 1, w, eps=1e-5)  # the old default would be this far off
+    assert (far - expect).abs().max() > 10 * atol
+
+
+def test_rms_norm_compiled_and_torch_ops_paths_agree(monkeypatch):
+    from layernorm import _rms_native
+    if _rms_native.load() is None:
+        pytest.skip("no C compiler: only the torch-ops path exists here")
+    x = torch.randn(2, 37, 129, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(129, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 37, 129, dtype=torch.float64)
+    grads = []
+    for native in ("1", "0"):
+        monkeypatch.setenv("LAYERNORM_NATIVE", native)
+        assert _rms_native.eligible(x, w) == (native == "1")
+        y = LF.rms_norm(x, 129, w)
+        ran = y.grad_fn.next_functions[0][0].name()  # under the final reshape
+        assert (ran == "_RMSNormBackward") == (native == "1"), ran
+        grads.append((y, *torch.autograd.grad(y, (x, w), g)))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -110,6 +150,9 @@ def test_gradcheck_float64():
     wc = torch.randn(3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, w, b: LF.layer_norm(x, 6, w, b), (x, w, b))
     assert torch.autograd.gradcheck(lambda x, w: LF.rms_norm(x, 6, w), (x, w))
+    assert torch.autograd.gradgradcheck(lambda x, w: LF.rms_norm(x, 6, w), (x, w))
+    assert torch.autograd.gradgradcheck(lambda x: LF.rms_norm(x, 6), (x,))
+    assert torch.autograd.gradcheck(lambda x, w, b: LF.batch_norm(x, w, b, unbiased=True), (x, w, b))
     assert torch.autograd.gradcheck(lambda x, w, b: LF.normalize(x, (-1,), weight=w, bias=b), (x, w, b))
     assert torch.autograd.gradcheck(lambda x: LF.batch_norm(x, unbiased=True), (x,))
     assert torch.autograd.gradcheck(lambda c: LF.batch_norm(c), (c,))
@@ -157,3 +200,51 @@ def test_nan_and_inf_propagate():
         assert torch.isfinite(y[0]).all()
         assert not torch.isfinite(y[1]).any() and not torch.isfinite(y[2]).all()
     assert torch.isnan(LF.batch_norm(x)).any()
+
+
+def test_empty_inputs_give_empty_outputs_and_grads():
+    """No examples (N = 0, or another empty leading dim): empty outputs and grads, as torch."""
+    for shape in ((0, 8), (3, 0, 8), (0, 2, 8)):
+        x = torch.randn(shape, requires_grad=True)
+        w, b = torch.ones(8, requires_grad=True), torch.zeros(8, requires_grad=True)
+        for y in (LF.layer_norm(x, 8, w, b), LF.rms_norm(x, 8, w), LF.normalize(x, (-1,), weight=w)):
+            assert y.shape == shape
+            y.sum().backward()
+            assert x.grad.shape == shape and torch.equal(w.grad, torch.zeros(8))
+    xb = torch.randn(0, 4, 5, requires_grad=True)
+    for y in (LF.batch_norm(xb, torch.ones(4), None), LF.batch_norm(xb, unbiased=True),
+              LF.conv_layer_norm(xb, torch.ones(4), torch.zeros(4))):
+        assert y.shape == (0, 4, 5)
+        y.sum().backward()
+        assert xb.grad.shape == (0, 4, 5)
+
+
+X = torch.randn(4, 8)
+
+
+@pytest.mark.parametrize("call, exc, pattern", [
+    (lambda: LF.layer_norm(X, 8, eps=-1e-5), ValueError, r"eps.*>= 0.*received eps=-1e-05"),
+    (lambda: LF.rms_norm(X, 8, eps=float("nan")), ValueError, r"finite.*received eps=nan"),
+    (lambda: LF.batch_norm(X, eps="1e-5"), TypeError, r"eps.*received str '1e-5'.*eps=1e-5"),
+    (lambda: LF.layer_norm(X, 8, torch.ones(7)), RuntimeError,
+     r"weight of shape \(8,\), received weight of shape \(7,\).*torch.ones\(8\)"),
+    (lambda: LF.rms_norm(X, 8, torch.ones(8, 1)), RuntimeError, r"received weight of shape \(8, 1\)"),
+    (lambda: LF.batch_norm(X, None, torch.ones(3)), RuntimeError, r"bias of shape \(8,\)"),
+    (lambda: LF.conv_layer_norm(X, torch.ones(8), torch.ones(2)), RuntimeError, r"bias of shape"),
+    (lambda: LF.layer_norm(X, 9), RuntimeError, r"last 1 dim\(s\) are \(9,\)"),
+])
+def test_bad_arguments_raise_torchs_exception_type_with_a_fix(call, exc, pattern):
+    """The exception type torch raises for the same mistake (shape errors are also ValueErrors)."""
+    with pytest.raises(exc, match=pattern) as info:
+        call()
+    assert "expected" in str(info.value) and "received" in str(info.value)
+
+
+def test_eps_zero_is_exact_normalization_and_nan_on_constant_rows_as_torch():
+    x = torch.randn(3, 8, dtype=torch.float64)
+    torch.testing.assert_close(LF.layer_norm(x, 8, eps=0.0), ref_layer_norm(x, 1, eps=0.0))
+    torch.testing.assert_close(LF.rms_norm(x, 8, eps=0.0), ref_rms_norm(x, 1, eps=0.0))
+    const = torch.full((2, 8), 3.0)
+    assert torch.isnan(LF.layer_norm(const, 8, eps=0.0)).all()
+    assert torch.isnan(F.layer_norm(const, (8,), eps=0.0)).all()  # torch does the same
+    assert torch.isfinite(LF.layer_norm(const, 8)).all()  # the default eps: finite
