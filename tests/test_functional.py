@@ -1,4 +1,6 @@
 """functional.py against naive references and torch, forward and every gradient, per dtype."""
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -248,3 +250,78 @@ def test_eps_zero_is_exact_normalization_and_nan_on_constant_rows_as_torch():
     assert torch.isnan(LF.layer_norm(const, 8, eps=0.0)).all()
     assert torch.isnan(F.layer_norm(const, (8,), eps=0.0)).all()  # torch does the same
     assert torch.isfinite(LF.layer_norm(const, 8)).all()  # the default eps: finite
+
+
+# ------------------------------------------------------------ the compiled RMSNorm kernel's cache
+
+@pytest.fixture
+def fresh_kernel(monkeypatch, tmp_path):
+    """A private kernel cache and a not-yet-loaded kernel; the real one is reloaded afterwards."""
+    from layernorm import _rms_native
+    monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("LAYERNORM_NATIVE", raising=False)
+    _rms_native._reset_for_tests()
+    yield _rms_native, tmp_path / "cache"
+    _rms_native._reset_for_tests()
+
+
+def _rms_matches_reference():
+    x = torch.randn(5, 33, dtype=torch.float64)
+    torch.testing.assert_close(LF.rms_norm(x, 33, eps=1e-5), ref_rms_norm(x, 1))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign", "digest", "directory"])
+def test_damaged_cached_kernel_is_rebuilt_not_loaded(fresh_kernel, damage):
+    native, cache = fresh_kernel
+    if native.load() is None:
+        pytest.skip("no C compiler")
+    (lib,) = cache.glob("rms_norm-*.so")
+    digest = cache / (lib.name + ".sha256")
+    good = lib.read_bytes()
+
+    def replace(path, data):  # a new file, as another process would leave it (this process has
+        tmp = path.with_suffix(".tmp")  # the old one mapped: writing it in place would crash it)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    if damage == "truncate":
+        replace(lib, good[: len(good) // 2])
+    elif damage == "garbage":
+        replace(lib, b"\x7fELF" + bytes(range(256)) * 8)
+    elif damage == "foreign":  # a planted library under the predictable name, without our digest
+        replace(lib, good + b"planted")
+    elif damage == "digest":
+        digest.write_text("0" * 64)
+    else:
+        lib.unlink()
+        lib.mkdir()
+    native._reset_for_tests()
+    if damage == "directory":  # cannot be replaced by a file: a clear warning, torch-ops results
+        with pytest.warns(RuntimeWarning, match=r"compiled CPU kernel is not available.*LAYERNORM"):
+            assert native.load() is None
+    else:
+        assert native.load() is not None
+        assert lib.read_bytes() != b"" and native._verified(lib)
+    _rms_matches_reference()
+
+
+@pytest.mark.parametrize("cc, cause", [("/nonexistent/cc", "was not found"),
+                                       ("false", "failed"),
+                                       (None, "not writable")])
+def test_no_kernel_warns_once_and_falls_back(fresh_kernel, monkeypatch, cc, cause):
+    native, cache = fresh_kernel
+    if cc is None:  # the cache path is a file
+        cache.write_text("not a directory")
+    else:
+        monkeypatch.setenv("CC", cc)
+    with pytest.warns(RuntimeWarning, match=cause) as record:
+        _rms_matches_reference()
+    assert len(record) == 1 and "torch ops" in str(record[0].message)
+    _rms_matches_reference()  # no second warning (pytest turns warnings into errors)
+
+
+def test_native_off_is_silent(fresh_kernel, monkeypatch):
+    native, _ = fresh_kernel
+    monkeypatch.setenv("LAYERNORM_NATIVE", "0")
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    _rms_matches_reference()
+    assert native.load() is None
