@@ -319,3 +319,18 @@ def test_norms_on_cuda_match_cpu():
     for dtype in (torch.float16, torch.bfloat16):
         y = L.functional.layer_norm(x.cuda().to(dtype), (8, 6, 6))
         assert y.dtype == dtype and torch.isfinite(y).all()
+
+
+def test_bench_norms_rows_for_batch_and_rms():
+    """`layernorm bench norms` times BatchNorm against nn.BatchNorm1d and RMSNorm against both
+    nn.RMSNorm and nn.LayerNorm on the same tensor (tiny shapes: structure only, no speed)."""
+    from layernorm.bench import bench_norms
+    rows = bench_norms(norms=("batch", "rms"), stat_shapes=((16, 8),), repeat=1)
+    by = {(r["norm"], r["impl"]): r for r in rows}
+    assert set(by) == {("BatchNorm", "torch.nn.BatchNorm1d"), ("BatchNorm", "layernorm.BatchNorm"),
+                       ("BatchNorm", "layernorm.BatchNorm(unbiased=True)"),
+                       ("RMSNorm", "torch.nn.RMSNorm"), ("RMSNorm", "layernorm.RMSNorm"),
+                       ("RMSNorm", "torch.nn.LayerNorm")}
+    assert by[("BatchNorm", "torch.nn.BatchNorm1d")]["ratio"] == 1.0
+    assert by[("RMSNorm", "torch.nn.LayerNorm")]["vs torch.nn.LayerNorm"] == 1.0
+    assert all(r["fwd+bwd ms"] > 0 for r in rows)
