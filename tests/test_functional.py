@@ -1,5 +1,6 @@
 """functional.py against naive references and torch, forward and every gradient, per dtype."""
 import os
+import warnings
 
 import pytest
 import torch
@@ -58,10 +59,19 @@ def test_layer_norm_helper_path_equals_torch_path(dtype):
 RMS_SHAPES = SHAPES + [(1, 1), (4, 3), (1, 1023), (64, 1024)]  # H = 1, 3, 1023; B = 1; threads
 
 
+@pytest.fixture(params=["kernel", "small"])
+def rms_path(request, monkeypatch):
+    """rms_norm's two CPU paths at every size: the compiled kernel, or (the default for inputs of
+    at most SMALL values) torch.nn.functional.rms_norm."""
+    from layernorm import _rms_native
+    monkeypatch.setattr(_rms_native, "SMALL", 0 if request.param == "kernel" else 1 << 40)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", RMS_SHAPES)
 @pytest.mark.parametrize("affine", [True, False])
-def test_rms_norm_matches_reference_and_torch(shape, dtype, affine):
+def test_rms_norm_matches_reference_and_torch(shape, dtype, affine, rms_path):
     """Forward and every gradient against the float64 reference (the compiled kernel on CPU)."""
     H = shape[-1]
     x, w = torch.randn(shape), torch.randn(H) if affine else None
@@ -74,7 +84,7 @@ def test_rms_norm_matches_reference_and_torch(shape, dtype, affine):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rms_norm_default_eps_is_torchs(dtype):
+def test_rms_norm_default_eps_is_torchs(dtype, rms_path):
     """eps=None as torch.nn.functional.rms_norm: the machine epsilon of the statistics' dtype
     (float32's for half types). Inputs around 1e-3 make eps visible."""
     x, w = (torch.randn(6, 32) * 1e-3).to(dtype), torch.randn(32).to(dtype)
@@ -89,8 +99,34 @@ def test_rms_norm_default_eps_is_torchs(dtype):
     assert (far - expect).abs().max() > 10 * atol
 
 
+def test_rms_norm_under_autograd_transforms(rms_path):
+    """gradcheck, double backward, torch.func and forward-mode AD all see correct derivatives."""
+    import torch.autograd.forward_ad as fwAD
+    x = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(9, dtype=torch.float64, requires_grad=True)
+    ref = lambda x, w: ref_rms_norm(x, 1, w)  # noqa: E731
+    ours = lambda x, w: LF.rms_norm(x, 9, w, eps=1e-5)  # noqa: E731
+    assert torch.autograd.gradcheck(ours, (x, w))
+    assert torch.autograd.gradgradcheck(ours, (x, w))  # the kernel's backward is differentiable
+    jac = torch.func.jacrev(ours, argnums=(0, 1))(x, w)
+    for a, b in zip(jac, torch.func.jacrev(ref, argnums=(0, 1))(x, w)):
+        torch.testing.assert_close(a, b)
+    t = torch.randn_like(x)
+    with warnings.catch_warnings():  # torch's forward AD loads its decompositions via jit.script
+        warnings.filterwarnings("ignore", message=".*torch.jit.script. is deprecated")
+        expect = torch.func.jvp(lambda x: ref(x, w.detach()), (x.detach(),), (t,))[1]
+        got = torch.func.jvp(lambda x: ours(x, w.detach()), (x.detach(),), (t,))[1]
+        with fwAD.dual_level():
+            tangent = fwAD.unpack_dual(ours(fwAD.make_dual(x.detach(), t), w.detach())).tangent
+    torch.testing.assert_close(got, expect)
+    torch.testing.assert_close(tangent, expect)
+    with torch.inference_mode():
+        torch.testing.assert_close(ours(x, w), ref(x, w).detach())
+
+
 def test_rms_norm_compiled_and_torch_ops_paths_agree(monkeypatch):
     from layernorm import _rms_native
+    monkeypatch.setattr(_rms_native, "SMALL", 0)
     if _rms_native.load() is None:
         pytest.skip("no C compiler: only the torch-ops path exists here")
     x = torch.randn(2, 37, 129, dtype=torch.float64, requires_grad=True)
@@ -260,6 +296,7 @@ def fresh_kernel(monkeypatch, tmp_path):
     from layernorm import _rms_native
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("LAYERNORM_NATIVE", raising=False)
+    monkeypatch.setattr(_rms_native, "SMALL", 0)
     _rms_native._reset_for_tests()
     yield _rms_native, tmp_path / "cache"
     _rms_native._reset_for_tests()

@@ -33,6 +33,9 @@ _SOURCE = Path(__file__).with_name("_rms_norm.c")
 _FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC"]
 _OMP_FLAGS = (["-fopenmp"], [])  # OpenMP over rows (torch's libgomp is already loaded)
 _BUILD_TIMEOUT_S = 60
+# Inputs of at most this many values take torch.nn.functional.rms_norm (when dtypes agree): below it
+# the ~0.1 ms of Python around a ctypes call costs more than the passes the kernel saves.
+SMALL = 16384
 _lib = None
 _tried = False
 
@@ -185,14 +188,17 @@ def _reset_for_tests() -> None:
 
 
 def eligible(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
-    """The kernel handles CPU tensors in eager autograd; scripting, tracing, torch.compile and
-    torch.func transforms (which need torch ops they can see) take the torch-ops path."""
+    """The kernel handles CPU tensors in eager (reverse-mode) autograd; scripting, tracing,
+    torch.compile, torch.func transforms and forward-mode AD (which need torch ops they can see)
+    take the torch-ops path."""
     if x.device.type != "cpu" or (weight is not None and weight.device.type != "cpu"):
         return False
     if torch.jit.is_scripting() or torch.jit.is_tracing() or torch.compiler.is_compiling():
         return False
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     if wrapped(x) or (weight is not None and wrapped(weight)):
+        return False
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # forward-mode AD: torch ops
         return False
     return os.environ.get("LAYERNORM_NATIVE", "1") != "0"
 
@@ -212,20 +218,18 @@ class _RMSNorm(torch.autograd.Function):
     contiguous, float32 or float64. The backward is differentiable (create_graph=True) through torch
     ops, so second derivatives are exact."""
 
+    # forward(ctx, ...) rather than setup_context: apply() then skips binding the signature (tens of
+    # microseconds a call); torch.func transforms take the torch-ops path anyway (``eligible``).
     @staticmethod
-    def forward(x, weight, eps):
+    def forward(ctx, x, weight, eps):
         n, h = x.shape
         y, rstd = torch.empty_like(x), torch.empty(n, dtype=x.dtype)
         forward, _ = _kernels(x.dtype)
         forward(n, h, eps, torch.get_num_threads(), _ptr(x), _ptr(weight), _ptr(y), _ptr(rstd))
-        return y, rstd
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, weight, eps = inputs
         ctx.eps = eps
-        ctx.mark_non_differentiable(output[1])
-        ctx.save_for_backward(x, weight, output[1])
+        ctx.mark_non_differentiable(rstd)
+        ctx.save_for_backward(x, weight, rstd)
+        return y, rstd
 
     @staticmethod
     def backward(ctx, gy, _grstd):

@@ -127,8 +127,10 @@ def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     ``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape``; x: (..., *shape),
     weight: shape. ``eps=None`` (the default, as ``torch.nn.functional.rms_norm``) is
     ``torch.finfo(x.dtype).eps``, float32's for half types. On CPU a compiled kernel computes it in
-    one pass to take the mean square and one to scale (backward likewise); otherwise, and when no C
-    compiler is available (one warning says so), ``normalize(..., center=False)``.
+    one pass to take the mean square and one to scale (backward likewise); inputs of at most
+    ``_rms_native.SMALL`` values go to ``torch.nn.functional.rms_norm`` (the same math, less
+    overhead per call), and the rest, or everything when no C compiler is available (one warning
+    says so), to ``normalize(..., center=False)``.
     """
     shape = _shape(normalized_shape)
     check_float(x, "rms_norm")
@@ -136,10 +138,12 @@ def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     eps = rms_eps(x.dtype) if eps is None else check_eps(eps, "rms_norm")
     check_param_shape(weight, shape, "weight", "rms_norm")
     from . import _rms_native
-    if x.numel() and _rms_native.eligible(x, weight):
+    if x.numel() > _rms_native.SMALL and _rms_native.eligible(x, weight):
         y = _rms_native.rms_norm(x, math.prod(shape), weight, eps)
         if y is not None:
             return y
+    if x.numel() <= _rms_native.SMALL and _same_dtype(x, weight):
+        return F.rms_norm(x, shape, weight, eps)  # same math; least overhead on small inputs
     return normalize(x, _trailing_dims(len(shape)), weight=weight, eps=eps, center=False)
 
 
