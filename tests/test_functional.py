@@ -83,6 +83,15 @@ def test_rms_norm_matches_reference_and_torch(shape, dtype, affine, rms_path):
                                atol=atol * 2, rtol=rtol * 2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rms_norm_half_input_float32_weight(dtype, rms_path):
+    """A float32 layer on half inputs: float32 statistics and gain, output in the input dtype."""
+    x, w = torch.randn(40, 513), torch.randn(513)
+    _check(lambda x, w: LF.rms_norm(x, 513, w.float(), eps=1e-5),
+           lambda x, w: ref_rms_norm(x, 1, w), [x, w], dtype,
+           grad_scale=10 if dtype == torch.bfloat16 else 1)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rms_norm_default_eps_is_torchs(dtype, rms_path):
     """eps=None as torch.nn.functional.rms_norm: the machine epsilon of the statistics' dtype

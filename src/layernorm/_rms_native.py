@@ -10,8 +10,8 @@ The build is cached under ``$LAYERNORM_CACHE`` (default ``~/.cache/layernorm``),
 compiler, flags and CPU. It is built into a temporary file and renamed into place atomically, with
 the SHA-256 of the library written beside it; that digest is checked before every load, and a
 missing, damaged or foreign library is rebuilt once. When no library can be had (no compiler, a
-compiler that fails or hangs, a read-only cache) one warning per process says why and the torch-ops
-path of ``functional.normalize`` computes the same result, slower. ``LAYERNORM_NATIVE=0`` selects
+compiler that fails or hangs, a read-only cache) one warning per process says why and torch's
+``rms_norm`` computes the same result, slower. ``LAYERNORM_NATIVE=0`` selects
 that path without a warning.
 """
 from __future__ import annotations

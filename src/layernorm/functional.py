@@ -18,8 +18,8 @@ input propagate. eps must be >= 0; eps = 0 is the exact normalization (a constan
 as in torch). Empty inputs (no examples) give empty outputs, as in torch.
 
 Speed: layer norm, batch norm and conv layer norm dispatch to torch's fused kernels, which compute
-the same math; RMSNorm on CPU runs a small compiled kernel (``_rms_native``), with this module's
-torch-ops path as the fallback.
+the same math; RMSNorm on large CPU inputs runs a small compiled kernel (``_rms_native``), with
+torch's ``rms_norm`` as the fallback. ``normalize`` is the readable path they all agree with.
 """
 from __future__ import annotations
 
@@ -126,11 +126,12 @@ def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
 
     ``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape``; x: (..., *shape),
     weight: shape. ``eps=None`` (the default, as ``torch.nn.functional.rms_norm``) is
-    ``torch.finfo(x.dtype).eps``, float32's for half types. On CPU a compiled kernel computes it in
-    one pass to take the mean square and one to scale (backward likewise); inputs of at most
-    ``_rms_native.SMALL`` values go to ``torch.nn.functional.rms_norm`` (the same math, less
-    overhead per call), and the rest, or everything when no C compiler is available (one warning
-    says so), to ``normalize(..., center=False)``.
+    ``torch.finfo(x.dtype).eps``, float32's for half types. On CPU, inputs of more than
+    ``_rms_native.SMALL`` values run a compiled kernel: one pass to take the mean square and one to
+    scale, backward likewise. Everything else (small inputs, other devices, torch.func / compile /
+    jit, no C compiler: one warning says so) runs ``torch.nn.functional.rms_norm``, the same math
+    (statistics in float32 for half types), or ``normalize(..., center=False)`` when the weight's
+    dtype differs from the input's.
     """
     shape = _shape(normalized_shape)
     check_float(x, "rms_norm")
@@ -142,8 +143,8 @@ def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
         y = _rms_native.rms_norm(x, math.prod(shape), weight, eps)
         if y is not None:
             return y
-    if x.numel() <= _rms_native.SMALL and _same_dtype(x, weight):
-        return F.rms_norm(x, shape, weight, eps)  # same math; least overhead on small inputs
+    if _same_dtype(x, weight):  # same math; least overhead on small inputs, fused on CUDA
+        return F.rms_norm(x, shape, weight, eps)
     return normalize(x, _trailing_dims(len(shape)), weight=weight, eps=eps, center=False)
 
 
