@@ -113,7 +113,8 @@ class BatchNorm(nn.Module):
 
     Runs torch's fused batch-norm kernel (``functional.fused_batch_norm``, the same math, unbiased
     variant included), except where a subclass takes its own statistics (``_batch_moments``, e.g.
-    ``distributed.SyncBatchNorm``) or the dtypes do not fit that kernel.
+    ``distributed.SyncBatchNorm``, which refuses an empty training batch) or the dtypes do not fit
+    that kernel.
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
@@ -153,19 +154,20 @@ class BatchNorm(nn.Module):
         check_channels(x, self.num_features, "BatchNorm")
         batch_stats = self.training or not self.track_running_stats
         update = self.training and self.track_running_stats
-        if batch_stats and x.numel():
-            LF.check_batch_size(x, "BatchNorm")
         if self._fused_ok(x):
+            if batch_stats and x.numel():
+                LF.check_batch_size(x, "BatchNorm")
             factor = self._momentum_factor() if update and x.numel() else 0.0
             return LF.fused_batch_norm(x, self.running_mean if not batch_stats or update else None,
                                        self.running_var if not batch_stats or update else None,
                                        self.weight, self.bias, training=batch_stats,
                                        momentum=factor, eps=self.eps, unbiased=self.unbiased)
-        check_nonempty(x, "BatchNorm")
         view = (1, -1) + (1,) * (x.dim() - 2)
         weight = None if self.weight is None else self.weight.view(view)
         bias = None if self.bias is None else self.bias.view(view)
         if batch_stats:
+            # statistics another way (_batch_moments, e.g. over processes): every call takes part
+            check_nonempty(x, "BatchNorm")
             mean, var, count = self._batch_moments(x)
             if update:
                 self._update_running(mean, var, count)
