@@ -1,4 +1,5 @@
 """functional.py against naive references and torch, forward and every gradient, per dtype."""
+import hashlib
 import os
 import warnings
 
@@ -316,17 +317,20 @@ def _rms_matches_reference():
     torch.testing.assert_close(LF.rms_norm(x, 33, eps=1e-5), ref_rms_norm(x, 1))
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign", "digest", "directory"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign", "digest", "forged",
+                                    "directory"])
 def test_damaged_cached_kernel_is_rebuilt_not_loaded(fresh_kernel, damage):
     native, cache = fresh_kernel
-    if native.load() is None:
+    try:  # built, not loaded: the process then loads a path it never had open, as a new one would
+        cc, lib = native._target()
+        native._build(cc, lib)
+    except native.NativeUnavailable:
         pytest.skip("no C compiler")
-    (lib,) = cache.glob("rms_norm-*.so")
     digest = cache / (lib.name + ".sha256")
     good = lib.read_bytes()
 
-    def replace(path, data):  # a new file, as another process would leave it (this process has
-        tmp = path.with_suffix(".tmp")  # the old one mapped: writing it in place would crash it)
+    def replace(path, data):
+        tmp = path.with_suffix(".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
     if damage == "truncate":
@@ -337,6 +341,9 @@ def test_damaged_cached_kernel_is_rebuilt_not_loaded(fresh_kernel, damage):
         replace(lib, good + b"planted")
     elif damage == "digest":
         digest.write_text("0" * 64)
+    elif damage == "forged":  # not a library, with a digest that matches it: dlopen fails
+        replace(lib, b"not a shared object")
+        digest.write_text(hashlib.sha256(b"not a shared object").hexdigest())
     else:
         lib.unlink()
         lib.mkdir()
@@ -345,8 +352,10 @@ def test_damaged_cached_kernel_is_rebuilt_not_loaded(fresh_kernel, damage):
         with pytest.warns(RuntimeWarning, match=r"compiled CPU kernel is not available.*LAYERNORM"):
             assert native.load() is None
     else:
-        assert native.load() is not None
-        assert lib.read_bytes() != b"" and native._verified(lib)
+        why = "could not be loaded" if damage == "forged" else "did not match the SHA-256"
+        with pytest.warns(RuntimeWarning, match=why + r".*rebuilt it") as rec:
+            assert native.load() is not None
+        assert len(rec) == 1 and native._verified(lib)
     _rms_matches_reference()
 
 

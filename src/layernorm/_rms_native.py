@@ -140,22 +140,46 @@ def _declare(lib) -> None:
         bwd.argtypes, bwd.restype = [L, L, i, p, p, p, p, p, p], i
 
 
-def _load_once():
+def _rebuilt(target: Path, why: str) -> None:
+    warnings.warn(f"RMSNorm: the cached kernel {target} {why}; rebuilt it. If this happens again, "
+                  f"check what else writes to LAYERNORM_CACHE ({target.parent}).", RuntimeWarning,
+                  stacklevel=4)
+
+
+def _target() -> tuple[list[str], Path]:
+    """The compiler and the cached library's path for this source, compiler, flags and CPU."""
     cc = _compiler()
-    key = hashlib.sha256(_SOURCE.read_bytes() + " ".join([*cc, *_FLAGS, "omp"]).encode()
+    try:
+        source = _SOURCE.read_bytes()
+    except OSError as e:
+        raise NativeUnavailable(f"its source {_SOURCE} cannot be read ({e}). Reinstall the "
+                                f"package") from e
+    key = hashlib.sha256(source + " ".join([*cc, *_FLAGS, "omp"]).encode()
                          + _cpu_signature().encode()).hexdigest()[:16]
-    target = _cache_dir() / f"rms_norm-{key}.so"
+    return cc, _cache_dir() / f"rms_norm-{key}.so"
+
+
+def _load_once():
+    cc, target = _target()
+    if not _verified(target):  # missing: build it; damaged or foreign: rebuild it and say so
+        existed = os.path.lexists(target)
+        _build(cc, target)
+        if existed:
+            _rebuilt(target, "did not match the SHA-256 recorded when it was built (damaged or "
+                             "replaced)")
     for attempt in range(2):
-        if attempt or not _verified(target):  # missing, damaged or foreign: (re)build it
+        if attempt:
             _build(cc, target)
-            if not _verified(target):
-                raise NativeUnavailable(f"the built kernel {target} changed before it could be "
-                                        f"loaded. Point LAYERNORM_CACHE at a private directory")
+            _rebuilt(target, f"could not be loaded ({loading_error})")
+        if not _verified(target):
+            raise NativeUnavailable(f"the built kernel {target} changed before it could be "
+                                    f"loaded. Point LAYERNORM_CACHE at a private directory")
         try:
             lib = ctypes.CDLL(str(target))
             _declare(lib)
             return lib
         except (OSError, AttributeError) as e:
+            loading_error = e
             if attempt:
                 raise NativeUnavailable(f"loading {target} failed ({e}). Remove the file and "
                                         f"check the compiler ($CC)") from e
