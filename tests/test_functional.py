@@ -240,7 +240,7 @@ def test_half_statistics_are_float32():
     torch.testing.assert_close(y.double(), ref_layer_norm(x.double(), 1), atol=2e-2, rtol=1e-2)
 
 
-def test_nan_and_inf_propagate():
+def test_nan_and_inf_propagate(rms_path):
     x = torch.randn(3, 8)
     x[1, 2] = float("nan")
     x[2, 5] = float("inf")
