@@ -9,9 +9,10 @@
  *     dx    = r * (gw - xhat * mean(gw * xhat))           two reads of (g, x), one write
  *     dw   += g * xhat                                    over rows: per thread, then reduced
  *
- * Statistics and the row dot product accumulate in double; rows are split over OpenMP threads
- * (the caller passes torch's thread count). Plain C, no torch headers: layernorm._rms_native
- * compiles it with the system compiler and calls it through ctypes.
+ * Statistics and the row dot product accumulate in double, dw in the input type over at most 32
+ * rows and then in double; rows are split over OpenMP threads (the caller passes torch's thread
+ * count). Plain C, no torch headers: layernorm._rms_native compiles it with the system compiler
+ * and calls it through ctypes.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -106,14 +107,24 @@ DEFINE_DOT3(dot3_f64, double)
     int NAME(long n, long h, int nthreads, const T *g, const T *x, const T *w, const T *rstd,  \
              T *dx, T *dw) {                                                                    \
         int nt = pick_threads(n, h, nthreads);                                                  \
-        double *part = NULL;                                                                    \
-        if (dw && !(part = (double *)calloc((size_t)nt * (size_t)h, sizeof(double))))           \
-            return -1;                                                                          \
+        double *part = NULL; /* per thread: double sums of float sums over <= 32 rows */       \
+        T *fpart = NULL;                                                                        \
+        if (dw) {                                                                               \
+            part = (double *)calloc((size_t)nt * (size_t)h, sizeof(double));                    \
+            fpart = (T *)calloc((size_t)nt * (size_t)h, sizeof(T));                             \
+            if (!part || !fpart) {                                                              \
+                free(part);                                                                     \
+                free(fpart);                                                                    \
+                return -1;                                                                      \
+            }                                                                                   \
+        }                                                                                       \
         _Pragma("omp parallel num_threads(nt)")                                                 \
         {                                                                                       \
-            int t = thread_id(), tn = thread_count();                                           \
+            int t = thread_id(), tn = thread_count(), rows = 0;                                 \
             double *restrict acc = part ? part + (size_t)t * (size_t)h : NULL;                  \
-            for (long i = n * t / tn; i < n * (t + 1) / tn; i++) {                              \
+            T *restrict facc = fpart ? fpart + (size_t)t * (size_t)h : NULL;                    \
+            long lo = n * t / tn, hi = n * (t + 1) / tn;                                        \
+            for (long i = lo; i < hi; i++) {                                                    \
                 const T *restrict gi = g + i * h, *restrict xi = x + i * h;                     \
                 T *restrict dxi = dx + i * h;                                                   \
                 double r = (double)rstd[i];                                                     \
@@ -125,8 +136,16 @@ DEFINE_DOT3(dot3_f64, double)
                 } else {                                                                        \
                     for (long j = 0; j < h; j++) dxi[j] = rt * gi[j] - c * xi[j];               \
                 }                                                                               \
-                if (acc)                                                                        \
-                    for (long j = 0; j < h; j++) acc[j] += (double)(gi[j] * xi[j]) * r;         \
+                if (acc) {                                                                      \
+                    for (long j = 0; j < h; j++) facc[j] += gi[j] * xi[j] * rt;                 \
+                    if (++rows == 32 || i + 1 == hi) {                                          \
+                        for (long j = 0; j < h; j++) {                                          \
+                            acc[j] += (double)facc[j];                                          \
+                            facc[j] = 0;                                                        \
+                        }                                                                       \
+                        rows = 0;                                                               \
+                    }                                                                           \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
         if (dw) {                                                                               \
@@ -136,6 +155,7 @@ DEFINE_DOT3(dot3_f64, double)
                 dw[j] = (T)s;                                                                   \
             }                                                                                   \
             free(part);                                                                         \
+            free(fpart);                                                                        \
         }                                                                                       \
         return 0;                                                                               \
     }
