@@ -1,6 +1,6 @@
-"""LayerNorm forward+backward time vs torch.nn.LayerNorm (ratios from one run).
+"""LayerNorm, BatchNorm and RMSNorm forward+backward time vs torch's (ratios from one run).
 
-    python benchmarks/norms.py [--repeat N] [--device cuda] [--json out.json]
+    python benchmarks/norms.py [--norms layer batch rms] [--shapes NxH ...] [--repeat N] [--json out.json]
 
 Same as ``layernorm bench norms``.
 """

@@ -37,7 +37,7 @@ def test_normalized_layer_is_the_project_norms():
     torch.testing.assert_close(normalized_layer("layer", W, x, g, b),
                                F.layer_norm(a, (H,), g, b, 1e-5))
     torch.testing.assert_close(normalized_layer("batch", W, x, g, b), LF.batch_norm(a, g, b))
-    torch.testing.assert_close(normalized_layer("rms", W, x, g, b), LF.rms_norm(a, H, g) + b)
+    torch.testing.assert_close(normalized_layer("rms", W, x, g, b), LF.rms_norm(a, H, g, eps=1e-5) + b)
     torch.testing.assert_close(normalized_layer("none", W, x, g, b), a * g + b)
     lin = weight_norm(nn.Linear(D, H, dtype=torch.float64))
     with torch.no_grad():

@@ -20,7 +20,13 @@ from torch import nn
 from torch.nn.utils import parametrizations
 
 from . import functional as LF
-from ._checks import check_channels, check_choice, check_float, check_nonempty
+from ._checks import (check_channels, check_choice, check_eps, check_float, check_kwargs,
+                      check_momentum, check_nonempty, check_size)
+
+
+def _check_shape(normalized_shape, who: str) -> None:
+    for n in ((normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape):
+        check_size(n, who, "normalized_shape")
 
 
 def _affine_parameters(module: nn.Module, n: int, affine: bool, device, dtype) -> None:
@@ -34,8 +40,17 @@ class LayerNorm(nn.LayerNorm):
     """Layer norm over the trailing ``normalized_shape`` (paper eq. 3).
 
     Same signature, defaults, parameter names and ``state_dict`` as ``torch.nn.LayerNorm`` (it is a
-    subclass), with this package's input checks; the math is ``functional.layer_norm``.
+    subclass), with this package's input checks (sizes > 0, eps >= 0); the math is
+    ``functional.layer_norm``. Inputs with no examples, e.g. (0, H), give empty outputs.
     """
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, device=None,
+                 dtype=None) -> None:
+        _check_shape(normalized_shape, "LayerNorm")
+        super().__init__(normalized_shape, eps=check_eps(eps, "LayerNorm"),
+                         elementwise_affine=elementwise_affine, bias=bias, device=device,
+                         dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return LF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -44,13 +59,16 @@ class LayerNorm(nn.LayerNorm):
 class RMSNorm(nn.RMSNorm):
     """RMSNorm over the trailing ``normalized_shape``: layer norm without centering, no bias.
 
-    ``torch.nn.RMSNorm``'s parameters and state_dict; eps defaults to 1e-5 like the other norms here.
+    ``torch.nn.RMSNorm``'s signature, defaults and state_dict: ``eps=None`` (the default) is the
+    machine epsilon of the input's dtype at call time (float32's for half types, where statistics
+    are float32). The math is ``functional.rms_norm`` (a compiled kernel on CPU).
     """
 
-    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None,
                  elementwise_affine: bool = True, device=None, dtype=None) -> None:
-        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine,
-                         device=device, dtype=dtype)
+        _check_shape(normalized_shape, "RMSNorm")
+        super().__init__(normalized_shape, eps=None if eps is None else check_eps(eps, "RMSNorm"),
+                         elementwise_affine=elementwise_affine, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return LF.rms_norm(x, self.normalized_shape, self.weight, self.eps)
@@ -63,7 +81,9 @@ class ConvLayerNorm(nn.Module):
     def __init__(self, num_channels: int, eps: float = 1e-5, affine: bool = True,
                  device=None, dtype=None) -> None:
         super().__init__()
-        self.num_channels, self.eps, self.affine = num_channels, eps, affine
+        check_size(num_channels, "ConvLayerNorm", "num_channels")
+        self.num_channels, self.affine = num_channels, affine
+        self.eps = check_eps(eps, "ConvLayerNorm")
         _affine_parameters(self, num_channels, affine, device, dtype)
         self.reset_parameters()
 
@@ -85,17 +105,26 @@ class BatchNorm(nn.Module):
     """Batch norm baseline for (N, C) or (N, C, *spatial) inputs.
 
     Training: batch statistics (``functional.batch_norm``; ``unbiased=True`` normalizes with the
-    n - 1 variance as the paper did at batch size 4) and an exponential moving average of them.
-    Eval: the running statistics. Buffers and parameters are named as in ``torch.nn.BatchNorm1d/2d``
-    so their state_dicts load into each other. Training on a single example raises an error that
-    points to layer norm.
+    n - 1 variance as the paper did at batch size 4) and an exponential moving average of them
+    (``momentum`` in [0, 1], or None for a cumulative average, as torch). Eval: the running
+    statistics. Buffers and parameters are named as in ``torch.nn.BatchNorm1d/2d`` so their
+    state_dicts load into each other. Training on a single example raises an error that points to
+    layer norm; an empty batch gives an empty output and leaves the running statistics as they are.
+
+    Runs torch's fused batch-norm kernel (``functional.fused_batch_norm``, the same math, unbiased
+    variant included), except where a subclass takes its own statistics (``_batch_moments``, e.g.
+    ``distributed.SyncBatchNorm``, which refuses an empty training batch) or the dtypes do not fit
+    that kernel.
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, unbiased: bool = False,
                  device=None, dtype=None) -> None:
         super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        check_size(num_features, "BatchNorm")
+        check_momentum(momentum, "BatchNorm")
+        self.num_features, self.momentum = num_features, momentum
+        self.eps = check_eps(eps, "BatchNorm")
         self.affine, self.track_running_stats, self.unbiased = affine, track_running_stats, unbiased
         _affine_parameters(self, num_features, affine, device, dtype)
         factory = {"device": device, "dtype": dtype}
@@ -122,25 +151,52 @@ class BatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_float(x, "BatchNorm")
-        check_nonempty(x, "BatchNorm")
         check_channels(x, self.num_features, "BatchNorm")
+        batch_stats = self.training or not self.track_running_stats
+        update = self.training and self.track_running_stats
+        if self._fused_ok(x):
+            if batch_stats and x.numel():
+                LF.check_batch_size(x, "BatchNorm")
+            factor = self._momentum_factor() if update and x.numel() else 0.0
+            return LF.fused_batch_norm(x, self.running_mean if not batch_stats or update else None,
+                                       self.running_var if not batch_stats or update else None,
+                                       self.weight, self.bias, training=batch_stats,
+                                       momentum=factor, eps=self.eps, unbiased=self.unbiased)
         view = (1, -1) + (1,) * (x.dim() - 2)
         weight = None if self.weight is None else self.weight.view(view)
         bias = None if self.bias is None else self.bias.view(view)
-        if self.training or not self.track_running_stats:
+        if batch_stats:
+            # statistics another way (_batch_moments, e.g. over processes): every call takes part
+            check_nonempty(x, "BatchNorm")
             mean, var, count = self._batch_moments(x)
-            if self.training and self.track_running_stats:
+            if update:
                 self._update_running(mean, var, count)
         else:
             mean = self.running_mean.view(view)
             var = self.running_var.view(view)
         return LF.apply_moments(x, mean, var, weight=weight, bias=bias, eps=self.eps)
 
+    def _fused_ok(self, x: torch.Tensor) -> bool:
+        """torch's kernel computes this layer's statistics: ours are not overridden and the dtypes
+        fit it."""
+        return (type(self)._batch_moments is BatchNorm._batch_moments
+                and LF.fused_batch_norm_ok(x, self.weight, self.bias, self.running_mean,
+                                           self.running_var))
+
+    def _momentum_factor(self) -> float:
+        """Counts this batch; the weight of its statistics in the running average (torch's rule:
+        ``momentum``, or 1 / batches seen when momentum is None)."""
+        self.num_batches_tracked.add_(1)
+        if self.momentum is None:
+            return 1.0 / float(self.num_batches_tracked)
+        return self.momentum
+
     def _batch_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Mean and variance over the batch dims (kept), and how many values per channel they saw.
 
-        The one place batch statistics are taken: ``distributed.SyncBatchNorm`` overrides it to take
-        them over the batch split across processes.
+        The one place batch statistics are taken outside torch's kernel:
+        ``distributed.SyncBatchNorm`` overrides it to take them over the batch split across
+        processes.
         """
         LF.check_batch_size(x, "BatchNorm")
         mean, var = LF.moments(x, LF.batch_dims(x), unbiased=self.unbiased)
@@ -149,11 +205,12 @@ class BatchNorm(nn.Module):
     @torch.no_grad()
     def _update_running(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
         # Running variance is the unbiased estimate, as in torch.nn.BatchNorm; n values per channel.
+        # (1 - m) * running + m * new, as torch computes it: an overflowed (inf) batch variance
+        # gives an inf running variance (eval output: the bias), never inf - inf = NaN.
         unbiased_var = var * (n / (n - 1)) if not self.unbiased else var
-        m = self.momentum
-        self.running_mean.lerp_(mean.flatten().to(self.running_mean.dtype), m)
-        self.running_var.lerp_(unbiased_var.flatten().to(self.running_var.dtype), m)
-        self.num_batches_tracked += 1
+        m = self._momentum_factor()
+        for buf, new in ((self.running_mean, mean), (self.running_var, unbiased_var)):
+            buf.mul_(1 - m).add_(new.flatten().to(buf.dtype), alpha=m)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
@@ -186,21 +243,24 @@ def make_norm(name: str, num_features: int, *, conv: bool = False, eps: float = 
 
     name: one of ``NORMS``. ``conv=True`` for (N, C, H, W) feature maps. "weight" and "none" act on
     the activations as the identity (weight norm lives in the layer: use ``norm_block``). Extra
-    keyword arguments go to the module (e.g. ``unbiased=True`` for "batch").
+    keyword arguments go to the module (e.g. ``unbiased=True`` for "batch"); a name the module
+    does not take is a TypeError naming the closest one. ``eps`` is the paper's 1e-5 for every
+    norm, "rms" included (``RMSNorm`` alone defaults to torch's ``eps=None``).
     """
     check_choice(name, NORMS, "norm")
-    if name == "layer":
-        return ConvLayerNorm(num_features, eps=eps, **kwargs) if conv else \
-            LayerNorm(num_features, eps=eps, **kwargs)
-    if name == "batch":
-        return BatchNorm(num_features, eps=eps, **kwargs)
-    if name == "rms":
-        if conv:
-            raise ValueError("make_norm('rms', conv=True) is not provided: RMSNorm normalizes the "
-                             "trailing dims of (..., features) inputs, received conv=True. Use "
-                             "'layer' for feature maps, or apply 'rms' to (N, ..., C) tensors.")
-        return RMSNorm(num_features, eps=eps, **kwargs)
-    return nn.Identity()
+    check_size(num_features, f"make_norm({name!r}, ...)")
+    if name == "rms" and conv:
+        raise ValueError("make_norm('rms', conv=True) is not provided: RMSNorm normalizes the "
+                         "trailing dims of (..., features) inputs, received conv=True. Use "
+                         "'layer' for feature maps, or apply 'rms' to (N, ..., C) tensors.")
+    cls = {"layer": ConvLayerNorm if conv else LayerNorm, "batch": BatchNorm,
+           "rms": RMSNorm}.get(name)
+    if cls is None:
+        if kwargs:
+            check_kwargs(kwargs, nn.Identity, f"make_norm({name!r}, ...)")
+        return nn.Identity()
+    check_kwargs(kwargs, cls, f"make_norm({name!r}, ...)")
+    return cls(num_features, eps=eps, **kwargs)
 
 
 def norm_block(layer: nn.Module, norm: str, **kwargs) -> nn.Sequential:
