@@ -23,6 +23,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from . import kernels as _kernels
 from ._checks import check_channels, check_float, check_nonempty, check_trailing_shape
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -96,6 +97,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     check_float(x, "layer_norm")
     check_nonempty(x, "layer_norm")
     check_trailing_shape(x, shape, "layer_norm")
+    if _kernels.applies_norm(x, "layer_norm", weight, bias):  # CUDA: Triton (layernorm.kernels)
+        return _kernels.layer_norm(x, shape, weight, bias, eps)
     if _same_dtype(x, weight, bias):
         return F.layer_norm(x, shape, weight, bias, eps)
     return normalize(x, _trailing_dims(len(shape)), weight=weight, bias=bias, eps=eps)
@@ -111,6 +114,8 @@ def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     check_float(x, "rms_norm")
     check_nonempty(x, "rms_norm")
     check_trailing_shape(x, shape, "rms_norm")
+    if _kernels.applies_norm(x, "rms_norm", weight):  # CUDA: Triton (layernorm.kernels)
+        return _kernels.rms_norm(x, shape, weight, eps)
     return normalize(x, _trailing_dims(len(shape)), weight=weight, eps=eps, center=False)
 
 
