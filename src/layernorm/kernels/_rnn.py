@@ -49,9 +49,9 @@ def _acc(ptr, cols, m, v):
 # LN-LSTM
 # ---------------------------------------------------------------------------------------------
 
-@triton.jit(do_not_specialize=["t", "hg_slot", "s_in", "s_out"])  # one compile for all steps
+@triton.jit(do_not_specialize=["t", "hg_slot", "c_in", "c_out"])  # one compile for all steps
 def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
-                       t, hg_slot, s_in, s_out, B, H, eps,
+                       t, hg_slot, c_in, c_out, B, H, eps,
                        HAS_LEN: tl.constexpr, HAS_XLN: tl.constexpr, SAVE: tl.constexpr,
                        BLOCK_H: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
@@ -87,7 +87,7 @@ def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
     cellgate = _tanh(a_u * rs_h * _ld(GH + 2 * H, cols, m) + _ld(BH + 2 * H, cols, m) + x_u)
     outgate = tl.sigmoid(a_o * rs_h * _ld(GH + 3 * H, cols, m) + _ld(BH + 3 * H, cols, m) + x_o)
     # c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u);  h_t = sigmoid(o) tanh(LN(c_t; g3, b3))
-    c_prev = _ld(CS + (s_in * B + b) * H, cols, m)
+    c_prev = _ld(CS + (c_in * B + b) * H, cols, m)
     c = tl.where(m, forgetgate * c_prev + ingate * cellgate, 0.0)
     mu_c = tl.sum(c, 0) / H
     d_c = tl.where(m, c - mu_c, 0.0)
@@ -95,13 +95,13 @@ def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
     h = outgate * _tanh(d_c * rs_c * _ld(GC, cols, m) + _ld(BC, cols, m))
     if HAS_LEN:  # past its length an example keeps its state and outputs 0
         live = t < tl.load(LEN + b)
-        h_prev = _ld(HS + (s_in * B + b) * H, cols, m)
+        h_prev = _ld(HS + (t * B + b) * H, cols, m)
         tl.store(OUT + (t * B + b) * H + cols, tl.where(live, h, 0.0).to(OUT.dtype.element_ty),
                  mask=m)
         h = tl.where(live, h, h_prev)
         c = tl.where(live, c, c_prev)
-    tl.store(HS + (s_out * B + b) * H + cols, h.to(HS.dtype.element_ty), mask=m)
-    tl.store(CS + (s_out * B + b) * H + cols, c, mask=m)
+    tl.store(HS + ((t + 1) * B + b) * H + cols, h.to(HS.dtype.element_ty), mask=m)
+    tl.store(CS + (c_out * B + b) * H + cols, c, mask=m)
     if SAVE:
         st = STATS + (t * B + b) * 6
         tl.store(st, mu_h)
@@ -462,11 +462,11 @@ def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool):
     for t in range(T):
         slot = t if save else 0
         torch.mm(hs[t], wt, out=hg_all[slot])                      # W_h h_{t-1}   (B, 4H)
-        s_in, s_out = (t, t + 1) if save else (t % 2, (t + 1) % 2)
+        c_in, c_out = (t, t + 1) if save else (t % 2, (t + 1) % 2)  # cs: (T+1) or 2 slots
         _lstm_forward_step[(B,)](
             hg_all, xg, hs, cs, out, stats, lens if lens is not None else hs,
             gh, bh, gc, bc, gx if has_xln else gh, bx if has_xln else bh,
-            t, slot, s_in, s_out, B, H, eps,
+            t, slot, c_in, c_out, B, H, eps,
             HAS_LEN=lens is not None, HAS_XLN=has_xln, SAVE=save, BLOCK_H=block,
             num_warps=warps)
     h_n = hs[T].clone()
