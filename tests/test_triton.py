@@ -22,6 +22,8 @@ from tests.reference import (ref_layer_norm, ref_ln_gru_sequence, ref_ln_lstm_se
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
+# with a GPU these run the compiled kernels: part of the `-m cuda` selection then
+pytestmark = [pytest.mark.cuda] if ON_GPU else []
 needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install "
                                                           "-e '.[test]' installs it)")
 

@@ -5,12 +5,13 @@ first call that runs one, which only happens for CUDA tensors (``pip install 'la
 CPU tensors keep the C kernels and torch ops; so does anything these kernels do not cover
 (float64, torch.compile tracing).
 
-* ``layer_norm`` / ``rms_norm``: PAPER.md section 1 over the trailing ``normalized_shape``, float32
-  statistics, forward and backward in Triton (``_norms``).
+* ``layer_norm`` / ``rms_norm``: layer norm (the paper's eq. 3, eps inside the square root) and
+  RMSNorm over the trailing ``normalized_shape``, float32 statistics, forward and backward in
+  Triton (``_norms``).
 * ``ln_lstm_sequence`` / ``ln_gru_sequence``: the arguments and results of
-  ``layernorm.rnn.fused.ln_lstm_sequence`` / ``ln_gru_sequence`` (PAPER.md section 2); per step the
+  ``layernorm.rnn.fused.ln_lstm_sequence`` / ``ln_gru_sequence`` (docs/rnnfast.md); per step the
   recurrent GEMM through cuBLAS (``torch.mm``) and ONE Triton kernel for everything after it, in
-  the forward and in the backward (``_rnn``). See docs/rnnfast.md.
+  the forward and in the backward (``_rnn``).
 
 ``applies_rnn(x)`` / ``applies_norm(x)`` say whether a call with tensor ``x`` runs here.
 """

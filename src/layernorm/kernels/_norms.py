@@ -1,6 +1,7 @@
 """LayerNorm and RMSNorm in Triton, forward and backward (imported only when a kernel runs).
 
-PAPER.md section 1, for each row x of N units (the trailing ``normalized_shape`` flattened)::
+Layer norm (the paper's eq. 3) and RMSNorm, for each row x of N units (the trailing
+``normalized_shape`` flattened)::
 
     mu    = mean(x)                    (0 for RMSNorm)
     rstd  = 1 / sqrt(mean((x - mu)^2) + eps)

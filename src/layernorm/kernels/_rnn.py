@@ -1,7 +1,7 @@
 """The LN-LSTM and LN-GRU recurrence on CUDA: per step one cuBLAS GEMM and ONE Triton kernel.
 
-PAPER.md section 2; arguments, gate order and results of ``layernorm.rnn.fused.ln_lstm_sequence``
-/ ``ln_gru_sequence``. Forward, step t::
+The equations (docs/rnn.md), arguments, gate order and results of
+``layernorm.rnn.fused.ln_lstm_sequence`` / ``ln_gru_sequence``. Forward, step t::
 
     hg = h_{t-1} @ W_hh^T                                  torch.mm (cuBLAS)          (B, G)
     kernel: LN(hg) (+ LN of the raw input term when gain_x is given), gates, cell, LN(c),
