@@ -74,8 +74,7 @@ def test_importing_layernorm_never_imports_triton():
 @needs_triton
 @pytest.mark.parametrize("N, dtype, chunked", [
     (1, torch.float32, False), (3, torch.float32, False), (64, torch.float32, False),
-    (257, torch.float32, False), (257, torch.bfloat16, False), (257, torch.float32, True),
-    (64, torch.bfloat16, True)])
+    (257, torch.float32, False), (257, torch.bfloat16, False), (257, torch.float32, True)])
 @pytest.mark.parametrize("center", [True, False], ids=["layer", "rms"])
 def test_norm_matches_reference(K, monkeypatch, N, dtype, chunked, center):
     from layernorm.kernels import _norms
@@ -200,8 +199,8 @@ RNN_CASES = [  # (H, B, lengths, input LN in the kernel, dtype)
     (3, 5, [3, 0, 2, 3, 1], True, torch.float32),
     (64, 2, None, False, torch.float32),
     (257, 1, None, True, torch.float32),
-    (1, 5, [1, 3, 0, 2, 2], False, torch.float32),
-    (64, 5, [2, 3, 0, 1, 3], True, torch.bfloat16),
+    (1, 3, [1, 3, 0], False, torch.float32),
+    (64, 3, [2, 0, 3], True, torch.bfloat16),
 ]
 
 
@@ -237,8 +236,8 @@ def test_recurrence_matches_reference(K, mode, H, B, lengths, input_ln, dtype):
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 def test_recurrence_without_grad_matches_with_grad(K, mode):
     """Inference (nothing saved, two cell-state buffers) gives the training forward's results."""
-    ts = _tensors(mode, 3, 5, 3, torch.float32, True)
-    lens = torch.tensor([3, 0, 2, 3, 1])
+    ts = _tensors(mode, 3, 3, 3, torch.float32, True)
+    lens = torch.tensor([3, 0, 2])
     with_grad = _run(K, mode, ts, lens)
     with torch.no_grad():
         without = _run(K, mode, ts, lens)

@@ -17,6 +17,7 @@ CPU tensors keep the C kernels and torch ops; so does anything these kernels do 
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import warnings
@@ -95,6 +96,11 @@ def applies_norm(x: torch.Tensor, which: str, *params: torch.Tensor | None) -> b
     return NORMS.get(which, False) or (which == "layer_norm" and mixed)
 
 
+def _on(x: torch.Tensor):
+    """Triton launches on the current CUDA device: make it x's."""
+    return torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+
+
 # ---------------------------------------------------------------------------------------------
 # LayerNorm / RMSNorm
 # ---------------------------------------------------------------------------------------------
@@ -108,7 +114,8 @@ class _NormFunction(torch.autograd.Function):
         x2 = x.contiguous().view(-1, n)
         w = None if weight is None else weight.contiguous().view(n)
         b = None if bias is None else bias.contiguous().view(n)
-        y, mean, rstd = _norms.norm_forward(x2, w, b, eps, center)
+        with _on(x2):
+            y, mean, rstd = _norms.norm_forward(x2, w, b, eps, center)
         ctx.save_for_backward(x2, w, mean, rstd)
         ctx.center, ctx.shape = center, x.shape
         ctx.params = [None if p is None else (p.shape, p.dtype) for p in (weight, bias)]
@@ -119,8 +126,9 @@ class _NormFunction(torch.autograd.Function):
     def backward(ctx, dy):
         from . import _norms
         x2, w, mean, rstd = ctx.saved_tensors
-        dx, dw, db = _norms.norm_backward(dy.contiguous().view(x2.shape), x2, w, mean, rstd,
-                                          ctx.center)
+        with _on(x2):
+            dx, dw, db = _norms.norm_backward(dy.contiguous().view(x2.shape), x2, w, mean, rstd,
+                                              ctx.center)
         grads = [None if p is None else g.to(p[1]).view(p[0]) for g, p in zip((dw, db),
                                                                               ctx.params)]
         return dx.view(ctx.shape), *grads, None, None, None
@@ -152,13 +160,15 @@ def ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, lengths=N
     """``layernorm.rnn.fused.ln_lstm_sequence`` on CUDA (same arguments, same results):
     returns out (T, B, H), h_n (B, H), c_n (B, H)."""
     from . import _rnn
-    return _rnn.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, lengths,
-                                 eps, gain_x, bias_x)
+    with _on(xg):
+        return _rnn.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, lengths,
+                                     eps, gain_x, bias_x)
 
 
 def ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=None,
                     eps: float = 1e-5, gain_x=None, bias_x=None):
     """``layernorm.rnn.fused.ln_gru_sequence`` on CUDA: returns out (T, B, H), h_n (B, H)."""
     from . import _rnn
-    return _rnn.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths, eps,
-                                gain_x, bias_x)
+    with _on(xg):
+        return _rnn.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths, eps,
+                                    gain_x, bias_x)

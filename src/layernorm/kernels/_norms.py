@@ -17,6 +17,8 @@ sums of those partials.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -159,11 +161,15 @@ def _config(N: int) -> tuple[int, bool, int]:
     return block, one, max(1, min(16, block // 256))
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def _programs(n_rows: int, device: torch.device) -> int:
     """Programs of the backward: a few per SM (each sums its rows' gain/bias partials)."""
     if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        return max(1, min(n_rows, 4 * sms))
+        return max(1, min(n_rows, 4 * _sm_count(device.index or 0)))
     return max(1, min(n_rows, 4))  # the interpreter on CPU tensors (tests)
 
 
