@@ -80,6 +80,7 @@ def test_norm_matches_reference(K, monkeypatch, N, dtype, chunked, center):
     from layernorm.kernels import _norms
     if chunked:  # rows longer than one block: statistics and output in column chunks
         monkeypatch.setattr(_norms, "ONE_BLOCK_MAX", 0)
+        monkeypatch.setattr(_norms, "ONE_BLOCK_MAX_BACKWARD", 0)
         monkeypatch.setattr(_norms, "CHUNK", 16)
     g = torch.Generator().manual_seed(N)
     x = (torch.randn(5, 2, N, generator=g) * 3 + 1).to(DEVICE, dtype).requires_grad_()

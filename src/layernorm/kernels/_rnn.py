@@ -27,6 +27,8 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ._norms import LAUNCH
+
 
 @triton.jit
 def _tanh(x):
@@ -468,7 +470,7 @@ def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool):
             gh, bh, gc, bc, gx if has_xln else gh, bx if has_xln else bh,
             t, slot, c_in, c_out, B, H, eps,
             HAS_LEN=lens is not None, HAS_XLN=has_xln, SAVE=save, BLOCK_H=block,
-            num_warps=warps)
+            num_warps=warps, **LAUNCH)
     h_n = hs[T].clone()
     c_n = cs[T if save else T % 2].to(xg.dtype, copy=True)
     return out, h_n, c_n, ((hg_all, hs, cs, stats) if save else None)
@@ -513,7 +515,7 @@ class _LSTMFunction(torch.autograd.Function):
                 hg_all, xg, cs, stats, lens if lens is not None else dh, grad_out, dh, dhmm, dc,
                 dhg, dxg, acc, gh, bh, gc, bc, gx if has_xln else gh, bx if has_xln else bh,
                 t, B, H, HAS_LEN=lens is not None, HAS_XLN=has_xln, HAS_DHMM=t < T - 1,
-                BLOCK_H=block, num_warps=warps)
+                BLOCK_H=block, num_warps=warps, **LAUNCH)
             torch.mm(dhg[t], w, out=dhmm)                          # through W_h h_{t-1}
         dh0 = (dh + dhmm.float()).to(hs.dtype)
         dw_hh = torch.mm(dhg.view(T * B, G).t(), hs[:T].reshape(T * B, H))
@@ -558,7 +560,7 @@ def _gru_forward(xg, h0, w_hh, params, lens, eps, save: bool):
             gh, bh, gu, bu, gx if has_xln else gh, bx if has_xln else bh,
             t, slot, B, H, eps,
             HAS_LEN=lens is not None, HAS_XLN=has_xln, SAVE=save, BLOCK_H=block,
-            num_warps=warps)
+            num_warps=warps, **LAUNCH)
     return out, hs[T].clone(), ((hg_all, hs, stats) if save else None)
 
 
@@ -593,7 +595,7 @@ class _GRUFunction(torch.autograd.Function):
                 hg_all, xg, hs, stats, lens if lens is not None else dh, grad_out, dh, dhmm,
                 dhg, dxg, acc, gh, bh, gu, bu, gx if has_xln else gh, bx if has_xln else bh,
                 t, B, H, HAS_LEN=lens is not None, HAS_XLN=has_xln, HAS_DHMM=t < T - 1,
-                BLOCK_H=block, num_warps=warps)
+                BLOCK_H=block, num_warps=warps, **LAUNCH)
             torch.mm(dhg[t], w, out=dhmm)
         dh0 = (dh + dhmm.float()).to(hs.dtype)
         dw_hh = torch.mm(dhg.view(T * B, G).t(), hs[:T].reshape(T * B, H))
