@@ -22,6 +22,11 @@ from tests.reference import (ref_layer_norm, ref_ln_gru_sequence, ref_ln_lstm_se
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
+if HAVE_TRITON and not ON_GPU and "triton" not in sys.modules:
+    # Interpreter mode is read when triton (and each kernel) is imported, and again by triton's
+    # own lazy imports: so it is set at collection, before any test (torch.compile imports
+    # triton too), and stays set for the session. No CPU test compiles with triton.
+    os.environ["TRITON_INTERPRET"] = "1"
 # with a GPU these run the compiled kernels: part of the `-m cuda` selection then
 pytestmark = [pytest.mark.cuda] if ON_GPU else []
 needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install "
@@ -35,11 +40,12 @@ def K():
         pytest.skip("triton is not installed")
     import layernorm.kernels as kernels
     if not ON_GPU:
-        # Read when triton and the kernels are imported, and again by triton's own lazy imports
-        # at the first launch: it stays set for the rest of this process (no other CPU test
-        # uses triton).
-        os.environ["TRITON_INTERPRET"] = "1"
-        from layernorm.kernels import _norms, _rnn  # noqa: F401
+        from triton.runtime.interpreter import InterpretedFunction
+
+        from layernorm.kernels import _rnn
+        if not isinstance(_rnn._lstm_forward_step, InterpretedFunction):
+            pytest.skip("triton was imported before this module set TRITON_INTERPRET=1: run "
+                        "with TRITON_INTERPRET=1 in the environment")
     kernels._INTERPRET_CPU = not ON_GPU
     yield kernels
     kernels._INTERPRET_CPU = False
