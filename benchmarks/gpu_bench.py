@@ -49,6 +49,28 @@ def _modules(cell: str, I: int, H: int, dtype):
     return ours, torch_cls(I, H).to(DEVICE).to(dtype)
 
 
+def _gpu_busy(fn) -> float | None:
+    """Fraction of one call's wall time the GPU spends in kernels (torch.profiler): well below 1
+    means the step loop is bound by launches on the CPU side (then CUDA graphs would pay)."""
+    if DEVICE != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            wall_us = (time.perf_counter() - t0) * 1e6
+        kernels_us = sum(e.self_device_time_total for e in prof.key_averages()
+                         if e.device_type == torch.autograd.DeviceType.CUDA)
+        return kernels_us / wall_us
+    except Exception as e:  # noqa: BLE001 - a diagnostic only: never stop the benchmark
+        print(f"  (gpu busy not measured: {e!r})", file=sys.stderr)
+        return None
+
+
 def bench_rnn(shapes, dtypes, cells, repeat: int, warmup: int) -> list[dict]:
     rows = []
     for (T, B, I, H) in shapes:
@@ -85,6 +107,7 @@ def bench_rnn(shapes, dtypes, cells, repeat: int, warmup: int) -> list[dict]:
                     b = ours(x)[0]
                     K.ENABLED = True
                 diff = float((a.float() - b.float()).abs().max())
+                busy = _gpu_busy(run(ours, True, True))
                 peak = {}
                 for name, (m, k) in impls.items():
                     _sync()
@@ -103,7 +126,8 @@ def bench_rnn(shapes, dtypes, cells, repeat: int, warmup: int) -> list[dict]:
                         "fwd+bwd ms": ms[(name, "fb")],
                         "ratio": ms[(name, "fb")] / ms[("cuDNN", "fb")],
                         "vs torch-ops": ms[("torch-ops", "fb")] / ms[(name, "fb")],
-                        "peak MB": peak[name], "max|triton - torch-ops|": diff})
+                        "peak MB": peak[name], "max|triton - torch-ops|": diff,
+                        "gpu busy": busy if name == "triton" else None})
                 print(f"  {cell} {T}x{B}x{I}x{H} {dname}: {time.perf_counter() - t0:.1f} s",
                       file=sys.stderr, flush=True)
     return rows
@@ -199,9 +223,11 @@ def main(argv=None) -> int:
         rows = bench_rnn(shapes, args.dtypes, args.cells, repeat, args.warmup)
         result["rnn"] = rows
         print("LN-LSTM / LN-GRU: ratio = time / cuDNN's (no LN), vs torch-ops = torch-ops loop "
-              "time / this one (fwd+bwd)")
+              "time / this one (fwd+bwd), gpu busy = kernel time / wall time of one training "
+              "step (profiler)")
         print(format_table(rows, ["cell", "shape", "dtype", "impl", "fwd ms", "fwd ratio",
-                                  "fwd+bwd ms", "ratio", "vs torch-ops", "peak MB"]))
+                                  "fwd+bwd ms", "ratio", "vs torch-ops", "peak MB",
+                                  "gpu busy"]))
     if "norms" not in args.skip:
         rows = bench_norms(NORM_SHAPES, args.dtypes, repeat * 2, args.warmup)
         result["norms"] = rows

@@ -46,7 +46,7 @@ if $PY -c "import pytest" 2>/dev/null; then
     TIMEOUT_OPT=()
     $PY -c "import pytest_timeout" 2>/dev/null ||
         TIMEOUT_OPT=(-W "ignore::pytest.PytestConfigWarning")  # pyproject's timeout option
-    step pytest_cuda 150 $PY -m pytest -q --maxfail=5 -m cuda -p no:cacheprovider \
+    step pytest_cuda 170 $PY -m pytest -q --maxfail=5 -m cuda -p no:cacheprovider \
         ${TIMEOUT_OPT[@]+"${TIMEOUT_OPT[@]}"} --junitxml="$OUT/pytest_cuda.xml" \
         tests/test_triton.py tests/test_triton_cuda.py tests/test_rnn.py tests/test_norms.py
 else
@@ -56,7 +56,7 @@ fi
 
 BENCH_OPT=()
 [ -n "${QUICK:-}" ] && BENCH_OPT=(--quick)
-step gpu_bench 210 $PY benchmarks/gpu_bench.py ${BENCH_OPT[@]+"${BENCH_OPT[@]}"} \
+step gpu_bench 200 $PY benchmarks/gpu_bench.py ${BENCH_OPT[@]+"${BENCH_OPT[@]}"} \
     --json "$OUT/gpu_bench.json"
 # the project's own benchmark commands on the device (fp32; their rows use the kernels too)
 step bench_rnn 60 $PY -m layernorm bench rnn --device cuda --quick --no-loop \
