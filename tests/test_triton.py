@@ -73,6 +73,22 @@ def test_importing_layernorm_never_imports_triton():
     assert r.returncode == 0, r.stderr
 
 
+def test_which_calls_run_in_the_kernels(monkeypatch):
+    import layernorm.kernels as kernels
+    monkeypatch.setattr(kernels, "_INTERPRET_CPU", False)
+    x = torch.randn(2, 3)
+    assert not kernels.applies_rnn(x) and not kernels.applies_norm(x, "rms_norm")
+    monkeypatch.setattr(kernels, "_INTERPRET_CPU", True)  # as if x were a CUDA tensor
+    monkeypatch.setattr(kernels, "_AVAILABLE", True)
+    assert kernels.applies_rnn(x) and kernels.applies_norm(x, "rms_norm")
+    assert not kernels.applies_rnn(x.double()), "float64 keeps the torch ops"
+    assert not kernels.applies_rnn(x[:0]), "empty batches keep the torch ops"
+    assert not kernels.applies_norm(x, "layer_norm"), "torch's fused layer_norm is kept"
+    assert kernels.applies_norm(x.bfloat16(), "layer_norm", torch.ones(3)), "mixed dtypes"
+    monkeypatch.setattr(kernels, "ENABLED", False)
+    assert not kernels.applies_rnn(x) and not kernels.applies_norm(x, "rms_norm")
+
+
 # ---------------------------------------------------------------------------------------------
 # LayerNorm / RMSNorm
 # ---------------------------------------------------------------------------------------------

@@ -64,10 +64,11 @@ def _device_ok(x: torch.Tensor) -> bool:
 
 def applies_rnn(x: torch.Tensor) -> bool:
     """Whether the LN-LSTM / LN-GRU recurrence with input term ``x`` runs in these kernels: a
-    CUDA tensor of float32 / bfloat16 / float16, triton installed, not under torch.compile. A CUDA
+    non-empty CUDA tensor of float32 / bfloat16 / float16, triton installed, not under
+    torch.compile (float64 keeps the torch ops: the kernels compute in float32). A CUDA
     user without triton is told once that the slower loop of torch ops runs instead."""
     global _WARNED
-    if not (ENABLED and _device_ok(x) and x.dtype in _RUN_DTYPES):
+    if not (ENABLED and _device_ok(x) and x.dtype in _RUN_DTYPES and x.numel() > 0):
         return False
     if torch.compiler.is_compiling():
         return False
