@@ -476,11 +476,6 @@ def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool):
     return out, h_n, c_n, ((hg_all, hs, cs, stats) if save else None)
 
 
-def _param_grads(acc, sizes, like):
-    return [g.to(p.dtype) if p is not None else None
-            for g, p in zip(acc.sum(0).split(sizes), like)]
-
-
 class _LSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, lens,
