@@ -29,6 +29,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from . import kernels as _kernels
 from ._checks import (check_channels, check_eps, check_float, check_param_shape,
                       check_trailing_shape)
 
@@ -109,6 +110,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     check_eps(eps, "layer_norm")
     check_param_shape(weight, shape, "weight", "layer_norm")
     check_param_shape(bias, shape, "bias", "layer_norm")
+    if _kernels.applies_norm(x, "layer_norm", weight, bias):  # CUDA: Triton (layernorm.kernels)
+        return _kernels.layer_norm(x, shape, weight, bias, eps)
     if _same_dtype(x, weight, bias):
         return F.layer_norm(x, shape, weight, bias, eps)
     return normalize(x, _trailing_dims(len(shape)), weight=weight, bias=bias, eps=eps)
@@ -138,6 +141,8 @@ def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     check_trailing_shape(x, shape, "rms_norm")
     eps = rms_eps(x.dtype) if eps is None else check_eps(eps, "rms_norm")
     check_param_shape(weight, shape, "weight", "rms_norm")
+    if _kernels.applies_norm(x, "rms_norm", weight):  # CUDA: Triton (layernorm.kernels)
+        return _kernels.rms_norm(x, shape, weight, eps)
     from . import _rms_native
     if x.numel() > _rms_native.SMALL and _rms_native.eligible(x, weight):
         y = _rms_native.rms_norm(x, math.prod(shape), weight, eps)

@@ -36,6 +36,8 @@ import weakref
 import torch
 from torch.autograd.function import once_differentiable
 
+from .. import kernels as _kernels
+
 __all__ = ["ln_lstm_sequence", "ln_gru_sequence"]
 
 _layer_norm = torch.native_layer_norm
@@ -694,6 +696,9 @@ def ln_lstm_sequence(xg: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, w_hh:
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
     T, B, H = _check_shapes("ln_lstm_sequence", xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
+    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
+        return _kernels.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
+                                         lengths, eps, gain_x, bias_x)
     xg, gain_x, bias_x = _input_ln("ln_lstm_sequence", xg, gain_x, bias_x, (4 * H,), eps)
     order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
     params = (w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)
@@ -920,6 +925,9 @@ def ln_gru_sequence(xg: torch.Tensor, h0: torch.Tensor, w_hh: torch.Tensor, gain
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     T, B, H = _check_shapes("ln_gru_sequence", xg, {"h0": h0}, w_hh, 3, vectors)
+    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
+        return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths,
+                                        eps, gain_x, bias_x)
     xg, gain_x, bias_x = _input_ln("ln_gru_sequence", xg, gain_x, bias_x, (2 * H, H), eps)
     order, batch_sizes, blocks = _prepare_lengths(lengths, T, B)
     params = (w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)
