@@ -75,7 +75,7 @@ class HandwritingMDN(nn.Module):
         return offset_nll + eos_nll
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        nll = self.point_nll(x.float())
+        nll = self.point_nll(x if x.is_floating_point() else x.float())
         if lengths is not None:
             scored = torch.arange(nll.shape[1], device=nll.device)[None, :] < \
                 (lengths.to(nll.device)[:, None] - 1)
