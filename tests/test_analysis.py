@@ -1,4 +1,4 @@
-"""The paper's theory measured (issue 5): Table 1 by measurement, and the Fisher geometry."""
+"""The paper's theory measured (sections 5.1 and 5.2): Table 1 by measurement, and the Fisher geometry."""
 import json
 import math
 

@@ -140,8 +140,8 @@ def test_dataset_errors_name_the_fix():
 class _Server:
     """Serves ``files`` (name -> bytes) on 127.0.0.1 and counts requests."""
 
-    def __init__(self, files):
-        self.files, self.requests = files, []
+    def __init__(self, files, ranges=False):
+        self.files, self.requests, self.ranges = files, [], []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -151,7 +151,16 @@ class _Server:
                 if body is None:
                     self.send_error(404)
                     return
-                self.send_response(200)
+                asked = self.headers.get("Range")
+                outer.ranges.append(asked)
+                if ranges and asked:      # "bytes=N-", as the downloader asks
+                    start = int(asked[len("bytes="):-1])
+                    self.send_response(206)
+                    self.send_header("Content-Range",
+                                     f"bytes {start}-{len(body) - 1}/{len(body)}")
+                    body = body[start:]
+                else:
+                    self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -213,6 +222,37 @@ def test_fetch_truncated_download_raises(tmp_path):
         with pytest.raises(ChecksumError, match="4000 bytes, expected 5000"):
             fetch(_resource("a.bin", body, [srv.url("a.bin")]), tmp_path, progress=False)
     assert list((tmp_path / "testset").iterdir()) == []
+
+
+def test_an_interrupted_download_is_resumed_with_a_range_request_and_verified(tmp_path):
+    from layernorm.data.download import partial_path
+    body = np.random.default_rng(1).bytes(50_000)
+    with _Server({"a.bin": body}, ranges=True) as srv:
+        res = _resource("a.bin", body, [srv.url("a.bin")])
+        part = partial_path(res.path(tmp_path))
+        part.parent.mkdir(parents=True)
+        part.write_bytes(body[:20_000])                     # what a killed download left
+        (part.parent / ".a.bin.k3j2.part").write_bytes(b"an older version's temp file")
+        assert fetch(res, tmp_path, progress=False).read_bytes() == body
+        assert srv.ranges == ["bytes=20000-"]
+        # a kept part whose bytes are wrong: the resumed file fails the check, and the file is
+        # downloaded once more from the start
+        res_b = _resource("b.bin", body, [srv.url("a.bin")])
+        partial_path(res_b.path(tmp_path)).write_bytes(b"x" * 20_000)
+        assert fetch(res_b, tmp_path, progress=False).read_bytes() == body
+        assert srv.ranges[1:] == ["bytes=20000-", None]
+    assert sorted(p.name for p in part.parent.iterdir()) == ["a.bin", "b.bin"]
+
+
+def test_a_server_that_ignores_the_range_replaces_the_part(tmp_path):
+    from layernorm.data.download import partial_path
+    body = b"0123456789" * 3000
+    with _Server({"a.bin": body}) as srv:                   # answers 200 with the whole file
+        res = _resource("a.bin", body, [srv.url("a.bin")])
+        partial_path(res.path(tmp_path)).parent.mkdir(parents=True)
+        partial_path(res.path(tmp_path)).write_bytes(body[:7000])
+        assert fetch(res, tmp_path, progress=False).read_bytes() == body
+        assert srv.ranges == ["bytes=7000-"]
 
 
 def test_fetch_offline_names_urls_and_the_manual_path(tmp_path):

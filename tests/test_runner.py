@@ -225,7 +225,7 @@ def test_a_run_being_trained_is_locked_and_stale_temp_files_are_cleared(tmp_path
     (run / ".checkpoint.pt.abc.tmp").write_bytes(b"half a checkpoint")   # kill -9 mid-write
     with open(tmp_path / ".r.lock", "w") as lock:                       # another trainer
         fcntl.flock(lock, fcntl.LOCK_EX)
-        with pytest.raises(RunDirError, match="another process is training"):
+        with pytest.raises(RunDirError, match=r"another process \(pid .*\) is training"):
             train(_cfg(steps=10), run)
         fcntl.flock(lock, fcntl.LOCK_UN)
     train(_cfg(steps=10), run)
@@ -290,9 +290,9 @@ def test_cli_list_and_run_and_rerun(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["run", "nope"], "unknown experiment 'nope'"),
-    (["run", "digits-mlp", "--norm", "group"], "unknown norm 'group'"),
-    (["run", "digits-mlp", "--batch-size", "0"], "batch_size must be an integer >= 1"),
-    (["run", "digits-mlp", "--jobs", "0"], "--jobs must be >= 1"),
+    (["run", "digits-mlp", "--norm", "group"], "--norm: invalid choice: 'group'"),
+    (["run", "digits-mlp", "--batch-size", "0"], "--batch-size: expected an integer >= 1"),
+    (["run", "digits-mlp", "--jobs", "0"], "--jobs: expected an integer >= 1"),
     (["run", "digits-mlp", "--batch-size", "8"], "would share the run directory"),
 ])
 def test_cli_bad_input_exits_2_with_a_message(argv, message, capsys, tmp_path):
@@ -379,3 +379,95 @@ def test_workers_end_when_the_parent_is_terminated(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _holders(path: Path) -> list[int]:
+    """pids of this process's spawned workers that hold ``path`` open (Linux /proc)."""
+    pids = []
+    for pid in _spawned_workers(os.getpid()):
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+            if any(os.readlink(fd) == str(path) for fd in fds):
+                pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_dead_worker_fails_only_its_own_run(tmp_path):
+    """A worker killed by SIGKILL (what the out-of-memory killer does) breaks the process pool;
+    its run is FAILED, the pool is restarted and every other run still finishes."""
+    import threading
+    configs = [_cfg(steps=400 if s == 1 else 60, seed=s) for s in range(3)]   # 1: long enough
+                                                                               # to be caught
+    victim = tmp_path / "adhoc" / configs[1].run_name()
+    lock = victim.parent / f".{victim.name}.lock"
+    stop, kills = threading.Event(), []
+
+    def killer():    # kill whichever worker trains the victim, every time one does
+        while not stop.is_set():
+            for pid in _holders(lock):
+                os.kill(pid, signal.SIGKILL)
+                kills.append(pid)
+            time.sleep(0.01)
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        results = run_configs(configs, tmp_path, jobs=2, threads=1, progress=False,
+                              log=lambda s: None)
+    finally:
+        stop.set()
+        thread.join()
+    assert kills
+    assert [r.status for r in results] == ["done", "failed", "done"]
+    assert "worker process died" in results[1].error and "SIGKILL" in results[1].error
+    for r in (results[0], results[2]):
+        assert [row["step"] for row in read_metrics(r.run_dir)] == [10, 20, 30, 40, 50, 60]
+
+
+def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and_line(tmp_path):
+    from layernorm._io import MetricsError
+    cfg = _cfg(steps=30, eval_every=10, checkpoint_every=30)
+    run = train(cfg, tmp_path / "r")
+    (run / "done").unlink()
+    path = run / "metrics.jsonl"
+    good = path.read_text().splitlines()
+    path.write_text(good[0] + "\n" + good[1][:-7] + "\n" + good[2] + "\n")   # a bit flip in row 2
+    with pytest.raises(MetricsError, match=r"metrics.jsonl line 2: expected a JSON object, "
+                                           r"received .*delete the run directory"):
+        read_metrics(run)
+    with pytest.raises(MetricsError, match="line 2"):
+        train(cfg, run)                       # never resumes by dropping the rows after it
+    path.write_text(good[0] + "\n" + json.dumps({"test_error": 0.5}) + "\n" + good[2] + "\n")
+    with pytest.raises(MetricsError, match=r"line 2: expected a metrics row with \['step', "
+                                           r"'test_error'\].*missing \['step'\]"):
+        read_metrics(run)
+    path.write_text(good[0] + "\n" + good[1] + "\n" + good[2][:25])   # torn last line: a kill
+    assert [r["step"] for r in read_metrics(run)] == [10, 20]
+
+
+def test_the_runner_imports_nothing_above_it():
+    """experiments/ knows its own floor and the layers below (data, norms, I/O), never the
+    commands, the reproduction, the report or the analysis that plug into it."""
+    import ast
+    pkg = Path(layernorm.__file__).parent
+    below = ("experiments", "data", "norms", "functional", "sync_bn", "_io", "_checks", "_args")
+    for path in sorted((pkg / "experiments").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):      # imports for type checkers only are no dependency
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                if node.level == 1:
+                    continue                                   # inside experiments/
+                for name in names:
+                    assert name.split(".")[0] in below + ("__version__",), (path.name, name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                    else [node.module or ""]
+                for mod in mods:
+                    if mod.startswith("layernorm."):
+                        assert mod.split(".")[1] in below, (path.name, mod)

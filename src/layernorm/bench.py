@@ -10,6 +10,8 @@ from typing import Callable
 
 import torch
 
+from ._io import format_table  # noqa: F401  (its home is the I/O helpers; kept importable here)
+
 
 def _sync(device: torch.device | str | None) -> None:
     if device is not None and torch.device(device).type == "cuda":
@@ -38,15 +40,7 @@ def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 3, repeat: in
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def format_table(rows: list[dict], columns: list[str]) -> str:
-    """A plain-text table; floats with 3 significant decimals."""
-    def cell(v):
-        return f"{v:.3f}" if isinstance(v, float) else str(v)
-    body = [[cell(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(b[i]) for b in body)) if body else len(c)
-              for i, c in enumerate(columns)]
-    line = lambda cells: "  ".join(s.rjust(w) for s, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(b) for b in body])
+# format_table: in layernorm._io (imported above), with the other helpers that write output.
 
 
 NORM_SHAPES = ((4096, 1024), (8192, 4096), (65536, 128))

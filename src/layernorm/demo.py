@@ -7,7 +7,8 @@ import argparse
 
 import torch
 
-from .bench import format_table
+from . import _args
+from ._io import format_table
 from .norms import make_norm
 
 
@@ -52,6 +53,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("demo", help="LN vs BN on one example at batch sizes 1, 4, 128")
-    p.add_argument("--features", type=int, default=256)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--features", type=_args.positive_int, default=256)
+    p.add_argument("--seed", type=_args.seed, default=0)
     p.set_defaults(func=_run)

@@ -1,5 +1,5 @@
 """The paper's theory, measured: the invariance table (Table 1, ``invariance``) and the geometry of
-parameter space (section 5.2, ``geometry``). PAPER.md sections 3 and 4.
+parameter space (section 5.2, ``geometry``). See docs/paper.md sections 3 and 4.
 
     run_invariance(...) -> {method: {transformation: {"invariant", "max_abs_change"}}}
     measure_invariance(...) -> InvarianceResult (records, per-eps tables, margins, .format())

@@ -1,6 +1,6 @@
 """The geometry of parameter space (paper section 5.2), measured with the exact Fisher information.
 
-PAPER.md section 4. The model is a normalized softmax GLM on the digits,
+docs/paper.md section 4. The model is a normalized softmax GLM on the digits,
 ``p(y | x) = softmax(g * (W x - mu) / sigma + b)`` (``layer.normalized_layer``, one method per run),
 and its Fisher information
 
@@ -40,8 +40,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from .. import _args
 from .._io import atomic_write_bytes, atomic_write_json
-from ..bench import format_table
+from .._io import format_table
 from ..norms import norm_block
 from .invariance import tolerance
 from .layer import (METHOD_NAMES, METHODS, check_data, check_method, check_scales,
@@ -566,8 +567,13 @@ def format_geometry(result: dict) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = run_geometry(args.out, methods=args.methods, steps=args.steps,
-                          n_examples=args.examples, seed=args.seed, progress=True)
+    from .._io import clean_stale_temp_files, exclusive_lock, output_dir
+    out = output_dir(args.out)
+    with exclusive_lock(out / ".geometry.lock", f"another `layernorm geometry` (pid {{pid}}) is "
+                        f"writing {out} right now; wait for it, or pass another --out."):
+        clean_stale_temp_files(out)      # atomic writes cut short by a kill
+        result = run_geometry(out, methods=args.methods, steps=args.steps,
+                              n_examples=args.examples, seed=args.seed, progress=True)
     print(format_geometry(result))
     return 0
 
@@ -577,8 +583,9 @@ def add_commands(sub) -> None:
                        "implicit learning-rate decay, gain metric under input re-scaling")
     p.add_argument("--out", required=True, help="directory for geometry.json and the figures")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
-    p.add_argument("--examples", type=int, default=256,
+    p.add_argument("--steps", type=_args.int_at_least(2), default=300,
+                   help="training steps per run, >= 2 (default 300)")
+    p.add_argument("--examples", type=_args.positive_int, default=256,
                    help="digits examples in the Fisher expectation (default 256)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_args.seed, default=0)
     p.set_defaults(func=_run)

@@ -1,8 +1,8 @@
 """Table 1 of the paper, measured: which transformations of a layer's weights and data leave its
 output unchanged, for batch norm, weight norm, layer norm (and RMS norm and no normalization).
 
-PAPER.md section 3. The layer is ``h = tanh(g * (a - mu) / sigma + b)``, ``a = W x``
-(``layer.normalized_layer``). Each transformation acts on that layer's W (H, D) or inputs x (N, D):
+Paper section 5.1 (docs/paper.md section 3). The layer is ``h = tanh(g * (a - mu) / sigma + b)``,
+``a = W x`` (``layer.normalized_layer``). Each transformation acts on that layer's W (H, D) or inputs x (N, D):
 
     weight_matrix_rescaling     W -> d W                 one random d in [1/4, 4]
     weight_matrix_recentering   W -> W + 1 c^T           the same vector c added to every row w_i
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..bench import format_table
+from .. import _args
+from .._io import format_table
 from .layer import (METHODS, check_data, check_method, check_scales, load_digits_xy,
                     method_eps, normalized_layer, single_thread, statistics, summed_inputs)
 
@@ -400,11 +401,11 @@ def add_commands(sub) -> None:
     p.add_argument("--json-detail", action="store_true", help="print every measurement, the "
                    "per-eps tables, tolerances, margins and the paper's table as JSON")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--eps", nargs="+", type=float, default=list(DEFAULT_EPS),
+    p.add_argument("--eps", nargs="+", type=_args.nonnegative_float, default=list(DEFAULT_EPS),
                    help="eps values to run (default: 0 1e-5)")
-    p.add_argument("--draws", type=int, default=5, help="random Gaussian draws (default 5)")
-    p.add_argument("--real-draws", type=int, default=2,
+    p.add_argument("--draws", type=_args.positive_int, default=5, help="random Gaussian draws (default 5)")
+    p.add_argument("--real-draws", type=_args.nonnegative_int, default=2,
                    help="random layers on the digits data (default 2)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_args.seed, default=0)
     p.set_defaults(func=_run)

@@ -1,7 +1,8 @@
 """The normalized layer the analysis measures, ``h = f(g * (a - mu) / sigma + b)`` with ``a = W x``.
 
-PAPER.md sections 3 and 4. One definition shared by the invariance table and the geometry
-measurements; each method only decides where ``mu`` and ``sigma`` come from:
+Paper sections 5.1 and 5.2 (docs/paper.md sections 3 and 4). One definition shared by the
+invariance table and the geometry measurements; each method only decides where ``mu`` and ``sigma``
+come from:
 
     batch   mu, sigma^2 of each unit over the examples of the batch      functional.moments(a, (0,))
     layer   mu, sigma^2 of each example over the H units                 functional.moments(a, (-1,))

@@ -6,7 +6,7 @@ import sys
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ..bench import format_table
+    from .._io import format_table
     from . import DATASETS, load_dataset
     from .download import cache_dir
     from .downloadable import RESOURCES, cache_summary

@@ -1,4 +1,4 @@
-"""Verified, atomic, resumable-by-restart downloads into a cache directory.
+"""Verified, atomic, resumable downloads into a cache directory.
 
     path = fetch(Resource("mnist", "train-images-idx3-ubyte.gz", urls=[...], sha256="...",
                           size=9912422))
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -130,39 +129,104 @@ def fetch(resource: Resource, root: str | os.PathLike | None = None, *, progress
                                         else "."))
 
 
+def partial_path(path: Path) -> Path:
+    """Where the download of ``path`` accumulates until it is verified: ``.<name>.part``."""
+    return path.with_name(f".{path.name}.part")
+
+
 def _download(url: str, resource: Resource, path: Path, *, progress: bool,
               timeout: float) -> None:
-    from tqdm import tqdm
-    request = urllib.request.Request(url, headers={"User-Agent": "layernorm"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        total = resource.size or int(response.headers.get("Content-Length") or 0) or None
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    """Download ``url`` into ``partial_path(path)``, verify it, rename it to ``path``.
+
+    An interrupted download (a kill, a dropped connection) leaves its ``.part`` file, and the next
+    call resumes it with an HTTP Range request; a server that ignores the range sends the whole
+    file, which replaces the part. The whole file is verified after, and a resumed file that fails
+    the check is downloaded once more from the start. Several processes fetching the same file take
+    turns on a lock on the ``.part`` file, so they never write it at the same time.
+    """
+    try:
+        import fcntl
+    except ImportError:      # not POSIX: no lock between processes, the rest works the same
+        fcntl = None
+    part = partial_path(path)
+    for old in path.parent.glob(f".{path.name}.*.part"):   # random names of older versions
+        old.unlink(missing_ok=True)
+    while True:
+        f = open(part, "ab")
+        if fcntl is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)      # waits while another process downloads it
         try:
-            h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as f, tqdm(total=total, unit="B", unit_scale=True,
-                                                desc=f"download {resource.filename}",
-                                                disable=not progress, leave=False) as bar:
-                while chunk := response.read(CHUNK):
-                    f.write(chunk)
-                    h.update(chunk)
-                    bar.update(len(chunk))
-                f.flush()
-                os.fsync(f.fileno())
-            size, digest = os.path.getsize(tmp), h.hexdigest()
-            if resource.size is not None and size != resource.size:
-                raise ChecksumError(f"download of {url} has {size} bytes, expected "
-                                    f"{resource.size}; nothing was cached. The server sent a "
-                                    f"different or truncated file: try again later, or place "
-                                    f"the right file at {path}.")
-            if resource.sha256 is not None and digest != resource.sha256:
-                raise ChecksumError(f"download of {url} has SHA-256 {digest}, expected "
-                                    f"{resource.sha256}; nothing was cached. The server sent a "
-                                    f"different or corrupt file: try again later, or place "
-                                    f"the right file at {path}.")
-            if resource.sha256 is None:   # record the first download's hash, verify it later
-                from .._io import atomic_write_text
-                atomic_write_text(path.with_name(path.name + ".sha256"), digest + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            st = os.fstat(f.fileno())
+            if not part.exists() or os.stat(part).st_ino != st.st_ino:
+                continue                       # that process finished and renamed it: look again
+            if path.exists():
+                verify(resource, path)
+                return
+            resumed = st.st_size > 0
+            _fill(url, resource, part, f, progress=progress, timeout=timeout)
+            try:
+                _check_download(url, resource, part, path)
+            except ChecksumError:
+                part.unlink(missing_ok=True)
+                if not resumed:
+                    raise
+                continue                       # the kept part was bad: once more from the start
+            os.replace(part, path)
+            return
+        finally:
+            f.close()
+
+
+def _fill(url: str, resource: Resource, part: Path, f, *, progress: bool, timeout: float) -> None:
+    """Append the rest of ``url`` to the open ``.part`` file ``f`` (a Range request from its
+    size)."""
+    from tqdm import tqdm
+    start = os.fstat(f.fileno()).st_size
+    if resource.size is not None and start >= resource.size:
+        if start > resource.size:
+            f.truncate(0)
+            start = 0
+        else:
+            return                             # complete already; verified by the caller
+    headers = {"User-Agent": "layernorm"}
+    if start:
+        headers["Range"] = f"bytes={start}-"
+    try:
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                          timeout=timeout)
+    except urllib.error.HTTPError as err:
+        if err.code != 416 or not start:       # 416: the range is past what the server has
             raise
+        f.truncate(0)
+        return _fill(url, resource, part, f, progress=progress, timeout=timeout)
+    with response:
+        if start and (response.status != 206 or not response.headers.get(
+                "Content-Range", "").startswith(f"bytes {start}-")):
+            f.truncate(0)                      # the server sent the whole file: start over
+            start = 0
+        length = int(response.headers.get("Content-Length") or 0)
+        total = resource.size or (start + length if length else None)
+        with tqdm(total=total, initial=start, unit="B", unit_scale=True,
+                  desc=f"download {resource.filename}", disable=not progress,
+                  leave=False) as bar:
+            while chunk := response.read(CHUNK):
+                f.write(chunk)
+                bar.update(len(chunk))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _check_download(url: str, resource: Resource, part: Path, path: Path) -> None:
+    size, digest = part.stat().st_size, sha256_of(part)
+    if resource.size is not None and size != resource.size:
+        raise ChecksumError(f"download of {url} has {size} bytes, expected {resource.size}; "
+                            f"nothing was cached. The server sent a different or truncated "
+                            f"file: try again later, or place the right file at {path}.")
+    if resource.sha256 is not None and digest != resource.sha256:
+        raise ChecksumError(f"download of {url} has SHA-256 {digest}, expected "
+                            f"{resource.sha256}; nothing was cached. The server sent a "
+                            f"different or corrupt file: try again later, or place the right "
+                            f"file at {path}.")
+    if resource.sha256 is None:   # record the first download's hash, verify it later
+        from .._io import atomic_write_text
+        atomic_write_text(path.with_name(path.name + ".sha256"), digest + "\n")

@@ -6,9 +6,9 @@ from .config import Config
 from .registry import register_experiment
 
 
-@register_experiment("digits-mlp", section="6.6",
-                     claim="LN trains an MLP as well at batch size 4 as at 128; BN degrades "
-                           "at small batches (toy scale: sklearn digits)")
+@register_experiment("digits-mlp", section="example",
+                     claim="the runner's example: an MLP on the digits over norms and batch sizes "
+                           "4 and 128 (the paper's section 6.6 is judged by mlp_batch_size)")
 def digits_mlp(preset: str) -> list[Config]:
     norms = {"tiny": ("layer", "batch"), "quick": ("none", "batch", "layer"),
              "full": ("none", "batch", "layer", "weight", "rms")}[preset]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import _args
 from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment, load_registered
 
 
@@ -29,7 +30,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .. import distributed
+    from . import runtime as distributed
     from .runner import check_unique_run_dirs, override, run_configs
     try:
         exp = get_experiment(args.experiment)
@@ -50,6 +51,9 @@ def _run(args: argparse.Namespace) -> int:
         env = distributed.read_env()
         for c in configs:
             distributed.local_batch_size(c.batch_size, env["world_size"] if env else 1)
+        if env is None or env["rank"] == 0:      # only the writer touches files
+            from .._io import output_dir
+            output_dir(args.out)
     except ValueError as err:
         print(f"layernorm run: error: {err}", file=sys.stderr)
         return 2
@@ -100,16 +104,21 @@ def add_commands(sub) -> None:
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
     p.add_argument("--preset", choices=PRESETS, default="quick",
                    help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
-    p.add_argument("--norm", nargs="+", metavar="NORM", help="layer, batch, rms, weight, none")
-    p.add_argument("--batch-size", nargs="+", type=int, metavar="N")
-    p.add_argument("--seed", nargs="+", type=int, metavar="S")
+    from ..norms import NORMS
+    p.add_argument("--norm", nargs="+", metavar="NORM", choices=NORMS,
+                   help=f"one or more of {', '.join(NORMS)} (a model may support fewer)")
+    p.add_argument("--batch-size", nargs="+", type=_args.positive_int, metavar="N")
+    p.add_argument("--seed", nargs="+", type=_args.seed, metavar="S")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, help="train this many steps instead")
-    length.add_argument("--epochs", type=float, help="train this many epochs instead")
+    length.add_argument("--steps", type=_args.positive_int, help="train this many steps instead")
+    length.add_argument("--epochs", type=_args.positive_float,
+                        help="train this many epochs instead")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"))
     p.add_argument("--out", default="runs", help="output folder (default: runs)")
-    p.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
-    p.add_argument("--threads", type=int, help="torch threads per process (default: torch's, or "
+    p.add_argument("--jobs", type=_args.positive_int, default=1,
+                   help="parallel processes (default 1)")
+    p.add_argument("--threads", type=_args.positive_int,
+                   help="torch threads per process (default: torch's, or "
                    "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
                    "busy machine")
     p.add_argument("--sync-bn", action="store_true",

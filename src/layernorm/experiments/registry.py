@@ -8,49 +8,64 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import importlib
 import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
-from .._checks import check_choice
-from .config import Config
+from .names import check_choice, check_name
+
+if TYPE_CHECKING:      # the config checks its names against this registry, never the reverse
+    from .config import Config
 
 PRESETS = ("tiny", "quick", "full")
 
-# Modules whose import registers models and experiments (one line per module, like the CLI's
-# COMMAND_MODULES). Loaded on first use, so `import layernorm` stays light.
-EXPERIMENT_MODULES = (
-    "layernorm.experiments.builtin",
-    "layernorm.distributed",
-    "layernorm.reproduce.experiments",
-)
+# Modules whose import registers models and experiments. The runner knows only its own; the
+# modules above it declare theirs with ``add_plugins`` (``layernorm.cli`` lists every plugin of
+# the command; ``layernorm.reproduce`` declares the reproduction's when imported). Loaded on first
+# use, so `import layernorm` stays light.
+PLUGIN_MODULES: list[str] = ["layernorm.experiments.builtin"]
+EXPERIMENT_MODULES = PLUGIN_MODULES     # its former name
+
+
+def add_plugins(*modules: str) -> None:
+    """Declare modules whose import registers models or experiments (imported on first use)."""
+    for name in modules:
+        if name not in PLUGIN_MODULES:
+            PLUGIN_MODULES.append(name)
 
 
 def load_registered() -> None:
-    for name in EXPERIMENT_MODULES:
+    """Import every declared plugin module (each registers its models and experiments)."""
+    for name in list(PLUGIN_MODULES):
         importlib.import_module(name)
 
 MODELS: dict[str, Callable] = {}
+MODEL_NORMS: dict[str, tuple[str, ...]] = {}    # the norms a model supports, where it says so
 
 
-def register_model(name: str):
+def register_model(name: str, *, norms: tuple[str, ...] | None = None):
     """Decorator: register ``fn(dataset: Dataset, norm: str, **model_args) -> nn.Module``.
 
     The module's ``forward(x)`` (or ``forward(x, lengths=...)`` for datasets with lengths) returns
     logits (N, C) or (N, T, C) for "classify" tasks, predictions (N,) or (N, 1) for "regress".
     Optional hook: ``extra_metrics(x) -> dict`` (JSON values), added to every metrics row.
+    ``norms``: the norm names the model supports (default: every name of ``layernorm.norms.NORMS``);
+    ``Config.validate`` refuses another with that list, before any run starts.
     """
+    check_name(name, "model name")
+
     def deco(fn):
         if name in MODELS:
             raise ValueError(f"model {name!r} is already registered; pick another name.")
         MODELS[name] = fn
+        if norms is not None:
+            MODEL_NORMS[name] = tuple(norms)
         return fn
     return deco
 
 
-def build_model(config: Config, dataset):
+def build_model(config: "Config", dataset):
     load_registered()
     check_choice(config.model, MODELS, "model")
     fn = MODELS[config.model]
@@ -67,12 +82,12 @@ def build_model(config: Config, dataset):
 @dataclass(frozen=True)
 class Experiment:
     name: str
-    claim: str          # the paper sentence / seed claim it tests, one line
-    section: str        # "6.6", "seed", ...
-    make_configs: Callable[[str], list[Config]]
+    claim: str          # the sentence of the paper (or of summary A / B) it tests, one line
+    section: str        # the paper's section ("6.6", ...), or "summary A" / "summary B"
+    make_configs: Callable[[str], list["Config"]]
     needs_download: bool = False
 
-    def configs(self, preset: str = "quick") -> list[Config]:
+    def configs(self, preset: str = "quick") -> list["Config"]:
         """The experiment's configs for ``preset``, validated, with unique run names."""
         check_choice(preset, PRESETS, "preset")
         configs = list(self.make_configs(preset))
@@ -93,6 +108,8 @@ EXPERIMENTS: dict[str, Experiment] = {}
 
 def register_experiment(name: str, *, claim: str, section: str, needs_download: bool = False):
     """Decorator: register ``fn(preset) -> list[Config]`` as experiment ``name``."""
+    check_name(name, "experiment name")
+
     def deco(fn):
         if name in EXPERIMENTS:
             raise ValueError(f"experiment {name!r} is already registered; pick another name.")
@@ -103,5 +120,9 @@ def register_experiment(name: str, *, claim: str, section: str, needs_download: 
 
 def get_experiment(name: str) -> Experiment:
     load_registered()
-    check_choice(name, EXPERIMENTS, "experiment")
+    try:
+        check_choice(name, EXPERIMENTS, "experiment")
+    except ValueError as err:
+        raise ValueError(f"{err} (The paper's experiments register when layernorm.reproduce is "
+                         f"imported; the `layernorm` command loads them all.)") from None
     return EXPERIMENTS[name]

@@ -10,7 +10,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from .config import Config
-from .training import Runtime, check_run_dir, read_metrics, train
+from .names import check_name
+from .registry import PLUGIN_MODULES
+from .rundir import check_run_dir, read_metrics
+from .runtime import Runtime
+from .training import train
 
 
 @dataclass
@@ -77,8 +81,15 @@ def run_dir_for(config: Config, out: str | os.PathLike, world_size: int = 1) -> 
     A run on W > 1 processes (torchrun) is ``<run name>-wW``: with batch norm its numbers depend
     on W, so it never reuses or resumes a run made with another number of processes.
     """
+    check_name(config.experiment, "experiment", empty=True)
+    check_name(config.tag, "tag", empty=True)
     name = config.run_name() + (f"-w{world_size}" if world_size > 1 else "")
-    return Path(out) / (config.experiment or "adhoc") / name
+    path = Path(out) / (config.experiment or "adhoc") / name
+    root = Path(out).resolve()
+    if not path.resolve().is_relative_to(root):   # a symlink inside OUT pointing elsewhere
+        raise ValueError(f"the run directory {path} resolves to {path.resolve()}, outside the "
+                         f"output folder {root}. Remove the link, or pass another --out.")
+    return path
 
 
 class _DatasetCache:
@@ -133,8 +144,12 @@ def _exit_with_parent(parent_pid: int, interval: float = 0.5) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _run_in_child(config_dict: dict, run_dir: str, threads: int) -> RunResult:
+def _run_in_child(config_dict: dict, run_dir: str, threads: int,
+                  plugins: tuple[str, ...] = ()) -> RunResult:
     import torch
+
+    from .registry import add_plugins
+    add_plugins(*plugins)     # a spawned process knows only what the parent declared
     torch.set_num_threads(threads)
     return _run_one(Config.from_dict(config_dict), Path(run_dir), False)
 
@@ -181,26 +196,72 @@ def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
             if rt.is_writer:
                 log(_describe(i, n, results[i - 1]))
         return results
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     from tqdm import tqdm
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
-                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(_run_in_child, c.to_dict(), str(d), threads): k
-                   for k, (c, d) in enumerate(zip(configs, dirs))}
-        bar = tqdm(total=n, desc=f"runs ({jobs} processes)", unit="run", disable=not progress,
-                   dynamic_ncols=True)
-        for done_count, fut in enumerate(as_completed(futures), 1):
-            k = futures[fut]
-            try:
-                results[k] = fut.result()
-            except Exception as err:  # the worker process itself died
-                results[k] = RunResult(configs[k], dirs[k], "failed",
-                                       f"worker process failed: {type(err).__name__}: {err}")
-            bar.update(1)
-            bar.set_postfix_str(f"last: {configs[k].run_name()} {results[k].status}")
-            (bar.write if progress else log)(_describe(done_count, n, results[k]))
-        bar.close()
+    bar = tqdm(total=n, desc=f"runs ({jobs} processes)", unit="run", disable=not progress,
+               dynamic_ncols=True)
+    finished = 0
+
+    def record(k: int, result: RunResult) -> None:
+        nonlocal finished
+        finished += 1
+        results[k] = result
+        bar.update(1)
+        bar.set_postfix_str(f"last: {configs[k].run_name()} {result.status}")
+        (bar.write if progress else log)(_describe(finished, n, result))
+
+    _run_pool(configs, dirs, jobs, threads, record)
+    bar.close()
     return results
+
+
+def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, record) -> None:
+    """Train configs[k] into dirs[k] in worker processes, ``jobs`` at once; ``record(k, result)``
+    once per run.
+
+    A worker that dies (killed for memory, a signal, a crash in native code) breaks the whole
+    ``ProcessPoolExecutor``: every run in flight then raises ``BrokenProcessPool``, so which run
+    killed it is unknown. Those runs are retried one at a time in a pool of one worker: a run
+    whose worker dies there is the one that kills it and is FAILED; the others resume from their
+    checkpoints and finish. Then the remaining runs go on with ``jobs`` workers.
+    """
+    import multiprocessing as mp
+    from collections import deque
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pending, suspects = deque(range(len(configs))), deque()
+    while pending or suspects:
+        queue = suspects if suspects else pending
+        width = 1 if queue is suspects else jobs
+        with ProcessPoolExecutor(max_workers=width, mp_context=mp.get_context("spawn"),
+                                 initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
+            in_flight: dict = {}
+            broken = False
+            while (queue or in_flight) and not broken:
+                while queue and len(in_flight) < width:
+                    k = queue.popleft()
+                    in_flight[pool.submit(_run_in_child, configs[k].to_dict(), str(dirs[k]),
+                                          threads, tuple(PLUGIN_MODULES))] = k
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    k = in_flight.pop(fut)
+                    try:
+                        record(k, fut.result())
+                    except BrokenProcessPool:
+                        broken = True
+                        if width == 1:      # alone in its pool: this run killed the worker
+                            record(k, RunResult(configs[k], dirs[k], "failed", _DIED))
+                        else:
+                            suspects.append(k)
+                    except Exception as err:  # the result could not be sent back
+                        record(k, RunResult(configs[k], dirs[k], "failed",
+                                            f"worker process failed: {type(err).__name__}: {err}"))
+            if broken:       # the other runs in flight were stopped with the pool: retry them
+                suspects.extend(in_flight.values())
+
+
+_DIED = ("worker process died while training this run (killed by a signal such as SIGKILL, e.g. "
+         "by the out-of-memory killer, or a crash in native code); the other runs went on. Run "
+         "it with fewer --jobs or a smaller preset; rerunning the same command resumes it from "
+         "its checkpoint.")

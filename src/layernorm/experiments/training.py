@@ -1,13 +1,5 @@
-"""``train(config, run_dir)``: one resumable, deterministic training run.
-
-Run directory layout (contract 3 of the team brief):
-
-    config.json      the resolved Config; a run directory belongs to exactly one config
-    env.json         versions, device, git commit, start time, resumes
-    metrics.jsonl    one JSON object per evaluation: step, epoch, train_loss, test_loss,
-                     test_error, wall_time (+ the model's extra_metrics); appended line by line
-    checkpoint.pt    model, optimizer, RNG states, step (= data order position), written atomically
-    done             written last: the run finished (its content is the final metrics row)
+"""``train(config, run_dir)``: one resumable, deterministic training run (the loop; the run
+directory's format is ``rundir``, the distributed hooks ``runtime``).
 
 Kill the process at any moment and call ``train`` again with the same config and directory: it
 resumes from ``checkpoint.pt``, drops metrics rows past the checkpoint, and ends with exactly the
@@ -22,101 +14,33 @@ batch, averaging the train loss across ranks, and ``is_writer``: only the writer
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
-import platform
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from .._io import atomic_write_json, atomic_write_text
 from ..data import Dataset, load_dataset
 from .config import Config
 from .registry import build_model
+from .rundir import (CHECKPOINT_FORMAT, CHECKPOINT_KEYS, METRIC_KEYS, RUN_FILES,  # noqa: F401
+                     MetricsError, RunDirError, _append_row, check_run_dir, claim, environment,
+                     git_commit, load_checkpoint, read_metrics, save_checkpoint)
+from .runtime import Runtime, local_batch_size, resolve_device  # noqa: F401 (their former home)
 
-CHECKPOINT_FORMAT = 1
-RUN_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "done")
-METRIC_KEYS = ("step", "epoch", "train_loss", "test_loss", "test_error", "wall_time")
-
-
-class RunDirError(ValueError):
-    """The run directory cannot be used for this config (another config, a bad checkpoint...)."""
-
-
-@dataclass
-class Runtime:
-    """This process's place in a run. Single process by default; a distributed runtime sets rank
-    and world_size and overrides the hooks below."""
-
-    rank: int = 0
-    world_size: int = 1
-
-    @property
-    def is_writer(self) -> bool:
-        """Only the writer writes files (config, env, metrics, checkpoints, done)."""
-        return self.rank == 0
-
-    def wrap_model(self, model: torch.nn.Module, sync_bn: bool = False) -> torch.nn.Module:
-        """The module the training step calls (e.g. DistributedDataParallel(model)). ``sync_bn``:
-        batch-norm statistics over the global batch (one process already has all of it)."""
-        return model
-
-    def from_writer(self, fn):
-        """``fn()`` computed by the writer and handed to every rank (its exception raised on every
-        rank): the run directory's state as the writer sees it, so ranks without a shared
-        filesystem resume from the writer's checkpoint."""
-        return fn()
-
-    def local_batch(self, indices: torch.Tensor) -> torch.Tensor:
-        """This rank's share of a global batch of training-set indices."""
-        return indices
-
-    def mean(self, value):
-        """Average a training statistic (a float, or a tensor of this rank) over ranks."""
-        return value
-
-    def barrier(self) -> None:
-        """Wait for all ranks (after the writer wrote files others read)."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was requested but torch.cuda.is_available() is False. "
-                           "Use --device cpu (or auto), or install a CUDA build of torch.")
-    return torch.device(name)
+_save_checkpoint = save_checkpoint
+_claim = claim
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The shuffled order of the n training examples in ``epoch`` (a pure function of its args)."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=gen)
-
-
-def local_batch_size(global_batch: int, world_size: int) -> int:
-    """Each rank's micro-batch: ``global_batch / world_size``, which must divide evenly.
-
-    The batch size in a config is the global batch, so a run means the same optimization whatever
-    the number of processes.
-    """
-    if global_batch % world_size:
-        ok = [w for w in range(1, global_batch + 1) if global_batch % w == 0]
-        raise ValueError(f"batch_size {global_batch} is the global batch and must split evenly "
-                         f"over the {world_size} processes (WORLD_SIZE={world_size}), received "
-                         f"{global_batch} % {world_size} = {global_batch % world_size}. Use a "
-                         f"process count that divides it ({ok}) or a batch size that is a multiple "
-                         f"of {world_size}.")
-    return global_batch // world_size
 
 
 def schedule(config: Config, n_train: int, world_size: int = 1) -> dict:
@@ -200,111 +124,6 @@ def _jsonable(v):
                     f"serializable; return floats, lists or tensors.")
 
 
-# ----------------------------------------------------------------------------- run directory
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    """The complete rows of ``metrics.jsonl`` (a torn last line from a kill is skipped)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break     # a torn line can only be the last one; nothing after it was written
-    return rows
-
-
-def _append_row(path: Path, row: dict) -> None:
-    # One write of one complete line, then fsync: a kill leaves at most a torn last line, which
-    # read_metrics ignores and a resume truncates.
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def git_commit() -> str | None:
-    """The checkout's commit, or None outside a git checkout."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def environment(device: torch.device) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from .. import __version__
-    try:
-        sklearn_version = version("scikit-learn")
-    except PackageNotFoundError:
-        sklearn_version = None
-    return {"layernorm": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-            "numpy": np.__version__, "sklearn": sklearn_version,
-            "platform": platform.platform(), "device": str(device),
-            "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "torch_threads": torch.get_num_threads(), "git_commit": git_commit(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "resumes": []}
-
-
-def check_run_dir(config: Config, run_dir: str | os.PathLike) -> str:
-    """"new", "partial" or "done" for ``config`` in ``run_dir``; RunDirError if the directory
-    belongs to another config or holds files that are not a run's."""
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} exists and is not a directory. Pass another "
-                          f"--out.")
-    cfg_path = run_dir / "config.json"
-    if not cfg_path.exists():
-        foreign = sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".")) \
-            if run_dir.exists() else []
-        if foreign:
-            raise RunDirError(f"run directory {run_dir} is not empty ({', '.join(foreign[:5])}) "
-                              f"and holds no config.json, so it is not a layernorm run. Pass "
-                              f"another --out; nothing there was changed.")
-        return "new"
-    try:
-        stored = json.loads(cfg_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise RunDirError(f"cannot read {cfg_path}: {err}. Delete the run directory to start "
-                          f"over, or pass another --out.") from err
-    if stored != config.to_dict():
-        diff = {k: (stored.get(k), v) for k, v in config.to_dict().items() if stored.get(k) != v}
-        raise RunDirError(f"run directory {run_dir} holds another config; differences "
-                          f"(stored, requested): {diff}. Pass another --out, or delete the "
-                          f"directory to replace that run.")
-    return "done" if (run_dir / "done").exists() else "partial"
-
-
-def _save_checkpoint(path: Path, state: dict) -> None:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def load_checkpoint(path: str | os.PathLike, config: Config) -> dict:
-    """Read ``checkpoint.pt`` and check it belongs to ``config``; clear errors otherwise."""
-    path = Path(path)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for a damaged file
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        raise RunDirError(f"cannot read checkpoint {path} ({type(err).__name__}: {first}). It is "
-                          f"damaged or not a layernorm checkpoint. Delete it to restart this run "
-                          f"from step 0 (its metrics rows are then recomputed).") from err
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise RunDirError(f"checkpoint {path} is not a layernorm checkpoint of format "
-                          f"{CHECKPOINT_FORMAT}. Delete it to restart this run from step 0.")
-    if state.get("config") != config.to_dict():
-        raise RunDirError(f"checkpoint {path} was written for another config than "
-                          f"{path.parent / 'config.json'}. Delete the checkpoint (restart from "
-                          f"step 0) or the whole run directory.")
-    return state
-
-
 # ----------------------------------------------------------------------------- training
 def _make_optimizer(config: Config, params):
     if config.optimizer == "adam":
@@ -312,35 +131,6 @@ def _make_optimizer(config: Config, params):
     if config.optimizer == "sgd":
         return torch.optim.SGD(params, lr=config.lr, weight_decay=config.weight_decay)
     return torch.optim.RMSprop(params, lr=config.lr, weight_decay=config.weight_decay)
-
-
-@contextlib.contextmanager
-def _claim(run_dir: Path, is_writer: bool):
-    """Hold an exclusive lock on ``run_dir`` while training it (two processes writing one run
-    would interleave rows), then clear temporary files a killed writer left behind. The lock file
-    sits next to the run directory; the OS releases it when the process dies, even by kill -9."""
-    if not is_writer:
-        yield
-        return
-    try:
-        import fcntl
-    except ImportError:      # not POSIX (Windows): no lock, the rest works the same
-        yield
-        return
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(run_dir.parent / f".{run_dir.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError(f"another process is training {run_dir} right now. Wait for it, "
-                              f"or use another --out.") from None
-        if run_dir.is_dir():
-            for tmp in run_dir.glob(".*.tmp"):   # from an atomic write cut short by a kill
-                tmp.unlink(missing_ok=True)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None = None,
@@ -352,7 +142,7 @@ def train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | None
     Returns the run directory.
     """
     config.validate()
-    with _claim(Path(run_dir), (runtime or Runtime()).is_writer):
+    with claim(Path(run_dir), (runtime or Runtime()).is_writer):
         return _train(config, run_dir, runtime=runtime, progress=progress, dataset=dataset)
 
 
@@ -453,7 +243,7 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
             if rt.is_writer:
                 _append_row(metrics_path, row)
         if (step % sched["checkpoint_every"] == 0 or last) and rt.is_writer:
-            _save_checkpoint(ckpt_path, {
+            save_checkpoint(ckpt_path, {
                 "format": CHECKPOINT_FORMAT, "config": config.to_dict(), "step": step,
                 "epoch": step // per_epoch, "position_in_epoch": step % per_epoch,
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),

@@ -1,6 +1,11 @@
-"""``layernorm reproduce``: the paper's and the seeds' experiments (``experiments``), the models
-they train (``models``), and the command that runs them and builds the report (``command``).
+"""``layernorm reproduce``: the paper's experiments and those of the two blog summaries it also
+checks (``experiments``, ``batch_split``), the models they train (``models``), and the command that
+runs them and builds the report (``command``). See docs/paper.md and docs/reproduce.md.
 
-Importing this package (or ``models`` / ``experiments``) never imports ``layernorm.report``:
-training code does not depend on the report.
+Importing this package declares its experiments to the runner's registry (they register on first
+use). It never imports ``layernorm.report``: training code does not depend on the report.
 """
+from ..experiments.registry import add_plugins
+
+PLUGIN_MODULES = ("layernorm.reproduce.experiments", "layernorm.reproduce.batch_split")
+add_plugins(*PLUGIN_MODULES)

@@ -19,11 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from .._io import atomic_write_json
+from .. import _args
+from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
 
 EXPERIMENTS = ("rnn_norms", "lstm_gain_init", "cnn_batch_size", "mlp_batch_size",
                "rnn_downloads")     # the longest first: better packing over --jobs processes
 ANALYSIS = "analysis"
+LOCK = ".reproduce.lock"     # in the output directory: one reproduction writes it at a time
 
 
 def _loadavg() -> str:
@@ -91,9 +93,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
               jobs: int | None = None, report: bool = True, log=print) -> Path:
     """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
     from ..experiments import EXPERIMENTS as REGISTRY
-    from ..experiments import PRESETS, get_experiment, load_registered
-    from ..experiments.runner import run_configs
-    from ..experiments.training import git_commit
+    from ..experiments import PRESETS, load_registered
     from .._checks import check_choice
 
     check_choice(preset, PRESETS, "preset")
@@ -103,8 +103,23 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
         for n in only:
             check_choice(n, names, "experiment for --only")
         names = [n for n in names if n in only]
-    out = Path(out or f"runs/reproduce-{preset}")
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise ValueError(f"jobs must be an integer >= 1 (or None: 2, or 1 on a single core), "
+                         f"received {jobs!r}. Use --jobs 1 to run one at a time.")
+    out = output_dir(out or f"runs/reproduce-{preset}")
     jobs = jobs or max(1, min(2, os.cpu_count() or 1))
+    with exclusive_lock(out / LOCK, f"another `layernorm reproduce` (pid {{pid}}) is writing "
+                        f"{out} right now; wait for it to finish, or pass another --out."):
+        for folder in (out, out / "analysis", out / "analysis" / "geometry"):
+            clean_stale_temp_files(folder)     # atomic writes cut short by a kill
+        return _reproduce(preset, out, names, jobs, report, log)
+
+
+def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool, log) -> Path:
+    from ..experiments import get_experiment
+    from ..experiments.runner import run_configs
+    from ..experiments.rundir import git_commit
+
     t0, load0, cpu0 = time.time(), _loadavg(), _cpu_seconds()
     not_run: dict[str, str] = {}
     configs, datasets = [], set()
@@ -129,12 +144,16 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
         failed = [f"{r.run_dir}: {r.error.splitlines()[0]}" for r in results
                   if r.status == "failed"]
         trained = sum(r.status == "done" for r in results)
+    failed_analysis: dict[str, str] = {}
     if ANALYSIS in names:
         t = time.time()
-        not_run.update(run_analysis(out, preset, log))
+        for part, why in run_analysis(out, preset, log).items():
+            (failed_analysis if part != ANALYSIS else not_run)[part] = why
+        not_run.update(failed_analysis)
         parts["analysis"] = time.time() - t
     meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
             "runs": len(configs), "failed_runs": failed, "not_run": not_run,
+            "failed_analysis": failed_analysis,
             "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": git_commit(),
             "argv": sys.argv[1:], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
     meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg(),
@@ -160,6 +179,15 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
     return out
 
 
+def failures(out: str | os.PathLike) -> list[str]:
+    """What failed in the last ``reproduce`` into ``out``: one line per failed training run and
+    per analysis part that raised (parts not run by choice, e.g. downloads outside --full, are
+    not failures)."""
+    meta = _read_meta(Path(out))
+    return list(meta.get("failed_runs", [])) + [
+        f"analysis {k}: {v}" for k, v in meta.get("failed_analysis", {}).items()]
+
+
 def _run(args: argparse.Namespace) -> int:
     preset = "full" if args.full else args.preset or "quick"
     out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
@@ -167,12 +195,20 @@ def _run(args: argparse.Namespace) -> int:
         from ..report import summary_table
         print("\n" + summary_table(out))
         print(f"\nreport: {out / 'report.md'}")
+    failed = failures(out)
+    if failed:
+        print(f"layernorm reproduce: {len(failed)} part(s) failed (exit status 1); rerun the same "
+              f"command to retry them (finished runs are reused):", file=sys.stderr)
+        for line in failed:
+            print(f"  FAILED {line}", file=sys.stderr)
+        return 1
     return 0
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("reproduce", help="run the paper's and the seeds' experiments and write a "
-                                         "report that judges each claim")
+    p = sub.add_parser("reproduce", help="run the experiments of the paper and of the two "
+                                         "summaries it checks (docs/paper.md) and write a report "
+                                         "that judges each claim")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
                       "5 seeds: 5-8 minutes on 2 CPU cores (the default)")
@@ -184,6 +220,7 @@ def add_commands(sub) -> None:
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{ANALYSIS}")
     p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
-    p.add_argument("--jobs", type=int, help="training processes at once (default: 2, or 1 on "
+    p.add_argument("--jobs", type=_args.positive_int,
+                   help="training processes at once (default: 2, or 1 on "
                    "a single core)")
     p.set_defaults(func=_run)

@@ -247,6 +247,9 @@ def _parse_shape(s: str) -> tuple[int, int, int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a shape TxBxIxH such as 100x32x128x256, "
                                          f"received {s!r}") from None
+    if min(T, B, I, H) < 1:
+        raise argparse.ArgumentTypeError(f"expected a shape TxBxIxH of sizes >= 1 such as "
+                                         f"100x32x128x256, received {s!r}")
     return T, B, I, H
 
 
