@@ -6,9 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import layernorm.reproduce.paper  # noqa: F401  (registers the paper's datasets and models)
 from layernorm.data import load_dataset
 from layernorm.models import DRAW, AttentiveReader, CellNormLSTMCell, HandwritingMDN
+
+
+@pytest.fixture(autouse=True)
+def _paper_data():
+    # Registers the paper's datasets when a test runs, not when pytest collects this file, so
+    # the dataset registry other test files see at collection is the package's own.
+    import layernorm.reproduce.paper  # noqa: F401
 
 
 def _every_parameter_gets_a_gradient(model, loss):

@@ -7,18 +7,26 @@ import sys
 import pytest
 import torch
 
-import layernorm.reproduce.paper as paper
 from layernorm.data import load_dataset
-from layernorm.data.docstrings import stdlib_docstrings
 from layernorm.experiments import get_experiment, read_metrics
 from layernorm.experiments.runner import run_configs
+
+NAMES = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
+
+
+@pytest.fixture(scope="module")
+def paper():
+    # Imported when a test runs, not when pytest collects this file (see test_models_paper.py).
+    import layernorm.reproduce.paper as module
+    assert module.PAPER_EXPERIMENTS == NAMES
+    return module
 
 ARMS = {"paper_draw": {"none", "layer"}, "paper_reader": {"none", "batch", "layer"},
         "paper_handwriting": {"none", "layer"}, "paper_charlm": {"none", "batch", "layer"}}
 
 
 @pytest.fixture(scope="module")
-def tiny_runs(tmp_path_factory):
+def tiny_runs(tmp_path_factory, paper):
     out = tmp_path_factory.mktemp("paper")
     runs = {}
     for name in paper.PAPER_EXPERIMENTS:
@@ -29,8 +37,8 @@ def tiny_runs(tmp_path_factory):
     return runs
 
 
-@pytest.mark.parametrize("name", paper.PAPER_EXPERIMENTS)
-def test_tiny_preset_trains_every_arm_and_writes_its_metrics(tiny_runs, name):
+@pytest.mark.parametrize("name", NAMES)
+def test_tiny_preset_trains_every_arm_and_writes_its_metrics(tiny_runs, paper, name):
     runs = tiny_runs[name]
     assert {c.norm for c, *_ in runs} == ARMS[name]
     for config, run_dir, status, message in runs:
@@ -56,13 +64,14 @@ def test_tiny_preset_trains_every_arm_and_writes_its_metrics(tiny_runs, name):
             assert 0 <= last["test_error"] <= 1
         else:
             assert last["corpus_python"] == sys.version.split()[0]
+            from layernorm.data.docstrings import stdlib_docstrings
             _, info = stdlib_docstrings(config.data_args["max_chars"])
             assert last["corpus_sha256"] == info["sha256"]
             assert 0 <= last["test_error"] <= 1
 
 
-@pytest.mark.parametrize("name", paper.PAPER_EXPERIMENTS)
-def test_quick_preset_has_three_seeds_and_one_budget_per_arm(name):
+@pytest.mark.parametrize("name", NAMES)
+def test_quick_preset_has_three_seeds_and_one_budget_per_arm(paper, name):
     configs = get_experiment(name).configs("quick")
     by_arm = {}
     for c in configs:
@@ -74,7 +83,7 @@ def test_quick_preset_has_three_seeds_and_one_budget_per_arm(name):
     assert len(budgets) == 1, budgets        # every arm: the same updates, batch and lr
 
 
-def test_loss_as_regression_refuses_a_loss_below_its_floor():
+def test_loss_as_regression_refuses_a_loss_below_its_floor(paper):
     class Constant(torch.nn.Module):
         def forward(self, x):
             return torch.full((len(x),), -3.0)
@@ -84,7 +93,7 @@ def test_loss_as_regression_refuses_a_loss_below_its_floor():
                                torch.full((2,), 2.0))
 
 
-def test_generated_data_are_deterministic_and_well_formed():
+def test_generated_data_are_deterministic_and_well_formed(paper):
     a, b = load_dataset("cloze", n_train=50, n_test=10), load_dataset("cloze", n_train=50,
                                                                         n_test=10)
     assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
@@ -103,7 +112,8 @@ def test_generated_data_are_deterministic_and_well_formed():
     assert set(d.x_train.unique().tolist()) == {0.0, 1.0} and d.x_train.shape[1] == 64
 
 
-def test_docstring_corpus_is_deterministic_and_its_hash_names_it():
+def test_docstring_corpus_is_deterministic_and_its_hash_names_it(paper):
+    from layernorm.data.docstrings import stdlib_docstrings
     docs, info = stdlib_docstrings(5000)
     text = "".join(d + "\n\n" for d in docs)
     assert info["sha256"] == hashlib.sha256(text.encode()).hexdigest()
