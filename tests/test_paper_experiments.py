@@ -1,0 +1,124 @@
+"""The paper's section 6 experiments (layernorm.reproduce.paper): every tiny preset trains through
+the runner and writes the metrics its claim reads; the embedded data are deterministic."""
+import hashlib
+import math
+import sys
+
+import pytest
+import torch
+
+from layernorm.data import load_dataset
+from layernorm.experiments import get_experiment, read_metrics
+from layernorm.experiments.runner import run_configs
+
+NAMES = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
+
+
+@pytest.fixture(scope="module")
+def paper():
+    # Imported when a test runs, not when pytest collects this file (see test_models_paper.py).
+    import layernorm.reproduce.paper as module
+    assert module.PAPER_EXPERIMENTS == NAMES
+    return module
+
+ARMS = {"paper_draw": {"none", "layer"}, "paper_reader": {"none", "batch", "layer"},
+        "paper_handwriting": {"none", "layer"}, "paper_charlm": {"none", "batch", "layer"}}
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory, paper):
+    out = tmp_path_factory.mktemp("paper")
+    runs = {}
+    for name in paper.PAPER_EXPERIMENTS:
+        configs = get_experiment(name).configs("tiny")
+        results = run_configs(configs, out, progress=False, log=lambda *a: None)
+        runs[name] = [(r.config, r.run_dir, r.status, r.error)
+                      for r in results]
+    return runs
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tiny_preset_trains_every_arm_and_writes_its_metrics(tiny_runs, paper, name):
+    runs = tiny_runs[name]
+    assert {c.norm for c, *_ in runs} == ARMS[name]
+    for config, run_dir, status, message in runs:
+        assert status == "done", (run_dir, message)
+        rows = read_metrics(run_dir)
+        assert [r["step"] for r in rows] == [2, 4]
+        for r in rows:
+            assert math.isfinite(r["test_loss"]) and math.isfinite(r["train_loss"])
+        last = rows[-1]
+        if name == "paper_draw":
+            # the runner's squared error of sqrt(-ELBO) is the model's negative ELBO: on a test
+            # set no larger than the probe both give the same number
+            assert last["test_loss"] == pytest.approx(last["probe_nelbo"], rel=1e-4)
+            assert last["probe_nelbo"] == pytest.approx(last["probe_recon"] + last["probe_kl"])
+            assert last["probe_kl"] >= 0 and last["probe_recon"] > 0
+        elif name == "paper_handwriting":
+            T = config.data_args["length"]
+            floor = (T - 1) * paper.HandwritingMDN(mixtures=2, max_length=T).nll_floor_per_step
+            assert last["probe_sequences"] == config.data_args["n_test"]
+            assert last["test_loss"] == pytest.approx(last["test_nll"] - floor, rel=1e-4)
+            assert last["test_nll_per_point"] == pytest.approx(last["test_nll"] / (T - 1))
+        elif name == "paper_reader":
+            assert 0 <= last["test_error"] <= 1
+        else:
+            assert last["corpus_python"] == sys.version.split()[0]
+            from layernorm.data.docstrings import stdlib_docstrings
+            _, info = stdlib_docstrings(config.data_args["max_chars"])
+            assert last["corpus_sha256"] == info["sha256"]
+            assert 0 <= last["test_error"] <= 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_quick_preset_has_three_seeds_and_one_budget_per_arm(paper, name):
+    configs = get_experiment(name).configs("quick")
+    by_arm = {}
+    for c in configs:
+        by_arm.setdefault(c.norm, []).append(c)
+    assert set(by_arm) == ARMS[name]
+    for arm in by_arm.values():
+        assert sorted(c.seed for c in arm) == [0, 1, 2]
+    budgets = {(c.steps, c.epochs, c.batch_size, c.lr) for c in configs}
+    assert len(budgets) == 1, budgets        # every arm: the same updates, batch and lr
+
+
+def test_loss_as_regression_refuses_a_loss_below_its_floor(paper):
+    class Constant(torch.nn.Module):
+        def forward(self, x):
+            return torch.full((len(x),), -3.0)
+    with pytest.raises(RuntimeError, match="below its lower bound"):
+        paper.LossAsRegression(Constant(), floor=2.0)(torch.zeros(2, 1))
+    torch.testing.assert_close(paper.LossAsRegression(Constant(), floor=7.0)(torch.zeros(2, 1)),
+                               torch.full((2,), 2.0))
+
+
+def test_generated_data_are_deterministic_and_well_formed(paper):
+    a, b = load_dataset("cloze", n_train=50, n_test=10), load_dataset("cloze", n_train=50,
+                                                                        n_test=10)
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+    T, E, R = a.info["passage_len"], a.info["n_entities"], a.info["n_relations"]
+    for x, y in zip(a.x_train, a.y_train):
+        facts = x[:T].view(-1, 4)
+        head, rel, blank = x[T:].tolist()
+        assert blank == E + R + 1
+        match = facts[(facts[:, 0] == head) & (facts[:, 1] == rel)]
+        assert len(match) == 1 and int(match[0, 2]) == int(y)     # one fact answers the query
+    s1 = load_dataset("pen-strokes", length=20, n_train=4, n_test=2)
+    s2 = load_dataset("pen-strokes", length=20, n_train=4, n_test=2)
+    assert torch.equal(s1.x_train, s2.x_train)
+    assert set(s1.x_train[..., 2].unique().tolist()) <= {0.0, 1.0}
+    d = load_dataset("digits-binary")
+    assert set(d.x_train.unique().tolist()) == {0.0, 1.0} and d.x_train.shape[1] == 64
+
+
+def test_docstring_corpus_is_deterministic_and_its_hash_names_it(paper):
+    from layernorm.data.docstrings import stdlib_docstrings
+    docs, info = stdlib_docstrings(5000)
+    text = "".join(d + "\n\n" for d in docs)
+    assert info["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert info["python"] == sys.version.split()[0] and info["characters"] >= 5000
+    ds = load_dataset("docstrings", seq_len=16, max_chars=5000)
+    assert ds.info["corpus_sha256"] == info["sha256"]
+    assert torch.equal(ds.x_train[:, 1:], ds.y_train[:, :-1])     # next-character targets
+    assert int(ds.x_train.max()) < ds.vocab_size
