@@ -3,7 +3,7 @@ tests/reference.py: forward and every gradient, with and without (unsorted) leng
 import pytest
 import torch
 
-from layernorm.rnn import fused
+from layernorm.rnn import _gemm, fused
 from layernorm.rnn.fused import ln_gru_sequence, ln_lstm_sequence
 from tests.reference import ref_ln_gru_sequence, ref_ln_lstm_sequence
 
@@ -50,9 +50,9 @@ def step_path(request, monkeypatch):
     else:
         monkeypatch.setattr(fused, "USE_NATIVE", False)
     if request.param == "torch-ops-mm":
-        monkeypatch.setattr(fused, "_PACKED_OK", False)
+        monkeypatch.setattr(_gemm, "_PACKED_OK", False)
     else:
-        monkeypatch.setattr(fused, "_PACKED_MIN_FLOPS", 0)
+        monkeypatch.setattr(_gemm, "_PACKED_MIN_FLOPS", 0)
     return request.param
 
 
@@ -369,7 +369,8 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     _native._declare(lib)
     monkeypatch.setattr(_native, "_lib", lib)
     monkeypatch.setattr(_native, "_tried", True)
-    assert fused._native_lib(torch.zeros(1)) is lib
+    from layernorm.rnn import _driver
+    assert _driver.native_lib(torch.zeros(1)) is lib
 
     lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1])
     for fn, ref, *_ in KINDS.values():

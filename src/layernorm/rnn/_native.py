@@ -72,19 +72,22 @@ def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
 
 
 def _declare(lib) -> None:
-    i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    i, p, size = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     lib.panel_width.argtypes = []
     lib.panel_width.restype = i
     lib.gemm_packed.argtypes = [i, i, p, p, i, p]
     lib.gemm_packed.restype = None
-    lib.lstm_forward_seq.argtypes = [i, i, i, f, i] + [p] * 17
-    lib.lstm_forward_seq.restype = i
-    lib.lstm_backward_seq.argtypes = [i, i, i, i] + [p] * 17
-    lib.lstm_backward_seq.restype = i
-    lib.gru_forward_seq.argtypes = [i, i, i, f, i] + [p] * 16
-    lib.gru_forward_seq.restype = i
-    lib.gru_backward_seq.argtypes = [i, i, i, i] + [p] * 17
-    lib.gru_backward_seq.restype = i
+    for cell in ("lstm", "gru"):
+        for kernel in ("forward_seq", "backward_seq"):
+            f = getattr(lib, f"{cell}_{kernel}")
+            f.argtypes = [p]  # a pointer to the cell's struct (_driver.LSTMArgs / GRUArgs)
+            f.restype = i
+        for what in ("struct_size", "struct_last"):
+            f = getattr(lib, f"{cell}_{what}")
+            f.argtypes = []
+            f.restype = size
+    from ._driver import check_layout
+    check_layout(lib)
 
 
 def load():

@@ -22,10 +22,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .._checks import check_float, check_nonempty
 from .cells import RecurrentBase, StepFn, _copy_from_torch
 
-try:  # the fused whole-sequence LN-LSTM (branch rnnfast); the loop below is the reference path
-    from . import fused as _fused
-except ImportError:  # pragma: no cover - depends on which branches are merged
-    _fused = None
+from . import fused as _fused
 
 
 def run_direction(step: StepFn, xg: torch.Tensor, state: tuple[torch.Tensor, ...],
@@ -58,9 +55,14 @@ def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
 
 class _Stack(RecurrentBase):
     _mode = ""
-    # Use layernorm.rnn.fused for the LN-LSTM/GRU recurrence when that module is present. Set it to
-    # False (on the class or an instance) to run the readable loop instead.
+    # Run the LN-LSTM/GRU recurrence through layernorm.rnn.fused. Set it to False (on the class or
+    # an instance) to run the readable loop instead.
     use_fused = True
+
+    def _fused_recurrence(self) -> bool:
+        """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``."""
+        return (self.use_fused and self.mode in ("LSTM", "GRU") and self.norm == "layer"
+                and self.bias)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -94,8 +96,7 @@ class _Stack(RecurrentBase):
         """As the cells' ``_input_term``; without autograd the all-steps GEMM of an LSTM/GRU
         whose recurrence runs in the loop (norm "batch" or "none", or no biases) goes through
         ``fused.input_linear`` (weight packed once for oneDNN and cached)."""
-        if self.use_fused and _fused is not None and x.dim() == 3 and self.mode != "RNN" and \
-                not torch.compiler.is_compiling():
+        if self.use_fused and x.dim() == 3 and self.mode != "RNN":
             return terms["ih"].all_steps(_fused.input_linear(x, self._get("weight_ih", suffix)))
         return super()._input_term(x, suffix, terms, time_step)
 
@@ -152,12 +153,11 @@ class _Stack(RecurrentBase):
         """
         suffix = self._suffix(layer, direction)
         g = lambda name: self._get(name, suffix)  # noqa: E731
-        # Under torch.compile the loop is traced and fused by the compiler instead.
-        if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
-                self.norm == "layer" and self.bias and not torch.compiler.is_compiling():
+        if self._fused_recurrence():  # one opaque operator, also under torch.compile
             # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
             xw = _fused.input_linear(x, g("weight_ih"))
-            inputs = {"lengths": lengths, "eps": self.eps, "gain_x": g("gain_ih"),
+            sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
+            inputs = {"batch_sizes": sizes, "eps": self.eps, "gain_x": g("gain_ih"),
                       "bias_x": g("bias_ih")}
             if self.mode == "LSTM":
                 out, h, c = _fused.ln_lstm_sequence(xw, state[0], state[1], g("weight_hh"),
