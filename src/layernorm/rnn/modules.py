@@ -218,8 +218,9 @@ class _Stack(RecurrentBase):
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 layer_input = F.dropout(layer_input, self.dropout, training=True)
-        n_active = batch_sizes if packed else [B] * T
-        self._count_steps([t for t in range(T) if n_active[t] >= 2])
+        if self.norm == "batch":  # only BN counts steps (a list over T would fix T in a graph)
+            n_active = batch_sizes if packed else [B] * T
+            self._count_steps([t for t in range(T) if n_active[t] >= 2])
 
         h_n = tuple(torch.stack([s[i] for s in finals]) for i in range(n_state))
         if packed:
