@@ -388,3 +388,202 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     y = torch.empty(7, panels.shape[0] * lib.panel_width())
     lib.gemm_packed(7, 24, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
     torch.testing.assert_close(y[:, :40], a @ w.t(), atol=1e-4, rtol=1e-5)
+
+
+# ---- autograd to any order, torch.func, torch.compile / export ---------------------------------
+
+def _input_ln_args(kind, T, B, H, dtype):
+    _, _, G, _, _ = KINDS[kind]
+    gain_x = (1 + 0.1 * torch.randn(G * H, dtype=dtype)).requires_grad_()
+    bias_x = (0.1 * torch.randn(G * H, dtype=dtype)).requires_grad_()
+    return gain_x, bias_x
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("lengths,input_ln", [(None, False), (torch.tensor([2, 3, 0]), True)],
+                         ids=["full", "lengths-input-ln"])
+def test_fused_gradgradcheck_float64(kind, lengths, input_ln):
+    """Second derivatives (gradient penalties, MAML) are exact: the backward under
+    create_graph=True is itself differentiable."""
+    fn = KINDS[kind][0]
+    args = make_args(kind, 3, 3, 2, dtype=torch.float64)
+    if input_ln:
+        args += list(_input_ln_args(kind, 3, 3, 2, torch.float64))
+
+    def f(*a):
+        if input_ln:
+            return fn(*a[:-2], lengths=lengths, gain_x=a[-2], bias_x=a[-1])
+        return fn(*a, lengths=lengths)
+    assert torch.autograd.gradgradcheck(f, args, atol=1e-5, rtol=1e-4, fast_mode=True)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_double_backward_float32_matches_reference(kind, step_path):
+    """A gradient penalty through the float32 fast path (C kernels or torch ops) equals the
+    float64 reference's second derivative."""
+    fn, ref, *_ = KINDS[kind]
+    args = make_args(kind, 5, 6, 8)
+    lens = torch.tensor([5, 2, 0, 4, 5, 1])
+
+    def penalty(f, a):
+        out = f(*a, lengths=lens)
+        grads = torch.autograd.grad(out[0].square().sum(), a, create_graph=True)
+        return torch.autograd.grad(sum(g.square().sum() for g in grads), a)
+
+    got = penalty(fn, args)
+    expected = penalty(ref, [a.detach().double().requires_grad_() for a in args])
+    for i, (a, e) in enumerate(zip(got, expected)):
+        torch.testing.assert_close(a.double(), e, atol=1e-4 * max(1.0, e.abs().max().item()),
+                                   rtol=1e-4, msg=f"argument {i}")
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_torch_func_grad_and_jacrev(kind):
+    """torch.func.grad / jacrev give autograd's gradients (they run the differentiable loop)."""
+    fn = KINDS[kind][0]
+    args = [a.detach() for a in make_args(kind, 4, 3, 5)]
+    lens = torch.tensor([4, 1, 3])
+    w = 3 if kind == "lstm" else 2  # position of w_hh
+
+    def loss(w_hh):
+        return fn(*args[:w], w_hh, *args[w + 1:], lengths=lens)[0].sum()
+    got = torch.func.grad(loss)(args[w])
+    w_req = args[w].clone().requires_grad_()
+    expected, = torch.autograd.grad(loss(w_req), w_req)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    jac = torch.func.jacrev(lambda h0: fn(args[0], h0, *args[2:], lengths=lens)[1])(args[1])
+    assert jac.shape == (3, 5, 3, 5) and torch.isfinite(jac).all()
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_modules_compile_one_opaque_op_no_recompile_per_length(cls):
+    """Under torch.compile the recurrence is ONE operator (the time loop is not traced), new
+    sequence lengths reuse the graph after the first dynamic recompile, and the numbers are
+    eager's."""
+    import layernorm
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    m = getattr(layernorm, cls)(6, 8)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(m, backend=counter)
+    for T in (5, 7, 9, 11):
+        x = torch.randn(T, 3, 6)
+        out, _ = compiled(x)
+        ref, _ = m(x)
+        torch.testing.assert_close(out, ref)
+        g, = torch.autograd.grad(out.sum(), m.weight_hh_l0)
+        g_ref, = torch.autograd.grad(ref.sum(), m.weight_hh_l0)
+        torch.testing.assert_close(g, g_ref)
+    assert counter.frame_count <= 2  # static first, then one dynamic graph for every length
+    graph = counter.graphs[-1]
+    targets = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert any(f"ln_{cls.lower()}" in t for t in targets), targets
+    assert len(targets) < 40, f"the time loop was traced: {len(targets)} ops"
+    torch._dynamo.reset()
+
+
+def test_modules_export_sees_the_operator():
+    import layernorm
+    m = layernorm.LSTM(4, 5).eval()
+    ep = torch.export.export(m, (torch.randn(3, 2, 4),))
+    assert any("layernorm.ln_lstm" in str(n.target) for n in ep.graph.nodes)
+    x = torch.randn(3, 2, 4)
+    torch.testing.assert_close(ep.module()(x)[0], m(x)[0])
+
+
+# ---- inference mode, autocast and half types ---------------------------------------------------
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("path", ["native", "torch-ops"])
+def test_modules_under_inference_mode_and_no_grad(cls, path, monkeypatch):
+    """Built or run under torch.inference_mode() / no_grad(), then trained: every path works and
+    gives the same numbers (as torch.nn.LSTM, which runs there)."""
+    import layernorm
+    if path == "torch-ops":
+        monkeypatch.setattr(fused, "USE_NATIVE", False)
+    x = torch.randn(5, 3, 4)
+    with torch.inference_mode():
+        built = getattr(layernorm, cls)(4, 6, num_layers=2, bidirectional=True)
+        first, second = built(x)[0], built(x)[0]
+    torch.testing.assert_close(first, second, atol=0, rtol=0)
+    m = getattr(layernorm, cls)(4, 6)
+    with torch.inference_mode():
+        a = m(x)[0]
+        m(x)  # the packed weights are reused from the cache
+    with torch.no_grad():
+        b = m(x)[0]
+    c = m(x)[0]
+    c.sum().backward()
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    torch.testing.assert_close(a, c.detach(), atol=0, rtol=0)
+    assert torch.isfinite(m.weight_hh_l0.grad).all()
+
+
+HALF_TOL = {torch.bfloat16: 5e-2, torch.float16: 1e-2}  # max abs error vs float32 (outputs ~1)
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dtype", list(HALF_TOL), ids=str)
+def test_modules_autocast_and_half_modules(cls, dtype):
+    """Under torch.autocast the LN-RNN runs the fast path and returns the autocast dtype (as
+    torch.nn.LSTM); a half module computes with float32 statistics; both within the dtype's
+    tolerance of the float32 result, and gradients reach the float32 / half parameters."""
+    import copy
+
+    import layernorm
+    m = getattr(layernorm, cls)(8, 16, num_layers=2)
+    x = torch.randn(7, 4, 8)
+    ref_out, ref_state = m(x)
+    with torch.autocast("cpu", dtype):
+        out, state = m(x)
+    states = state if isinstance(state, tuple) else (state,)
+    assert out.dtype == dtype and all(s.dtype == dtype for s in states)
+    tol = HALF_TOL[dtype]
+    torch.testing.assert_close(out.float(), ref_out, atol=tol, rtol=0)
+    assert (out.float() - ref_out).abs().mean() < tol / 10
+    out.float().sum().backward()
+    assert m.weight_hh_l0.grad.dtype == torch.float32 and torch.isfinite(m.weight_hh_l0.grad).all()
+
+    half = copy.deepcopy(m).to(dtype)
+    out_h, _ = half(x.to(dtype))
+    assert out_h.dtype == dtype
+    torch.testing.assert_close(out_h.float(), ref_out, atol=tol, rtol=0)
+    out_h.float().sum().backward()
+    assert half.weight_hh_l0.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_fused_backward_every_length_zero(kind, dtype):
+    """Every example of length 0: outputs 0, final states = initial states, gradients flow
+    to the initial states only, in any dtype."""
+    fn = KINDS[kind][0]
+    args = make_args(kind, 3, 2, 4, dtype=dtype)
+    outs = fn(*args, lengths=torch.tensor([0, 0]))
+    assert (outs[0] == 0).all()
+    for o, s in zip(outs[1:], args[1:len(outs)]):
+        torch.testing.assert_close(o, s.detach())
+    grads = torch.autograd.grad(sum(o.float().sum() for o in outs), args, allow_unused=True)
+    for g, s in zip(grads[1:len(outs)], args[1:len(outs)]):
+        torch.testing.assert_close(g, torch.ones_like(s))
+
+
+def test_native_structs_match_the_library():
+    """The ctypes mirrors of the kernels' C structs agree with the compiled library."""
+    import ctypes
+
+    from layernorm.rnn import _driver
+    lib = _native_or_skip()
+    _driver.check_layout(lib)
+    assert lib.lstm_struct_size() == ctypes.sizeof(_driver.LSTMArgs)
+
+    class Shorter(ctypes.Structure):
+        _fields_ = _driver.LSTMArgs._fields_[:-2] + [("dparams", ctypes.c_void_p)]
+    old = _driver._STRUCTS["lstm"]
+    try:
+        _driver._STRUCTS["lstm"] = Shorter
+        with pytest.raises(RuntimeError, match="does not match"):
+            _driver.check_layout(lib)
+    finally:
+        _driver._STRUCTS["lstm"] = old
