@@ -339,7 +339,8 @@ def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
     monkeypatch.setattr(_native, "_lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "other"))
     monkeypatch.setenv("CC", "/bin/false")  # a compiler that always fails
-    assert _native.load() is None
+    with pytest.warns(_native.NativeKernelWarning, match="torch-ops path"):
+        assert _native.load() is None
     args = make_args("lstm", 3, 2, 4)
     out, h_n, c_n = ln_lstm_sequence(*args)
     torch.testing.assert_close(out, ref_ln_lstm_sequence(*args)[0], atol=1e-5, rtol=1e-5)
@@ -587,3 +588,110 @@ def test_native_structs_match_the_library():
             _driver.check_layout(lib)
     finally:
         _driver._STRUCTS["lstm"] = old
+
+
+# ---- the native cache: a trusted build -------------------------------------------------------
+
+def _fresh_load(monkeypatch, cache):
+    from layernorm.rnn import _native
+    monkeypatch.setattr(_native, "_tried", False)
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setenv("LAYERNORM_CACHE", str(cache))
+    return _native
+
+
+def _lstm_runs_correctly():
+    args = make_args("lstm", 3, 2, 4)
+    out = ln_lstm_sequence(*args)[0]
+    torch.testing.assert_close(out, ref_ln_lstm_sequence(*args)[0], atol=1e-5, rtol=1e-5)
+
+
+def _damage_truncate(so):
+    so.write_bytes(so.read_bytes()[:so.stat().st_size // 2])
+
+
+def _damage_garbage(so):
+    so.write_bytes(b"\x7fELF" + bytes(range(256)) * 40)
+
+
+def _damage_garbage_with_its_checksum(so):  # a foreign file that claims to be ours
+    import hashlib
+    _damage_garbage(so)
+    so.with_name(so.name + ".sha256").write_text(hashlib.sha256(so.read_bytes()).hexdigest())
+
+
+def _damage_directory(so):
+    so.unlink()
+    so.mkdir()
+    (so / "x").write_text("x")
+
+
+@pytest.mark.parametrize("damage", [_damage_truncate, _damage_garbage,
+                                    _damage_garbage_with_its_checksum, _damage_directory],
+                         ids=["truncated", "garbage", "foreign", "directory"])
+def test_native_cache_damaged_file_is_rebuilt_with_one_warning(tmp_path, monkeypatch, damage):
+    """A damaged, foreign or misplaced cached library is never loaded blindly: it is rebuilt
+    once, with one warning naming the cause, and the kernels then run correctly (before the
+    checksum, a truncated .so killed the process with SIGBUS at its first forward)."""
+    import shutil
+    native = _fresh_load(monkeypatch, tmp_path / "first")
+    if native.load() is None:
+        pytest.skip("no C compiler here")
+    # the damage happens in a copy of the cache this process has not loaded from (dlopen of a
+    # path it already loaded would not read the file again)
+    shutil.copytree(tmp_path / "first", tmp_path / "cache")
+    so, = (tmp_path / "cache").glob("rnn_steps-*.so")
+    assert so.with_name(so.name + ".sha256").exists()
+    damage(so)
+    native = _fresh_load(monkeypatch, tmp_path / "cache")
+    with pytest.warns(native.NativeKernelWarning, match="rebuilding them") as record:
+        assert native.load() is not None
+    assert len(record) == 1
+    _lstm_runs_correctly()
+    assert so.is_file() and native._problem(so) is None
+    native = _fresh_load(monkeypatch, tmp_path / "cache")  # the next load: silent
+    assert native.load() is not None
+
+
+def test_native_no_compiler_falls_back_with_one_warning(tmp_path, monkeypatch):
+    native = _fresh_load(monkeypatch, tmp_path)
+    monkeypatch.setenv("CC", "false")
+    with pytest.warns(native.NativeKernelWarning, match=r"C compiler 'false' failed.*torch-ops") \
+            as record:
+        assert native.load() is None
+        _lstm_runs_correctly()
+        native.load()
+    assert len(record) == 1
+    monkeypatch.setenv("LAYERNORM_NATIVE", "0")  # silenced
+    native = _fresh_load(monkeypatch, tmp_path)
+    assert native.load() is None
+
+
+def test_native_hung_compiler_times_out(tmp_path, monkeypatch):
+    native = _fresh_load(monkeypatch, tmp_path / "cache")
+    hang = tmp_path / "hang-cc"
+    hang.write_text("#!/bin/sh\nsleep 30\n")
+    hang.chmod(0o755)
+    monkeypatch.setenv("CC", str(hang))
+    monkeypatch.setattr(native, "COMPILE_TIMEOUT", 0.5)
+    with pytest.warns(native.NativeKernelWarning, match=r"did not finish within 0.5 s"):
+        assert native.load() is None
+    _lstm_runs_correctly()
+
+
+def test_native_compiler_with_arguments_and_cache_path_that_is_a_file(tmp_path, monkeypatch):
+    """CC='gcc -O2' (a command with arguments) builds; a cache path that is a file gives one
+    warning and a build in a temporary directory."""
+    import shutil
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler here")
+    native = _fresh_load(monkeypatch, tmp_path / "cache")
+    monkeypatch.setenv("CC", f"{cc} -O2")
+    assert native.load() is not None
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    native = _fresh_load(monkeypatch, blocked)
+    with pytest.warns(native.NativeKernelWarning, match="not a writable directory"):
+        assert native.load() is not None
+    _lstm_runs_correctly()
