@@ -303,7 +303,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
 
     out = tmp_path / "rnn.json"
     assert main(["bench", "rnn", "--shapes", "3x2x4x8", "--layers", "1", "2", "--repeat", "1",
-                 "--warmup", "0", "--clock", "process", "--json", str(out)]) == 0
+                 "--warmup", "0", "--clock", "process", "--no-extras", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     impls = {(r["cell"], r["layers"], r["impl"]) for r in rows}
     for layers in (1, 2):
@@ -319,6 +319,21 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "fwd+bwd ms" in printed and "TorchScript LN-LSTM" in printed
     assert "C kernels: " in printed
+
+
+def test_bench_rnn_compile_and_autocast_rows():
+    """The torch.compile row (cold compile seconds, steady time vs the eager module) and the
+    autocast-bf16 rows (ratio against torch's module under autocast, or its bf16 module)."""
+    from layernorm.rnn.bench import bench_rnn
+    rows = bench_rnn(((3, 2, 4, 8, 1, False),), cells=("lstm",), repeat=1, warmup=0,
+                     loop_on_first=False, progress=False, clock="process",
+                     compile_backend="aot_eager")  # (inductor's C++ builds take long here)
+    by_impl = {r["impl"]: r for r in rows}
+    compiled = by_impl["layernorm.LSTM compiled"]
+    assert compiled["compile s"] > 0 and compiled["vs eager"] > 0
+    autocast = [r for r in rows if "bf16" in r["impl"]]
+    assert len(autocast) == 2 and autocast[0]["impl"].startswith("torch.nn.LSTM")
+    assert autocast[0]["ratio"] == 1.0 and autocast[1]["fwd+bwd ms"] > 0
 
 
 def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
