@@ -216,7 +216,8 @@ def ln_gru_op(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batc
         else:
             hs, h_n, saved = _forward_ops(*args)
     if saved is None:
-        saved = [xw.new_empty(0) for _ in range(4)] + [xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype))]
+        saved = [xw.new_empty(0) for _ in range(4)]
+        saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
     path = torch.tensor([_NATIVE if lib is not None else _TORCH_OPS], dtype=torch.int8)
     return hs, h_n, *saved, path
 

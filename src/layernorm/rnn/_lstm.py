@@ -1,5 +1,6 @@
 """The LN-LSTM over a whole sequence (one layer, one direction) as the operator
-``torch.ops.layernorm.ln_lstm`` with a hand-derived backward ``torch.ops.layernorm.ln_lstm_backward``.
+``torch.ops.layernorm.ln_lstm``, with a hand-derived backward operator
+``torch.ops.layernorm.ln_lstm_backward``.
 
 Paths, chosen inside the operator (the graph torch.compile / torch.export see is one opaque op):
 the C kernels (``_rnn_steps.c``, CPU float32: the whole time loop in one call) or torch ops (any
@@ -244,7 +245,8 @@ def ln_lstm_op(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
         else:
             hs, h_n, c_n, saved = _forward_ops(*args)
     if saved is None:
-        saved = [xw.new_empty(0) for _ in range(4)] + [xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype))]
+        saved = [xw.new_empty(0) for _ in range(4)]
+        saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
     path = torch.tensor([_NATIVE if lib is not None else _TORCH_OPS], dtype=torch.int8)
     return hs, h_n, c_n, *saved, path
 

@@ -15,7 +15,8 @@ _layer_norm_backward = torch.ops.aten.native_layer_norm_backward
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def check_shapes(who: str, xg, states: dict, w_hh, gates: int, vectors: dict) -> tuple[int, int, int]:
+def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
+                 vectors: dict) -> tuple[int, int, int]:
     """Shapes (and one device) of the arguments of ``ln_*_sequence`` -> (T, B, H)."""
     if xg.dim() != 3:
         raise ValueError(f"{who} expected xg of shape (T, B, {gates}*H), received shape "
@@ -53,7 +54,8 @@ def dtypes(xg: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
     autocast dtype, else in xg's. On the CPU half types compute in float32 (converted once per
     call; the statistics are float32 either way), so the C kernels run them."""
     device = xg.device.type
-    out = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else xg.dtype
+    autocast = torch.is_autocast_enabled(device) and xg.dtype != torch.float64  # as torch casts
+    out = torch.get_autocast_dtype(device) if autocast else xg.dtype
     compute = torch.float32 if device == "cpu" and out in _HALF else out
     return compute, out
 
