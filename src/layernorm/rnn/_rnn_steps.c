@@ -9,7 +9,7 @@
  * back to torch ops when it is unavailable. At B = 32 the ~25 small torch ops of a step cost more in dispatch than in
  * arithmetic, and oneDNN's per-call overhead on a (32, 256) x (256, 1024) product is ~15% of it.
  *
- * Equations (PAPER.md section 2), rows = examples, G = 4H, gate order i, f, u, o:
+ * Equations (the paper, section 3.1), rows = examples, G = 4H, gate order i, f, u, o:
  *   pre  = LN(hg; gain_h, bias_h) + xg          hg = W_h h_{t-1}, LN over the G gates
  *   c    = sigmoid(f) c_prev + sigmoid(i) tanh(u)
  *   h    = sigmoid(o) tanh(LN(c; gain_c, bias_c))

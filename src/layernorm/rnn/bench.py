@@ -39,7 +39,7 @@ from torch import nn
 
 from ..bench import compare, format_table
 
-# (T, B, I, H, layers, bidirectional): the main shape first
+# (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
 CONFIGS = (
     (100, 32, 128, 256, 1, False),
     (100, 32, 128, 256, 2, True),

@@ -146,10 +146,9 @@ class _Stack(RecurrentBase):
         examples have length T).
 
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
-        either THE loop ``run_direction`` or, for the LN-LSTM / LN-GRU with biases when
-        ``layernorm.rnn.fused`` is present and ``use_fused`` is set, the fused kernel
-        ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written backward) runs
-        the recurrence.
+        either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
+        operator ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written
+        backward) runs the recurrence.
         """
         suffix = self._suffix(layer, direction)
         g = lambda name: self._get(name, suffix)  # noqa: E731
