@@ -710,3 +710,14 @@ def test_native_compiler_with_arguments_and_cache_path_that_is_a_file(tmp_path, 
     with pytest.warns(native.NativeKernelWarning, match="not a writable directory"):
         assert native.load() is not None
     _lstm_runs_correctly()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_empty_batch(kind, step_path):
+    """B = 0: empty outputs of the right shapes and empty gradients, on every path."""
+    fn = KINDS[kind][0]
+    args = make_args(kind, 3, 0, 4)
+    outs = fn(*args)
+    assert tuple(outs[0].shape) == (3, 0, 4) and all(tuple(o.shape) == (0, 4) for o in outs[1:])
+    grads = torch.autograd.grad(sum(o.sum() for o in outs), args)
+    assert [g.shape for g in grads] == [a.shape for a in args]
