@@ -22,7 +22,7 @@ from pathlib import Path
 from .._io import atomic_write_json
 
 EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size",
-               "mlp_batch_size", "rnn_downloads")     # the longest first: better packing over --jobs processes
+               "mlp_batch_size", "rnn_downloads")  # the longest first: better packing over --jobs
 ANALYSIS = "analysis"
 
 

@@ -23,7 +23,7 @@ BUDGETS = {
     "mlp_batch_size": {
         "rule": "to convergence",
         "text": "each batch size trained until its test error flattened: batch 128 for 800 "
-                "updates (73 epochs of digits; flat from ~500), batch 4 for 3200 updates "
+                "updates (73 epochs of digits; flat from ~700), batch 4 for 3200 updates "
                 "(9 epochs; the noise of Adam at batch 4 remains)"},
     "cnn_batch_size": {
         "rule": "to convergence",
@@ -114,8 +114,9 @@ def rnn_tasks(preset: str) -> list[dict]:
                      length={"steps": 4, "eval_every": 2},
                      batch_size=16)]
     big = preset == "full"
-    # quick: 600 Adam steps of batch 32, evaluated every 30 (20 evaluations); hidden 48; the digits and MNIST-1D
-    # sequences are read 4 values per step (16 and 10 steps), the adding problem 1 per step (30).
+    # quick: 600 Adam steps of batch 32, evaluated every 30 (20 evaluations); hidden 48; the
+    # digits and MNIST-1D sequences are read 4 values per step (16 and 10 steps), the adding
+    # problem 1 per step (30).
     # BN-LSTM's per-step statistics make it the slowest model: the adding length sets the cost.
     length = {"steps": 3000, "eval_every": 100} if big else {"steps": 600, "eval_every": 30}
     model = {"hidden": 128, "chunk": 1, "embed": 64} if big else \

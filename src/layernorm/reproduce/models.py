@@ -1,13 +1,18 @@
 """Models of the reproduction experiments, registered with the runner (``register_model``).
 
+    repro_mlp        section 6.6's MLP: norm on the hidden layers (LN as the paper), optionally
+                     batch norm on the logits too (``bn_logits``: BN "on all layers")
     convnet          small ConvNet, norm none / batch / layer (ConvLayerNorm) / weight after every
                      convolution, global average pooling, linear logits (never normalized)
-    rnn_classifier   one-layer LSTM / BN-LSTM / LN-LSTM (``layernorm.LSTM``) reading a sequence,
-                     a linear head on the last hidden state (or on every step for per-step
-                     targets); ``extra_metrics`` reports the hidden-state statistics per time step
+    rnn_classifier   one-layer LSTM / BN-LSTM / LN-LSTM (``layernorm.LSTM``; torch's nn.LSTM for
+                     norm "none") reading a sequence, a linear head on the last hidden state (or
+                     on every step for per-step targets)
 
-The MLP of section 6.6 is the runner's ``mlp`` (LN on hidden layers only, BN with the unbiased
-variance at small batch): one model, not two.
+Every one of them is ``Scored``: its ``extra_metrics`` (called by the runner at every evaluation)
+adds the eval-mode NLL on a fixed training sample and, for batch norm, the scores with population
+statistics recomputed from that sample (``layernorm.recompute_batch_stats``) next to the
+running-average ones; the RNN adds per-step statistics of h_t and of the summed inputs.
+docs/reproduce.md lists the fields.
 """
 from __future__ import annotations
 
@@ -54,7 +59,9 @@ class Scored(nn.Module):
             out = self(x[sl].to(dev)) if lengths is None else self(x[sl].to(dev),
                                                                    lengths=lengths[sl])
             loss, errors, scored = loss_and_errors(out, y[sl].to(dev), ds)
-            loss_sum, err_sum, count = loss_sum + float(loss), err_sum + int(errors),                 count + int(scored)
+            loss_sum += float(loss)
+            err_sum += int(errors)
+            count += int(scored)
         return {"loss": loss_sum / max(count, 1), "error": err_sum / max(count, 1)}
 
     def _population_pass(self) -> None:
