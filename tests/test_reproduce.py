@@ -52,8 +52,12 @@ def test_tiny_preset_runs_every_experiment_kind_and_builds_report(tiny_out):
     # one seed per configuration: no rule over seeds may call anything supported or refuted
     # (the analysis claims, table1 and 5.2-*, are measurements without seeds)
     measured = [v for k, v in summary.items() if v != "not run" and k != "table1"
-                and not k.startswith("5.2")]
+                and not k.startswith(("5.2", "ddp-"))]
     assert measured and set(measured) == {"inconclusive"}
+    # the batch split (1 vs 2 processes, started by reproduce itself) is measured, not "not run"
+    ddp = {k: summary[k] for k in ("ddp-ln", "ddp-bn", "ddp-bn-sync")}
+    assert "not run" not in ddp.values(), ddp
+    assert (tiny_out / "runs/ddp-batch-split/layer-bs8-seed0-w2/done").exists()
     assert summary["rnn-best-imdb"] == "not run"
 
 
@@ -106,11 +110,13 @@ def test_the_report_imports_no_training_code():
 
 
 def test_every_quick_config_is_valid_and_has_three_seeds():
-    for name in ("mlp_batch_size", "cnn_batch_size", "rnn_norms", "lstm_gain_init"):
+    for name in ("mlp_batch_size", "cnn_batch_size", "rnn_norms", "rnn_stability",
+                 "lstm_gain_init"):
         configs = get_experiment(name).configs("quick")
         groups = {}
         for c in configs:
-            key = json.dumps({**c.to_dict(), "seed": None}, sort_keys=True)
+            data = {k: v for k, v in c.data_args.items() if k not in ("seed", "split_seed")}
+            key = json.dumps({**c.to_dict(), "seed": None, "data_args": data}, sort_keys=True)
             groups.setdefault(key, set()).add(c.seed)
         assert all(len(s) >= 3 for s in groups.values()), name
     for name in EXPERIMENTS:      # --full builds valid configs (no data is loaded here)
@@ -170,3 +176,65 @@ def test_quick_configs_use_the_unbiased_variance_at_small_batch():
     for c in get_experiment("mlp_batch_size").configs("quick"):
         assert c.model_args["unbiased"] == (c.batch_size < 16)
     assert isinstance(Config(), Config)
+
+
+def test_quick_budgets_update_counts_log_grid_and_seeded_splits():
+    from layernorm.reproduce.experiments import BUDGETS
+    mlp = get_experiment("mlp_batch_size").configs("quick")
+    for c in mlp:
+        # every arm gives its update count; evaluations hit eval_every * 2**j for all j
+        k = c.steps // c.eval_every
+        assert c.steps % c.eval_every == 0 and k & (k - 1) == 0 and k >= 16, c.run_name()
+        assert c.data_args == {"split_seed": c.seed}     # the test split varies with the seed
+    arms = {(c.norm, c.tag, c.model_args.get("bn_logits", False)) for c in mlp}
+    assert {("batch", "", False), ("batch", "bnall", True), ("layer", "", False)} <= arms
+    cnn = get_experiment("cnn_batch_size").configs("quick")
+    seeds = {}
+    for c in cnn:
+        seeds.setdefault((c.norm, c.batch_size), set()).add(c.seed)
+        assert c.steps // c.eval_every >= 20
+    assert len(seeds[("batch", 128)]) == len(seeds[("layer", 128)]) == 10
+    assert set(BUDGETS) == {"mlp_batch_size", "cnn_batch_size"}
+    assert all(b["rule"] in ("to convergence", "same updates") for b in BUDGETS.values())
+    stab = get_experiment("rnn_stability").configs("quick")
+    assert {c.data_args["length"] for c in stab} == {100}
+
+
+def test_bn_models_are_scored_with_population_statistics_and_ema_kept():
+    from layernorm.reproduce.models import repro_mlp
+    ds = load_dataset("digits", limit_train=64, limit_test=32)
+    torch.manual_seed(0)
+    m = repro_mlp(ds, "batch", hidden=[8], bn_logits=True)
+    for i in range(0, 64, 4):                     # a few EMA updates
+        m(ds.x_train[i:i + 4])
+    ema = {k: v.clone() for k, v in m.state_dict().items() if "running" in k}
+    row = m.extra_metrics(ds.x_test)
+    assert row["bn_scoring"] == "population" and row["pop_sample"] == 64
+    for key in ("eval_test_error", "eval_test_loss", "eval_train_nll", "eval_train_error",
+                "ema_train_nll"):
+        assert isinstance(row[key], float), key
+    # the running averages are back after scoring, the mode too
+    assert all(torch.equal(m.state_dict()[k], v) for k, v in ema.items()) and m.training
+    # with population statistics the training-sample NLL is the eval-mode loss of that model
+    import layernorm
+    layernorm.recompute_batch_stats(m, [ds.x_train[i:i + 200] for i in range(0, 64, 200)])
+    with torch.no_grad():
+        nll = torch.nn.functional.cross_entropy(m.eval()(ds.x_train), ds.y_train)
+    assert abs(float(nll) - row["eval_train_nll"]) < 1e-4
+    row = repro_mlp(ds, "layer", hidden=[8]).extra_metrics(ds.x_test)
+    assert "ema_train_nll" not in row and "eval_test_error" not in row and "eval_train_nll" in row
+    with pytest.raises(ValueError, match="bn_logits"):
+        repro_mlp(ds, "layer", bn_logits=True)
+
+
+def test_rnn_summed_input_statistics_per_step():
+    ds = load_dataset("adding", length=12, n_train=16, n_test=8)
+    for norm in ("none", "batch", "layer"):
+        m = rnn_classifier(ds, norm, hidden=4, embed=3)
+        stats = m.hidden_stats(ds.x_test)
+        assert len(stats["summed_std"]) == len(stats["hidden_std"]) == 12
+        assert stats["summed_std"][0] > 0 and stats["hidden_mean"]
+        # a_0 = W_x e_0 (h_{-1} = 0): check the first step by hand
+        with torch.no_grad():
+            a0 = m.embed(ds.x_test)[:, 0] @ m.lstm.weight_ih_l0.t()
+        assert abs(float(a0.std(unbiased=False)) - stats["summed_std"][0]) < 1e-4

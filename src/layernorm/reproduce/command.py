@@ -22,8 +22,8 @@ from pathlib import Path
 from .. import _args
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
 
-EXPERIMENTS = ("rnn_norms", "lstm_gain_init", "cnn_batch_size", "mlp_batch_size",
-               "rnn_downloads")     # the longest first: better packing over --jobs processes
+EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size",
+               "mlp_batch_size", "rnn_downloads")  # the longest first: better packing over --jobs
 ANALYSIS = "analysis"
 LOCK = ".reproduce.lock"     # in the output directory: one reproduction writes it at a time
 
@@ -75,6 +75,64 @@ def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
     return not_run
 
 
+DDP_EXPERIMENT = "ddp-batch-split"
+DDP_WORLD = 2
+
+
+def _ddp_worker(preset: str, runs: str) -> None:
+    """One rank of the batch-split run (started by torch's elastic launcher, which set RANK,
+    WORLD_SIZE, MASTER_ADDR...): ``layernorm run ddp-batch-split`` on this rank."""
+    import socket
+    loopback = next((n for _, n in socket.if_nameindex() if n.startswith("lo")), "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)   # gloo on 127.0.0.1 only
+    from ..cli import main
+    code = main(["run", DDP_EXPERIMENT, "--preset", preset, "--out", runs, "--threads", "1",
+                 "--no-progress"])
+    if code:
+        raise RuntimeError(f"layernorm run {DDP_EXPERIMENT} exited with status {code} on rank "
+                           f"{os.environ.get('RANK')}")
+
+
+def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
+    """Section 3's batch split, measured: ``ddp-batch-split`` trained on 1 process into
+    ``out/runs/ddp-batch-split/NAME`` and on 2 processes (torch's elastic launcher, the library
+    behind torchrun: gloo on 127.0.0.1, a free port) into ``NAME-w2``; both reused when finished.
+    Returns the parts that could not be run, with the reason."""
+    import socket
+    import uuid
+
+    from ..experiments import get_experiment
+    from ..experiments.runner import run_configs
+    runs = out / "runs"
+    configs = get_experiment(DDP_EXPERIMENT).configs(preset)
+    log(f"{DDP_EXPERIMENT}: {len(configs)} runs on 1 process, then on {DDP_WORLD} processes "
+        f"(gloo, 127.0.0.1)")
+    failed = [r for r in run_configs(configs, runs, jobs=1, progress=False, log=log)
+              if r.status == "failed"]
+    if failed:
+        return {DDP_EXPERIMENT: f"the 1-process run failed: {failed[0].error.splitlines()[0]}"}
+    exp_dir = runs / DDP_EXPERIMENT
+    if all((exp_dir / f"{c.run_name()}-w{DDP_WORLD}" / "done").exists() for c in configs):
+        return {}
+    try:
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    except ImportError as err:
+        return {DDP_EXPERIMENT: f"torch.distributed's launcher is not available ({err})"}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=DDP_WORLD,
+                          run_id=f"layernorm-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
+                          rdzv_endpoint=f"127.0.0.1:{port}", max_restarts=0,
+                          monitor_interval=0.5, start_method="spawn", local_addr="127.0.0.1")
+    try:
+        elastic_launch(config, _ddp_worker)(preset, str(runs))
+    except Exception as err:    # the report lists it as not run, with the reason
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        return {DDP_EXPERIMENT: f"the {DDP_WORLD}-process run failed: {first}"}
+    return {}
+
+
 def _read_meta(out: Path) -> dict:
     import json
     try:
@@ -98,7 +156,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
 
     check_choice(preset, PRESETS, "preset")
     load_registered()
-    names = [n for n in EXPERIMENTS if n in REGISTRY] + [ANALYSIS]
+    names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
     if only:
         for n in only:
             check_choice(n, names, "experiment for --only")
@@ -124,7 +182,7 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
     not_run: dict[str, str] = {}
     configs, datasets = [], set()
     for n in names:
-        if n == ANALYSIS:
+        if n in (ANALYSIS, DDP_EXPERIMENT):
             continue
         exp = get_experiment(n)
         if exp.needs_download and preset != "full":
@@ -145,6 +203,12 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
                   if r.status == "failed"]
         trained = sum(r.status == "done" for r in results)
     failed_analysis: dict[str, str] = {}
+    if DDP_EXPERIMENT in names:
+        t = time.time()
+        # a distributed run that raised is a failure (exit 1), like an analysis part
+        failed_analysis.update(run_distributed(out, preset, log))
+        not_run.update(failed_analysis)
+        parts["distributed"] = time.time() - t
     if ANALYSIS in names:
         t = time.time()
         for part, why in run_analysis(out, preset, log).items():
@@ -225,7 +289,7 @@ def add_commands(sub) -> None:
                       help="tiny: seconds, for tests")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
-                        f"{ANALYSIS}")
+                        f"{DDP_EXPERIMENT}, {ANALYSIS}")
     p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
     p.add_argument("--jobs", type=_args.positive_int,
                    help="training processes at once (default: 2, or 1 on "

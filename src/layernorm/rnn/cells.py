@@ -29,6 +29,7 @@ candidate is multiplied by r, as in torch, and is the paper's b4. BN-LSTM's gate
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import numbers
@@ -81,6 +82,24 @@ def gate_groups(mode: str, hidden_size: int) -> tuple[int, ...]:
 # --------------------------------------------------------------------------------------------
 # Normalization of one term
 # --------------------------------------------------------------------------------------------
+
+# Observers of batch-norm statistics: while ``observe_batch_stats(fn)`` is active, every update of
+# a Term's running statistics also calls ``fn(running, t0, mean, var, n)`` with the batch statistics
+# it used (``layernorm.recompute_batch_stats`` accumulates population statistics this way).
+_BATCH_STAT_OBSERVERS: list[Callable] = []
+
+
+@contextlib.contextmanager
+def observe_batch_stats(fn: Callable):
+    """Within the block, ``fn(running, t0, mean, var, n)`` sees every batch-norm Term's statistics:
+    ``running`` = its (mean, var) buffers (max_length, G), ``mean``/``var`` (k, G) the batch mean
+    and biased variance of steps t0 .. t0 + k - 1 over ``n`` examples."""
+    _BATCH_STAT_OBSERVERS.append(fn)
+    try:
+        yield
+    finally:
+        _BATCH_STAT_OBSERVERS.remove(fn)
+
 
 class Term:
     """``N(a) * gain + bias`` for one summed-input term ``a`` (..., G), built for one forward call.
@@ -138,6 +157,8 @@ class Term:
         statistics over n examples; steps past max_length keep none. The running variance is the
         unbiased estimate, as in torch's BatchNorm."""
         mean_buf, var_buf = self.running
+        for observe in _BATCH_STAT_OBSERVERS:
+            observe(self.running, t0, mean, var, n)
         k = min(mean.shape[0], mean_buf.shape[0] - t0)
         if k > 0:
             mean_buf[t0:t0 + k].lerp_(mean[:k].to(mean_buf.dtype), self.momentum)
