@@ -40,7 +40,12 @@ EMBEDDED = {  # name: (train, test, input shape, classes (0 = regression))
     "mnist1d-seq": (4000, 1000, (40, 1), 10),
     "adding": (5000, 1000, (50, 2), 0),
     "copy": (5000, 1000, (70, 10), 8),
+    "digits-binary": (1438, 359, (64,), 0),
+    "pen-strokes": (256, 64, (100, 3), 0),
+    "cloze": (4000, 500, (27,), 10),
+    "docstrings": (2721, 406, (64,), 92),
 }
+TOKEN_INPUTS = ("cloze", "docstrings")   # int64 token ids, not float features
 
 
 def test_every_embedded_dataset_is_covered():
@@ -53,12 +58,16 @@ def test_embedded_shapes_and_labels(name):
     ds = load_dataset(name)
     assert (len(ds.x_train), len(ds.x_test)) == (n_train, n_test)
     assert ds.input_shape == shape and ds.x_test.shape[1:] == shape
-    assert ds.x_train.dtype == torch.float32 and torch.isfinite(ds.x_train).all()
+    if name in TOKEN_INPUTS:
+        assert ds.x_train.dtype == torch.int64 and ds.x_train.min() >= 0
+    else:
+        assert ds.x_train.dtype == torch.float32 and torch.isfinite(ds.x_train).all()
     assert ds.num_classes == classes
     if classes:
         for y in (ds.y_train, ds.y_test):
             scored = y[y != -100]
-            assert y.dtype == torch.int64 and scored.min() >= 0 and scored.max() == classes - 1
+            assert y.dtype == torch.int64 and scored.min() >= 0 and scored.max() <= classes - 1
+        assert ds.y_train[ds.y_train != -100].max() == classes - 1   # every class is used
     else:
         assert ds.task == "regress" and ds.y_train.dtype == torch.float32
 

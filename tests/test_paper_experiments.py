@@ -5,6 +5,8 @@ import math
 import sys
 
 import pytest
+
+from layernorm.verdicts import MIN_SEEDS
 import torch
 
 from layernorm.data import load_dataset
@@ -71,14 +73,14 @@ def test_tiny_preset_trains_every_arm_and_writes_its_metrics(tiny_runs, paper, n
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_quick_preset_has_three_seeds_and_one_budget_per_arm(paper, name):
+def test_quick_preset_has_five_seeds_and_one_budget_per_arm(paper, name):
     configs = get_experiment(name).configs("quick")
     by_arm = {}
     for c in configs:
         by_arm.setdefault(c.norm, []).append(c)
     assert set(by_arm) == ARMS[name]
     for arm in by_arm.values():
-        assert sorted(c.seed for c in arm) == [0, 1, 2]
+        assert sorted(c.seed for c in arm) == list(range(MIN_SEEDS))   # the verdicts' minimum
     budgets = {(c.steps, c.epochs, c.batch_size, c.lr) for c in configs}
     assert len(budgets) == 1, budgets        # every arm: the same updates, batch and lr
 

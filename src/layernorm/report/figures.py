@@ -194,7 +194,29 @@ def gain(runs: list[Run], path: Path, title: str) -> None:
     _save(fig, path)
 
 
-DRAW = {"ff_curves": ff_curves, "error_bars": error_bars, "rnn_curves": rnn_curves,
+def paper_curves(runs: list[Run], path: Path, title: str) -> None:
+    """A section 6 experiment's loss curve per arm (mean ± std over seeds); ``title`` is
+    "key|scale|what|xkey" (the claim's ``LossSpec``)."""
+    key, scale, what, xkey = title.split("|")
+    scale = float(scale)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for n in RNN_NORMS:
+        rs = select(runs, norm=n)
+        if not rs:
+            continue
+        xs, m, s = _mean_std_curve(rs, xkey, key, float("nan"))
+        _band(ax, xs, [v * scale for v in m], [v * scale for v in s],
+              label=f"{RNN_LABEL[n]} ({len(rs)} seeds)", color=COLORS[n])
+    exp = runs[0].experiment
+    ax.set(xlabel="epoch" if xkey == "epoch" else "update", ylabel=what,
+           title=f"{exp}: {what} (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+DRAW = {"paper_curves": paper_curves, "ff_curves": ff_curves, "error_bars": error_bars, "rnn_curves": rnn_curves,
         "hidden": hidden, "gain": gain}
 
 

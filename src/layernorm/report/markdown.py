@@ -8,7 +8,7 @@ import time
 
 from ..verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
-                     DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
+                     DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, PAPER_NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
                      ClaimResult)
 from .scoring import LAST_K, PP
 from .runs import Inputs
@@ -177,11 +177,8 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
         md += [""]
 
     missing = meta.get("not_run") or {}
-    md += ["## Not run", ""]
-    if missing and isinstance(missing, dict):
-        md += [f"- `{k}`: {v}" for k, v in missing.items()]
-    else:
-        md += ["- nothing"]
+    missing = {**(missing if isinstance(missing, dict) else {}), **PAPER_NOT_RUN}
+    md += ["## Not run", ""] + [f"- `{k}`: {v}" for k, v in missing.items()]
     md += ["", f"*Report built {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
            f"`layernorm report {inp.out}` from {len(runs)} run directories.*", ""]
     return "\n".join(md)

@@ -7,5 +7,6 @@ use). It never imports ``layernorm.report``: training code does not depend on th
 """
 from ..experiments.registry import add_plugins
 
-PLUGIN_MODULES = ("layernorm.reproduce.experiments", "layernorm.reproduce.batch_split")
+PLUGIN_MODULES = ("layernorm.reproduce.experiments", "layernorm.reproduce.batch_split",
+                  "layernorm.reproduce.paper")
 add_plugins(*PLUGIN_MODULES)

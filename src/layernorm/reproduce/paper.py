@@ -8,7 +8,7 @@
     paper_charlm       summary B: LSTM vs BN-LSTM vs LN-LSTM character-level language model on
                             the standard library's docstrings: test bits per character vs updates
 
-Presets: ``tiny`` (seconds; tests), ``quick`` (embedded data, 3 seeds, part of ``reproduce
+Presets: ``tiny`` (seconds; tests), ``quick`` (embedded data, 5 seeds, part of ``reproduce
 --quick``), ``full`` (the same embedded data at a larger scale: the paper's own data sets —
 binarized MNIST, the CNN questions, IAM-OnDB — are not wired here).
 
@@ -32,10 +32,12 @@ from ..models import DRAW, AttentiveReader, HandwritingMDN
 from ..rnn import LSTM
 
 RNN_NORMS = ("none", "batch", "layer")
-# quick, measured on seed 0 with 1 torch thread per run (CPU seconds; 3 seeds triple it): DRAW
-# ~6 + 7, reader 6 (LSTM) + 22 (BN-LSTM) + 5 (LN-LSTM), handwriting 5 + 6, char-LM 5 + 25 + 5:
-# ~280 CPU-s for all four, two thirds of it the BN-LSTM arms (per-step statistics, Python loop).
-SEEDS = {"tiny": (0,), "quick": (0, 1, 2), "full": (0, 1, 2, 3, 4)}
+# quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so that 5 seeds cost what 3
+# did: measured with /usr/bin/time, `layernorm run NAME --preset quick --jobs 1 --threads 1`, all
+# 5 seeds of every arm: DRAW 35, handwriting 31, reader 104, char-LM 76 CPU-s (user + sys), 246
+# CPU-s in all (266 s wall on a loaded 2-core machine); the BN-LSTM arms (per-step statistics, a
+# Python loop over time steps) are most of the reader's and the char-LM's.
+SEEDS = {"tiny": (0,), "quick": (0, 1, 2, 3, 4), "full": (0, 1, 2, 3, 4)}
 
 
 def _pick(preset: str, **by_preset):
@@ -159,7 +161,7 @@ def paper_draw(preset: str) -> list[Config]:
     model = _pick(preset, tiny={"hidden": 8, "z_dim": 2, "glimpses": 2},
                   quick={"hidden": 64, "z_dim": 8, "glimpses": 8},
                   full={"hidden": 256, "z_dim": 16, "glimpses": 16})
-    length = _pick(preset, tiny={"steps": 4, "eval_every": 2}, quick={"epochs": 10},
+    length = _pick(preset, tiny={"steps": 4, "eval_every": 2}, quick={"epochs": 6},
                    full={"epochs": 100})
     bs = _pick(preset, tiny=16, quick=64, full=128)
     return [Config(dataset="digits-binary", model="draw", norm=norm, batch_size=bs, seed=seed,
@@ -174,12 +176,12 @@ def paper_draw(preset: str) -> list[Config]:
                            "validation error than with LSTM and BN-LSTM")
 def paper_reader(preset: str) -> list[Config]:
     data = _pick(preset, tiny={"n_train": 64, "n_test": 32, "n_facts": 3},
-                 quick={"n_train": 4000, "n_test": 500, "n_facts": 4},
+                 quick={"n_train": 4000, "n_test": 500, "n_facts": 3},
                  full={"n_train": 20000, "n_test": 2000, "n_facts": 10})
     model = _pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 32, "embed": 32},
                   full={"hidden": 128, "embed": 64})
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
-                   quick={"steps": 300, "eval_every": 25}, full={"steps": 4000, "eval_every": 100})
+                   quick={"steps": 250, "eval_every": 25}, full={"steps": 4000, "eval_every": 100})
     return [Config(dataset="cloze", model="reader", norm=norm, batch_size=_pick(
                        preset, tiny=16, quick=32, full=64), seed=seed, optimizer="adam",
                    lr=_pick(preset, tiny=1e-3, quick=3e-3, full=1e-3), grad_clip=10.0,
@@ -198,7 +200,7 @@ def paper_handwriting(preset: str) -> list[Config]:
                   quick={"hidden": 48, "layers": 2, "mixtures": 5},
                   full={"hidden": 128, "layers": 3, "mixtures": 10})
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
-                   quick={"steps": 300, "eval_every": 25}, full={"steps": 3000, "eval_every": 100})
+                   quick={"steps": 200, "eval_every": 20}, full={"steps": 3000, "eval_every": 100})
     return [Config(dataset="pen-strokes", model="mdn", norm=norm, batch_size=8, seed=seed,
                    optimizer="adam", lr=_pick(preset, tiny=1e-3, quick=3e-3, full=1e-3),
                    grad_clip=10.0, model_args=dict(model), data_args=dict(data), **length)
@@ -212,12 +214,12 @@ def paper_handwriting(preset: str) -> list[Config]:
 def paper_charlm(preset: str) -> list[Config]:
     data = _pick(preset, tiny={"seq_len": 16, "max_chars": 5000, "limit_train": 64,
                                "limit_test": 16},
-                 quick={"seq_len": 32, "max_chars": 200_000},
+                 quick={"seq_len": 16, "max_chars": 200_000},
                  full={"seq_len": 100, "max_chars": None})
     model = _pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 64, "embed": 32},
                   full={"hidden": 256, "embed": 64})
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
-                   quick={"steps": 300, "eval_every": 25}, full={"steps": 5000, "eval_every": 250})
+                   quick={"steps": 250, "eval_every": 25}, full={"steps": 5000, "eval_every": 250})
     return [Config(dataset="docstrings", model="char_lm", norm=norm, batch_size=_pick(
                        preset, tiny=8, quick=32, full=64), seed=seed, optimizer="adam",
                    lr=_pick(preset, tiny=1e-3, quick=3e-3, full=2e-3), grad_clip=10.0,
