@@ -29,9 +29,9 @@ from ..experiments import Config, register_experiment, register_model
 from ..data import docstrings as _docstrings  # noqa: F401  (registers "docstrings")
 from ..data import paper_tasks as _paper_tasks  # noqa: F401  (registers the generated tasks)
 from ..models import DRAW, AttentiveReader, HandwritingMDN
+from .._vocabulary import RNN_NORMS
 from ..rnn import LSTM
 
-RNN_NORMS = ("none", "batch", "layer")
 # quick, measured on seed 0 with 1 torch thread per run (CPU seconds; 3 seeds triple it): DRAW
 # ~6 + 7, reader 6 (LSTM) + 22 (BN-LSTM) + 5 (LN-LSTM), handwriting 5 + 6, char-LM 5 + 25 + 5:
 # ~280 CPU-s for all four, two thirds of it the BN-LSTM arms (per-step statistics, Python loop).
