@@ -3,7 +3,7 @@ tests/reference.py: forward and every gradient, with and without (unsorted) leng
 import pytest
 import torch
 
-from layernorm.rnn import fused
+from layernorm.rnn import _gemm, fused
 from layernorm.rnn.fused import ln_gru_sequence, ln_lstm_sequence
 from tests.reference import ref_ln_gru_sequence, ref_ln_lstm_sequence
 
@@ -50,9 +50,9 @@ def step_path(request, monkeypatch):
     else:
         monkeypatch.setattr(fused, "USE_NATIVE", False)
     if request.param == "torch-ops-mm":
-        monkeypatch.setattr(fused, "_PACKED_OK", False)
+        monkeypatch.setattr(_gemm, "_PACKED_OK", False)
     else:
-        monkeypatch.setattr(fused, "_PACKED_MIN_FLOPS", 0)
+        monkeypatch.setattr(_gemm, "_PACKED_MIN_FLOPS", 0)
     return request.param
 
 
@@ -303,7 +303,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
 
     out = tmp_path / "rnn.json"
     assert main(["bench", "rnn", "--shapes", "3x2x4x8", "--layers", "1", "2", "--repeat", "1",
-                 "--warmup", "0", "--clock", "process", "--json", str(out)]) == 0
+                 "--warmup", "0", "--clock", "process", "--no-extras", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     impls = {(r["cell"], r["layers"], r["impl"]) for r in rows}
     for layers in (1, 2):
@@ -319,6 +319,21 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "fwd+bwd ms" in printed and "TorchScript LN-LSTM" in printed
     assert "C kernels: " in printed
+
+
+def test_bench_rnn_compile_and_autocast_rows():
+    """The torch.compile row (cold compile seconds, steady time vs the eager module) and the
+    autocast-bf16 rows (ratio against torch's module under autocast, or its bf16 module)."""
+    from layernorm.rnn.bench import bench_rnn
+    rows = bench_rnn(((3, 2, 4, 8, 1, False),), cells=("lstm",), repeat=1, warmup=0,
+                     loop_on_first=False, progress=False, clock="process",
+                     compile_backend="aot_eager")  # (inductor's C++ builds take long here)
+    by_impl = {r["impl"]: r for r in rows}
+    compiled = by_impl["layernorm.LSTM compiled"]
+    assert compiled["compile s"] > 0 and compiled["vs eager"] > 0
+    autocast = [r for r in rows if "bf16" in r["impl"]]
+    assert len(autocast) == 2 and autocast[0]["impl"].startswith("torch.nn.LSTM")
+    assert autocast[0]["ratio"] == 1.0 and autocast[1]["fwd+bwd ms"] > 0
 
 
 def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
@@ -339,7 +354,8 @@ def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
     monkeypatch.setattr(_native, "_lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "other"))
     monkeypatch.setenv("CC", "/bin/false")  # a compiler that always fails
-    assert _native.load() is None
+    with pytest.warns(_native.NativeKernelWarning, match="torch-ops path"):
+        assert _native.load() is None
     args = make_args("lstm", 3, 2, 4)
     out, h_n, c_n = ln_lstm_sequence(*args)
     torch.testing.assert_close(out, ref_ln_lstm_sequence(*args)[0], atol=1e-5, rtol=1e-5)
@@ -369,7 +385,8 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     _native._declare(lib)
     monkeypatch.setattr(_native, "_lib", lib)
     monkeypatch.setattr(_native, "_tried", True)
-    assert fused._native_lib(torch.zeros(1)) is lib
+    from layernorm.rnn import _driver
+    assert _driver.native_lib(torch.zeros(1)) is lib
 
     lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1])
     for fn, ref, *_ in KINDS.values():
@@ -387,3 +404,320 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     y = torch.empty(7, panels.shape[0] * lib.panel_width())
     lib.gemm_packed(7, 24, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
     torch.testing.assert_close(y[:, :40], a @ w.t(), atol=1e-4, rtol=1e-5)
+
+
+# ---- autograd to any order, torch.func, torch.compile / export ---------------------------------
+
+def _input_ln_args(kind, T, B, H, dtype):
+    _, _, G, _, _ = KINDS[kind]
+    gain_x = (1 + 0.1 * torch.randn(G * H, dtype=dtype)).requires_grad_()
+    bias_x = (0.1 * torch.randn(G * H, dtype=dtype)).requires_grad_()
+    return gain_x, bias_x
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("lengths,input_ln", [(None, False), (torch.tensor([2, 3, 0]), True)],
+                         ids=["full", "lengths-input-ln"])
+def test_fused_gradgradcheck_float64(kind, lengths, input_ln):
+    """Second derivatives (gradient penalties, MAML) are exact: the backward under
+    create_graph=True is itself differentiable."""
+    fn = KINDS[kind][0]
+    args = make_args(kind, 3, 3, 2, dtype=torch.float64)
+    if input_ln:
+        args += list(_input_ln_args(kind, 3, 3, 2, torch.float64))
+
+    def f(*a):
+        if input_ln:
+            return fn(*a[:-2], lengths=lengths, gain_x=a[-2], bias_x=a[-1])
+        return fn(*a, lengths=lengths)
+    assert torch.autograd.gradgradcheck(f, args, atol=1e-5, rtol=1e-4, fast_mode=True)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_double_backward_float32_matches_reference(kind, step_path):
+    """A gradient penalty through the float32 fast path (C kernels or torch ops) equals the
+    float64 reference's second derivative."""
+    fn, ref, *_ = KINDS[kind]
+    args = make_args(kind, 5, 6, 8)
+    lens = torch.tensor([5, 2, 0, 4, 5, 1])
+
+    def penalty(f, a):
+        out = f(*a, lengths=lens)
+        grads = torch.autograd.grad(out[0].square().sum(), a, create_graph=True)
+        return torch.autograd.grad(sum(g.square().sum() for g in grads), a)
+
+    got = penalty(fn, args)
+    expected = penalty(ref, [a.detach().double().requires_grad_() for a in args])
+    for i, (a, e) in enumerate(zip(got, expected)):
+        torch.testing.assert_close(a.double(), e, atol=1e-4 * max(1.0, e.abs().max().item()),
+                                   rtol=1e-4, msg=f"argument {i}")
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_torch_func_grad_and_jacrev(kind):
+    """torch.func.grad / jacrev give autograd's gradients (they run the differentiable loop)."""
+    fn = KINDS[kind][0]
+    args = [a.detach() for a in make_args(kind, 4, 3, 5)]
+    lens = torch.tensor([4, 1, 3])
+    w = 3 if kind == "lstm" else 2  # position of w_hh
+
+    def loss(w_hh):
+        return fn(*args[:w], w_hh, *args[w + 1:], lengths=lens)[0].sum()
+    got = torch.func.grad(loss)(args[w])
+    w_req = args[w].clone().requires_grad_()
+    expected, = torch.autograd.grad(loss(w_req), w_req)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    jac = torch.func.jacrev(lambda h0: fn(args[0], h0, *args[2:], lengths=lens)[1])(args[1])
+    assert jac.shape == (3, 5, 3, 5) and torch.isfinite(jac).all()
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_modules_compile_one_opaque_op_no_recompile_per_length(cls):
+    """Under torch.compile the recurrence is ONE operator (the time loop is not traced), new
+    sequence lengths reuse the graph after the first dynamic recompile, and the numbers are
+    eager's."""
+    import layernorm
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    m = getattr(layernorm, cls)(6, 8)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(m, backend=counter)
+    for T in (5, 7, 9, 11):
+        x = torch.randn(T, 3, 6)
+        out, _ = compiled(x)
+        ref, _ = m(x)
+        torch.testing.assert_close(out, ref)
+        g, = torch.autograd.grad(out.sum(), m.weight_hh_l0)
+        g_ref, = torch.autograd.grad(ref.sum(), m.weight_hh_l0)
+        torch.testing.assert_close(g, g_ref)
+    assert counter.frame_count <= 2  # static first, then one dynamic graph for every length
+    graph = counter.graphs[-1]
+    targets = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert any(f"ln_{cls.lower()}" in t for t in targets), targets
+    assert len(targets) < 40, f"the time loop was traced: {len(targets)} ops"
+    torch._dynamo.reset()
+
+
+def test_modules_export_sees_the_operator():
+    import layernorm
+    m = layernorm.LSTM(4, 5).eval()
+    ep = torch.export.export(m, (torch.randn(3, 2, 4),))
+    assert any("layernorm.ln_lstm" in str(n.target) for n in ep.graph.nodes)
+    x = torch.randn(3, 2, 4)
+    torch.testing.assert_close(ep.module()(x)[0], m(x)[0])
+
+
+# ---- inference mode, autocast and half types ---------------------------------------------------
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("path", ["native", "torch-ops"])
+def test_modules_under_inference_mode_and_no_grad(cls, path, monkeypatch):
+    """Built or run under torch.inference_mode() / no_grad(), then trained: every path works and
+    gives the same numbers (as torch.nn.LSTM, which runs there)."""
+    import layernorm
+    if path == "torch-ops":
+        monkeypatch.setattr(fused, "USE_NATIVE", False)
+    x = torch.randn(5, 3, 4)
+    with torch.inference_mode():
+        built = getattr(layernorm, cls)(4, 6, num_layers=2, bidirectional=True)
+        first, second = built(x)[0], built(x)[0]
+    torch.testing.assert_close(first, second, atol=0, rtol=0)
+    m = getattr(layernorm, cls)(4, 6)
+    with torch.inference_mode():
+        a = m(x)[0]
+        m(x)  # the packed weights are reused from the cache
+    with torch.no_grad():
+        b = m(x)[0]
+    c = m(x)[0]
+    c.sum().backward()
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    torch.testing.assert_close(a, c.detach(), atol=0, rtol=0)
+    assert torch.isfinite(m.weight_hh_l0.grad).all()
+
+
+HALF_TOL = {torch.bfloat16: 5e-2, torch.float16: 1e-2}  # max abs error vs float32 (outputs ~1)
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dtype", list(HALF_TOL), ids=str)
+def test_modules_autocast_and_half_modules(cls, dtype):
+    """Under torch.autocast the LN-RNN runs the fast path and returns the autocast dtype (as
+    torch.nn.LSTM); a half module computes with float32 statistics; both within the dtype's
+    tolerance of the float32 result, and gradients reach the float32 / half parameters."""
+    import copy
+
+    import layernorm
+    m = getattr(layernorm, cls)(8, 16, num_layers=2)
+    x = torch.randn(7, 4, 8)
+    ref_out, ref_state = m(x)
+    with torch.autocast("cpu", dtype):
+        out, state = m(x)
+    states = state if isinstance(state, tuple) else (state,)
+    assert out.dtype == dtype and all(s.dtype == dtype for s in states)
+    tol = HALF_TOL[dtype]
+    torch.testing.assert_close(out.float(), ref_out, atol=tol, rtol=0)
+    assert (out.float() - ref_out).abs().mean() < tol / 10
+    out.float().sum().backward()
+    assert m.weight_hh_l0.grad.dtype == torch.float32 and torch.isfinite(m.weight_hh_l0.grad).all()
+
+    half = copy.deepcopy(m).to(dtype)
+    out_h, _ = half(x.to(dtype))
+    assert out_h.dtype == dtype
+    torch.testing.assert_close(out_h.float(), ref_out, atol=tol, rtol=0)
+    out_h.float().sum().backward()
+    assert half.weight_hh_l0.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_fused_backward_every_length_zero(kind, dtype):
+    """Every example of length 0: outputs 0, final states = initial states, gradients flow
+    to the initial states only, in any dtype."""
+    fn = KINDS[kind][0]
+    args = make_args(kind, 3, 2, 4, dtype=dtype)
+    outs = fn(*args, lengths=torch.tensor([0, 0]))
+    assert (outs[0] == 0).all()
+    for o, s in zip(outs[1:], args[1:len(outs)]):
+        torch.testing.assert_close(o, s.detach())
+    grads = torch.autograd.grad(sum(o.float().sum() for o in outs), args, allow_unused=True)
+    for g, s in zip(grads[1:len(outs)], args[1:len(outs)]):
+        torch.testing.assert_close(g, torch.ones_like(s))
+
+
+def test_native_structs_match_the_library():
+    """The ctypes mirrors of the kernels' C structs agree with the compiled library."""
+    import ctypes
+
+    from layernorm.rnn import _driver
+    lib = _native_or_skip()
+    _driver.check_layout(lib)
+    assert lib.lstm_struct_size() == ctypes.sizeof(_driver.LSTMArgs)
+
+    class Shorter(ctypes.Structure):
+        _fields_ = _driver.LSTMArgs._fields_[:-2] + [("dparams", ctypes.c_void_p)]
+    old = _driver._STRUCTS["lstm"]
+    try:
+        _driver._STRUCTS["lstm"] = Shorter
+        with pytest.raises(RuntimeError, match="does not match"):
+            _driver.check_layout(lib)
+    finally:
+        _driver._STRUCTS["lstm"] = old
+
+
+# ---- the native cache: a trusted build -------------------------------------------------------
+
+def _fresh_load(monkeypatch, cache):
+    from layernorm.rnn import _native
+    monkeypatch.setattr(_native, "_tried", False)
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setenv("LAYERNORM_CACHE", str(cache))
+    return _native
+
+
+def _lstm_runs_correctly():
+    args = make_args("lstm", 3, 2, 4)
+    out = ln_lstm_sequence(*args)[0]
+    torch.testing.assert_close(out, ref_ln_lstm_sequence(*args)[0], atol=1e-5, rtol=1e-5)
+
+
+def _damage_truncate(so):
+    so.write_bytes(so.read_bytes()[:so.stat().st_size // 2])
+
+
+def _damage_garbage(so):
+    so.write_bytes(b"\x7fELF" + bytes(range(256)) * 40)
+
+
+def _damage_garbage_with_its_checksum(so):  # a foreign file that claims to be ours
+    import hashlib
+    _damage_garbage(so)
+    so.with_name(so.name + ".sha256").write_text(hashlib.sha256(so.read_bytes()).hexdigest())
+
+
+def _damage_directory(so):
+    so.unlink()
+    so.mkdir()
+    (so / "x").write_text("x")
+
+
+@pytest.mark.parametrize("damage", [_damage_truncate, _damage_garbage,
+                                    _damage_garbage_with_its_checksum, _damage_directory],
+                         ids=["truncated", "garbage", "foreign", "directory"])
+def test_native_cache_damaged_file_is_rebuilt_with_one_warning(tmp_path, monkeypatch, damage):
+    """A damaged, foreign or misplaced cached library is never loaded blindly: it is rebuilt
+    once, with one warning naming the cause, and the kernels then run correctly (before the
+    checksum, a truncated .so killed the process with SIGBUS at its first forward)."""
+    import shutil
+    native = _fresh_load(monkeypatch, tmp_path / "first")
+    if native.load() is None:
+        pytest.skip("no C compiler here")
+    # the damage happens in a copy of the cache this process has not loaded from (dlopen of a
+    # path it already loaded would not read the file again)
+    shutil.copytree(tmp_path / "first", tmp_path / "cache")
+    so, = (tmp_path / "cache").glob("rnn_steps-*.so")
+    assert so.with_name(so.name + ".sha256").exists()
+    damage(so)
+    native = _fresh_load(monkeypatch, tmp_path / "cache")
+    with pytest.warns(native.NativeKernelWarning, match="rebuilding them") as record:
+        assert native.load() is not None
+    assert len(record) == 1
+    _lstm_runs_correctly()
+    assert so.is_file() and native._problem(so) is None
+    native = _fresh_load(monkeypatch, tmp_path / "cache")  # the next load: silent
+    assert native.load() is not None
+
+
+def test_native_no_compiler_falls_back_with_one_warning(tmp_path, monkeypatch):
+    native = _fresh_load(monkeypatch, tmp_path)
+    monkeypatch.setenv("CC", "false")
+    with pytest.warns(native.NativeKernelWarning, match=r"C compiler 'false' failed.*torch-ops") \
+            as record:
+        assert native.load() is None
+        _lstm_runs_correctly()
+        native.load()
+    assert len(record) == 1
+    monkeypatch.setenv("LAYERNORM_NATIVE", "0")  # silenced
+    native = _fresh_load(monkeypatch, tmp_path)
+    assert native.load() is None
+
+
+def test_native_hung_compiler_times_out(tmp_path, monkeypatch):
+    native = _fresh_load(monkeypatch, tmp_path / "cache")
+    hang = tmp_path / "hang-cc"
+    hang.write_text("#!/bin/sh\nsleep 30\n")
+    hang.chmod(0o755)
+    monkeypatch.setenv("CC", str(hang))
+    monkeypatch.setattr(native, "COMPILE_TIMEOUT", 0.5)
+    with pytest.warns(native.NativeKernelWarning, match=r"did not finish within 0.5 s"):
+        assert native.load() is None
+    _lstm_runs_correctly()
+
+
+def test_native_compiler_with_arguments_and_cache_path_that_is_a_file(tmp_path, monkeypatch):
+    """CC='gcc -O2' (a command with arguments) builds; a cache path that is a file gives one
+    warning and a build in a temporary directory."""
+    import shutil
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler here")
+    native = _fresh_load(monkeypatch, tmp_path / "cache")
+    monkeypatch.setenv("CC", f"{cc} -O2")
+    assert native.load() is not None
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    native = _fresh_load(monkeypatch, blocked)
+    with pytest.warns(native.NativeKernelWarning, match="not a writable directory"):
+        assert native.load() is not None
+    _lstm_runs_correctly()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fused_empty_batch(kind, step_path):
+    """B = 0: empty outputs of the right shapes and empty gradients, on every path."""
+    fn = KINDS[kind][0]
+    args = make_args(kind, 3, 0, 4)
+    outs = fn(*args)
+    assert tuple(outs[0].shape) == (3, 0, 4) and all(tuple(o.shape) == (0, 4) for o in outs[1:])
+    grads = torch.autograd.grad(sum(o.sum() for o in outs), args)
+    assert [g.shape for g in grads] == [a.shape for a in args]

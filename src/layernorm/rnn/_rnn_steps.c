@@ -3,11 +3,13 @@
  * backward / GRU step per call.
  *
  * Compiled on first use by layernorm/rnn/_native.py (cc -O3 -march=native, no torch headers, well
- * under a second) and called through ctypes; layernorm/rnn/fused.py falls back to torch ops when
- * it is unavailable. At B = 32 the ~25 small torch ops of a step cost more in dispatch than in
+ * under a second) and called through ctypes with ONE argument, a struct per cell (struct lstm,
+ * struct gru below) that layernorm/rnn/_driver.py mirrors field by field as a ctypes.Structure
+ * (checked against lstm_struct_size() / gru_struct_size() once at load). The fused paths fall
+ * back to torch ops when it is unavailable. At B = 32 the ~25 small torch ops of a step cost more in dispatch than in
  * arithmetic, and oneDNN's per-call overhead on a (32, 256) x (256, 1024) product is ~15% of it.
  *
- * Equations (PAPER.md section 2), rows = examples, G = 4H, gate order i, f, u, o:
+ * Equations (the paper, section 3.1), rows = examples, G = 4H, gate order i, f, u, o:
  *   pre  = LN(hg; gain_h, bias_h) + xg          hg = W_h h_{t-1}, LN over the G gates
  *   c    = sigmoid(f) c_prev + sigmoid(i) tanh(u)
  *   h    = sigmoid(o) tanh(LN(c; gain_c, bias_c))
@@ -16,6 +18,7 @@
  * as torch.nn.functional.layer_norm.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,19 +276,34 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
  * cs (T + 1, B, H) with cs[0] = c0, hg_all and act_all (T, B, G), tc_all (T, B, H), stats
  * (6, T, B): mean and rstd of hg, of c and of xw (the last two only with gain_x). */
 struct lstm {
-    int B, H;
-    long TB;
+    int T, B, H, nthreads;
     float eps;
-    const float *xw, *gain_x, *bias_x, *gain_h, *bias_h, *gain_c, *bias_c, *grad_out;
-    float *hs, *h_n, *c_n, *cs, *hg_all, *act_all, *tc_all, *stats;
-    float *dh, *dc, *dxg, *dhg;  /* backward */
+    const int *batch_sizes;          /* (T,) decreasing, or NULL: all B rows run T steps */
+    const float *xw;                 /* (T, B, G) input term (raw W_x x with gain_x) */
+    const float *gain_x, *bias_x;    /* (G,) the input LN, or NULL */
+    const float *wp;                 /* forward: W_hh (G, H) in panels (ceil(G / NR), H, NR) */
+    const float *wtp;                /* backward: W_hh^T (H, G) in panels (ceil(H / NR), G, NR) */
+    const float *gain_h, *bias_h;    /* (G,) */
+    const float *gain_c, *bias_c;    /* (H,) */
+    const float *grad_out;           /* backward: (T, B, H) gradient of hs[1:] */
+    float *hs;                       /* (T + 1, B, H), hs[0] = h0 */
+    float *h_n, *c_n;                /* (B, H) in: h0, c0; out: state after each row's last step */
+    float *cs;                       /* (T + 1, B, H) saved (cs[0] = c0), or NULL: save nothing */
+    float *hg_all, *act_all;         /* (T, B, G) saved */
+    float *tc_all;                   /* (T, B, H) saved */
+    float *stats;                    /* (6, T, B) saved */
+    float *dh, *dc;                  /* backward (B, H) in: grads of h_n, c_n; out: of h0, c0 */
+    float *dxg, *dhg;                /* backward (T, B, G) out */
+    double *dparams;                 /* backward (18 H,) accumulated */
 };
+size_t lstm_struct_size(void) { return sizeof(struct lstm); }
+size_t lstm_struct_last(void) { return offsetof(struct lstm, dparams); }
 
 static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
                              float *scratch) {
     const struct lstm *L = cell;
     const int H = L->H, G = 4 * H, save = L->cs != NULL;
-    const long TB = L->TB, B = L->B;
+    const long TB = (long)L->T * L->B, B = L->B;
     const float *xb = L->xw + tb * G;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
     float mu, rs, mx = 0.0f, rx = 0.0f;
@@ -323,17 +341,9 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     }
 }
 
-int lstm_forward_seq(int T, int B, int H, float eps, int nthreads, const int *batch_sizes,
-                     const float *xw, const float *gain_x, const float *bias_x,
-                     const float *wp, const float *gain_h, const float *bias_h,
-                     const float *gain_c, const float *bias_c,
-                     float *hs, float *h_n, float *c_n,
-                     float *cs, float *hg_all, float *act_all, float *tc_all, float *stats) {
-    const struct lstm L = {B, H, (long)T * B, eps, xw, gain_x, bias_x, gain_h, bias_h, gain_c,
-                           bias_c, NULL, hs, h_n, c_n, cs, hg_all, act_all, tc_all, stats,
-                           NULL, NULL, NULL, NULL};
-    return forward_seq(T, B, H, 4 * H, nthreads, batch_sizes, wp, hs, (size_t)5 * H,
-                       lstm_forward_row, &L);
+int lstm_forward_seq(const struct lstm *L) {
+    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->hs,
+                       (size_t)5 * L->H, lstm_forward_row, L);
 }
 
 /* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */
@@ -341,7 +351,7 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *direct, f
                               float *part) {
     const struct lstm *L = cell;
     const int H = L->H, G = 4 * H;
-    const long TB = L->TB, B = L->B;
+    const long TB = (long)L->T * L->B, B = L->B;
     (void)direct;
     const float *a = L->act_all + tb * G, *t = L->tc_all + tb * H, *st = L->stats;
     const float *c = L->cs + (tb + B) * H, *cp = L->cs + tb * H, *gob = L->grad_out + tb * H;
@@ -376,18 +386,9 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *direct, f
  * gradient of W_h h_{t-1} (for dW_h after). dparams (double, accumulated): dgain_h, dbias_h
  * (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each; only with gain_x). Rows past
  * their length are not written. */
-int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
-                      const float *wtp, const float *grad_out,
-                      const float *xw, const float *gain_x,
-                      const float *cs, const float *hg_all, const float *act_all,
-                      const float *tc_all, const float *stats,
-                      const float *gain_h, const float *gain_c,
-                      float *dh, float *dc, float *dxg, float *dhg, double *dparams) {
-    const struct lstm L = {B, H, (long)T * B, 0.0f, xw, gain_x, NULL, gain_h, NULL, gain_c, NULL,
-                           grad_out, NULL, NULL, NULL, (float *)cs, (float *)hg_all,
-                           (float *)act_all, (float *)tc_all, (float *)stats, dh, dc, dxg, dhg};
-    return backward_seq(T, B, H, 4 * H, nthreads, batch_sizes, wtp, dh, dhg, 0, (size_t)H,
-                        16 * H + 2 * H, dparams, lstm_backward_row, &L);
+int lstm_backward_seq(const struct lstm *L) {
+    return backward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp, L->dh,
+                        L->dhg, 0, (size_t)L->H, 18 * L->H, L->dparams, lstm_backward_row, L);
 }
 
 /* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------
@@ -402,18 +403,33 @@ int lstm_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
  * when hg_all != NULL: hg_all (T, B, 3H), rz_all (T, B, 2H), un_all, n_all (T, B, H), stats
  * (8, T, B) = mean / rstd of hg[:2H], hg[2H:], xw[:2H], xw[2H:]. */
 struct gru {
-    int B, H;
-    long TB;
+    int T, B, H, nthreads;
     float eps;
-    const float *xw, *gain_x, *bias_x, *gain_h, *bias_h, *gain_u, *bias_u, *grad_out;
-    float *hs, *h_n, *hg_all, *rz_all, *un_all, *n_all, *stats;
-    float *dh, *dxg, *dhg;  /* backward */
+    const int *batch_sizes;          /* (T,) decreasing, or NULL */
+    const float *xw;                 /* (T, B, 3H) */
+    const float *gain_x, *bias_x;    /* (3H,) or NULL */
+    const float *wp;                 /* forward: W_hh (3H, H) in panels */
+    const float *wtp;                /* backward: W_hh^T (H, 3H) in panels */
+    const float *gain_h, *bias_h;    /* (2H,) */
+    const float *gain_u, *bias_u;    /* (H,) */
+    const float *grad_out;           /* backward: (T, B, H) */
+    float *hs;                       /* (T + 1, B, H), hs[0] = h0 */
+    float *h_n;                      /* (B, H) in: h0, out: last state */
+    float *hg_all;                   /* (T, B, 3H) saved, or NULL: save nothing */
+    float *rz_all;                   /* (T, B, 2H) saved */
+    float *un_all, *n_all;           /* (T, B, H) saved */
+    float *stats;                    /* (8, T, B) saved */
+    float *dh;                       /* backward (B, H) in: grad of h_n; out: of h0 */
+    float *dxg, *dhg;                /* backward (T, B, 3H) out */
+    double *dparams;                 /* backward (12 H,) accumulated */
 };
+size_t gru_struct_size(void) { return sizeof(struct gru); }
+size_t gru_struct_last(void) { return offsetof(struct gru, dparams); }
 
 static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, float *scratch) {
     const struct gru *R = cell;
     const int H = R->H, G = 3 * H, save = R->hg_all != NULL;
-    const long TB = R->TB, B = R->B;
+    const long TB = (long)R->T * R->B, B = R->B;
     const float *xb = R->xw + tb * G, *hp = R->hs + tb * H;
     const float *gx = R->gain_x, *bx = R->bias_x;
     float *rz = save ? R->rz_all + tb * 2 * H : scratch;
@@ -446,17 +462,9 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     }
 }
 
-int gru_forward_seq(int T, int B, int H, float eps, int nthreads, const int *batch_sizes,
-                    const float *xw, const float *gain_x, const float *bias_x,
-                    const float *wp, const float *gain_h, const float *bias_h,
-                    const float *gain_u, const float *bias_u,
-                    float *hs, float *h_n,
-                    float *hg_all, float *rz_all, float *un_all, float *n_all, float *stats) {
-    const struct gru R = {B, H, (long)T * B, eps, xw, gain_x, bias_x, gain_h, bias_h, gain_u,
-                          bias_u, NULL, hs, h_n, hg_all, rz_all, un_all, n_all, stats,
-                          NULL, NULL, NULL};
-    return forward_seq(T, B, H, 3 * H, nthreads, batch_sizes, wp, hs, (size_t)4 * H,
-                       gru_forward_row, &R);
+int gru_forward_seq(const struct gru *R) {
+    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->hs,
+                       (size_t)4 * R->H, gru_forward_row, R);
 }
 
 /* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */
@@ -464,7 +472,7 @@ static void gru_backward_row(const void *cell, long tb, int b, float *direct, fl
                              float *part) {
     const struct gru *R = cell;
     const int H = R->H, G = 3 * H;
-    const long TB = R->TB;
+    const long TB = (long)R->T * R->B;
     const float *r = R->rz_all + tb * 2 * H, *z = r + H, *u = R->un_all + tb * H;
     const float *nb = R->n_all + tb * H, *hp = R->hs + tb * H, *gob = R->grad_out + tb * H;
     const float *dhb = R->dh + (long)b * H, *hgb = R->hg_all + tb * G, *st = R->stats;
@@ -496,16 +504,7 @@ static void gru_backward_row(const void *cell, long tb, int b, float *direct, fl
  * of h0. dxg (T, B, 3H) out: gradient of the input term (of xw with gain_x); dhg (T, B, 3H) out:
  * gradient of W_hh h_{t-1}. dparams (double, accumulated): dgain_h, dbias_h (2H each), dgain_u,
  * dbias_u (H each), dgain_x, dbias_x (3H each; only with gain_x). */
-int gru_backward_seq(int T, int B, int H, int nthreads, const int *batch_sizes,
-                     const float *wtp, const float *grad_out,
-                     const float *xw, const float *gain_x, const float *hs,
-                     const float *hg_all, const float *rz_all, const float *un_all,
-                     const float *n_all, const float *stats,
-                     const float *gain_h, const float *gain_u,
-                     float *dh, float *dxg, float *dhg, double *dparams) {
-    const struct gru R = {B, H, (long)T * B, 0.0f, xw, gain_x, NULL, gain_h, NULL, gain_u, NULL,
-                          grad_out, (float *)hs, NULL, (float *)hg_all, (float *)rz_all,
-                          (float *)un_all, (float *)n_all, (float *)stats, dh, dxg, dhg};
-    return backward_seq(T, B, H, 3 * H, nthreads, batch_sizes, wtp, dh, dhg, 1, (size_t)H,
-                        12 * H, dparams, gru_backward_row, &R);
+int gru_backward_seq(const struct gru *R) {
+    return backward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp, R->dh,
+                        R->dhg, 1, (size_t)R->H, 12 * R->H, R->dparams, gru_backward_row, R);
 }

@@ -16,11 +16,20 @@ Implementations:
     layernorm loop                     norm="layer", ``use_fused = False``: the readable loop
     TorchScript LN-LSTM                a cell-by-cell scripted LN-LSTM in the style of PyTorch's
                                        benchmarks/fastrnns/custom_lstms.py (raw c carried)
+    layernorm.LSTM compiled            ``torch.compile`` of the layernorm module (first shape):
+                                       "compile s" = its cold compile (first training step and
+                                       first inference call, inductor's on-disk caches as found),
+                                       "vs eager" = steady fwd+bwd time / the eager module's
+    ... autocast-bf16                  both modules under ``torch.autocast("cpu", bfloat16)``
+                                       (first shape); ratios against torch's module under
+                                       autocast (or torch's bf16 module where this CPU's oneDNN
+                                       has no bf16 LSTM, which the row's name then says)
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import os
 import time
 import warnings
@@ -30,7 +39,7 @@ from torch import nn
 
 from ..bench import compare, format_table
 
-# (T, B, I, H, layers, bidirectional): the issue's main shape first
+# (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
 CONFIGS = (
     (100, 32, 128, 256, 1, False),
     (100, 32, 128, 256, 2, True),
@@ -39,7 +48,7 @@ CONFIGS = (
 )
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
-           "peak MB", "mem ratio"]
+           "peak MB", "mem ratio", "vs eager", "compile s"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,12 +185,50 @@ def _implementations(cell: str, I: int, H: int, layers: int, bidirectional: bool
 
 
 CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+_HALF = torch.bfloat16
+
+
+def _steps(m, x, grad, autocast: bool = False):
+    """(forward without grad, training step) of module m on x; under autocast when asked."""
+    def ctx():
+        return torch.autocast(x.device.type, _HALF) if autocast else contextlib.nullcontext()
+
+    def forward():
+        with torch.no_grad(), ctx():
+            m(x)
+
+    def train_step():
+        for p in m.parameters():
+            p.grad = None
+        with ctx():
+            out = m(x)[0]
+        out.backward(grad.to(out.dtype))
+    return forward, train_step
+
+
+def _autocast_pair(cell: str, eager: dict, x, grad):
+    """Torch's and our module under autocast bf16: {name: (module, x, autocast?)}; where torch's
+    LSTM has no bf16 autocast kernel here, torch's bf16 module (weights and input in bf16)."""
+    theirs = eager[f"torch.nn.{cell.upper()}"]
+    name = f"torch.nn.{cell.upper()} autocast-bf16"
+    pair = {name: (theirs, x, True)}
+    try:
+        with torch.no_grad(), torch.autocast(x.device.type, _HALF):
+            theirs(x)
+    except RuntimeError:
+        pair = {f"torch.nn.{cell.upper()} bf16 (no autocast LSTM here)":
+                (copy.deepcopy(theirs).to(_HALF), x.to(_HALF), False)}
+    pair[f"layernorm.{cell.upper()} autocast-bf16"] = (eager[f"layernorm.{cell.upper()}"], x, True)
+    return pair
 
 
 def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
               device: str = "cpu", loop_on_first: bool = True, progress: bool = True,
-              clock: str = "wall") -> list[dict]:
-    """One row per (config, cell, implementation); see the module docstring for what is timed."""
+              clock: str = "wall", extras_on_first: bool = True,
+              compile_backend: str = "inductor") -> list[dict]:
+    """One row per (config, cell, implementation); see the module docstring for what is timed.
+    ``extras_on_first``: the torch.compile (with ``compile_backend``) and autocast rows on the
+    first config."""
     from tqdm import tqdm
     rows = []
     jobs = [(cfg, cell) for cfg in configs for cell in cells]
@@ -191,34 +238,42 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
         impls = _implementations(cell, I, H, layers, bidir, device, loop_on_first and i < 2)
         x = torch.randn(T, B, I, device=device)
         grad = torch.randn(T, B, H * (2 if bidir else 1), device=device)
-
-        def forward(m):
-            def run():
-                with torch.no_grad():
-                    m(x)
-            return run
-
-        def train_step(m):
-            def run():
-                for p in m.parameters():
-                    p.grad = None
-                m(x)[0].backward(grad)
-            return run
-
-        fns = {}
-        for name, m in impls.items():
-            fns[(name, "fwd")] = forward(m)
-            fns[(name, "fb")] = train_step(m)
-        ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
-        mem = {name: peak_memory_mb(train_step(m), device) for name, m in impls.items()}
-        anchor = f"torch.nn.{cell.upper()}"
-        for name in impls:
-            rows.append({
-                "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H, "layers": layers,
-                "bidir": bidir, "cell": cell, "impl": name,
-                "fwd ms": ms[(name, "fwd")], "fwd ratio": ms[(name, "fwd")] / ms[(anchor, "fwd")],
-                "fwd+bwd ms": ms[(name, "fb")], "ratio": ms[(name, "fb")] / ms[(anchor, "fb")],
-                "peak MB": mem[name], "mem ratio": mem[name] / mem[anchor]})
+        anchor, ours = f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}"
+        groups = [{name: (m, x, False) for name, m in impls.items()}]
+        compile_s = {}
+        extras = extras_on_first and i < len(cells)
+        if extras:
+            compiled = f"{ours} compiled"
+            torch._dynamo.reset()
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():  # inductor's imports warn about torch.jit
+                warnings.simplefilter("ignore", DeprecationWarning)
+                cm = torch.compile(impls[ours], backend=compile_backend)
+                fwd, step = _steps(cm, x, grad)
+                step()
+                fwd()
+            compile_s[compiled] = time.perf_counter() - t0
+            groups[0][compiled] = (cm, x, False)
+            groups.append(_autocast_pair(cell, impls, x, grad))
+        for g, group in enumerate(groups):
+            fns = {}
+            for name, (m, xin, ac) in group.items():
+                fns[(name, "fwd")], fns[(name, "fb")] = _steps(m, xin, grad, ac)
+            ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+            mem = {name: peak_memory_mb(fns[(name, "fb")], device) for name in group}
+            ref = anchor if g == 0 else next(iter(group))
+            for name in group:
+                row = {
+                    "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H,
+                    "layers": layers, "bidir": bidir, "cell": cell, "impl": name,
+                    "fwd ms": ms[(name, "fwd")], "fwd ratio": ms[(name, "fwd")] / ms[(ref, "fwd")],
+                    "fwd+bwd ms": ms[(name, "fb")], "ratio": ms[(name, "fb")] / ms[(ref, "fb")],
+                    "peak MB": mem[name], "mem ratio": mem[name] / mem[ref]}
+                if name in compile_s:
+                    row["compile s"] = compile_s[name]
+                    row["vs eager"] = ms[(name, "fb")] / ms[(ours, "fb")]
+                rows.append(row)
+        torch._dynamo.reset()
     return rows
 
 
@@ -264,11 +319,13 @@ def _run(args: argparse.Namespace) -> int:
         configs = QUICK_CONFIGS if args.quick else CONFIGS
     repeat = args.repeat or (5 if args.quick else 7)
     rows = bench_rnn(configs, cells=args.cells, repeat=repeat, warmup=args.warmup,
-                     device=args.device, loop_on_first=not args.no_loop, clock=args.clock)
+                     device=args.device, loop_on_first=not args.no_loop, clock=args.clock,
+                     extras_on_first=not args.no_extras)
     print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32, {args.device}, "
           f"median of {repeat} interleaved rounds after {args.warmup} warm-up, {args.clock} "
           f"time (torch {torch.__version__}, {torch.get_num_threads()} threads). ratio = "
-          f"fwd+bwd time / torch's; peak MB = memory allocated during one training step.")
+          f"fwd+bwd time / torch's (the autocast rows: / torch's autocast row); peak MB = memory "
+          f"allocated during one training step; vs eager = compiled / eager layernorm module.")
     print(format_table(rows, COLUMNS))
     build = kernel_build_seconds() if args.device == "cpu" else None
     print("C kernels: " + ("no C compiler here, torch ops used" if build is None else
@@ -295,6 +352,8 @@ def add_command(bench_subparsers) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--no-loop", action="store_true",
                    help="skip the (slow) readable-loop rows on the first shape")
+    p.add_argument("--no-extras", action="store_true",
+                   help="skip the torch.compile and autocast-bf16 rows on the first shape")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                    help="wall (default) or process CPU time: on a machine shared with other "

@@ -23,10 +23,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .cells import (RNNInputError, RNNTypeError, RecurrentBase, StepFn, _copy_from_torch,
                     _no_forget_bias, _real, check_dtype, check_keywords, check_state_dtype)
 
-try:  # the fused whole-sequence LN-LSTM (branch rnnfast); the loop below is the reference path
-    from . import fused as _fused
-except ImportError:  # pragma: no cover - depends on which branches are merged
-    _fused = None
+from . import fused as _fused
 
 
 def run_direction(step: StepFn, xg: torch.Tensor, state: tuple[torch.Tensor, ...],
@@ -59,13 +56,18 @@ def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
 
 class _Stack(RecurrentBase):
     _mode = ""
-    # Use layernorm.rnn.fused for the LN-LSTM/GRU recurrence when that module is present. Set it to
-    # False (on the class or an instance) to run the readable loop instead.
+    # Run the LN-LSTM/GRU recurrence through layernorm.rnn.fused. Set it to False (on the class or
+    # an instance) to run the readable loop instead.
     use_fused = True
 
     _KEYWORDS = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout",
                  "bidirectional", "proj_size", "norm", "gain_init", "eps", "momentum",
                  "max_length", "nonlinearity", "forget_bias", "device", "dtype")
+
+    def _fused_recurrence(self) -> bool:
+        """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``."""
+        return (self.use_fused and self.mode in ("LSTM", "GRU") and self.norm == "layer"
+                and self.bias)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -180,8 +182,7 @@ class _Stack(RecurrentBase):
         """As the cells' ``_input_term``; without autograd the all-steps GEMM of an LSTM/GRU
         whose recurrence runs in the loop (norm "batch" or "none", or no biases) goes through
         ``fused.input_linear`` (weight packed once for oneDNN and cached)."""
-        if self.use_fused and _fused is not None and x.dim() == 3 and self.mode != "RNN" and \
-                not torch.compiler.is_compiling():
+        if self.use_fused and x.dim() == 3 and self.mode != "RNN":
             return terms["ih"].all_steps(_fused.input_linear(x, self._get("weight_ih", suffix)))
         return super()._input_term(x, suffix, terms, time_step)
 
@@ -288,19 +289,17 @@ class _Stack(RecurrentBase):
         examples have length T).
 
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
-        either THE loop ``run_direction`` or, for the LN-LSTM / LN-GRU with biases when
-        ``layernorm.rnn.fused`` is present and ``use_fused`` is set, the fused kernel
-        ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written backward) runs
-        the recurrence.
+        either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
+        operator ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written
+        backward) runs the recurrence.
         """
         suffix = self._suffix(layer, direction)
         g = lambda name: self._get(name, suffix)  # noqa: E731
-        # Under torch.compile the loop is traced and fused by the compiler instead.
-        if self.use_fused and _fused is not None and self.mode in ("LSTM", "GRU") and \
-                self.norm == "layer" and self.bias and not torch.compiler.is_compiling():
+        if self._fused_recurrence():  # one opaque operator, also under torch.compile
             # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
             xw = _fused.input_linear(x, g("weight_ih"))
-            inputs = {"lengths": lengths, "eps": self.eps, "gain_x": g("gain_ih"),
+            sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
+            inputs = {"batch_sizes": sizes, "eps": self.eps, "gain_x": g("gain_ih"),
                       "bias_x": g("bias_ih")}
             if self.mode == "LSTM":
                 out, h, c = _fused.ln_lstm_sequence(xw, state[0], state[1], g("weight_hh"),
@@ -437,8 +436,9 @@ class _Stack(RecurrentBase):
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 layer_input = F.dropout(layer_input, self.dropout, training=True)
-        n_active = batch_sizes if packed else [B] * T
-        self._count_steps([t for t in range(T) if n_active[t] >= 2])
+        if self.norm == "batch":  # only BN counts steps (a list over T would fix T in a graph)
+            n_active = batch_sizes if packed else [B] * T
+            self._count_steps([t for t in range(T) if n_active[t] >= 2])
 
         h_n = tuple(torch.stack([s[i] for s in finals]) for i in range(n_state))
         if packed:

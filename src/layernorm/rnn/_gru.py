@@ -1,0 +1,398 @@
+"""The LN-GRU over a whole sequence (one layer, one direction) as the operator
+``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward``; paths,
+second order and torch.func as the LN-LSTM (see ``_lstm``)."""
+import torch
+from torch import Tensor
+
+from .. import kernels as _kernels
+from . import _driver
+from . import _sequence as seq
+from ._gemm import _Linear, _panels
+from ._lstm import _contig, _NATIVE, _TORCH_OPS
+from ._workspace import _WORKSPACE, _buffer
+
+_layer_norm, _layer_norm_backward = seq._layer_norm, seq._layer_norm_backward
+
+
+def _input_ln_ops(xw, gain_x, bias_x, eps, stats):
+    """[LN(xw[:2H]); LN(xw[2H:])] (statistics into stats[4:8] when given)."""
+    H = xw.shape[-1] // 3
+    parts = []
+    for k, (lo, hi) in enumerate(((0, 2 * H), (2 * H, 3 * H))):
+        y, mean, rstd = _layer_norm(xw[..., lo:hi], (hi - lo,), gain_x[lo:hi], bias_x[lo:hi], eps)
+        if stats is not None:
+            stats[4 + 2 * k].copy_(mean.squeeze(-1))
+            stats[5 + 2 * k].copy_(rstd.squeeze(-1))
+        parts.append(y)
+    return torch.cat(parts, -1)
+
+
+def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
+                 save):
+    """The forward loop in torch ops; saves what the C kernel saves: hg_all, rz_all, un_all
+    (LN(U h)), n_all, stats (8, T, B)."""
+    T, B, G = xw.shape
+    H = G // 3
+    gain_u2, bias_u2 = gain_u * 2, bias_u * 2  # LN(U h) pre-scaled: tanh(a) = 2 sigmoid(2a) - 1
+    linear = _Linear(w_hh, B)
+    stats = xw.new_zeros(8, T, B, dtype=seq.stats_dtype(xw.dtype)) if save else None
+    xg = xw if gain_x is None else _input_ln_ops(xw, gain_x, bias_x, eps, stats)
+
+    hs = _buffer(T + 1, B, H, like=xw)  # hs[0] = h0, hs[t + 1] = h_t
+    hs[0] = h0
+    hg_all = seq.scratch(save, T, B, G, xw)     # [W_h h; U h]
+    rz_all = seq.scratch(save, T, B, 2 * H, xw)  # sigmoid gates r, z
+    un_all = seq.scratch(save, T, B, H, xw)      # LN(U h_{t-1}; g4, b4)
+    n_all = seq.scratch(save, T, B, H, xw)       # h~ = tanh(...)
+
+    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
+    h_prev, h_new = steps(hs), steps(hs, 1)
+    x_rz, x_n = steps(xg[..., :2 * H]), steps(xg[..., 2 * H:])
+    hgs, rzs, uns, ns = (steps(a) for a in (hg_all, rz_all, un_all, n_all))
+    resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
+    for t in range(seq.n_steps(batch_sizes, T)):
+        hg = linear(h_prev[t], out=hgs[t])                        # [W_h h; U h]  (B, 3H)
+        # r, z = sigmoid(LN(W_h h; g1, b1) + LN(W_x x; g2, b2))      LN over 2H jointly
+        a, mean_h, rstd_h = _layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
+        torch.sigmoid(a.add_(x_rz[t]), out=rzs[t])
+        # h~ = tanh(LN(W x; g3, b3) + r * LN(U h; g4, b4))           computed as 2 sigmoid(2 .) - 1
+        un2, mean_u, rstd_u = _layer_norm(hg[:, 2 * H:], (H,), gain_u2, bias_u2, eps)
+        pre = torch.addcmul(x_n[t], resetgate[t], un2, value=0.5).mul_(2)
+        torch.sigmoid(pre, out=ns[t]).mul_(2).sub_(1)
+        # h_t = (1 - z) h~ + z h_{t-1}                               torch.nn.GRU's convention
+        torch.lerp(ns[t], h_prev[t], updategate[t], out=h_new[t])
+        if save:
+            torch.mul(un2, 0.5, out=uns[t])
+            bs = hg.shape[0]
+            for k, v in enumerate((mean_h, rstd_h, mean_u, rstd_u)):
+                stats[k, t, :bs] = v.squeeze(-1)
+
+    h_n = seq.final_state(hs, seq.row_lengths(batch_sizes, T, B))
+    return hs, h_n, ([hg_all, rz_all, un_all, n_all, stats] if save else None)
+
+
+def _backward_ops(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all, rz_all,
+                  un_all, n_all, stats, batch_sizes):
+    T, B, G = hg_all.shape
+    H = G // 3
+    blocks = seq.last_steps(seq.row_lengths(batch_sizes, T, B), B)
+    linear_t = _Linear(w_hh.t(), B)
+
+    dxg = _buffer(T, B, G, like=hg_all)   # grad of xg: [d(r, z) pre; d n pre]
+    dhg = _buffer(T, B, G, like=hg_all)   # grad of [W_h h; U h]
+    dun = _buffer(T, B, H, like=hg_all)   # grad of LN(U h)
+    dh = grad_hn.new_zeros(B, H)
+    dn = hg_all.new_empty(B, H)
+    deriv = hg_all.new_empty(B, 2 * H)
+
+    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
+    rows = lambda x: seq.prefixes(x, batch_sizes, T)  # noqa: E731
+    rzs, ns, uns, h_prev = steps(rz_all), steps(n_all), steps(un_all), steps(hs)
+    resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
+    hgs, d_uns, grad_outs = steps(hg_all), steps(dun), steps(grad_out)
+    d_rz, d_r, d_z, d_npre = (steps(d) for d in (dxg[..., :2 * H], dxg[..., :H],
+                                                 dxg[..., H:2 * H], dxg[..., 2 * H:]))
+    d_hrz, d_hu = steps(dhg[..., :2 * H]), steps(dhg[..., 2 * H:])
+    d_hgs = steps(dhg)
+    dhs, dns, derivs = rows(dh), rows(dn), rows(deriv)
+    for t in range(seq.n_steps(batch_sizes, T) - 1, -1, -1):
+        if t in blocks:
+            lo, hi = blocks[t]
+            dh[lo:hi] += grad_hn[lo:hi]
+        dh_t = dhs[t].add_(grad_outs[t])
+        n = ns[t]
+        bs = dh_t.shape[0]
+        # h = n + z (h_prev - n)
+        d_n = torch.mul(dh_t, updategate[t], out=dns[t])     # direct path: dh z
+        torch.sub(h_prev[t], n, out=d_z[t]).mul_(dh_t)
+        torch.sub(dh_t, d_n, out=d_n)                        # dn = dh (1 - z)
+        dh_t.sub_(d_n)
+        # n = tanh(npre):  d npre = dn (1 - n^2)
+        torch.mul(d_n, n, out=d_npre[t])
+        torch.addcmul(d_n, d_npre[t], n, value=-1, out=d_npre[t])
+        # npre = xn + r * un
+        torch.mul(d_npre[t], uns[t], out=d_r[t])
+        torch.mul(d_npre[t], resetgate[t], out=d_uns[t])
+        # r, z = sigmoid(.)
+        rz = rzs[t]
+        torch.addcmul(rz, rz, rz, value=-1, out=derivs[t])
+        d_rz[t].mul_(derivs[t])
+        mean_h, rstd_h = seq.step_stats(stats, 0, t, bs)
+        mean_u, rstd_u = seq.step_stats(stats, 1, t, bs)
+        d_hrz[t].copy_(_layer_norm_backward(d_rz[t], hgs[t][:, :2 * H], (2 * H,), mean_h, rstd_h,
+                                            gain_h, None, [True, False, False])[0])
+        d_hu[t].copy_(_layer_norm_backward(d_uns[t], hgs[t][:, 2 * H:], (H,), mean_u, rstd_u,
+                                           gain_u, None, [True, False, False])[0])
+        dh_t.add_(linear_t(d_hgs[t]))
+    if -1 in blocks:  # length-0 examples: h_n = h0
+        lo, hi = blocks[-1]
+        dh[lo:hi] += grad_hn[lo:hi]
+
+    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731
+    _, dgain_h, dbias_h = _layer_norm_backward(dxg[..., :2 * H].contiguous(), hg_all[..., :2 * H],
+                                               (2 * H,), st(0), st(1), gain_h, gain_h,
+                                               [False, True, True])
+    _, dgain_u, dbias_u = _layer_norm_backward(dun, hg_all[..., 2 * H:], (H,), st(2), st(3),
+                                               gain_u, gain_u, [False, True, True])
+    dparams = [dgain_h, dbias_h, dgain_u, dbias_u]
+    if gain_x is not None:  # through the two input LNs
+        dxs, dgs, dbs = [], [], []
+        for k, (lo, hi) in enumerate(((0, 2 * H), (2 * H, 3 * H))):
+            d, g, b = _layer_norm_backward(dxg[..., lo:hi].contiguous(), xw[..., lo:hi],
+                                           (hi - lo,), st(4 + 2 * k), st(5 + 2 * k),
+                                           gain_x[lo:hi], gain_x[lo:hi], [True, True, True])
+            dxs.append(d)
+            dgs.append(g)
+            dbs.append(b)
+        dxg = torch.cat(dxs, -1)
+        dparams += [*dgs, *dbs]
+    return dxg, dh, dw_hh, torch.cat(dparams)
+
+
+def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
+                    batch_sizes, eps, save):
+    T, B, G = xw.shape
+    H = G // 3
+    saved = [None] * 5
+    if save:  # hg_all, rz_all, un_all, n_all, stats (8, T, B)
+        saved = [_WORKSPACE.get(shape, like=xw) for shape in (
+            (T, B, G), (T, B, 2 * H), (T, B, H), (T, B, H), (8, T, B))]
+    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)
+    hs[0] = h0
+    h_n = h0.detach().clone(memory_format=torch.contiguous_format)
+    _driver.call(lib, "gru_forward_seq", _driver.GRUArgs, "ln_gru_sequence",
+                 T=T, B=B, H=H, nthreads=_driver.threads(B), eps=eps,
+                 batch_sizes=_driver.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
+                 bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
+                 gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_u=_contig(gain_u),
+                 bias_u=_contig(bias_u), hs=hs, h_n=h_n, hg_all=saved[0], rz_all=saved[1],
+                 un_all=saved[2], n_all=saved[3], stats=saved[4])
+    return hs, h_n, (saved if save else None)
+
+
+def _backward_native(lib, grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all,
+                     rz_all, un_all, n_all, stats, batch_sizes):
+    T, B, G = xw.shape
+    H = G // 3
+    padded = batch_sizes is not None
+    dxg = _buffer(T, B, G, like=xw, zero=padded)
+    dhg = _WORKSPACE.get((T, B, G), like=xw)
+    if padded:
+        dhg.zero_()
+    dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
+    dparams = torch.zeros(12 * H, dtype=torch.float64)
+    _driver.call(lib, "gru_backward_seq", _driver.GRUArgs, "ln_gru_sequence",
+                 T=T, B=B, H=H, nthreads=_driver.threads(B),
+                 batch_sizes=_driver.int32(batch_sizes),
+                 wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(),
+                 xw=xw, gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_u=_contig(gain_u),
+                 hs=hs, hg_all=hg_all, rz_all=rz_all, un_all=un_all, n_all=n_all, stats=stats,
+                 dh=dh, dxg=dxg, dhg=dhg, dparams=dparams)
+    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    n = 12 * H if gain_x is not None else 6 * H
+    return dxg, dh, dw_hh, dparams[:n].to(xw.dtype)
+
+
+_SCHEMA = ("(Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, Tensor bias_h, Tensor gain_u, "
+           "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? batch_sizes, float eps, "
+           "bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor w_hh, Tensor gain_h, Tensor gain_u, "
+    "Tensor? gain_x, Tensor hs, Tensor hg_all, Tensor rz_all, Tensor un_all, Tensor n_all, "
+    "Tensor stats, Tensor path, Tensor? batch_sizes) -> (Tensor, Tensor, Tensor, Tensor)")
+
+
+@torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)
+def ln_gru_op(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
+              save):
+    """-> hs (T + 1, B, H), h_n (B, H), the saved hg_all, rz_all, un_all, n_all, stats (empty
+    without ``save``) and the path taken (1,) int8. Rows sorted by decreasing length."""
+    lib = _driver.native_lib(xw)
+    args = (xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
+            batch_sizes, eps, save)
+    with torch.autocast(xw.device.type, enabled=False):
+        if lib is not None:
+            hs, h_n, saved = _forward_native(lib, *args)
+        else:
+            hs, h_n, saved = _forward_ops(*args)
+    if saved is None:
+        saved = [xw.new_empty(0) for _ in range(4)]
+        saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
+    path = torch.tensor([_NATIVE if lib is not None else _TORCH_OPS], dtype=torch.int8)
+    return hs, h_n, *saved, path
+
+
+@ln_gru_op.register_fake
+def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps, save):
+    T, B, G = xw.shape
+    H = G // 3
+    new = (lambda *s, dtype=xw.dtype: xw.new_empty(s, dtype=dtype)) if save else \
+        (lambda *s, dtype=xw.dtype: xw.new_empty(0, dtype=dtype))
+    return (xw.new_empty(T + 1, B, H), h0.new_empty(B, H), new(T, B, G), new(T, B, 2 * H),
+            new(T, B, H), new(T, B, H), new(8, T, B, dtype=seq.stats_dtype(xw.dtype)),
+            torch.empty(1, dtype=torch.int8))
+
+
+@torch.library.custom_op("layernorm::ln_gru_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
+def ln_gru_backward_op(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all, rz_all,
+                       un_all, n_all, stats, path, batch_sizes):
+    """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
+    gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
+    args = (grad_out.contiguous(), grad_hn, xw.contiguous(), w_hh, gain_h, gain_u, gain_x, hs,
+            hg_all, rz_all, un_all, n_all, stats, batch_sizes)
+    with torch.autocast(xw.device.type, enabled=False):
+        if int(path[0]) == _NATIVE:
+            lib = _driver.native_lib(xw)
+            if lib is None:
+                raise RuntimeError("ln_gru_backward: the forward ran the C kernels, which are "
+                                   "no longer available in this process; run the forward again.")
+            return _backward_native(lib, *args)
+        return _backward_ops(*args)
+
+
+@ln_gru_backward_op.register_fake
+def _(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all, rz_all, un_all, n_all,
+      stats, path, batch_sizes):
+    T, B, G = xw.shape
+    H = G // 3
+    n = 12 * H if gain_x is not None else 6 * H
+    return xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(G, H), xw.new_empty(n)
+
+
+def _setup_context(ctx, inputs, output):
+    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps, save = inputs
+    hs, _, *saved = output
+    ctx.mark_non_differentiable(*saved)
+    ctx.set_materialize_grads(False)
+    ctx.eps, ctx.save = eps, save
+    ctx.save_for_backward(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
+                          batch_sizes, hs, *saved)
+
+
+def _backward(ctx, grad_hs, grad_hn, *_):
+    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, hs, *saved = \
+        ctx.saved_tensors
+    inputs = (xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)
+    grads = (None if grad_hs is None else grad_hs[1:], grad_hn)
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+        return (*_second_order(ctx, inputs, batch_sizes, grads), None, None, None)
+    if not ctx.save:
+        raise RuntimeError("layernorm::ln_gru was called with save=False, so it kept nothing "
+                           "for the backward; call it with save=True when gradients are needed.")
+    T, B, G = xw.shape
+    H = G // 3
+    grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
+    grad_hn = xw.new_zeros(B, H) if grad_hn is None else grad_hn
+    dxw, dh0, dw_hh, dparams = torch.ops.layernorm.ln_gru_backward(
+        grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, *saved, batch_sizes)
+    parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
+                          [2 * H, 2 * H, H, H])
+    dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
+    return (dxw, dh0, dw_hh, *parts[:4], *dx, None, None, None)
+
+
+ln_gru_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps):
+    """The LN-GRU in plain differentiable torch ops."""
+    F = torch.nn.functional
+    T, B, G = xg.shape
+    H = G // 3
+    h, outs = h0, []
+    for t in range(T):
+        bs = B if batch_sizes is None else int(batch_sizes[t])
+        hg = h[:bs] @ w_hh.t()
+        a = F.layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
+        r, z = torch.sigmoid(a + xg[t, :bs, :2 * H]).chunk(2, 1)
+        un = F.layer_norm(hg[:, 2 * H:], (H,), gain_u, bias_u, eps)
+        n = torch.tanh(xg[t, :bs, 2 * H:] + r * un)
+        h_new = (1 - z) * n + z * h[:bs]
+        if bs < B:
+            outs.append(torch.cat([h_new, h.new_zeros(B - bs, H)]))
+            h = torch.cat([h_new, h[bs:]])
+        else:
+            outs.append(h_new)
+            h = h_new
+    return torch.stack(outs), h
+
+
+def _second_order(ctx, inputs, batch_sizes, grads):
+    """As the LN-LSTM's: re-run the forward as ``_loop``, differentiate with create_graph."""
+    need = [i for i, t in enumerate(inputs) if t is not None and ctx.needs_input_grad[i]]
+    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = inputs
+    H = h0.shape[-1]
+    with torch.enable_grad():
+        xg, _, _ = seq.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), ctx.eps,
+                                inside=False)
+        outs = _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, ctx.eps)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+        found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in need],
+                                    [g for _, g in pairs], create_graph=True, allow_unused=True)
+    result = [None] * len(inputs)
+    for i, g in zip(need, found):
+        result[i] = g
+    return result
+
+
+def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
+                    gain_u: Tensor, bias_u: Tensor, lengths: Tensor | None = None,
+                    eps: float = 1e-5, gain_x: Tensor | None = None, bias_x: Tensor | None = None,
+                    *, batch_sizes: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """One layer, one direction of the LN-GRU (paper, section 3.1) over a whole sequence::
+
+        r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))   LN over 2H jointly
+        h~   = tanh(xg_t[2H:] + r * LN(U h_{t-1}; gain_u, bias_u))           U h normalized before r
+        h_t  = (1 - z) h~ + z h_{t-1}                                        torch.nn.GRU's z
+
+    Gate order r, z, n and the update convention of torch.nn.GRU (so torch's weights load
+    unchanged, as in ``layernorm.GRU``); the paper writes h_t = (1 - z) h_{t-1} + z h~, i.e. its z
+    is 1 - this z (the same family: negate the z half of the gate pre-activation).
+
+    Args:
+        xg: (T, B, 3H) input terms for all steps: ``[LN(W_x x_t; g2, b2) (2H, for r, z);
+            LN(W x_t; g3, b3) (H, for h~)]`` plus any biases, computed outside with autograd;
+            or, with ``gain_x``/``bias_x`` (3H,), the raw ``[W_x x_t; W x_t]``, normalized here
+            (the two groups separately; in the C kernel's step on the CPU).
+        h0: (B, H). w_hh: (3H, H) = [W_h (2H rows: r, z); U (H rows)].
+        gain_h, bias_h: (2H,) the LN of W_h h. gain_u, bias_u: (H,) the LN of U h.
+        lengths: None or (B,) integer tensor, any order; steps t >= lengths[b] copy the state
+            forward and give out[t, b] = 0. batch_sizes: as in ``ln_lstm_sequence``.
+    Returns:
+        out (T, B, H), h_n (B, H) (at each example's true length), dtype as ``ln_lstm_sequence``.
+    """
+    who = "ln_gru_sequence"
+    H = h0.shape[-1]
+    vectors = {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H), "gain_u": (gain_u, H),
+               "bias_u": (bias_u, H)}
+    if gain_x is not None and bias_x is not None:
+        vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
+    T, B, H = seq.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
+    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
+        return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
+                                        seq.lengths_of(lengths, batch_sizes, B), eps, gain_x,
+                                        bias_x)
+    order, batch_sizes = seq.lengths_or_batch_sizes(who, lengths, batch_sizes, T, B)
+    compute, out_dtype = seq.dtypes(xg)
+    xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = (
+        None if t is None else t.to(compute)
+        for t in (xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x))
+    params = (w_hh, gain_h, bias_h, gain_u, bias_u)
+    if seq.under_functorch():
+        sizes = None if batch_sizes is None else batch_sizes.tolist()
+        xg, _, _ = seq.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=False)
+
+        def run(xg_, h0_):
+            return _loop(xg_, h0_, *params, sizes, eps)
+    else:
+        seq.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=True)
+        save = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (xg, h0, *params, gain_x, bias_x))
+
+        def run(xg_, h0_):
+            hs, h_n, *_ = ln_gru_op(xg_, h0_, *params, gain_x, bias_x, batch_sizes, float(eps),
+                                    save)
+            return hs[1:], h_n
+    outs = seq.with_order(run, order, xg, (h0,))
+    return tuple(o.to(out_dtype) for o in outs)

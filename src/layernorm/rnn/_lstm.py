@@ -1,0 +1,436 @@
+"""The LN-LSTM over a whole sequence (one layer, one direction) as the operator
+``torch.ops.layernorm.ln_lstm``, with a hand-derived backward operator
+``torch.ops.layernorm.ln_lstm_backward``.
+
+Paths, chosen inside the operator (the graph torch.compile / torch.export see is one opaque op):
+the C kernels (``_rnn_steps.c``, CPU float32: the whole time loop in one call) or torch ops (any
+device and dtype). Both save the same buffers, and the operator returns which path ran, so its
+backward reads them the way they were written. Second order: with ``create_graph=True`` the
+backward re-runs the forward as a differentiable loop of torch ops (``_loop``) and differentiates
+that, so double backward is exact; under torch.func transforms that loop runs directly.
+"""
+import torch
+from torch import Tensor
+
+from .. import kernels as _kernels
+from . import _driver
+from . import _sequence as seq
+from ._gemm import _Linear, _panels
+from ._workspace import _WORKSPACE, _buffer
+
+_layer_norm, _layer_norm_backward = seq._layer_norm, seq._layer_norm_backward
+_TORCH_OPS, _NATIVE = 0, 1  # the path a forward took, returned by the operator
+
+
+def _scale(H: int, like: Tensor) -> Tensor:
+    """m = [1, 1, 2, 1] per gate block: sigmoid(m * pre) gives i, f, o and (tanh(u) + 1) / 2."""
+    m = like.new_ones(4, H)
+    m[2] = 2
+    return m.reshape(4 * H)
+
+
+# ---- torch ops (any device, any dtype) -----------------------------------------------------
+
+def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes,
+                 eps, save):
+    """The forward loop in torch ops. Saves act = [sigmoid(i), sigmoid(f), tanh(u), sigmoid(o)]
+    as the C kernel does. Returns hs, h_n, c_n, [cs, hg_all, act_all, tc_all, stats]."""
+    T, B, G = xw.shape
+    H = G // 4
+    m = _scale(H, xw)
+    gain_h2, bias_h2 = gain_h * m, bias_h * m  # pre-scaled for tanh(x) = 2 sigmoid(2x) - 1
+    gain_c2, bias_c2 = gain_c * 2, bias_c * 2
+    linear = _Linear(w_hh, B)
+    stats = xw.new_zeros(6, T, B, dtype=seq.stats_dtype(xw.dtype)) if save else None
+    xg = xw
+    if gain_x is not None:  # the input LN (its statistics kept for the backward)
+        xg, mean_x, rstd_x = _layer_norm(xw, (G,), gain_x, bias_x, eps)
+        if save:
+            stats[4].copy_(mean_x.squeeze(-1))
+            stats[5].copy_(rstd_x.squeeze(-1))
+
+    hs = _buffer(T + 1, B, H, like=xw)  # hs[0] = h0, hs[t + 1] = h_t
+    hs[0] = h0
+    cs = _buffer(T + 1, B, H, like=xw)  # raw cell states, cs[0] = c0
+    cs[0] = c0
+    hg_all = _buffer(T, B, G, like=xw) if save else None  # W_h h, the LN input
+    act_all = seq.scratch(save, T, B, G, xw)
+    tc_all = seq.scratch(save, T, B, H, xw)   # tanh(LN(c_t))
+
+    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
+    h_prev, h_new, c_prev, c_new = steps(hs), steps(hs, 1), steps(cs), steps(cs, 1)
+    xgs, acts, tcs = steps(xg), steps(act_all), steps(tc_all)
+    hgs = steps(hg_all) if save else [None] * T
+    ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
+    for t in range(seq.n_steps(batch_sizes, T)):
+        # gates = LN(W_h h_{t-1}; g1, b1) + xg_t                                      (B, 4H)
+        hg = linear(h_prev[t], out=hgs[t])
+        pre, mean_h, rstd_h = _layer_norm(hg, (G,), gain_h2, bias_h2, eps)
+        pre.addcmul_(xgs[t], m)
+        torch.sigmoid(pre, out=acts[t])          # cellgate = (tanh(u) + 1) / 2 for now
+        # c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u)                                   (B, H)
+        cellgate[t].mul_(2).sub_(1)
+        c = torch.mul(forgetgate[t], c_prev[t], out=c_new[t])
+        c.addcmul_(ingate[t], cellgate[t])
+        # h_t = sigmoid(o) tanh(LN(c_t; g3, b3))                                          (B, H)
+        cn2, mean_c, rstd_c = _layer_norm(c, (H,), gain_c2, bias_c2, eps)
+        torch.sigmoid(cn2, out=tcs[t]).mul_(2).sub_(1)
+        torch.mul(outgate[t], tcs[t], out=h_new[t])
+        if save:
+            bs = c.shape[0]
+            for k, v in enumerate((mean_h, rstd_h, mean_c, rstd_c)):
+                stats[k, t, :bs] = v.squeeze(-1)
+
+    lens = seq.row_lengths(batch_sizes, T, B)
+    h_n, c_n = seq.final_state(hs, lens), seq.final_state(cs, lens)
+    return hs, h_n, c_n, ([cs, hg_all, act_all, tc_all, stats] if save else None)
+
+
+def _backward_ops(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs, hg_all,
+                  act_all, tc_all, stats, batch_sizes):
+    """The hand-derived backward loop in torch ops over ``_forward_ops``' buffers."""
+    T, B, G = hg_all.shape
+    H = G // 4
+    blocks = seq.last_steps(seq.row_lengths(batch_sizes, T, B), B)
+    linear_t = _Linear(w_hh.t(), B)  # dh_{t-1} = d(W_h h_{t-1}) @ W_h
+
+    dxg = _buffer(T, B, G, like=hg_all)    # d pre: grad of xg and of LN_h
+    dhg = _buffer(T, B, G, like=hg_all)    # grad of W_h h_{t-1}
+    dcn = _buffer(T, B, H, like=hg_all)    # grad of LN(c_t)
+    dh = grad_hn.new_zeros(B, H)
+    dc = grad_cn.new_zeros(B, H)
+    deriv = hg_all.new_empty(B, G)
+    dtc = hg_all.new_empty(B, H)
+
+    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
+    rows = lambda x: seq.prefixes(x, batch_sizes, T)  # noqa: E731
+    tcs, c_new, c_prev = steps(tc_all), steps(cs, 1), steps(cs)
+    ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
+    d_pres, d_cns, d_hgs, hgs = steps(dxg), steps(dcn), steps(dhg), steps(hg_all)
+    d_i, d_f, d_u, d_o = (steps(d) for d in dxg.split(H, -1))
+    grad_outs = steps(grad_out)
+    dhs, dcs, derivs, dtcs = rows(dh), rows(dc), rows(deriv), rows(dtc)
+    for t in range(seq.n_steps(batch_sizes, T) - 1, -1, -1):
+        if t in blocks:  # these examples' last step: grads of h_n, c_n enter here
+            lo, hi = blocks[t]
+            dh[lo:hi] += grad_hn[lo:hi]
+            dc[lo:hi] += grad_cn[lo:hi]
+        dh_t = dhs[t].add_(grad_outs[t])
+        tc, og = tcs[t], outgate[t]
+        bs = dh_t.shape[0]
+        # h = o * tc;  tc = tanh(LN(c)):  d LN(c) = d tc (1 - tc^2)
+        torch.mul(dh_t, tc, out=d_o[t])
+        d_tc = torch.mul(dh_t, og, out=dtcs[t])
+        d_cn = torch.mul(d_tc, tc, out=d_cns[t])
+        torch.addcmul(d_tc, d_cn, tc, value=-1, out=d_cn)
+        mean_c, rstd_c = seq.step_stats(stats, 1, t, bs)
+        dc_t = _layer_norm_backward(d_cn, c_new[t], (H,), mean_c, rstd_c, gain_c, None,
+                                    [True, False, False])[0]
+        dc_t.add_(dcs[t])
+        # c = f c_prev + i u  (u = tanh(pre_u))
+        torch.mul(dc_t, cellgate[t], out=d_i[t])
+        torch.mul(dc_t, c_prev[t], out=d_f[t])
+        torch.mul(dc_t, ingate[t], out=d_u[t])
+        torch.mul(dc_t, forgetgate[t], out=dcs[t])
+        # through the nonlinearities: sigmoid' = s (1 - s), tanh' = 1 - u^2
+        act, d_pre = torch.cat([ingate[t], forgetgate[t], outgate[t]], -1), d_pres[t]
+        d = derivs[t]
+        torch.addcmul(act, act, act, value=-1, out=d[:, :3 * H])
+        u = cellgate[t]
+        torch.addcmul(torch.ones_like(u), u, u, value=-1, out=d[:, 3 * H:])
+        d_pre[:, :2 * H].mul_(d[:, :2 * H])
+        d_pre[:, 3 * H:].mul_(d[:, 2 * H:3 * H])
+        d_pre[:, 2 * H:3 * H].mul_(d[:, 3 * H:])
+        # gates = LN(W_h h_{t-1}) + xg:  d (W_h h_{t-1}) through the LN
+        mean_h, rstd_h = seq.step_stats(stats, 0, t, bs)
+        d_hgs[t].copy_(_layer_norm_backward(d_pre, hgs[t], (G,), mean_h, rstd_h, gain_h, None,
+                                            [True, False, False])[0])
+        linear_t(d_hgs[t], out=dhs[t])
+    if -1 in blocks:  # length-0 examples: h_n = h0, c_n = c0
+        lo, hi = blocks[-1]
+        dh[lo:hi] += grad_hn[lo:hi]
+        dc[lo:hi] += grad_cn[lo:hi]
+
+    # everything that does not feed the recurrence: one GEMM / one reduction over all steps
+    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731  (T, B, 1), 0 on padded rows
+    _, dgain_h, dbias_h = _layer_norm_backward(dxg, hg_all, (G,), st(0), st(1), gain_h, gain_h,
+                                               [False, True, True])
+    _, dgain_c, dbias_c = _layer_norm_backward(dcn, cs[1:], (H,), st(2), st(3), gain_c, gain_c,
+                                               [False, True, True])
+    dparams = [dgain_h, dbias_h, dgain_c, dbias_c]
+    if gain_x is not None:
+        dxg, dgain_x, dbias_x = _layer_norm_backward(dxg, xw, (G,), st(4), st(5), gain_x, gain_x,
+                                                     [True, True, True])
+        dparams += [dgain_x, dbias_x]
+    return dxg, dh, dc, dw_hh, torch.cat(dparams)
+
+
+# ---- the C kernels (CPU float32) -----------------------------------------------------------
+
+def _contig(v):
+    return None if v is None else v.detach().contiguous()
+
+
+def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                    batch_sizes, eps, save):
+    T, B, G = xw.shape
+    H = G // 4
+    saved = [None] * 5
+    if save:  # cs, hg_all, act_all, tc_all, stats (6, T, B): mean / rstd of W_h h, c, xw
+        saved = [_WORKSPACE.get(shape, like=xw) for shape in (
+            (T + 1, B, H), (T, B, G), (T, B, G), (T, B, H), (6, T, B))]
+        saved[0][0] = c0
+    # the kernel writes hs only where a row runs; the saved buffers are read only where written
+    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)
+    hs[0] = h0
+    h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
+    _driver.call(lib, "lstm_forward_seq", _driver.LSTMArgs, "ln_lstm_sequence",
+                 T=T, B=B, H=H, nthreads=_driver.threads(B), eps=eps,
+                 batch_sizes=_driver.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
+                 bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
+                 gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_c=_contig(gain_c),
+                 bias_c=_contig(bias_c), hs=hs, h_n=h_n, c_n=c_n, cs=saved[0], hg_all=saved[1],
+                 act_all=saved[2], tc_all=saved[3], stats=saved[4])
+    return hs, h_n, c_n, (saved if save else None)
+
+
+def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs,
+                     hg_all, act_all, tc_all, stats, batch_sizes):
+    T, B, G = xw.shape
+    H = G // 4
+    padded = batch_sizes is not None
+    dxg = _buffer(T, B, G, like=xw, zero=padded)  # grad of xw (or of the input term)
+    dhg = _WORKSPACE.get((T, B, G), like=xw)       # grad of W_hh h_{t-1}
+    if padded:
+        dhg.zero_()
+    dh, dc = (g.detach().clone(memory_format=torch.contiguous_format) for g in (grad_hn, grad_cn))
+    dparams = torch.zeros(18 * H, dtype=torch.float64)
+    _driver.call(lib, "lstm_backward_seq", _driver.LSTMArgs, "ln_lstm_sequence",
+                 T=T, B=B, H=H, nthreads=_driver.threads(B),
+                 batch_sizes=_driver.int32(batch_sizes),
+                 wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(),
+                 xw=xw, gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c),
+                 cs=cs, hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh,
+                 dc=dc, dxg=dxg, dhg=dhg, dparams=dparams)
+    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    n = 18 * H if gain_x is not None else 10 * H
+    return dxg, dh, dc, dw_hh, dparams[:n].to(xw.dtype)
+
+
+# ---- the operators ---------------------------------------------------------------------------
+
+_SCHEMA = ("(Tensor xw, Tensor h0, Tensor c0, Tensor w_hh, Tensor gain_h, Tensor bias_h, "
+           "Tensor gain_c, Tensor bias_c, Tensor? gain_x, Tensor? bias_x, Tensor? batch_sizes, "
+           "float eps, bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, "
+           "Tensor, Tensor)")
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor xw, Tensor w_hh, Tensor gain_h, "
+    "Tensor gain_c, Tensor? gain_x, Tensor hs, Tensor cs, Tensor hg_all, Tensor act_all, "
+    "Tensor tc_all, Tensor stats, Tensor path, Tensor? batch_sizes) -> (Tensor, Tensor, Tensor, "
+    "Tensor, Tensor)")
+
+
+@torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)
+def ln_lstm_op(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes,
+               eps, save):
+    """-> hs (T + 1, B, H) = [h0, h_1, ...] (0 past a row's length), h_n, c_n (B, H), the saved
+    cs, hg_all, act_all, tc_all, stats (empty without ``save``) and the path taken (1,) int8.
+    Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``."""
+    lib = _driver.native_lib(xw)
+    args = (xw.contiguous(), h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+            batch_sizes, eps, save)
+    with torch.autocast(xw.device.type, enabled=False):
+        if lib is not None:
+            hs, h_n, c_n, saved = _forward_native(lib, *args)
+        else:
+            hs, h_n, c_n, saved = _forward_ops(*args)
+    if saved is None:
+        saved = [xw.new_empty(0) for _ in range(4)]
+        saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
+    path = torch.tensor([_NATIVE if lib is not None else _TORCH_OPS], dtype=torch.int8)
+    return hs, h_n, c_n, *saved, path
+
+
+@ln_lstm_op.register_fake
+def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes, eps, save):
+    T, B, G = xw.shape
+    H = G // 4
+    new = (lambda *s, dtype=xw.dtype: xw.new_empty(s, dtype=dtype)) if save else \
+        (lambda *s, dtype=xw.dtype: xw.new_empty(0, dtype=dtype))
+    return (xw.new_empty(T + 1, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
+            new(T, B, G), new(T, B, G), new(T, B, H), new(6, T, B, dtype=seq.stats_dtype(xw.dtype)),
+            torch.empty(1, dtype=torch.int8))
+
+
+@torch.library.custom_op("layernorm::ln_lstm_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
+def ln_lstm_backward_op(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs,
+                        hg_all, act_all, tc_all, stats, path, batch_sizes):
+    """-> grads of xw (T, B, G), h0, c0, w_hh and the LN parameters as one vector [gain_h,
+    bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
+    args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), w_hh, gain_h, gain_c,
+            gain_x, hs, cs, hg_all, act_all, tc_all, stats, batch_sizes)
+    with torch.autocast(xw.device.type, enabled=False):
+        if int(path[0]) == _NATIVE:
+            lib = _driver.native_lib(xw)
+            if lib is None:
+                raise RuntimeError("ln_lstm_backward: the forward ran the C kernels, which are "
+                                   "no longer available in this process; run the forward again.")
+            return _backward_native(lib, *args)
+        return _backward_ops(*args)
+
+
+@ln_lstm_backward_op.register_fake
+def _(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs, hg_all, act_all,
+      tc_all, stats, path, batch_sizes):
+    T, B, G = xw.shape
+    H = G // 4
+    n = 18 * H if gain_x is not None else 10 * H
+    return (xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(B, H), xw.new_empty(G, H),
+            xw.new_empty(n))
+
+
+_N_INPUTS = 13
+
+
+def _setup_context(ctx, inputs, output):
+    xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes, eps, save = \
+        inputs
+    hs, _, _, *saved = output
+    ctx.mark_non_differentiable(*saved)
+    ctx.set_materialize_grads(False)
+    ctx.eps, ctx.save = eps, save
+    ctx.save_for_backward(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                          batch_sizes, hs, *saved)
+
+
+def _backward(ctx, grad_hs, grad_hn, grad_cn, *_):
+    xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes, hs, *saved = \
+        ctx.saved_tensors
+    inputs = (xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)
+    grads = (None if grad_hs is None else grad_hs[1:], grad_hn, grad_cn)
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+        return (*_second_order(ctx, inputs, batch_sizes, grads), None, None, None)
+    if not ctx.save:
+        raise RuntimeError("layernorm::ln_lstm was called with save=False, so it kept nothing "
+                           "for the backward; call it with save=True when gradients are needed.")
+    T, B, G = xw.shape
+    H = G // 4
+    grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
+                                  zip(grads, ((T, B, H), (B, H), (B, H))))
+    dxw, dh0, dc0, dw_hh, dparams = torch.ops.layernorm.ln_lstm_backward(
+        grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, *saved, batch_sizes)
+    parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
+    dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
+    return (dxw, dh0, dc0, dw_hh, *parts[:4], *dx, None, None, None)
+
+
+ln_lstm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- the differentiable loop (second order, torch.func) ---------------------------------------
+
+def _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps):
+    """The LN-LSTM in plain differentiable torch ops (the readable form of the kernels)."""
+    F = torch.nn.functional
+    T, B, G = xg.shape
+    H = G // 4
+    h, c, outs = h0, c0, []
+    for t in range(T):
+        bs = B if batch_sizes is None else int(batch_sizes[t])
+        gates = F.layer_norm(h[:bs] @ w_hh.t(), (G,), gain_h, bias_h, eps) + xg[t, :bs]
+        i, f, u, o = gates.chunk(4, 1)
+        c_new = torch.sigmoid(f) * c[:bs] + torch.sigmoid(i) * torch.tanh(u)
+        h_new = torch.sigmoid(o) * torch.tanh(F.layer_norm(c_new, (H,), gain_c, bias_c, eps))
+        if bs < B:
+            outs.append(torch.cat([h_new, h.new_zeros(B - bs, H)]))
+            h, c = torch.cat([h_new, h[bs:]]), torch.cat([c_new, c[bs:]])
+        else:
+            outs.append(h_new)
+            h, c = h_new, c_new
+    return torch.stack(outs), h, c
+
+
+def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                        batch_sizes, eps):
+    xg, _, _ = seq.input_ln("ln_lstm_sequence", xw, gain_x, bias_x, (xw.shape[-1],), eps,
+                            inside=False)
+    return _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps)
+
+
+def _second_order(ctx, inputs, batch_sizes, grads):
+    """The backward as a differentiable function of the inputs and of the output gradients:
+    re-run the forward as ``_loop`` and differentiate it with ``create_graph=True``."""
+    need = [i for i, t in enumerate(inputs) if t is not None and ctx.needs_input_grad[i]]
+    with torch.enable_grad():
+        outs = _loop_with_input_ln(*inputs, batch_sizes, ctx.eps)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+        found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in need],
+                                    [g for _, g in pairs], create_graph=True, allow_unused=True)
+    result = [None] * len(inputs)
+    for i, g in zip(need, found):
+        result[i] = g
+    return result
+
+
+# ---- the entry point -------------------------------------------------------------------------
+
+def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: Tensor,
+                     bias_h: Tensor, gain_c: Tensor, bias_c: Tensor, lengths: Tensor | None = None,
+                     eps: float = 1e-5, gain_x: Tensor | None = None, bias_x: Tensor | None = None,
+                     *, batch_sizes: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """One layer, one direction of the LN-LSTM (paper, section 3.1) over a whole sequence::
+
+        gates = LN(W_h h_{t-1}; gain_h, bias_h) + xg_t          LN over all 4H gates jointly
+        i, f, u, o = split(gates)                                 torch.nn.LSTM's gate order
+        c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u)
+        h_t = sigmoid(o) tanh(LN(c_t; gain_c, bias_c))            raw c_t carried to step t+1
+
+    Args:
+        xg: (T, B, 4H) input term ``LN(W_x x_t; g2, b2) + b`` for all steps; or, with
+            ``gain_x``/``bias_x`` (4H,), the raw ``W_x x_t``, normalized here (in the C kernel's
+            step, which saves a pass over (T, B, 4H)): xg_t := LN(xg_t; gain_x, bias_x).
+        h0, c0: (B, H) initial states. w_hh: (4H, H). gain_h, bias_h: (4H,). gain_c, bias_c: (H,).
+        lengths: None or (B,) integer tensor of true lengths, in any order. Steps t >= lengths[b]
+            copy the state forward and give out[t, b] = 0.
+        batch_sizes: instead of ``lengths``, for a batch already sorted by decreasing length:
+            ``PackedSequence.batch_sizes`` (T,).
+    Returns:
+        out (T, B, H), h_n (B, H), c_n (B, H): the last two at each example's true length; in
+        xg's dtype, or the autocast dtype under ``torch.autocast`` (as torch.nn.LSTM).
+    Differentiable to any order in every tensor argument (see the module docstring).
+    """
+    who = "ln_lstm_sequence"
+    H = h0.shape[-1]
+    vectors = {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H), "gain_c": (gain_c, H),
+               "bias_c": (bias_c, H)}
+    if gain_x is not None and bias_x is not None:
+        vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
+    T, B, H = seq.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
+    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
+        return _kernels.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
+                                         seq.lengths_of(lengths, batch_sizes, B), eps, gain_x,
+                                         bias_x)
+    order, batch_sizes = seq.lengths_or_batch_sizes(who, lengths, batch_sizes, T, B)
+    compute, out_dtype = seq.dtypes(xg)
+    xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x = (
+        None if t is None else t.to(compute)
+        for t in (xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x))
+    params = (w_hh, gain_h, bias_h, gain_c, bias_c)
+    if seq.under_functorch():  # torch.func transforms: the differentiable loop itself
+        sizes = None if batch_sizes is None else batch_sizes.tolist()
+        xg, _, _ = seq.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=False)
+
+        def run(xg_, h0_, c0_):
+            return _loop(xg_, h0_, c0_, *params, sizes, eps)
+    else:
+        seq.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=True)  # checks the pair
+        save = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (xg, h0, c0, *params, gain_x, bias_x))
+
+        def run(xg_, h0_, c0_):
+            hs, h_n, c_n, *_ = ln_lstm_op(xg_, h0_, c0_, *params, gain_x, bias_x, batch_sizes,
+                                          float(eps), save)
+            return hs[1:], h_n, c_n
+    outs = seq.with_order(run, order, xg, (h0, c0))
+    return tuple(o.to(out_dtype) for o in outs)

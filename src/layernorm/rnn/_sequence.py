@@ -1,0 +1,222 @@
+"""What the fused LN-LSTM and LN-GRU share around their kernels: argument checks, lengths, the
+per-step views of the torch-ops loops, the compute dtype (half types and autocast) and the input
+LN when it runs outside the kernel.
+
+Lengths travel in ONE encoding from the caller to the kernels: ``batch_sizes`` (T,), int64 on
+the CPU, as ``PackedSequence.batch_sizes``: step t runs the first ``batch_sizes[t]`` examples of a
+batch sorted by decreasing length. ``None`` means every example runs all T steps.
+"""
+from __future__ import annotations
+
+import torch
+
+_layer_norm = torch.native_layer_norm
+_layer_norm_backward = torch.ops.aten.native_layer_norm_backward
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
+                 vectors: dict) -> tuple[int, int, int]:
+    """Shapes (and one device) of the arguments of ``ln_*_sequence`` -> (T, B, H)."""
+    if xg.dim() != 3:
+        raise ValueError(f"{who} expected xg of shape (T, B, {gates}*H), received shape "
+                         f"{tuple(xg.shape)}. Pass the input term for all steps, time first.")
+    T, B, G = xg.shape
+    if T == 0:
+        raise ValueError(f"{who} expected at least one time step, received xg of shape "
+                         f"{tuple(xg.shape)}. Skip empty sequences before calling it.")
+    if G % gates:
+        raise ValueError(f"{who} expected xg's last dim to be {gates}*H, received {G}.")
+    H = G // gates
+    for name, s in states.items():
+        if tuple(s.shape) != (B, H):
+            raise ValueError(f"{who} expected {name} of shape (B, H) = ({B}, {H}), received "
+                             f"{tuple(s.shape)}. Pass one state per example (squeeze the layer "
+                             f"dim of a (1, B, H) state).")
+    if tuple(w_hh.shape) != (G, H):
+        raise ValueError(f"{who} expected w_hh of shape ({G}, {H}) ({gates}*H x H), received "
+                         f"{tuple(w_hh.shape)}.")
+    for name, (v, n) in vectors.items():
+        if tuple(v.shape) != (n,):
+            raise ValueError(f"{who} expected {name} of shape ({n},), received {tuple(v.shape)}.")
+    tensors = [xg, w_hh, *states.values(), *(v for v, _ in vectors.values())]
+    dtypes = {t.dtype for t in tensors}
+    if len({t.device for t in tensors}) != 1 or (
+            len(dtypes) != 1 and not torch.is_autocast_enabled(xg.device.type)):
+        raise ValueError(f"{who} expected all tensors on one device with one dtype, received "
+                         f"{sorted({(str(t.device), str(t.dtype)) for t in tensors})}. Move them "
+                         f"with .to(xg) (under torch.autocast mixed dtypes are cast for you).")
+    return T, B, H
+
+
+def dtypes(xg: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """(compute dtype, output dtype). As torch.nn.LSTM: under autocast the result is in the
+    autocast dtype, else in xg's. On the CPU half types compute in float32 (converted once per
+    call; the statistics are float32 either way), so the C kernels run them."""
+    device = xg.device.type
+    autocast = torch.is_autocast_enabled(device) and xg.dtype != torch.float64  # as torch casts
+    out = torch.get_autocast_dtype(device) if autocast else xg.dtype
+    compute = torch.float32 if device == "cpu" and out in _HALF else out
+    return compute, out
+
+
+def stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of saved LN statistics: float32 for half types."""
+    return torch.float32 if dtype in _HALF else dtype
+
+
+def under_functorch() -> bool:
+    """Inside a torch.func transform (grad, jacrev, vmap, ...) in eager mode (torch.compile
+    traces the operators)."""
+    return (not torch.compiler.is_compiling()
+            and torch._C._functorch.peek_interpreter_stack() is not None)
+
+
+def prepare_lengths(who: str, lengths, T: int, B: int):
+    """Per-example lengths (any order) -> (order or None, batch_sizes or None): ``order`` sorts
+    the batch by decreasing length (None when already sorted), ``batch_sizes`` as in the module
+    docstring (None when every example runs all T steps)."""
+    if lengths is None:
+        return None, None
+    if not isinstance(lengths, torch.Tensor):
+        lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.shape[0] != B or lengths.dtype.is_floating_point \
+            or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be an integer tensor of shape ({B},) (one true length per "
+                         f"example), received {lengths.dtype} of shape {tuple(lengths.shape)}. "
+                         f"Pass e.g. torch.tensor([len(s) for s in batch]).")
+    lengths = lengths.to("cpu", torch.int64)
+    compiling = torch.compiler.is_compiling()
+    if not compiling and B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+        raise ValueError(f"lengths must lie in [0, T={T}], received min {int(lengths.min())}, "
+                         f"max {int(lengths.max())}. Clip them to the padded length T.")
+    sorted_len, order = torch.sort(lengths, descending=True, stable=True)
+    batch_sizes = (sorted_len.unsqueeze(0) > torch.arange(T).unsqueeze(1)).sum(1)   # (T,)
+    if compiling:  # no data-dependent shortcuts in a graph
+        return order, batch_sizes
+    if torch.equal(order, torch.arange(B)):
+        order = None
+    if bool((batch_sizes == B).all()):
+        batch_sizes = None
+    return order, batch_sizes
+
+
+def lengths_or_batch_sizes(who: str, lengths, batch_sizes, T: int, B: int):
+    """The caller's ``lengths`` (any order) or ``batch_sizes`` (sorted batch) -> (order or
+    None, batch_sizes or None)."""
+    if batch_sizes is None:
+        return prepare_lengths(who, lengths, T, B)
+    if lengths is not None:
+        raise ValueError(f"{who} received both lengths and batch_sizes; pass one of them "
+                         f"(lengths in any order, or batch_sizes for a sorted batch).")
+    if not isinstance(batch_sizes, torch.Tensor):
+        batch_sizes = torch.as_tensor(batch_sizes)
+    if tuple(batch_sizes.shape) != (T,) or batch_sizes.dtype.is_floating_point:
+        raise ValueError(f"{who} expected batch_sizes as an integer tensor of shape ({T},) (as "
+                         f"PackedSequence.batch_sizes), received {batch_sizes.dtype} of shape "
+                         f"{tuple(batch_sizes.shape)}.")
+    batch_sizes = batch_sizes.to("cpu", torch.int64)
+    if torch.compiler.is_compiling():
+        return None, batch_sizes
+    if T and (int(batch_sizes.max()) > B or int(batch_sizes.min()) < 0
+              or bool((batch_sizes[1:] > batch_sizes[:-1]).any())):
+        raise ValueError(f"{who} expected batch_sizes non-increasing in [0, B={B}] (a batch "
+                         f"sorted by decreasing length), received {batch_sizes.tolist()}.")
+    return None, (None if bool((batch_sizes == B).all()) else batch_sizes)
+
+
+def lengths_of(lengths, batch_sizes, B: int):
+    """The (B,) lengths for kernels that take lengths: ``lengths`` itself, or, for a batch sorted by
+    decreasing length, the lengths that ``batch_sizes`` (T,) encodes."""
+    if lengths is not None or batch_sizes is None:
+        return lengths
+    sizes = torch.as_tensor(batch_sizes, device="cpu")
+    return (sizes.unsqueeze(1) > torch.arange(B)).sum(0)
+
+
+def with_order(fn, order, xg: torch.Tensor, states: tuple):
+    """Run ``fn(xg, *states)`` on the batch sorted by decreasing length; results back in order."""
+    if order is None:
+        return fn(xg, *states)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel())
+    order_d, inverse_d = order.to(xg.device), inverse.to(xg.device)
+    out, *finals = fn(xg.index_select(1, order_d), *(s.index_select(0, order_d) for s in states))
+    return (out.index_select(1, inverse_d), *(f.index_select(0, inverse_d) for f in finals))
+
+
+def input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float, inside: bool):
+    """The optional input LN of ``ln_*_sequence`` (each group of units normalized on its own).
+    Returns (xg, gain_x, bias_x): unchanged when the C kernel applies it (``inside``), else xg
+    normalized here with ordinary autograd and (None, None)."""
+    if (gain_x is None) != (bias_x is None):
+        raise ValueError(f"{who} expected gain_x and bias_x together (the input LN's gain and "
+                         f"bias) or neither, received only one. Pass both, or None.")
+    if gain_x is None or inside:
+        return xg, gain_x, bias_x
+    parts = zip(xg.split(groups, -1), gain_x.split(groups), bias_x.split(groups))
+    xg = torch.cat([torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps)
+                    for x, g, b in parts], -1)
+    return xg, None, None
+
+
+# ---- inside the kernels' implementations (real tensors, batch_sizes as a list) ----------------
+
+def row_lengths(batch_sizes: list[int] | None, T: int, B: int) -> list[int]:
+    """Length of each (sorted) example."""
+    if batch_sizes is None:
+        return [T] * B
+    lens = [0] * B
+    for t, bs in enumerate(batch_sizes):
+        for b in range(bs):
+            lens[b] = t + 1
+    return lens
+
+
+def last_steps(lens: list[int], B: int) -> dict[int, tuple[int, int]]:
+    """{t: (lo, hi)}: the (sorted) examples lo:hi take their last step at t, so h_n / c_n come
+    from step t and their gradients enter the backward there; t = -1 for length 0 (h_n = h0)."""
+    blocks: dict[int, tuple[int, int]] = {}
+    for b, n in enumerate(lens):
+        lo, hi = blocks.get(n - 1, (b, b))
+        blocks[n - 1] = (lo, b + 1)
+    return blocks
+
+
+def final_state(seq: torch.Tensor, lens: list[int]) -> torch.Tensor:
+    """seq (T + 1, B, H) = [init, state after step 1, ...] -> each example's state after its
+    last step (B, H)."""
+    B = seq.shape[1]
+    return seq[torch.tensor(lens, dtype=torch.long, device=seq.device),
+               torch.arange(B, device=seq.device)]
+
+
+def steps(x: torch.Tensor, batch_sizes, T: int, shift: int = 0) -> list[torch.Tensor]:
+    """x[t + shift] for t < T, restricted to the ``batch_sizes[t]`` running examples: views made
+    once per call, so the time loops do no slicing."""
+    views = x.unbind(0)
+    if batch_sizes is None:
+        return list(views[shift:shift + T])
+    return [views[t + shift][:bs] for t, bs in enumerate(batch_sizes)]
+
+
+def prefixes(x: torch.Tensor, batch_sizes, T: int) -> list[torch.Tensor]:
+    """x[:batch_sizes[t]] for each step t: the running rows of a (B, ...) buffer."""
+    return [x] * T if batch_sizes is None else [x[:bs] for bs in batch_sizes]
+
+
+def n_steps(batch_sizes, T: int) -> int:
+    """Steps with at least one running example (the loops stop there)."""
+    return T if batch_sizes is None else sum(1 for bs in batch_sizes if bs > 0)
+
+
+def scratch(save: bool, T: int, B: int, width: int, like: torch.Tensor) -> torch.Tensor:
+    """(T, B, width) zeros kept for the backward, or one (B, width) buffer seen at every step."""
+    if save:
+        return like.new_zeros(T, B, width)
+    return like.new_empty(1, B, width).expand(T, B, width)
+
+
+def step_stats(stats: torch.Tensor, k: int, t: int, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, rstd) of LN number k at step t for the bs running rows, shaped (bs, 1)."""
+    return stats[2 * k, t, :bs].unsqueeze(1), stats[2 * k + 1, t, :bs].unsqueeze(1)
