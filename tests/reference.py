@@ -1,4 +1,5 @@
-"""Naive references written straight from the equations (PAPER.md), shared by tests and benchmarks.
+"""Naive references written straight from the equations (docs/paper.md), shared by tests and
+benchmarks.
 
 Deliberately plain: explicit sums, no fused kernels, everything in float64.
 """
@@ -58,7 +59,8 @@ def ref_conv_layer_norm(x, weight=None, bias=None, eps=1e-5):
 
 
 # ---------------------------------------------------------------------------------------------
-# Recurrent networks (PAPER.md section 2), one example at a time, one step at a time.
+# Recurrent networks (paper section 3.1; docs/paper.md section 2), one example at a time, one step
+# at a time.
 # Parameters use the paper's names: per layer and direction a dict with W_x (G, I), W_h (G, H),
 # b_x, b_h (G,) or None (the biases added after each term's normalization; torch's bias_ih,
 # bias_hh), g_x, g_h (G,) gains (LSTM, GRU), g (H,) gain (RNN), g_c, b_c (H,) (LSTM's cell LN).
@@ -178,7 +180,8 @@ def ref_bn_lstm(x, lengths, p, eps=1e-5):
     return out, h, c
 
 
-# --- LN-LSTM / LN-GRU over a sequence (PAPER.md section 2): a plain autograd step loop -----------
+# --- LN-LSTM / LN-GRU over a sequence (paper section 3.1; docs/paper.md section 2) ---------------
+# A plain autograd step loop.
 
 def ref_ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, lengths=None,
                          eps=1e-5):

@@ -234,7 +234,8 @@ def test_cells_none_equal_torch_and_match_one_step_of_the_stack(mode):
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 def test_ln_output_invariant_to_rescaling_one_input_sequence(mode):
-    # Exact with eps -> 0 (PAPER.md section 3), approximate with the default eps.
+    # Exact with eps -> 0 (paper section 5.1, Table 1; docs/paper.md section 3), approximate with
+    # the default eps.
     x = torch.randn(6, 3, I, dtype=torch.float64)
     scaled = x.clone()
     scaled[:, 1] *= 7.5

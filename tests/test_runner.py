@@ -445,29 +445,3 @@ def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and
         read_metrics(run)
     path.write_text(good[0] + "\n" + good[1] + "\n" + good[2][:25])   # torn last line: a kill
     assert [r["step"] for r in read_metrics(run)] == [10, 20]
-
-
-def test_the_runner_imports_nothing_above_it():
-    """experiments/ knows its own floor and the layers below (data, norms, I/O), never the
-    commands, the reproduction, the report or the analysis that plug into it."""
-    import ast
-    pkg = Path(layernorm.__file__).parent
-    below = ("experiments", "data", "norms", "functional", "sync_bn", "_io", "_checks", "_args")
-    for path in sorted((pkg / "experiments").glob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):      # imports for type checkers only are no dependency
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                node.body = []
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                names = [node.module] if node.module else [a.name for a in node.names]
-                if node.level == 1:
-                    continue                                   # inside experiments/
-                for name in names:
-                    assert name.split(".")[0] in below + ("__version__",), (path.name, name)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                mods = [a.name for a in node.names] if isinstance(node, ast.Import) \
-                    else [node.module or ""]
-                for mod in mods:
-                    if mod.startswith("layernorm."):
-                        assert mod.split(".")[1] in below, (path.name, mod)

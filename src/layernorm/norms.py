@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn.utils import parametrizations
 
 from . import functional as LF
+from ._vocabulary import BY_NAME, NORMS
 from ._checks import (check_channels, check_choice, check_eps, check_float, check_kwargs,
                       check_momentum, check_nonempty, check_size)
 
@@ -234,22 +235,20 @@ def weight_norm(module: nn.Module, name: str = "weight", dim: int = 0) -> nn.Mod
     return parametrizations.weight_norm(module, name=name, dim=dim)
 
 
-NORMS = ("layer", "batch", "rms", "weight", "none")
-
-
 def make_norm(name: str, num_features: int, *, conv: bool = False, eps: float = 1e-5,
               **kwargs) -> nn.Module:
     """The normalization applied to the summed inputs of a layer with ``num_features`` units.
 
-    name: one of ``NORMS``. ``conv=True`` for (N, C, H, W) feature maps. "weight" and "none" act on
-    the activations as the identity (weight norm lives in the layer: use ``norm_block``). Extra
-    keyword arguments go to the module (e.g. ``unbiased=True`` for "batch"); a name the module
-    does not take is a TypeError naming the closest one. ``eps`` is the paper's 1e-5 for every
+    name: one of ``NORMS`` (the table in ``layernorm._vocabulary``). ``conv=True`` for
+    (N, C, H, W) feature maps. "weight" and "none" act on the activations as the identity (weight
+    norm lives in the layer: use ``norm_block``). Extra keyword arguments go to the module (e.g.
+    ``unbiased=True`` for "batch"); a name the module does not take is a TypeError naming the
+    closest one. ``eps`` is the paper's 1e-5 for every
     norm, "rms" included (``RMSNorm`` alone defaults to torch's ``eps=None``).
     """
     check_choice(name, NORMS, "norm")
     check_size(num_features, f"make_norm({name!r}, ...)")
-    if name == "rms" and conv:
+    if conv and not BY_NAME[name].conv:         # "rms"
         raise ValueError("make_norm('rms', conv=True) is not provided: RMSNorm normalizes the "
                          "trailing dims of (..., features) inputs, received conv=True. Use "
                          "'layer' for feature maps, or apply 'rms' to (N, ..., C) tensors.")

@@ -26,10 +26,12 @@ import torch
 
 from .. import functional as LF
 from .._checks import check_choice, check_float, check_nonempty
+from .._vocabulary import LABELS, NORMS
 
-METHODS = ("batch", "weight", "layer", "rms", "none")
-METHOD_NAMES = {"batch": "batch norm", "weight": "weight norm", "layer": "layer norm",
-                "rms": "RMS norm", "none": "no normalization"}
+_TABLE1 = ("batch", "weight", "layer")   # the columns of the paper's Table 1, in its order
+# Every norm of the project's table, Table 1's three first, then the others in the table's order.
+METHODS = _TABLE1 + tuple(n for n in NORMS if n not in _TABLE1)
+METHOD_NAMES = {m: LABELS[m] for m in METHODS}
 
 
 def check_method(method: str) -> None:

@@ -104,7 +104,7 @@ def add_commands(sub) -> None:
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
     p.add_argument("--preset", choices=PRESETS, default="quick",
                    help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
-    from ..norms import NORMS
+    from .._vocabulary import NORMS
     p.add_argument("--norm", nargs="+", metavar="NORM", choices=NORMS,
                    help=f"one or more of {', '.join(NORMS)} (a model may support fewer)")
     p.add_argument("--batch-size", nargs="+", type=_args.positive_int, metavar="N")

@@ -36,7 +36,7 @@ class Config:
     def validate(self) -> "Config":
         """Check every field against what exists; raise a ValueError that names the fix."""
         from ..data import DATASETS
-        from ..norms import NORMS
+        from .._vocabulary import NORMS
         from .registry import MODEL_NORMS, MODELS, load_registered
         load_registered()
         check_name(self.experiment, "experiment", empty=True)

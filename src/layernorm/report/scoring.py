@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from .._vocabulary import LABELS, RNN_MODELS
+from .._vocabulary import RNN_NORMS as _RNN_NORMS
 from ..verdicts import Sample, sample
 from .runs import Run
 
@@ -28,10 +30,10 @@ F_SUMMED_STD = "summed_std"         # per time step, std of the summed inputs W_
 REGRESSION_TASKS = ("adding",)      # test_loss is the MSE, test_error the threshold error
 
 
-NORM_LABEL = {"none": "no norm", "batch": "batch norm", "layer": "layer norm",
-              "weight": "weight norm", "rms": "RMS norm", "batch-all": "batch norm, all layers"}
-RNN_NORMS = ("none", "batch", "layer")
-RNN_LABEL = {"none": "LSTM", "batch": "BN-LSTM", "layer": "LN-LSTM"}
+# Labels from the project's one table of norms, plus the arms that are not a norm name.
+NORM_LABEL = {**LABELS, "batch-all": "batch norm, all layers"}
+RNN_NORMS = tuple(reversed(_RNN_NORMS))   # the baseline first, as the paper's figures: LSTM, BN, LN
+RNN_LABEL = dict(RNN_MODELS)              # "LSTM", "BN-LSTM", "LN-LSTM"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def _split(dataset: str, seed: int) -> dict:
 
 # --- 2. section 6.7 + seed claim: a ConvNet at batch 128, 4, 1 --------------------------------
 
-@register_experiment("cnn_batch_size", section="6.7 + seed 004",
+@register_experiment("cnn_batch_size", section="6.7 + summary B",
                      claim="ConvNet: LN beats no normalization but BN beats LN (paper); BN wins "
                            "slightly at batch 128 and collapses at batch 1 and 4 while LN stays "
                            "stable (seed)")
@@ -133,7 +133,7 @@ def rnn_tasks(preset: str) -> list[dict]:
     ]
 
 
-@register_experiment("rnn_norms", section="seed 004 exp. 1; 6.2/6.5; 3.1",
+@register_experiment("rnn_norms", section="summary B exp. 1; 6.2/6.5; 3.1",
                      claim="LN-LSTM converges fastest, reaches the best accuracy and keeps the "
                            "hidden-state distribution stable, vs LSTM and BN-LSTM")
 def rnn_norms(preset: str) -> list[Config]:
@@ -159,7 +159,7 @@ def _seeded(task: dict, seed: int) -> dict:
 
 # --- 3b. hidden-state stability on long sequences (seed experiment 1, paper 3.1) ----------------
 
-@register_experiment("rnn_stability", section="seed 004 exp. 1; 3.1",
+@register_experiment("rnn_stability", section="summary B exp. 1; 3.1",
                      claim="LN keeps the hidden-state distribution stable over a long sequence "
                            "(T >= 100), while the plain LSTM's changes sharply")
 def rnn_stability(preset: str) -> list[Config]:
@@ -198,7 +198,7 @@ def lstm_gain_init(preset: str) -> list[Config]:
 
 # --- 5. seed experiment 1 on its own data (downloads; full mode only) ---------------------------
 
-@register_experiment("rnn_downloads", section="seed 004 exp. 1", needs_download=True,
+@register_experiment("rnn_downloads", section="summary B exp. 1", needs_download=True,
                      claim="LSTM vs BN-LSTM vs LN-LSTM on IMDb sentiment and on a character-level "
                            "language model (tiny-shakespeare, standing in for the MSR Sentence "
                            "Completion Challenge, which has no stable public download)")

@@ -1,0 +1,168 @@
+"""The package's shape: its import graph (read with ``ast``, nothing imported) has no cycles, the
+runner knows nothing above it, and the names of the norms live in one table."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import layernorm
+
+PKG = Path(layernorm.__file__).parent
+
+# Known cycles, allowed for now (each is a cycle through an import inside a function, so importing
+# works, but the modules still depend on each other):
+# - the timing harness and the RNN benchmark (`layernorm.bench` registers `bench rnn` from
+#   `layernorm.rnn.bench`, which times with the harness's `compare`);
+# - the fused RNN path: `rnn._driver.native_lib` reads the switch `rnn.fused.USE_NATIVE` and loads
+#   `rnn._native`, whose `load` checks the C structs with `rnn._driver.check_layout`; `fused`
+#   imports the LSTM / GRU paths, which import `_driver`.
+ALLOWED_CYCLES = [{"layernorm.bench", "layernorm.rnn.bench"},
+                  {"layernorm.rnn.fused", "layernorm.rnn._driver", "layernorm.rnn._native",
+                   "layernorm.rnn._lstm", "layernorm.rnn._gru"}]
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _targets(module: str, is_package: bool, node: ast.AST, mods: dict) -> list[str]:
+    """The package modules an import statement loads (``from .x import y``: ``x.y`` where y is a
+    module, else ``x``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "layernorm"]
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[:len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+        if target.split(".")[0] != "layernorm":
+            return []
+    return [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports, at the top or inside a function (a lazy import is
+    still a dependency); imports under ``if TYPE_CHECKING:`` are for type checkers only."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for module, path in mods.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for t in _targets(module, path.name == "__init__.py", node, mods):
+                    while t not in mods:                 # an attribute of a module: the module
+                        t = t.rsplit(".", 1)[0]
+                    if t != module:
+                        graph[module].add(t)
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The import cycles: components of more than one module (Tarjan, iterative)."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert strongly_connected(g) == [{"a", "b", "c"}]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_has_no_cycles():
+    graph = import_graph()
+    assert "layernorm.functional" in graph["layernorm.norms"]          # the reader reads
+    assert "layernorm.experiments.registry" in graph["layernorm.experiments.config"]
+    cycles = [c for c in strongly_connected(graph) if c not in ALLOWED_CYCLES]
+    assert cycles == [], f"import cycles: {[sorted(c) for c in cycles]}"
+
+
+def test_the_runner_imports_nothing_above_it():
+    """experiments/ knows its own floor and the layers below (data, norms, I/O), never the
+    commands, the reproduction, the report or the analysis that plug into it."""
+    below = {f"layernorm.{m}" for m in ("norms", "functional", "sync_bn", "_io", "_checks",
+                                        "_args", "_vocabulary")}
+    graph = import_graph()
+    runner = [m for m in graph if m == "layernorm.experiments" or
+              m.startswith("layernorm.experiments.")]
+    assert "layernorm.experiments.training" in runner
+    for module in runner:
+        for target in graph[module]:
+            if target == "layernorm":        # rundir's `from .. import __version__`, nothing else
+                assert "__version__" in _modules()[module].read_text(), module
+                continue
+            ok = target in below or target.startswith(("layernorm.experiments", "layernorm.data"))
+            assert ok, f"{module} imports {target}, which is above the runner"
+
+
+def test_the_vocabulary_imports_nothing_of_the_package():
+    assert import_graph()["layernorm._vocabulary"] == set()
+
+
+def test_one_table_of_norms_read_by_every_layer():
+    from layernorm import _vocabulary as V
+    from layernorm import norms, rnn
+    from layernorm.analysis import layer
+    from layernorm.report import scoring
+
+    assert V.RNN_NORMS == rnn.RNN_NORMS == rnn.cells.RNN_NORMS     # the cells accept the RNN column
+    assert norms.NORMS == layernorm.NORMS == V.NORMS
+    assert set(layer.METHODS) == set(V.NORMS) and layer.METHOD_NAMES == V.LABELS
+    assert {k: v for k, v in scoring.NORM_LABEL.items() if k in V.NORMS} == V.LABELS
+    assert set(scoring.RNN_NORMS) == set(V.RNN_NORMS)
+    assert set(scoring.RNN_LABEL) == set(V.RNN_NORMS)
+    for name in V.NORMS:                                 # the conv column is what make_norm does
+        if V.BY_NAME[name].conv:
+            norms.make_norm(name, 4, conv=True)
+        else:
+            try:
+                norms.make_norm(name, 4, conv=True)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(f"make_norm({name!r}, conv=True) should refuse")
+        assert V.BY_NAME[name].feedforward
+        norms.make_norm(name, 4)
