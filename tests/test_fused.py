@@ -659,7 +659,7 @@ def test_native_cache_damaged_file_is_rebuilt_with_one_warning(tmp_path, monkeyp
     assert so.with_name(so.name + ".sha256").exists()
     damage(so)
     native = _fresh_load(monkeypatch, tmp_path / "cache")
-    with pytest.warns(native.NativeKernelWarning, match="rebuilding them") as record:
+    with pytest.warns(native.NativeKernelWarning, match="rebuilding it") as record:
         assert native.load() is not None
     assert len(record) == 1
     _lstm_runs_correctly()

@@ -2,134 +2,28 @@
 
 ``functional.rms_norm`` calls ``rms_norm`` here for CPU tensors. The kernel reads each row once to
 take its mean square and once more (from cache) to scale it; the backward likewise. It is plain C
-with no torch headers, compiled with the system C compiler in well under a second and called
-through ctypes, in float32 (float16 / bfloat16 inputs are converted to float32 and back: statistics
-in float32) or float64.
+with no torch headers, called through ctypes, in float32 (float16 / bfloat16 inputs are converted
+to float32 and back: statistics in float32) or float64.
 
-The build is cached under ``$LAYERNORM_CACHE`` (default ``~/.cache/layernorm``), keyed by source,
-compiler, flags and CPU. It is built into a temporary file and renamed into place atomically, with
-the SHA-256 of the library written beside it; that digest is checked before every load, and a
-missing, damaged or foreign library is rebuilt once. When no library can be had (no compiler, a
-compiler that fails or hangs, a read-only cache) one warning per process says why and torch's
-``rms_norm`` computes the same result, slower. ``LAYERNORM_NATIVE=0`` selects
-that path without a warning.
+The build, the trusted cache and the fallback are ``layernorm._native_build``'s: when no library
+can be had one warning per process says why and torch's ``rms_norm`` computes the same result,
+slower; ``LAYERNORM_NATIVE=0`` selects that path without a warning.
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shlex
-import shutil
-import subprocess
-import tempfile
-import warnings
 from pathlib import Path
 
 import torch
 
-_SOURCE = Path(__file__).with_name("_rms_norm.c")
-_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC"]
-_OMP_FLAGS = (["-fopenmp"], [])  # OpenMP over rows (torch's libgomp is already loaded)
-_BUILD_TIMEOUT_S = 60
+from . import _native_build
+from ._native_build import COMPILE_TIMEOUT, NativeKernelWarning, NativeUnavailable  # noqa: F401
+
 # Inputs of at most this many values take torch.nn.functional.rms_norm (when dtypes agree): below it
 # the ~0.1 ms of Python around a ctypes call costs more than the passes the kernel saves.
 SMALL = 16384
 _lib = None
 _tried = False
-
-
-class NativeUnavailable(RuntimeError):
-    """Why the compiled kernel could not be built or loaded (the message names the fix)."""
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("LAYERNORM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "layernorm")
-    return Path(root)
-
-
-def _cpu_signature() -> str:
-    """-march=native code must not be loaded on another CPU: key the cache on its flags."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _compiler() -> list[str]:
-    """$CC (which may carry flags, e.g. 'gcc -O2'), else cc / gcc / clang on the PATH."""
-    cc = os.environ.get("CC")
-    if cc:
-        return shlex.split(cc)
-    found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not found:
-        raise NativeUnavailable("no C compiler found (looked for $CC, cc, gcc, clang). Install one "
-                                "(e.g. apt-get install gcc)")
-    return [found]
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _build(cc: list[str], target: Path) -> None:
-    """Compile into a temporary file, write its digest, rename both into place (atomic)."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    except OSError as e:
-        raise NativeUnavailable(f"the kernel cache {target.parent} is not writable ({e}). Point "
-                                f"LAYERNORM_CACHE at a writable directory") from e
-    os.close(fd)
-    digest_tmp = tmp + ".sha256"
-    try:
-        err = ""
-        for omp in _OMP_FLAGS:
-            try:
-                subprocess.run([*cc, *_FLAGS, *omp, str(_SOURCE), "-o", tmp, "-lm"], check=True,
-                               capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
-                break
-            except subprocess.CalledProcessError as e:
-                err = (e.stderr or "").strip().splitlines()[-1:] or [f"exit status {e.returncode}"]
-                err = err[0]
-        else:
-            raise NativeUnavailable(f"compiling {_SOURCE.name} with {' '.join(cc)!r} failed: "
-                                    f"{err}. Check the compiler ($CC)")
-        with open(digest_tmp, "w") as f:
-            f.write(_sha256(Path(tmp)))
-        os.replace(tmp, target)
-        os.replace(digest_tmp, _digest_path(target))
-    except subprocess.TimeoutExpired as e:
-        raise NativeUnavailable(f"the C compiler {' '.join(cc)!r} did not finish within "
-                                f"{_BUILD_TIMEOUT_S} s. Check the compiler ($CC)") from e
-    except FileNotFoundError as e:
-        raise NativeUnavailable(f"the C compiler {' '.join(cc)!r} was not found ({e}). Set $CC to "
-                                f"an installed compiler") from e
-    except OSError as e:
-        raise NativeUnavailable(f"writing the kernel into {target.parent} failed ({e}). Point "
-                                f"LAYERNORM_CACHE at a writable directory") from e
-    finally:
-        for leftover in (tmp, digest_tmp):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
-
-
-def _digest_path(target: Path) -> Path:
-    return target.with_name(target.name + ".sha256")
-
-
-def _verified(target: Path) -> bool:
-    """The library is a regular file whose SHA-256 is the one recorded when it was built."""
-    try:
-        return target.is_file() and _digest_path(target).read_text().strip() == _sha256(target)
-    except OSError:
-        return False
 
 
 def _declare(lib) -> None:
@@ -140,69 +34,34 @@ def _declare(lib) -> None:
         bwd.argtypes, bwd.restype = [L, L, i, p, p, p, p, p, p], i
 
 
-def _rebuilt(target: Path, why: str) -> None:
-    warnings.warn(f"RMSNorm: the cached kernel {target} {why}; rebuilt it. If this happens again, "
-                  f"check what else writes to LAYERNORM_CACHE ({target.parent}).", RuntimeWarning,
-                  stacklevel=4)
+KERNEL = _native_build.Kernel(
+    stem="rms_norm", source=Path(__file__).with_name("_rms_norm.c"), what="the RMSNorm C kernel",
+    fallback="Using torch ops instead (same results, slower)", declare=_declare)
 
 
-def _target() -> tuple[list[str], Path]:
+def _target() -> tuple[str, Path]:
     """The compiler and the cached library's path for this source, compiler, flags and CPU."""
-    cc = _compiler()
-    try:
-        source = _SOURCE.read_bytes()
-    except OSError as e:
-        raise NativeUnavailable(f"its source {_SOURCE} cannot be read ({e}). Reinstall the "
-                                f"package") from e
-    key = hashlib.sha256(source + " ".join([*cc, *_FLAGS, "omp"]).encode()
-                         + _cpu_signature().encode()).hexdigest()[:16]
-    return cc, _cache_dir() / f"rms_norm-{key}.so"
+    cc = _native_build.compiler()
+    if not cc:
+        raise NativeUnavailable("no C compiler was found ($CC, cc, gcc, clang)")
+    return cc, _native_build.cached_path(KERNEL, cc)
 
 
-def _load_once():
-    cc, target = _target()
-    if not _verified(target):  # missing: build it; damaged or foreign: rebuild it and say so
-        existed = os.path.lexists(target)
-        _build(cc, target)
-        if existed:
-            _rebuilt(target, "did not match the SHA-256 recorded when it was built (damaged or "
-                             "replaced)")
-    for attempt in range(2):
-        if attempt:
-            _build(cc, target)
-            _rebuilt(target, f"could not be loaded ({loading_error})")
-        if not _verified(target):
-            raise NativeUnavailable(f"the built kernel {target} changed before it could be "
-                                    f"loaded. Point LAYERNORM_CACHE at a private directory")
-        try:
-            lib = ctypes.CDLL(str(target))
-            _declare(lib)
-            return lib
-        except (OSError, AttributeError) as e:
-            loading_error = e
-            if attempt:
-                raise NativeUnavailable(f"loading {target} failed ({e}). Remove the file and "
-                                        f"check the compiler ($CC)") from e
-    return None  # not reached
+def _build(cc: str, target: Path) -> None:
+    _native_build.build(KERNEL, cc, target, timeout=COMPILE_TIMEOUT)
+
+
+def _verified(target: Path) -> bool:
+    """The library is our verified build (see ``_native_build.problem``)."""
+    return _native_build.problem(target) is None
 
 
 def load():
     """The loaded library, or None (then use the torch-ops path; one warning says why)."""
     global _lib, _tried
-    if _tried:
-        return _lib
-    _tried = True
-    if os.environ.get("LAYERNORM_NATIVE", "1") == "0":
-        return None
-    try:
-        if os.name != "posix":
-            raise NativeUnavailable(f"it is built for POSIX systems only, this is {os.name!r}")
-        _lib = _load_once()
-    except NativeUnavailable as e:
-        warnings.warn(f"RMSNorm: the compiled CPU kernel is not available: {e}. Using torch ops "
-                      f"instead (same results, slower); set LAYERNORM_NATIVE=0 to choose that "
-                      f"without this warning.", RuntimeWarning, stacklevel=3)
-        _lib = None
+    if not _tried:
+        _tried = True
+        _lib = _native_build.load(KERNEL, timeout=COMPILE_TIMEOUT, stacklevel=3)
     return _lib
 
 
@@ -224,7 +83,7 @@ def eligible(x: torch.Tensor, weight: torch.Tensor | None) -> bool:
         return False
     if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:  # forward-mode AD: torch ops
         return False
-    return os.environ.get("LAYERNORM_NATIVE", "1") != "0"
+    return _native_build.enabled()
 
 
 def _ptr(t: torch.Tensor | None):
