@@ -47,6 +47,34 @@ def _acc(ptr, cols, m, v):
     tl.store(ptr + cols, tl.load(ptr + cols, mask=m, other=0.0) + v, mask=m)
 
 
+@triton.jit
+def _center(a, m, H, eps):
+    """One H-block's LN statistics -> (a - mean (0 where masked), mean, rstd); variance clamped at
+    0, eps inside the sqrt."""
+    mu = tl.sum(a, 0) / H
+    d = tl.where(m, a - mu, 0.0)
+    return d, mu, 1.0 / tl.sqrt(tl.maximum(tl.sum(d * d, 0) / H, 0.0) + eps)
+
+
+@triton.jit
+def _ln_backward1(w, xhat, rs, H):
+    """d(input) of an LN over one H-block, w = gain * dy: rs (w - xhat mean(w xhat) - mean(w))."""
+    return (w - xhat * (tl.sum(w * xhat, 0) / H) - tl.sum(w, 0) / H) * rs
+
+
+@triton.jit
+def _dh_in(GOUT, DH, DHMM, LEN, t, b, cols, m, HAS_LEN: tl.constexpr, HAS_DHMM: tl.constexpr):
+    """The gradient reaching h_t: from the output (0 past the example's length), from step t+1
+    (direct, and through its GEMM when ``HAS_DHMM``)."""
+    gout = _ld(GOUT, cols, m)
+    if HAS_LEN:  # past its length the output is the constant 0
+        gout = tl.where(t < tl.load(LEN + b), gout, 0.0)
+    dh = _ld(DH, cols, m) + gout
+    if HAS_DHMM:
+        dh += _ld(DHMM, cols, m)
+    return dh
+
+
 # ---------------------------------------------------------------------------------------------
 # LN-LSTM
 # ---------------------------------------------------------------------------------------------
@@ -91,9 +119,7 @@ def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
     # c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u);  h_t = sigmoid(o) tanh(LN(c_t; g3, b3))
     c_prev = _ld(CS + (c_in * B + b) * H, cols, m)
     c = tl.where(m, forgetgate * c_prev + ingate * cellgate, 0.0)
-    mu_c = tl.sum(c, 0) / H
-    d_c = tl.where(m, c - mu_c, 0.0)
-    rs_c = 1.0 / tl.sqrt(tl.maximum(tl.sum(d_c * d_c, 0) / H, 0.0) + eps)
+    d_c, mu_c, rs_c = _center(c, m, H, eps)
     h = outgate * _tanh(d_c * rs_c * _ld(GC, cols, m) + _ld(BC, cols, m))
     if HAS_LEN:  # past its length an example keeps its state and outputs 0
         live = t < tl.load(LEN + b)
@@ -140,14 +166,9 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
     m = cols < H
     G = 4 * H
     row = t * B + b
-    # the gradient reaching h_t: from the output, from step t+1 (direct, and through its GEMM)
-    gout = _ld(GOUT + row * H, cols, m)
-    if HAS_LEN:  # past its length the output is the constant 0
+    dh = _dh_in(GOUT + row * H, DH + b * H, DHMM + b * H, LEN, t, b, cols, m, HAS_LEN, HAS_DHMM)
+    if HAS_LEN:
         live = t < tl.load(LEN + b)
-        gout = tl.where(live, gout, 0.0)
-    dh = _ld(DH + b * H, cols, m) + gout
-    if HAS_DHMM:
-        dh += _ld(DHMM + b * H, cols, m)
     dc = _ld(DC + b * H, cols, m)
     # recompute the step from what the forward kept
     st = STATS + row * 6
@@ -182,7 +203,7 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
     d_o = dh * tc * outgate * (1.0 - outgate)
     d_cn = dh * outgate * (1.0 - tc * tc)
     w_c = d_cn * g_c
-    dct = dc + (w_c - xh_c * (tl.sum(w_c * xh_c, 0) / H) - tl.sum(w_c, 0) / H) * rs_c
+    dct = dc + _ln_backward1(w_c, xh_c, rs_c, H)
     # c = f c_prev + i u
     d_i = dct * cellgate * ingate * (1.0 - ingate)
     d_f = dct * c_prev * forgetgate * (1.0 - forgetgate)
@@ -265,9 +286,7 @@ def _gru_forward_step(HG, XW, HS, OUT, STATS, LEN, GH, BH, GU, BU, GX, BX,
     a_r, a_z = tl.where(m, a_r - mu_h, 0.0), tl.where(m, a_z - mu_h, 0.0)
     rs_h = 1.0 / tl.sqrt(tl.maximum((tl.sum(a_r * a_r, 0) + tl.sum(a_z * a_z, 0)) / (2 * H), 0.0)
                          + eps)
-    mu_u = tl.sum(a_n, 0) / H
-    a_n = tl.where(m, a_n - mu_u, 0.0)
-    rs_u = 1.0 / tl.sqrt(tl.maximum(tl.sum(a_n * a_n, 0) / H, 0.0) + eps)
+    a_n, mu_u, rs_u = _center(a_n, m, H, eps)
     xw = XW + (t * B + b) * G
     x_r, x_z, x_n = _ld(xw, cols, m), _ld(xw + H, cols, m), _ld(xw + 2 * H, cols, m)
     if HAS_XLN:  # [LN(W_x x_t; g2, b2) over 2H | LN(W x_t; g3, b3) over H], here
@@ -275,9 +294,7 @@ def _gru_forward_step(HG, XW, HS, OUT, STATS, LEN, GH, BH, GU, BU, GX, BX,
         x_r, x_z = tl.where(m, x_r - mu_x, 0.0), tl.where(m, x_z - mu_x, 0.0)
         rs_x = 1.0 / tl.sqrt(tl.maximum((tl.sum(x_r * x_r, 0) + tl.sum(x_z * x_z, 0)) / (2 * H),
                                         0.0) + eps)
-        mu_xn = tl.sum(x_n, 0) / H
-        x_n = tl.where(m, x_n - mu_xn, 0.0)
-        rs_xn = 1.0 / tl.sqrt(tl.maximum(tl.sum(x_n * x_n, 0) / H, 0.0) + eps)
+        x_n, mu_xn, rs_xn = _center(x_n, m, H, eps)
         x_r = x_r * rs_x * _ld(GX, cols, m) + _ld(BX, cols, m)
         x_z = x_z * rs_x * _ld(GX + H, cols, m) + _ld(BX + H, cols, m)
         x_n = x_n * rs_xn * _ld(GX + 2 * H, cols, m) + _ld(BX + 2 * H, cols, m)
@@ -317,14 +334,9 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
     m = cols < H
     G = 3 * H
     row = t * B + b
-    # the gradient reaching h_t: from the output, from step t+1 (direct, and through its GEMM)
-    gout = _ld(GOUT + row * H, cols, m)
-    if HAS_LEN:  # past its length the output is the constant 0
+    dh = _dh_in(GOUT + row * H, DH + b * H, DHMM + b * H, LEN, t, b, cols, m, HAS_LEN, HAS_DHMM)
+    if HAS_LEN:
         live = t < tl.load(LEN + b)
-        gout = tl.where(live, gout, 0.0)
-    dh = _ld(DH + b * H, cols, m) + gout
-    if HAS_DHMM:
-        dh += _ld(DHMM + b * H, cols, m)
     st = STATS + row * 8
     mu_h, rs_h, mu_u, rs_u = tl.load(st), tl.load(st + 1), tl.load(st + 2), tl.load(st + 3)
     hg = HG + row * G
@@ -361,14 +373,14 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
     c2 = (tl.sum(w_r, 0) + tl.sum(w_z, 0)) / (2 * H)
     dg_r, dg_z = (w_r - xh_r * c1 - c2) * rs_h, (w_z - xh_z * c1 - c2) * rs_h
     w_n = d_un * g_u
-    dg_n = (w_n - xh_n * (tl.sum(w_n * xh_n, 0) / H) - tl.sum(w_n, 0) / H) * rs_u
+    dg_n = _ln_backward1(w_n, xh_n, rs_u, H)
     if HAS_XLN:
         v_r, v_z = d_r * _ld(GX, cols, m), d_z * _ld(GX + H, cols, m)
         e1 = (tl.sum(v_r * xx_r, 0) + tl.sum(v_z * xx_z, 0)) / (2 * H)
         e2 = (tl.sum(v_r, 0) + tl.sum(v_z, 0)) / (2 * H)
         dx_r, dx_z = (v_r - xx_r * e1 - e2) * rs_x, (v_z - xx_z * e1 - e2) * rs_x
         v_n = d_npre * _ld(GX + 2 * H, cols, m)
-        dx_n = (v_n - xx_n * (tl.sum(v_n * xx_n, 0) / H) - tl.sum(v_n, 0) / H) * rs_xn
+        dx_n = _ln_backward1(v_n, xx_n, rs_xn, H)
     else:
         dx_r, dx_z, dx_n = d_r, d_z, d_npre
     dh_direct = dh * updategate
