@@ -47,6 +47,60 @@ def _acc(ptr, cols, m, v):
     tl.store(ptr + cols, tl.load(ptr + cols, mask=m, other=0.0) + v, mask=m)
 
 
+@triton.jit
+def _center(a, m, H, eps):
+    """One H-block's LN statistics -> (a - mean (0 where masked), mean, rstd); variance clamped at
+    0, eps inside the sqrt."""
+    mu = tl.sum(a, 0) / H
+    d = tl.where(m, a - mu, 0.0)
+    return d, mu, 1.0 / tl.sqrt(tl.maximum(tl.sum(d * d, 0) / H, 0.0) + eps)
+
+
+@triton.jit
+def _center2(a1, a2, m, H, eps):
+    """As ``_center`` for an LN over two H-blocks jointly."""
+    mu = (tl.sum(a1, 0) + tl.sum(a2, 0)) / (2 * H)
+    d1, d2 = tl.where(m, a1 - mu, 0.0), tl.where(m, a2 - mu, 0.0)
+    var = (tl.sum(d1 * d1, 0) + tl.sum(d2 * d2, 0)) / (2 * H)
+    return d1, d2, mu, 1.0 / tl.sqrt(tl.maximum(var, 0.0) + eps)
+
+
+@triton.jit
+def _center4(a1, a2, a3, a4, m, H, eps):
+    """As ``_center`` for an LN over four H-blocks jointly."""
+    mu = (tl.sum(a1, 0) + tl.sum(a2, 0) + tl.sum(a3, 0) + tl.sum(a4, 0)) / (4 * H)
+    d1, d2 = tl.where(m, a1 - mu, 0.0), tl.where(m, a2 - mu, 0.0)
+    d3, d4 = tl.where(m, a3 - mu, 0.0), tl.where(m, a4 - mu, 0.0)
+    var = (tl.sum(d1 * d1, 0) + tl.sum(d2 * d2, 0) + tl.sum(d3 * d3, 0)
+           + tl.sum(d4 * d4, 0)) / (4 * H)
+    return d1, d2, d3, d4, mu, 1.0 / tl.sqrt(tl.maximum(var, 0.0) + eps)
+
+
+@triton.jit
+def _xhat(x, mu, rs, m):
+    """The normalized input recomputed from saved statistics (0 where masked)."""
+    return tl.where(m, (x - mu) * rs, 0.0)
+
+
+@triton.jit
+def _ln_backward1(w, xhat, rs, H):
+    """d(input) of an LN over one H-block, w = gain * dy: rs (w - xhat mean(w xhat) - mean(w))."""
+    return (w - xhat * (tl.sum(w * xhat, 0) / H) - tl.sum(w, 0) / H) * rs
+
+
+@triton.jit
+def _dh_in(GOUT, DH, DHMM, LEN, t, b, cols, m, HAS_LEN: tl.constexpr, HAS_DHMM: tl.constexpr):
+    """The gradient reaching h_t: from the output (0 past the example's length), from step t+1
+    (direct, and through its GEMM when ``HAS_DHMM``)."""
+    gout = _ld(GOUT, cols, m)
+    if HAS_LEN:  # past its length the output is the constant 0
+        gout = tl.where(t < tl.load(LEN + b), gout, 0.0)
+    dh = _ld(DH, cols, m) + gout
+    if HAS_DHMM:
+        dh += _ld(DHMM, cols, m)
+    return dh
+
+
 # ---------------------------------------------------------------------------------------------
 # LN-LSTM
 # ---------------------------------------------------------------------------------------------
@@ -64,22 +118,12 @@ def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
     hg = HG + (hg_slot * B + b) * G
     a_i, a_f, a_u, a_o = _ld(hg, cols, m), _ld(hg + H, cols, m), _ld(hg + 2 * H, cols, m), \
         _ld(hg + 3 * H, cols, m)
-    mu_h = (tl.sum(a_i, 0) + tl.sum(a_f, 0) + tl.sum(a_u, 0) + tl.sum(a_o, 0)) / G
-    a_i, a_f = tl.where(m, a_i - mu_h, 0.0), tl.where(m, a_f - mu_h, 0.0)
-    a_u, a_o = tl.where(m, a_u - mu_h, 0.0), tl.where(m, a_o - mu_h, 0.0)
-    var_h = (tl.sum(a_i * a_i, 0) + tl.sum(a_f * a_f, 0) + tl.sum(a_u * a_u, 0)
-             + tl.sum(a_o * a_o, 0)) / G
-    rs_h = 1.0 / tl.sqrt(tl.maximum(var_h, 0.0) + eps)
+    a_i, a_f, a_u, a_o, mu_h, rs_h = _center4(a_i, a_f, a_u, a_o, m, H, eps)
     xw = XW + (t * B + b) * G
     x_i, x_f, x_u, x_o = _ld(xw, cols, m), _ld(xw + H, cols, m), _ld(xw + 2 * H, cols, m), \
         _ld(xw + 3 * H, cols, m)
     if HAS_XLN:  # xg_t = LN(W_x x_t; g2, b2), here
-        mu_x = (tl.sum(x_i, 0) + tl.sum(x_f, 0) + tl.sum(x_u, 0) + tl.sum(x_o, 0)) / G
-        x_i, x_f = tl.where(m, x_i - mu_x, 0.0), tl.where(m, x_f - mu_x, 0.0)
-        x_u, x_o = tl.where(m, x_u - mu_x, 0.0), tl.where(m, x_o - mu_x, 0.0)
-        var_x = (tl.sum(x_i * x_i, 0) + tl.sum(x_f * x_f, 0) + tl.sum(x_u * x_u, 0)
-                 + tl.sum(x_o * x_o, 0)) / G
-        rs_x = 1.0 / tl.sqrt(tl.maximum(var_x, 0.0) + eps)
+        x_i, x_f, x_u, x_o, mu_x, rs_x = _center4(x_i, x_f, x_u, x_o, m, H, eps)
         x_i = x_i * rs_x * _ld(GX, cols, m) + _ld(BX, cols, m)
         x_f = x_f * rs_x * _ld(GX + H, cols, m) + _ld(BX + H, cols, m)
         x_u = x_u * rs_x * _ld(GX + 2 * H, cols, m) + _ld(BX + 2 * H, cols, m)
@@ -91,9 +135,7 @@ def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
     # c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u);  h_t = sigmoid(o) tanh(LN(c_t; g3, b3))
     c_prev = _ld(CS + (c_in * B + b) * H, cols, m)
     c = tl.where(m, forgetgate * c_prev + ingate * cellgate, 0.0)
-    mu_c = tl.sum(c, 0) / H
-    d_c = tl.where(m, c - mu_c, 0.0)
-    rs_c = 1.0 / tl.sqrt(tl.maximum(tl.sum(d_c * d_c, 0) / H, 0.0) + eps)
+    d_c, mu_c, rs_c = _center(c, m, H, eps)
     h = outgate * _tanh(d_c * rs_c * _ld(GC, cols, m) + _ld(BC, cols, m))
     if HAS_LEN:  # past its length an example keeps its state and outputs 0
         live = t < tl.load(LEN + b)
@@ -140,32 +182,27 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
     m = cols < H
     G = 4 * H
     row = t * B + b
-    # the gradient reaching h_t: from the output, from step t+1 (direct, and through its GEMM)
-    gout = _ld(GOUT + row * H, cols, m)
-    if HAS_LEN:  # past its length the output is the constant 0
+    dh = _dh_in(GOUT + row * H, DH + b * H, DHMM + b * H, LEN, t, b, cols, m, HAS_LEN, HAS_DHMM)
+    if HAS_LEN:
         live = t < tl.load(LEN + b)
-        gout = tl.where(live, gout, 0.0)
-    dh = _ld(DH + b * H, cols, m) + gout
-    if HAS_DHMM:
-        dh += _ld(DHMM + b * H, cols, m)
     dc = _ld(DC + b * H, cols, m)
     # recompute the step from what the forward kept
     st = STATS + row * 6
     mu_h, rs_h, mu_c, rs_c = tl.load(st), tl.load(st + 1), tl.load(st + 2), tl.load(st + 3)
     hg = HG + row * G
-    xh_i = tl.where(m, (_ld(hg, cols, m) - mu_h) * rs_h, 0.0)
-    xh_f = tl.where(m, (_ld(hg + H, cols, m) - mu_h) * rs_h, 0.0)
-    xh_u = tl.where(m, (_ld(hg + 2 * H, cols, m) - mu_h) * rs_h, 0.0)
-    xh_o = tl.where(m, (_ld(hg + 3 * H, cols, m) - mu_h) * rs_h, 0.0)
+    xh_i = _xhat(_ld(hg, cols, m), mu_h, rs_h, m)
+    xh_f = _xhat(_ld(hg + H, cols, m), mu_h, rs_h, m)
+    xh_u = _xhat(_ld(hg + 2 * H, cols, m), mu_h, rs_h, m)
+    xh_o = _xhat(_ld(hg + 3 * H, cols, m), mu_h, rs_h, m)
     xw = XW + row * G
     x_i, x_f, x_u, x_o = _ld(xw, cols, m), _ld(xw + H, cols, m), _ld(xw + 2 * H, cols, m), \
         _ld(xw + 3 * H, cols, m)
     if HAS_XLN:
         mu_x, rs_x = tl.load(st + 4), tl.load(st + 5)
-        xx_i = tl.where(m, (x_i - mu_x) * rs_x, 0.0)
-        xx_f = tl.where(m, (x_f - mu_x) * rs_x, 0.0)
-        xx_u = tl.where(m, (x_u - mu_x) * rs_x, 0.0)
-        xx_o = tl.where(m, (x_o - mu_x) * rs_x, 0.0)
+        xx_i = _xhat(x_i, mu_x, rs_x, m)
+        xx_f = _xhat(x_f, mu_x, rs_x, m)
+        xx_u = _xhat(x_u, mu_x, rs_x, m)
+        xx_o = _xhat(x_o, mu_x, rs_x, m)
         x_i = xx_i * _ld(GX, cols, m) + _ld(BX, cols, m)
         x_f = xx_f * _ld(GX + H, cols, m) + _ld(BX + H, cols, m)
         x_u = xx_u * _ld(GX + 2 * H, cols, m) + _ld(BX + 2 * H, cols, m)
@@ -175,14 +212,14 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
     cellgate = _tanh(xh_u * _ld(GH + 2 * H, cols, m) + _ld(BH + 2 * H, cols, m) + x_u)
     outgate = tl.sigmoid(xh_o * _ld(GH + 3 * H, cols, m) + _ld(BH + 3 * H, cols, m) + x_o)
     c_prev = _ld(CS + row * H, cols, m)
-    xh_c = tl.where(m, (_ld(CS + (row + B) * H, cols, m) - mu_c) * rs_c, 0.0)
+    xh_c = _xhat(_ld(CS + (row + B) * H, cols, m), mu_c, rs_c, m)
     g_c = _ld(GC, cols, m)
     tc = _tanh(xh_c * g_c + _ld(BC, cols, m))
     # h = o tanh(LN(c)):  d LN(c) = dh o (1 - tc^2), then through the LN over H
     d_o = dh * tc * outgate * (1.0 - outgate)
     d_cn = dh * outgate * (1.0 - tc * tc)
     w_c = d_cn * g_c
-    dct = dc + (w_c - xh_c * (tl.sum(w_c * xh_c, 0) / H) - tl.sum(w_c, 0) / H) * rs_c
+    dct = dc + _ln_backward1(w_c, xh_c, rs_c, H)
     # c = f c_prev + i u
     d_i = dct * cellgate * ingate * (1.0 - ingate)
     d_f = dct * c_prev * forgetgate * (1.0 - forgetgate)
@@ -261,23 +298,13 @@ def _gru_forward_step(HG, XW, HS, OUT, STATS, LEN, GH, BH, GU, BU, GX, BX,
     # r, z = sigmoid(LN(W_h h; g1, b1) + xg_t[:2H])       LN over 2H jointly
     hg = HG + (hg_slot * B + b) * G
     a_r, a_z, a_n = _ld(hg, cols, m), _ld(hg + H, cols, m), _ld(hg + 2 * H, cols, m)
-    mu_h = (tl.sum(a_r, 0) + tl.sum(a_z, 0)) / (2 * H)
-    a_r, a_z = tl.where(m, a_r - mu_h, 0.0), tl.where(m, a_z - mu_h, 0.0)
-    rs_h = 1.0 / tl.sqrt(tl.maximum((tl.sum(a_r * a_r, 0) + tl.sum(a_z * a_z, 0)) / (2 * H), 0.0)
-                         + eps)
-    mu_u = tl.sum(a_n, 0) / H
-    a_n = tl.where(m, a_n - mu_u, 0.0)
-    rs_u = 1.0 / tl.sqrt(tl.maximum(tl.sum(a_n * a_n, 0) / H, 0.0) + eps)
+    a_r, a_z, mu_h, rs_h = _center2(a_r, a_z, m, H, eps)
+    a_n, mu_u, rs_u = _center(a_n, m, H, eps)
     xw = XW + (t * B + b) * G
     x_r, x_z, x_n = _ld(xw, cols, m), _ld(xw + H, cols, m), _ld(xw + 2 * H, cols, m)
     if HAS_XLN:  # [LN(W_x x_t; g2, b2) over 2H | LN(W x_t; g3, b3) over H], here
-        mu_x = (tl.sum(x_r, 0) + tl.sum(x_z, 0)) / (2 * H)
-        x_r, x_z = tl.where(m, x_r - mu_x, 0.0), tl.where(m, x_z - mu_x, 0.0)
-        rs_x = 1.0 / tl.sqrt(tl.maximum((tl.sum(x_r * x_r, 0) + tl.sum(x_z * x_z, 0)) / (2 * H),
-                                        0.0) + eps)
-        mu_xn = tl.sum(x_n, 0) / H
-        x_n = tl.where(m, x_n - mu_xn, 0.0)
-        rs_xn = 1.0 / tl.sqrt(tl.maximum(tl.sum(x_n * x_n, 0) / H, 0.0) + eps)
+        x_r, x_z, mu_x, rs_x = _center2(x_r, x_z, m, H, eps)
+        x_n, mu_xn, rs_xn = _center(x_n, m, H, eps)
         x_r = x_r * rs_x * _ld(GX, cols, m) + _ld(BX, cols, m)
         x_z = x_z * rs_x * _ld(GX + H, cols, m) + _ld(BX + H, cols, m)
         x_n = x_n * rs_xn * _ld(GX + 2 * H, cols, m) + _ld(BX + 2 * H, cols, m)
@@ -317,28 +344,23 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
     m = cols < H
     G = 3 * H
     row = t * B + b
-    # the gradient reaching h_t: from the output, from step t+1 (direct, and through its GEMM)
-    gout = _ld(GOUT + row * H, cols, m)
-    if HAS_LEN:  # past its length the output is the constant 0
+    dh = _dh_in(GOUT + row * H, DH + b * H, DHMM + b * H, LEN, t, b, cols, m, HAS_LEN, HAS_DHMM)
+    if HAS_LEN:
         live = t < tl.load(LEN + b)
-        gout = tl.where(live, gout, 0.0)
-    dh = _ld(DH + b * H, cols, m) + gout
-    if HAS_DHMM:
-        dh += _ld(DHMM + b * H, cols, m)
     st = STATS + row * 8
     mu_h, rs_h, mu_u, rs_u = tl.load(st), tl.load(st + 1), tl.load(st + 2), tl.load(st + 3)
     hg = HG + row * G
-    xh_r = tl.where(m, (_ld(hg, cols, m) - mu_h) * rs_h, 0.0)
-    xh_z = tl.where(m, (_ld(hg + H, cols, m) - mu_h) * rs_h, 0.0)
-    xh_n = tl.where(m, (_ld(hg + 2 * H, cols, m) - mu_u) * rs_u, 0.0)
+    xh_r = _xhat(_ld(hg, cols, m), mu_h, rs_h, m)
+    xh_z = _xhat(_ld(hg + H, cols, m), mu_h, rs_h, m)
+    xh_n = _xhat(_ld(hg + 2 * H, cols, m), mu_u, rs_u, m)
     xw = XW + row * G
     x_r, x_z, x_n = _ld(xw, cols, m), _ld(xw + H, cols, m), _ld(xw + 2 * H, cols, m)
     if HAS_XLN:
         mu_x, rs_x, mu_xn, rs_xn = tl.load(st + 4), tl.load(st + 5), tl.load(st + 6), \
             tl.load(st + 7)
-        xx_r = tl.where(m, (x_r - mu_x) * rs_x, 0.0)
-        xx_z = tl.where(m, (x_z - mu_x) * rs_x, 0.0)
-        xx_n = tl.where(m, (x_n - mu_xn) * rs_xn, 0.0)
+        xx_r = _xhat(x_r, mu_x, rs_x, m)
+        xx_z = _xhat(x_z, mu_x, rs_x, m)
+        xx_n = _xhat(x_n, mu_xn, rs_xn, m)
         x_r = xx_r * _ld(GX, cols, m) + _ld(BX, cols, m)
         x_z = xx_z * _ld(GX + H, cols, m) + _ld(BX + H, cols, m)
         x_n = xx_n * _ld(GX + 2 * H, cols, m) + _ld(BX + 2 * H, cols, m)
@@ -361,14 +383,14 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
     c2 = (tl.sum(w_r, 0) + tl.sum(w_z, 0)) / (2 * H)
     dg_r, dg_z = (w_r - xh_r * c1 - c2) * rs_h, (w_z - xh_z * c1 - c2) * rs_h
     w_n = d_un * g_u
-    dg_n = (w_n - xh_n * (tl.sum(w_n * xh_n, 0) / H) - tl.sum(w_n, 0) / H) * rs_u
+    dg_n = _ln_backward1(w_n, xh_n, rs_u, H)
     if HAS_XLN:
         v_r, v_z = d_r * _ld(GX, cols, m), d_z * _ld(GX + H, cols, m)
         e1 = (tl.sum(v_r * xx_r, 0) + tl.sum(v_z * xx_z, 0)) / (2 * H)
         e2 = (tl.sum(v_r, 0) + tl.sum(v_z, 0)) / (2 * H)
         dx_r, dx_z = (v_r - xx_r * e1 - e2) * rs_x, (v_z - xx_z * e1 - e2) * rs_x
         v_n = d_npre * _ld(GX + 2 * H, cols, m)
-        dx_n = (v_n - xx_n * (tl.sum(v_n * xx_n, 0) / H) - tl.sum(v_n, 0) / H) * rs_xn
+        dx_n = _ln_backward1(v_n, xx_n, rs_xn, H)
     else:
         dx_r, dx_z, dx_n = d_r, d_z, d_npre
     dh_direct = dh * updategate

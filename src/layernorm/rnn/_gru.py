@@ -6,9 +6,10 @@ from torch import Tensor
 
 from .. import kernels as _kernels
 from . import _driver
+from . import _ops
 from . import _sequence as seq
 from ._gemm import _Linear, _panels
-from ._lstm import _contig, _NATIVE, _TORCH_OPS
+from ._ops import contig as _contig
 from ._workspace import _WORKSPACE, _buffer
 
 _layer_norm, _layer_norm_backward = seq._layer_norm, seq._layer_norm_backward
@@ -208,30 +209,17 @@ def ln_gru_op(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batc
               save):
     """-> hs (T + 1, B, H), h_n (B, H), the saved hg_all, rz_all, un_all, n_all, stats (empty
     without ``save``) and the path taken (1,) int8. Rows sorted by decreasing length."""
-    lib = _driver.native_lib(xw)
-    args = (xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
-            batch_sizes, eps, save)
-    with torch.autocast(xw.device.type, enabled=False):
-        if lib is not None:
-            hs, h_n, saved = _forward_native(lib, *args)
-        else:
-            hs, h_n, saved = _forward_ops(*args)
-    if saved is None:
-        saved = [xw.new_empty(0) for _ in range(4)]
-        saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
-    path = torch.tensor([_NATIVE if lib is not None else _TORCH_OPS], dtype=torch.int8)
-    return hs, h_n, *saved, path
+    return _ops.forward(_forward_native, _forward_ops, xw, h0, w_hh, gain_h, bias_h, gain_u,
+                        bias_u, gain_x, bias_x, batch_sizes, eps, save)
 
 
 @ln_gru_op.register_fake
 def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps, save):
     T, B, G = xw.shape
     H = G // 3
-    new = (lambda *s, dtype=xw.dtype: xw.new_empty(s, dtype=dtype)) if save else \
-        (lambda *s, dtype=xw.dtype: xw.new_empty(0, dtype=dtype))
+    new, new_stats = _ops.fake_saved(xw, save)
     return (xw.new_empty(T + 1, B, H), h0.new_empty(B, H), new(T, B, G), new(T, B, 2 * H),
-            new(T, B, H), new(T, B, H), new(8, T, B, dtype=seq.stats_dtype(xw.dtype)),
-            torch.empty(1, dtype=torch.int8))
+            new(T, B, H), new(T, B, H), new_stats(8, T, B), torch.empty(1, dtype=torch.int8))
 
 
 @torch.library.custom_op("layernorm::ln_gru_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
@@ -241,14 +229,7 @@ def ln_gru_backward_op(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, 
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), w_hh, gain_h, gain_u, gain_x, hs,
             hg_all, rz_all, un_all, n_all, stats, batch_sizes)
-    with torch.autocast(xw.device.type, enabled=False):
-        if int(path[0]) == _NATIVE:
-            lib = _driver.native_lib(xw)
-            if lib is None:
-                raise RuntimeError("ln_gru_backward: the forward ran the C kernels, which are "
-                                   "no longer available in this process; run the forward again.")
-            return _backward_native(lib, *args)
-        return _backward_ops(*args)
+    return _ops.backward("ln_gru_backward", path, xw, _backward_native, _backward_ops, args)
 
 
 @ln_gru_backward_op.register_fake
@@ -260,39 +241,18 @@ def _(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all, rz_all, u
     return xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(G, H), xw.new_empty(n)
 
 
-def _setup_context(ctx, inputs, output):
-    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps, save = inputs
-    hs, _, *saved = output
-    ctx.mark_non_differentiable(*saved)
-    ctx.set_materialize_grads(False)
-    ctx.eps, ctx.save = eps, save
-    ctx.save_for_backward(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
-                          batch_sizes, hs, *saved)
-
-
-def _backward(ctx, grad_hs, grad_hn, *_):
-    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, hs, *saved = \
-        ctx.saved_tensors
-    inputs = (xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)
-    grads = (None if grad_hs is None else grad_hs[1:], grad_hn)
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-        return (*_second_order(ctx, inputs, batch_sizes, grads), None, None, None)
-    if not ctx.save:
-        raise RuntimeError("layernorm::ln_gru was called with save=False, so it kept nothing "
-                           "for the backward; call it with save=True when gradients are needed.")
+def _first_order(inputs, batch_sizes, hs, saved, grads):
+    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = inputs
     T, B, G = xw.shape
     H = G // 3
     grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
-    grad_hn = xw.new_zeros(B, H) if grad_hn is None else grad_hn
+    grad_hn = xw.new_zeros(B, H) if grads[1] is None else grads[1]
     dxw, dh0, dw_hh, dparams = torch.ops.layernorm.ln_gru_backward(
         grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, *saved, batch_sizes)
     parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
                           [2 * H, 2 * H, H, H])
     dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
-    return (dxw, dh0, dw_hh, *parts[:4], *dx, None, None, None)
-
-
-ln_gru_op.register_autograd(_backward, setup_context=_setup_context)
+    return (dxw, dh0, dw_hh, *parts[:4], *dx)
 
 
 def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps):
@@ -318,22 +278,14 @@ def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps):
     return torch.stack(outs), h
 
 
-def _second_order(ctx, inputs, batch_sizes, grads):
-    """As the LN-LSTM's: re-run the forward as ``_loop``, differentiate with create_graph."""
-    need = [i for i, t in enumerate(inputs) if t is not None and ctx.needs_input_grad[i]]
-    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = inputs
+def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
+                        batch_sizes, eps):
     H = h0.shape[-1]
-    with torch.enable_grad():
-        xg, _, _ = seq.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), ctx.eps,
-                                inside=False)
-        outs = _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, ctx.eps)
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
-        found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in need],
-                                    [g for _, g in pairs], create_graph=True, allow_unused=True)
-    result = [None] * len(inputs)
-    for i, g in zip(need, found):
-        result[i] = g
-    return result
+    xg, _, _ = seq.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), eps, inside=False)
+    return _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps)
+
+
+_ops.register_autograd(ln_gru_op, "ln_gru", 2, _loop_with_input_ln, _first_order)
 
 
 def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,

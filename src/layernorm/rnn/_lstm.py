@@ -14,12 +14,13 @@ from torch import Tensor
 
 from .. import kernels as _kernels
 from . import _driver
+from . import _ops
 from . import _sequence as seq
 from ._gemm import _Linear, _panels
+from ._ops import contig as _contig
 from ._workspace import _WORKSPACE, _buffer
 
 _layer_norm, _layer_norm_backward = seq._layer_norm, seq._layer_norm_backward
-_TORCH_OPS, _NATIVE = 0, 1  # the path a forward took, returned by the operator
 
 
 def _scale(H: int, like: Tensor) -> Tensor:
@@ -168,10 +169,6 @@ def _backward_ops(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, 
 
 # ---- the C kernels (CPU float32) -----------------------------------------------------------
 
-def _contig(v):
-    return None if v is None else v.detach().contiguous()
-
-
 def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
                     batch_sizes, eps, save):
     T, B, G = xw.shape
@@ -237,29 +234,17 @@ def ln_lstm_op(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
     """-> hs (T + 1, B, H) = [h0, h_1, ...] (0 past a row's length), h_n, c_n (B, H), the saved
     cs, hg_all, act_all, tc_all, stats (empty without ``save``) and the path taken (1,) int8.
     Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``."""
-    lib = _driver.native_lib(xw)
-    args = (xw.contiguous(), h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
-            batch_sizes, eps, save)
-    with torch.autocast(xw.device.type, enabled=False):
-        if lib is not None:
-            hs, h_n, c_n, saved = _forward_native(lib, *args)
-        else:
-            hs, h_n, c_n, saved = _forward_ops(*args)
-    if saved is None:
-        saved = [xw.new_empty(0) for _ in range(4)]
-        saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
-    path = torch.tensor([_NATIVE if lib is not None else _TORCH_OPS], dtype=torch.int8)
-    return hs, h_n, c_n, *saved, path
+    return _ops.forward(_forward_native, _forward_ops, xw, h0, c0, w_hh, gain_h, bias_h, gain_c,
+                        bias_c, gain_x, bias_x, batch_sizes, eps, save)
 
 
 @ln_lstm_op.register_fake
 def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes, eps, save):
     T, B, G = xw.shape
     H = G // 4
-    new = (lambda *s, dtype=xw.dtype: xw.new_empty(s, dtype=dtype)) if save else \
-        (lambda *s, dtype=xw.dtype: xw.new_empty(0, dtype=dtype))
+    new, new_stats = _ops.fake_saved(xw, save)
     return (xw.new_empty(T + 1, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
-            new(T, B, G), new(T, B, G), new(T, B, H), new(6, T, B, dtype=seq.stats_dtype(xw.dtype)),
+            new(T, B, G), new(T, B, G), new(T, B, H), new_stats(6, T, B),
             torch.empty(1, dtype=torch.int8))
 
 
@@ -270,14 +255,7 @@ def ln_lstm_backward_op(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, ga
     bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), w_hh, gain_h, gain_c,
             gain_x, hs, cs, hg_all, act_all, tc_all, stats, batch_sizes)
-    with torch.autocast(xw.device.type, enabled=False):
-        if int(path[0]) == _NATIVE:
-            lib = _driver.native_lib(xw)
-            if lib is None:
-                raise RuntimeError("ln_lstm_backward: the forward ran the C kernels, which are "
-                                   "no longer available in this process; run the forward again.")
-            return _backward_native(lib, *args)
-        return _backward_ops(*args)
+    return _ops.backward("ln_lstm_backward", path, xw, _backward_native, _backward_ops, args)
 
 
 @ln_lstm_backward_op.register_fake
@@ -290,30 +268,8 @@ def _(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs, hg_a
             xw.new_empty(n))
 
 
-_N_INPUTS = 13
-
-
-def _setup_context(ctx, inputs, output):
-    xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes, eps, save = \
-        inputs
-    hs, _, _, *saved = output
-    ctx.mark_non_differentiable(*saved)
-    ctx.set_materialize_grads(False)
-    ctx.eps, ctx.save = eps, save
-    ctx.save_for_backward(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
-                          batch_sizes, hs, *saved)
-
-
-def _backward(ctx, grad_hs, grad_hn, grad_cn, *_):
-    xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes, hs, *saved = \
-        ctx.saved_tensors
-    inputs = (xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)
-    grads = (None if grad_hs is None else grad_hs[1:], grad_hn, grad_cn)
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-        return (*_second_order(ctx, inputs, batch_sizes, grads), None, None, None)
-    if not ctx.save:
-        raise RuntimeError("layernorm::ln_lstm was called with save=False, so it kept nothing "
-                           "for the backward; call it with save=True when gradients are needed.")
+def _first_order(inputs, batch_sizes, hs, saved, grads):
+    xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x = inputs
     T, B, G = xw.shape
     H = G // 4
     grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
@@ -322,10 +278,7 @@ def _backward(ctx, grad_hs, grad_hn, grad_cn, *_):
         grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, *saved, batch_sizes)
     parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
     dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
-    return (dxw, dh0, dc0, dw_hh, *parts[:4], *dx, None, None, None)
-
-
-ln_lstm_op.register_autograd(_backward, setup_context=_setup_context)
+    return (dxw, dh0, dc0, dw_hh, *parts[:4], *dx)
 
 
 # ---- the differentiable loop (second order, torch.func) ---------------------------------------
@@ -358,19 +311,7 @@ def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x
     return _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps)
 
 
-def _second_order(ctx, inputs, batch_sizes, grads):
-    """The backward as a differentiable function of the inputs and of the output gradients:
-    re-run the forward as ``_loop`` and differentiate it with ``create_graph=True``."""
-    need = [i for i, t in enumerate(inputs) if t is not None and ctx.needs_input_grad[i]]
-    with torch.enable_grad():
-        outs = _loop_with_input_ln(*inputs, batch_sizes, ctx.eps)
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
-        found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in need],
-                                    [g for _, g in pairs], create_graph=True, allow_unused=True)
-    result = [None] * len(inputs)
-    for i, g in zip(need, found):
-        result[i] = g
-    return result
+_ops.register_autograd(ln_lstm_op, "ln_lstm", 3, _loop_with_input_ln, _first_order)
 
 
 # ---- the entry point -------------------------------------------------------------------------

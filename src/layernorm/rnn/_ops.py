@@ -1,0 +1,106 @@
+"""What the LN-LSTM and LN-GRU operators (``_lstm``, ``_gru``) share around their own math: the
+choice of path inside the forward operator, the backward operator's dispatch on the path the
+forward took, the fake tensors of the saved buffers, and the autograd registration (first order
+through the backward operator, second order by differentiating the differentiable loop).
+
+Each cell passes what is its own: its forward / backward on each path, its differentiable loop,
+and how its first-order backward calls its backward operator.
+"""
+import torch
+
+from . import _driver
+from . import _sequence as seq
+
+TORCH_OPS, NATIVE = 0, 1  # the path a forward took, returned by the operator
+
+
+def contig(v):
+    """``v`` detached and contiguous (None stays None): an argument for the C kernels."""
+    return None if v is None else v.detach().contiguous()
+
+
+def forward(forward_native, forward_ops, xw, *rest):
+    """Run one path of a forward operator -> (*states, *saved, path). ``forward_*`` return
+    (*states, saved or None); without ``save`` the saved buffers are empty (4 of xw's dtype and
+    the statistics)."""
+    lib = _driver.native_lib(xw)
+    args = (xw.contiguous(), *rest)
+    with torch.autocast(xw.device.type, enabled=False):
+        *states, saved = (forward_native(lib, *args) if lib is not None else forward_ops(*args))
+    if saved is None:
+        saved = [xw.new_empty(0) for _ in range(4)]
+        saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
+    path = torch.tensor([NATIVE if lib is not None else TORCH_OPS], dtype=torch.int8)
+    return (*states, *saved, path)
+
+
+def backward(who, path, xw, backward_native, backward_ops, args):
+    """Run a backward operator on the path its forward took (``path``, as the forward returned)."""
+    with torch.autocast(xw.device.type, enabled=False):
+        if int(path[0]) == NATIVE:
+            lib = _driver.native_lib(xw)
+            if lib is None:
+                raise RuntimeError(f"{who}: the forward ran the C kernels, which are no longer "
+                                   "available in this process; run the forward again.")
+            return backward_native(lib, *args)
+        return backward_ops(*args)
+
+
+def fake_saved(xw, save):
+    """For a fake forward: ``new(*shape, dtype=)`` gives a saved buffer of that shape (empty
+    without ``save``); ``new_stats(*shape)`` the statistics."""
+    def new(*shape, dtype=xw.dtype):
+        return xw.new_empty(shape if save else (0,), dtype=dtype)
+
+    def new_stats(*shape):
+        return new(*shape, dtype=seq.stats_dtype(xw.dtype))
+    return new, new_stats
+
+
+def register_autograd(op, name, n_states, loop, first_order):
+    """Register the autograd of ``op`` (inputs: ``*tensors, batch_sizes, eps, save``; outputs:
+    hs (T + 1, B, H), ``n_states - 1`` final states, the saved buffers and the path).
+
+    ``loop(*tensors, batch_sizes, eps)``: the cell's differentiable loop (input LN included),
+    -> (out, *final states); used for second order (``create_graph=True``).
+    ``first_order(tensors, batch_sizes, hs, saved, grads)``: the grads of ``tensors`` through the
+    cell's backward operator, ``grads`` = (grad of out, *grads of the final states), None where
+    not needed."""
+    def setup_context(ctx, inputs, output):
+        *tensors, batch_sizes, eps, save = inputs
+        hs, saved = output[0], output[n_states:]
+        ctx.mark_non_differentiable(*saved)
+        ctx.set_materialize_grads(False)
+        ctx.eps, ctx.save, ctx.n_tensors = eps, save, len(tensors)
+        ctx.save_for_backward(*tensors, batch_sizes, hs, *saved)
+
+    def backward_(ctx, grad_hs, *grad_rest):
+        n, kept = ctx.n_tensors, ctx.saved_tensors
+        tensors, batch_sizes, hs, saved = kept[:n], kept[n], kept[n + 1], kept[n + 2:]
+        grads = (None if grad_hs is None else grad_hs[1:], *grad_rest[:n_states - 1])
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+            found = _second_order(ctx, tensors, batch_sizes, grads, loop)
+        else:
+            if not ctx.save:
+                raise RuntimeError(f"layernorm::{name} was called with save=False, so it kept "
+                                   "nothing for the backward; call it with save=True when "
+                                   "gradients are needed.")
+            found = first_order(tensors, batch_sizes, hs, saved, grads)
+        return (*found, None, None, None)  # batch_sizes, eps, save
+
+    op.register_autograd(backward_, setup_context=setup_context)
+
+
+def _second_order(ctx, inputs, batch_sizes, grads, loop):
+    """The backward as a differentiable function of the inputs and of the output gradients:
+    re-run the forward as ``loop`` and differentiate it with ``create_graph=True``."""
+    need = [i for i, t in enumerate(inputs) if t is not None and ctx.needs_input_grad[i]]
+    with torch.enable_grad():
+        outs = loop(*inputs, batch_sizes, ctx.eps)
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+        found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in need],
+                                    [g for _, g in pairs], create_graph=True, allow_unused=True)
+    result = [None] * len(inputs)
+    for i, g in zip(need, found):
+        result[i] = g
+    return result
