@@ -1,6 +1,7 @@
 """LN-LSTM on CUDA: the forward and backward step kernels (one program per example), the host loop
 around them (per step one ``torch.mm`` and one kernel launch) and the autograd Function; the
-scheme is described in ``layernorm.kernels._rnn``. Gate order i, f, u, o; the raw cell state is carried in float32."""
+scheme is described in ``layernorm.kernels._rnn``. Gate order i, f, u, o; the raw cell state is
+carried in float32."""
 from __future__ import annotations
 
 import torch
