@@ -3,19 +3,17 @@
 For each shape (T, B, I, H) and configuration (layers, bidirectional) every implementation runs
 the same forward (no grad) and forward+backward (gradient of the output given, parameters' grads
 set to None first, as ``optimizer.zero_grad()`` does); all candidates of a shape are interleaved
-in each round (``layernorm.bench.compare``) and the table shows medians and ratios to torch's
-module measured in the same run. Peak memory of one training step: on CUDA
-``torch.cuda.max_memory_allocated``; on CPU, torch has no allocator statistics, so the step runs
-once under ``torch.profiler`` with ``profile_memory=True`` and the peak of the running sum of its
-allocation/free events is reported (bytes allocated by torch during the step, above what existed
-before it: the same quantity as the CUDA number).
+in each round (``harness.compare``) and the table shows medians and ratios to torch's module
+measured in the same run, with the peak memory of one training step (``memory.peak_memory_mb``).
+Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM.
 
 Implementations:
     torch.nn.LSTM / torch.nn.GRU       torch's module (oneDNN on CPU, cuDNN on CUDA), no LN
     layernorm.LSTM / layernorm.GRU     norm="layer", the fused kernel (``layernorm.rnn.fused``)
     layernorm loop                     norm="layer", ``use_fused = False``: the readable loop
     TorchScript LN-LSTM                a cell-by-cell scripted LN-LSTM in the style of PyTorch's
-                                       benchmarks/fastrnns/custom_lstms.py (raw c carried)
+                                       benchmarks/fastrnns/custom_lstms.py (raw c carried;
+                                       ``baseline``: only where the source checkout's tests/ is)
     layernorm.LSTM compiled            ``torch.compile`` of the layernorm module (first shape):
                                        "compile s" = its cold compile (first training step and
                                        first inference call, inductor's on-disk caches as found),
@@ -24,20 +22,25 @@ Implementations:
                                        (first shape); ratios against torch's module under
                                        autocast (or torch's bf16 module where this CPU's oneDNN
                                        has no bf16 LSTM, which the row's name then says)
+    ... bf16                           both modules converted to bfloat16 (weights and input),
+                                       first shape; ratios against torch's bf16 module
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import copy
-import os
 import time
 import warnings
 
 import torch
 from torch import nn
 
-from ..bench import compare, format_table
+from .._io import atomic_write_json, format_table
+from .baseline import MISSING, script_ln_lstm
+from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_cells
+from .harness import CLOCKS, compare, machine
+from .memory import peak_memory_mb
 
 # (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
 CONFIGS = (
@@ -49,122 +52,8 @@ CONFIGS = (
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
            "peak MB", "mem ratio", "vs eager", "compile s"]
-
-
-# ---------------------------------------------------------------------------------------------
-# The TorchScript baseline (fastrnns style: one scripted cell, a scripted loop over steps)
-# ---------------------------------------------------------------------------------------------
-
-class _ScriptLNLSTMCell(nn.Module):
-    """LN-LSTM cell as in fastrnns' LayerNormLSTMCell, except that the raw c is carried."""
-
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        H = hidden_size
-        self.weight_ih = nn.Parameter(torch.randn(4 * H, input_size) / H ** 0.5)
-        self.weight_hh = nn.Parameter(torch.randn(4 * H, H) / H ** 0.5)
-        self.gain_ih, self.gain_hh = (nn.Parameter(torch.ones(4 * H)) for _ in range(2))
-        self.bias_ih, self.bias_hh = (nn.Parameter(torch.zeros(4 * H)) for _ in range(2))
-        self.gain_c, self.bias_c = nn.Parameter(torch.ones(H)), nn.Parameter(torch.zeros(H))
-        self.hidden_size = H
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
-        G, H = 4 * self.hidden_size, self.hidden_size
-        igates = torch.nn.functional.layer_norm(torch.mm(x, self.weight_ih.t()), [G],
-                                                self.gain_ih, self.bias_ih)
-        hgates = torch.nn.functional.layer_norm(torch.mm(h, self.weight_hh.t()), [G],
-                                                self.gain_hh, self.bias_hh)
-        ingate, forgetgate, cellgate, outgate = (igates + hgates).chunk(4, 1)
-        c = torch.sigmoid(forgetgate) * c + torch.sigmoid(ingate) * torch.tanh(cellgate)
-        cn = torch.nn.functional.layer_norm(c, [H], self.gain_c, self.bias_c)
-        return torch.sigmoid(outgate) * torch.tanh(cn), c
-
-
-class _ScriptLNLSTMLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        self.cell = _ScriptLNLSTMCell(input_size, hidden_size)
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
-        outputs = torch.jit.annotate(list[torch.Tensor], [])
-        for t in range(x.shape[0]):
-            h, c = self.cell(x[t], h, c)
-            outputs += [h]
-        return torch.stack(outputs), h, c
-
-
-class ScriptLNLSTM(nn.Module):
-    """Stacked (optionally bidirectional) scripted LN-LSTM with torch.nn.LSTM's call signature."""
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 bidirectional: bool = False):
-        super().__init__()
-        D = 2 if bidirectional else 1
-        self.hidden_size, self.num_layers, self.D = hidden_size, num_layers, D
-        with warnings.catch_warnings():  # torch.jit.script is deprecated; it is the baseline
-            warnings.simplefilter("ignore")
-            self.layers = nn.ModuleList([
-                torch.jit.script(_ScriptLNLSTMLayer(input_size if layer == 0 else D * hidden_size,
-                                                    hidden_size))
-                for layer in range(num_layers) for _ in range(D)])
-
-    def forward(self, x: torch.Tensor):
-        B, H = x.shape[1], self.hidden_size
-        zeros = x.new_zeros(B, H)
-        for layer in range(self.num_layers):
-            outs = []
-            for d in range(self.D):
-                run = self.layers[layer * self.D + d]
-                out = run(x.flip(0) if d else x, zeros, zeros)[0]
-                outs.append(out.flip(0) if d else out)
-            x = torch.cat(outs, -1) if self.D > 1 else outs[0]
-        return x, None
-
-
-# ---------------------------------------------------------------------------------------------
-# Measurement
-# ---------------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """The CPU profiler's C++ side prints start/stop lines on stderr; hide them while it runs."""
-    try:
-        fd = os.dup(2)
-    except OSError:  # pragma: no cover - no stderr to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(fd, 2)
-        os.close(fd)
-
-
-def peak_memory_mb(fn, device: str = "cpu") -> float:
-    """Peak MiB allocated by torch while ``fn()`` runs, above what was allocated before it.
-    The fused kernels' reusable workspace is emptied first, so the buffers it hands out count as
-    allocated during ``fn()`` (as they are on a first call)."""
-    from . import fused
-    fused.release_workspace()
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
-    from torch.profiler import ProfilerActivity, profile
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    current = peak = 0
-    for e in events:
-        current += e.nbytes()
-        peak = max(peak, current)
-    return peak / 2 ** 20
+TABLES = ("modules", "cells", "bn")
+_HALF = torch.bfloat16
 
 
 def _implementations(cell: str, I: int, H: int, layers: int, bidirectional: bool,
@@ -179,13 +68,10 @@ def _implementations(cell: str, I: int, H: int, layers: int, bidirectional: bool
         readable = ours_cls(I, H, norm="layer", **kw)
         readable.use_fused = False
         impls["layernorm loop"] = readable
-    if cell == "lstm":
-        impls["TorchScript LN-LSTM"] = ScriptLNLSTM(I, H, **kw)
+    baseline = script_ln_lstm()
+    if cell == "lstm" and baseline is not None:
+        impls["TorchScript LN-LSTM"] = baseline(I, H, **kw)
     return {name: m.to(device) for name, m in impls.items()}
-
-
-CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
-_HALF = torch.bfloat16
 
 
 def _steps(m, x, grad, autocast: bool = False):
@@ -206,7 +92,7 @@ def _steps(m, x, grad, autocast: bool = False):
     return forward, train_step
 
 
-def _autocast_pair(cell: str, eager: dict, x, grad):
+def _autocast_pair(cell: str, eager: dict, x):
     """Torch's and our module under autocast bf16: {name: (module, x, autocast?)}; where torch's
     LSTM has no bf16 autocast kernel here, torch's bf16 module (weights and input in bf16)."""
     theirs = eager[f"torch.nn.{cell.upper()}"]
@@ -222,13 +108,19 @@ def _autocast_pair(cell: str, eager: dict, x, grad):
     return pair
 
 
+def _bf16_pair(cell: str, eager: dict, x):
+    """Both modules converted to bfloat16, on a bfloat16 input."""
+    return {f"{name} bf16": (copy.deepcopy(eager[name]).to(_HALF), x.to(_HALF), False)
+            for name in (f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}")}
+
+
 def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
               device: str = "cpu", loop_on_first: bool = True, progress: bool = True,
               clock: str = "wall", extras_on_first: bool = True,
               compile_backend: str = "inductor") -> list[dict]:
     """One row per (config, cell, implementation); see the module docstring for what is timed.
-    ``extras_on_first``: the torch.compile (with ``compile_backend``) and autocast rows on the
-    first config."""
+    ``extras_on_first``: the torch.compile (with ``compile_backend``), autocast and bf16 rows on
+    the first config."""
     from tqdm import tqdm
     rows = []
     jobs = [(cfg, cell) for cfg in configs for cell in cells]
@@ -241,8 +133,7 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
         anchor, ours = f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}"
         groups = [{name: (m, x, False) for name, m in impls.items()}]
         compile_s = {}
-        extras = extras_on_first and i < len(cells)
-        if extras:
+        if extras_on_first and i < len(cells):
             compiled = f"{ours} compiled"
             torch._dynamo.reset()
             t0 = time.perf_counter()
@@ -254,7 +145,8 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
                 fwd()
             compile_s[compiled] = time.perf_counter() - t0
             groups[0][compiled] = (cm, x, False)
-            groups.append(_autocast_pair(cell, impls, x, grad))
+            groups.append(_autocast_pair(cell, impls, x))
+            groups.append(_bf16_pair(cell, impls, x))
         for g, group in enumerate(groups):
             fns = {}
             for name, (m, xin, ac) in group.items():
@@ -264,8 +156,8 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
             ref = anchor if g == 0 else next(iter(group))
             for name in group:
                 row = {
-                    "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H,
-                    "layers": layers, "bidir": bidir, "cell": cell, "impl": name,
+                    "table": "modules", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I,
+                    "H": H, "layers": layers, "bidir": bidir, "cell": cell, "impl": name,
                     "fwd ms": ms[(name, "fwd")], "fwd ratio": ms[(name, "fwd")] / ms[(ref, "fwd")],
                     "fwd+bwd ms": ms[(name, "fb")], "ratio": ms[(name, "fb")] / ms[(ref, "fb")],
                     "peak MB": mem[name], "mem ratio": mem[name] / mem[ref]}
@@ -283,7 +175,7 @@ def kernel_build_seconds() -> float | None:
     import tempfile
     from pathlib import Path
 
-    from . import _native
+    from ..rnn import _native
     cc = _native.compiler()
     if not cc:
         return None
@@ -308,8 +200,17 @@ def _parse_shape(s: str) -> tuple[int, int, int, int]:
     return T, B, I, H
 
 
+def _positive(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {s!r}")
+    return v
+
+
 def _run(args: argparse.Namespace) -> int:
-    from .._io import atomic_write_json
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.shapes:
@@ -318,15 +219,38 @@ def _run(args: argparse.Namespace) -> int:
     else:
         configs = QUICK_CONFIGS if args.quick else CONFIGS
     repeat = args.repeat or (5 if args.quick else 7)
-    rows = bench_rnn(configs, cells=args.cells, repeat=repeat, warmup=args.warmup,
-                     device=args.device, loop_on_first=not args.no_loop, clock=args.clock,
-                     extras_on_first=not args.no_extras)
-    print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32, {args.device}, "
-          f"median of {repeat} interleaved rounds after {args.warmup} warm-up, {args.clock} "
-          f"time (torch {torch.__version__}, {torch.get_num_threads()} threads). ratio = "
-          f"fwd+bwd time / torch's (the autocast rows: / torch's autocast row); peak MB = memory "
-          f"allocated during one training step; vs eager = compiled / eager layernorm module.")
-    print(format_table(rows, COLUMNS))
+    T, B, I, H = configs[0][:4]
+    timing = (f"median of {repeat} interleaved rounds after {args.warmup} warm-up, {args.clock} "
+              f"time ({machine()})")
+    rows = []
+    if "modules" in args.tables:
+        rows += bench_rnn(configs, cells=args.cells, repeat=repeat, warmup=args.warmup,
+                          device=args.device, loop_on_first=not args.no_loop, clock=args.clock,
+                          extras_on_first=not args.no_extras)
+        print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32 unless the row says, "
+              f"{args.device}, {timing}. ratio = fwd+bwd time / torch's (the autocast and bf16 "
+              f"rows: / torch's row of the same group); peak MB = memory allocated during one "
+              f"training step; vs eager = compiled / eager layernorm module.")
+        print(format_table([r for r in rows if r["table"] == "modules"], COLUMNS))
+        if script_ln_lstm() is None and "lstm" in args.cells:
+            print(MISSING)
+    if "cells" in args.tables:
+        cell_rows = bench_cells(T, I, H, batches=args.cell_batches, cells=args.cells,
+                                repeat=repeat, warmup=args.warmup, device=args.device,
+                                clock=args.clock)
+        print(f"\nCells, norm=layer, {T} steps of one call each (I={I}, H={H}), fp32, "
+              f"{args.device}, {timing}. fwd: no grad; fwd+bwd: backward from the last h "
+              f"through every step; ratios to torch's cell.")
+        print(format_table(cell_rows, CELL_COLUMNS))
+        rows += cell_rows
+    if "bn" in args.tables and "lstm" in args.cells:
+        bn_rows = bench_bn_lstm((T, B, I, H), repeat=repeat, warmup=args.warmup,
+                                device=args.device, clock=args.clock)
+        print(f"\nBN-LSTM vs LN-LSTM, one layer, training mode, fp32, {args.device}, {timing}. "
+              f"ratio = fwd+bwd / torch.nn.LSTM's; ms/step = fwd+bwd / T; vs LN-LSTM = fwd+bwd / "
+              f"LN-LSTM's.")
+        print(format_table(bn_rows, BN_COLUMNS))
+        rows += bn_rows
     build = kernel_build_seconds() if args.device == "cpu" else None
     print("C kernels: " + ("no C compiler here, torch ops used" if build is None else
                            f"first-use compile {build:.2f} s (then cached per CPU)"))
@@ -339,25 +263,34 @@ def _run(args: argparse.Namespace) -> int:
 def add_command(bench_subparsers) -> None:
     """Register ``rnn`` under ``layernorm bench``."""
     p = bench_subparsers.add_parser(
-        "rnn", help="LN-LSTM/LN-GRU (fused) vs torch.nn.LSTM/GRU: time, ratios, peak memory")
+        "rnn", help="LN-LSTM/LN-GRU (fused) vs torch.nn.LSTM/GRU: time, ratios, peak memory; "
+                    "cells at batch 1 and 32; BN-LSTM vs LN-LSTM")
     p.add_argument("--quick", action="store_true",
                    help="only the main shape (100x32x128x256, 1 layer), 5 rounds")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="TxBxIxH",
-                   help="shapes to run instead of the defaults, e.g. 100x32x128x256")
+                   help="shapes to run instead of the defaults, e.g. 100x32x128x256 (the cell and "
+                        "BN-LSTM tables use the first: T steps, its I and H)")
     p.add_argument("--layers", nargs="+", type=int, default=[1],
                    help="with --shapes: numbers of layers (default 1)")
     p.add_argument("--bidirectional", action="store_true", help="with --shapes: bidirectional")
     p.add_argument("--cells", nargs="+", choices=["lstm", "gru"], default=["lstm", "gru"])
-    p.add_argument("--repeat", type=int, default=None, help="timed rounds (default 7; 5 quick)")
+    p.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES),
+                   help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
+                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM (default: all)")
+    p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),
+                   metavar="B", help="batch sizes of the cell table (default 1 32)")
+    p.add_argument("--repeat", type=_positive, default=None,
+                   help="timed rounds (default 7; 5 quick)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--no-loop", action="store_true",
                    help="skip the (slow) readable-loop rows on the first shape")
     p.add_argument("--no-extras", action="store_true",
-                   help="skip the torch.compile and autocast-bf16 rows on the first shape")
+                   help="skip the torch.compile, autocast-bf16 and bf16 rows on the first shape")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                    help="wall (default) or process CPU time: on a machine shared with other "
                         "jobs, --threads 1 --clock process gives stable ratios")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--json", help="also write the rows (each with its \"table\") to this JSON "
+                                  "file")
     p.set_defaults(func=_run)
