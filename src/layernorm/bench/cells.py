@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .harness import CLOCKS, compare
+from .harness import CLOCKS, compare, module_steps
 
 CELL_BATCHES = (1, 32)
 CELL_COLUMNS = ["cell", "B", "steps", "I", "H", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms",
@@ -75,18 +75,6 @@ def bench_cells(steps: int = 100, input_size: int = 128, hidden_size: int = 256,
     return rows
 
 
-def _module_steps(m: nn.Module, x: torch.Tensor, grad: torch.Tensor):
-    def forward():
-        with torch.no_grad():
-            m(x)
-
-    def train_step():
-        for p in m.parameters():
-            p.grad = None
-        m(x)[0].backward(grad)
-    return forward, train_step
-
-
 def bench_bn_lstm(shape=(100, 32, 128, 256), *, repeat: int = 7, warmup: int = 2,
                   device: str = "cpu", clock: str = "wall") -> list[dict]:
     """BN-LSTM vs LN-LSTM vs torch.nn.LSTM on one (T, B, I, H), training mode; ``ms/step`` is
@@ -101,7 +89,7 @@ def bench_bn_lstm(shape=(100, 32, 128, 256), *, repeat: int = 7, warmup: int = 2
     grad = torch.randn(T, B, H, device=device)
     fns = {}
     for impl, m in impls.items():
-        fns[(impl, "fwd")], fns[(impl, "fb")] = _module_steps(m.to(device).train(), x, grad)
+        fns[(impl, "fwd")], fns[(impl, "fb")] = module_steps(m.to(device).train(), x, grad)
     ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
     ref, ln = "torch.nn.LSTM", "LN-LSTM (norm=layer)"
     return [{"table": "bn", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H,

@@ -3,6 +3,7 @@ rounds after warm-up, ratios against an anchor measured in the same run, and the
 where a table was measured. Never used by tests to assert a speed."""
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -43,6 +44,26 @@ def compare(fns: dict[Hashable, Callable[[], object]], *, warmup: int = 3, repea
             _sync(device)
             times[name].append((clock() - t0) * 1e3)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def module_steps(m, x: torch.Tensor, grad: torch.Tensor, autocast: torch.dtype | None = None):
+    """(forward without grad, training step) of a module called as ``m(x)[0]`` (torch.nn.LSTM's
+    convention); the step sets the parameters' grads to None first, as ``optimizer.zero_grad()``
+    does, and back-propagates ``grad``; both under ``torch.autocast`` to ``autocast`` if given."""
+    def ctx():
+        return torch.autocast(x.device.type, autocast) if autocast else contextlib.nullcontext()
+
+    def forward():
+        with torch.no_grad(), ctx():
+            m(x)
+
+    def train_step():
+        for p in m.parameters():
+            p.grad = None
+        with ctx():
+            out = m(x)[0]
+        out.backward(grad.to(out.dtype))
+    return forward, train_step
 
 
 def ratios(ms: dict[Hashable, float], anchor: Hashable) -> dict[Hashable, float]:

@@ -28,7 +28,6 @@ Implementations:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import time
 import warnings
@@ -39,7 +38,7 @@ from torch import nn
 from .._io import atomic_write_json, format_table
 from .baseline import MISSING, script_ln_lstm
 from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_cells
-from .harness import CLOCKS, compare, machine
+from .harness import CLOCKS, compare, machine, module_steps
 from .memory import peak_memory_mb
 
 # (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
@@ -74,43 +73,26 @@ def _implementations(cell: str, I: int, H: int, layers: int, bidirectional: bool
     return {name: m.to(device) for name, m in impls.items()}
 
 
-def _steps(m, x, grad, autocast: bool = False):
-    """(forward without grad, training step) of module m on x; under autocast when asked."""
-    def ctx():
-        return torch.autocast(x.device.type, _HALF) if autocast else contextlib.nullcontext()
-
-    def forward():
-        with torch.no_grad(), ctx():
-            m(x)
-
-    def train_step():
-        for p in m.parameters():
-            p.grad = None
-        with ctx():
-            out = m(x)[0]
-        out.backward(grad.to(out.dtype))
-    return forward, train_step
-
-
 def _autocast_pair(cell: str, eager: dict, x):
-    """Torch's and our module under autocast bf16: {name: (module, x, autocast?)}; where torch's
-    LSTM has no bf16 autocast kernel here, torch's bf16 module (weights and input in bf16)."""
+    """Torch's and our module under autocast bf16: {name: (module, x, autocast dtype or None)};
+    where torch's LSTM has no bf16 autocast kernel here, torch's bf16 module (weights and input in
+    bf16)."""
     theirs = eager[f"torch.nn.{cell.upper()}"]
     name = f"torch.nn.{cell.upper()} autocast-bf16"
-    pair = {name: (theirs, x, True)}
+    pair = {name: (theirs, x, _HALF)}
     try:
         with torch.no_grad(), torch.autocast(x.device.type, _HALF):
             theirs(x)
     except RuntimeError:
         pair = {f"torch.nn.{cell.upper()} bf16 (no autocast LSTM here)":
-                (copy.deepcopy(theirs).to(_HALF), x.to(_HALF), False)}
-    pair[f"layernorm.{cell.upper()} autocast-bf16"] = (eager[f"layernorm.{cell.upper()}"], x, True)
+                (copy.deepcopy(theirs).to(_HALF), x.to(_HALF), None)}
+    pair[f"layernorm.{cell.upper()} autocast-bf16"] = (eager[f"layernorm.{cell.upper()}"], x, _HALF)
     return pair
 
 
 def _bf16_pair(cell: str, eager: dict, x):
     """Both modules converted to bfloat16, on a bfloat16 input."""
-    return {f"{name} bf16": (copy.deepcopy(eager[name]).to(_HALF), x.to(_HALF), False)
+    return {f"{name} bf16": (copy.deepcopy(eager[name]).to(_HALF), x.to(_HALF), None)
             for name in (f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}")}
 
 
@@ -131,7 +113,7 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
         x = torch.randn(T, B, I, device=device)
         grad = torch.randn(T, B, H * (2 if bidir else 1), device=device)
         anchor, ours = f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}"
-        groups = [{name: (m, x, False) for name, m in impls.items()}]
+        groups = [{name: (m, x, None) for name, m in impls.items()}]
         compile_s = {}
         if extras_on_first and i < len(cells):
             compiled = f"{ours} compiled"
@@ -140,17 +122,17 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
             with warnings.catch_warnings():  # inductor's imports warn about torch.jit
                 warnings.simplefilter("ignore", DeprecationWarning)
                 cm = torch.compile(impls[ours], backend=compile_backend)
-                fwd, step = _steps(cm, x, grad)
+                fwd, step = module_steps(cm, x, grad)
                 step()
                 fwd()
             compile_s[compiled] = time.perf_counter() - t0
-            groups[0][compiled] = (cm, x, False)
+            groups[0][compiled] = (cm, x, None)
             groups.append(_autocast_pair(cell, impls, x))
             groups.append(_bf16_pair(cell, impls, x))
         for g, group in enumerate(groups):
             fns = {}
             for name, (m, xin, ac) in group.items():
-                fns[(name, "fwd")], fns[(name, "fb")] = _steps(m, xin, grad, ac)
+                fns[(name, "fwd")], fns[(name, "fb")] = module_steps(m, xin, grad, ac)
             ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
             mem = {name: peak_memory_mb(fns[(name, "fb")], device) for name in group}
             ref = anchor if g == 0 else next(iter(group))
