@@ -135,9 +135,12 @@ def test_the_torchscript_baseline_is_the_ln_lstm_of_the_reference():
         torch.testing.assert_close(out[:, b], ref, atol=1e-10, rtol=1e-10)
 
 
-def test_bench_rnn_without_the_source_checkout(monkeypatch, tmp_path, capsys):
-    """Installed without tests/: no TorchScript rows, and one line saying why."""
-    monkeypatch.setattr(baseline, "REFERENCE", tmp_path / "absent" / "reference.py")
+@pytest.mark.parametrize("where", ["installed", "no tests folder"])
+def test_bench_rnn_without_the_source_checkout(monkeypatch, tmp_path, capsys, where):
+    """Installed (no checkout around the package) or a checkout without tests/: no TorchScript
+    rows, and one line saying why."""
+    monkeypatch.setattr(baseline, "REFERENCE",
+                        None if where == "installed" else tmp_path / "absent" / "reference.py")
     monkeypatch.delitem(sys.modules, baseline._MODULE, raising=False)
     assert main(["bench", "rnn", *TINY, "--no-loop", "--no-extras", "--cells", "lstm",
                  "--tables", "modules", "--json", str(tmp_path / "r.json")]) == 0

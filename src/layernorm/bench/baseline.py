@@ -13,8 +13,12 @@ import importlib.util
 import sys
 from pathlib import Path
 
-# src/layernorm/bench/baseline.py -> the checkout's root is three folders up from this folder
-REFERENCE = Path(__file__).resolve().parents[3] / "tests" / "reference.py"
+# In the source checkout this file is <root>/src/layernorm/bench/baseline.py, beside
+# <root>/pyproject.toml and <root>/tests/; installed, it sits in site-packages, with neither.
+_ROOT = Path(__file__).resolve().parents[3]
+_IN_CHECKOUT = Path(__file__).resolve().parents[2].name == "src" and \
+    (_ROOT / "pyproject.toml").is_file()
+REFERENCE = _ROOT / "tests" / "reference.py" if _IN_CHECKOUT else None
 MISSING = ("TorchScript LN-LSTM rows left out: they need the source checkout's tests/reference.py "
            "(not part of an installed package)")
 _MODULE = "layernorm_bench_reference"
@@ -24,7 +28,7 @@ def script_ln_lstm():
     """The class ``ScriptLNLSTM`` of ``tests/reference.py``, or None where that file is absent."""
     if _MODULE in sys.modules:
         return sys.modules[_MODULE].ScriptLNLSTM
-    if not REFERENCE.is_file():
+    if REFERENCE is None or not REFERENCE.is_file():
         return None
     spec = importlib.util.spec_from_file_location(_MODULE, REFERENCE)
     module = importlib.util.module_from_spec(spec)
