@@ -295,47 +295,6 @@ def test_modules_fused_path_equals_readable_loop(cls, packed):
         torch.testing.assert_close(a.double(), b, atol=3e-5 * scale, rtol=1e-5, msg=name)
 
 
-def test_bench_rnn_cli_smoke(tmp_path, capsys):
-    """`layernorm bench rnn` on a tiny shape: every implementation measured, ratios, JSON."""
-    import json
-
-    from layernorm.cli import main
-
-    out = tmp_path / "rnn.json"
-    assert main(["bench", "rnn", "--shapes", "3x2x4x8", "--layers", "1", "2", "--repeat", "1",
-                 "--warmup", "0", "--clock", "process", "--no-extras", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
-    impls = {(r["cell"], r["layers"], r["impl"]) for r in rows}
-    for layers in (1, 2):
-        assert {("lstm", layers, "torch.nn.LSTM"), ("lstm", layers, "layernorm.LSTM"),
-                ("lstm", layers, "TorchScript LN-LSTM"), ("gru", layers, "torch.nn.GRU"),
-                ("gru", layers, "layernorm.GRU")} <= impls
-    assert ("lstm", 1, "layernorm loop") in impls
-    for r in rows:
-        assert r["fwd ms"] > 0 and r["fwd+bwd ms"] > 0 and r["peak MB"] > 0
-        anchor = "torch.nn." + r["cell"].upper()
-        if r["impl"] == anchor:
-            assert r["ratio"] == r["fwd ratio"] == r["mem ratio"] == 1.0
-    printed = capsys.readouterr().out
-    assert "fwd+bwd ms" in printed and "TorchScript LN-LSTM" in printed
-    assert "C kernels: " in printed
-
-
-def test_bench_rnn_compile_and_autocast_rows():
-    """The torch.compile row (cold compile seconds, steady time vs the eager module) and the
-    autocast-bf16 rows (ratio against torch's module under autocast, or its bf16 module)."""
-    from layernorm.rnn.bench import bench_rnn
-    rows = bench_rnn(((3, 2, 4, 8, 1, False),), cells=("lstm",), repeat=1, warmup=0,
-                     loop_on_first=False, progress=False, clock="process",
-                     compile_backend="aot_eager")  # (inductor's C++ builds take long here)
-    by_impl = {r["impl"]: r for r in rows}
-    compiled = by_impl["layernorm.LSTM compiled"]
-    assert compiled["compile s"] > 0 and compiled["vs eager"] > 0
-    autocast = [r for r in rows if "bf16" in r["impl"]]
-    assert len(autocast) == 2 and autocast[0]["impl"].startswith("torch.nn.LSTM")
-    assert autocast[0]["ratio"] == 1.0 and autocast[1]["fwd+bwd ms"] > 0
-
-
 def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
     """The C kernels compile on first use into the cache (the compile time is reported by
     ``layernorm bench rnn``), later loads reuse it, and with no working compiler ``load()``

@@ -1,47 +1,13 @@
-"""Timing harness shared by ``layernorm bench`` and ``benchmarks/``: medians over interleaved
-repeats after warm-up, ratios against an anchor measured in the same run. Never used by tests to
-assert a speed."""
+"""``layernorm bench norms``: LayerNorm, BatchNorm and RMSNorm training forward+backward against
+torch's modules of the same norm, one tensor per shape, candidates interleaved (``harness``)."""
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Callable
 
 import torch
 
-from ._io import format_table  # noqa: F401  (its home is the I/O helpers; kept importable here)
-
-
-def _sync(device: torch.device | str | None) -> None:
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 3, repeat: int = 15,
-            device: torch.device | str | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-    """Median milliseconds of each function. Rounds interleave the candidates, in alternating order,
-    so that drift in the machine's speed (other load, frequency) and the order hit all alike.
-    ``clock``: wall time by default; ``time.process_time`` counts only this process's CPU time
-    (stable on a machine shared with other jobs when torch uses one thread)."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    order = list(fns.items())
-    for r in range(repeat):
-        for name, fn in (order if r % 2 == 0 else order[::-1]):
-            _sync(device)
-            t0 = clock()
-            fn()
-            _sync(device)
-            times[name].append((clock() - t0) * 1e3)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
-# format_table: in layernorm._io (imported above), with the other helpers that write output.
-
+from .._io import atomic_write_json, format_table
+from .harness import compare, machine
 
 NORM_SHAPES = ((4096, 1024), (8192, 4096), (65536, 128))  # LayerNorm rows
 STAT_SHAPES = ((8192, 1024), (65536, 128))  # BatchNorm and RMSNorm rows
@@ -77,7 +43,7 @@ def bench_norms(shapes=NORM_SHAPES, *, repeat: int = 15, device: str = "cpu",
            same tensor (column "vs torch.nn.LayerNorm")
 
     batch and rms use ``stat_shapes``. Ratios are to torch's module, measured in the same run."""
-    from .norms import BatchNorm, LayerNorm, RMSNorm
+    from ..norms import BatchNorm, LayerNorm, RMSNorm
     kw = {"device": device, "dtype": dtype}
     rows = []
     for norm in norms:
@@ -104,19 +70,23 @@ def bench_norms(shapes=NORM_SHAPES, *, repeat: int = 15, device: str = "cpu",
     return rows
 
 
-def _run_norms(args: argparse.Namespace) -> int:
-    import os
+def _parse_shape(s: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(v) for v in s.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) < 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected a shape NxH of sizes >= 1 such as 4096x1024, "
+                                         f"received {s!r}")
+    return shape
 
-    from ._io import atomic_write_json
-    shapes = tuple(tuple(int(d) for d in s.split("x")) for s in args.shapes) if args.shapes \
-        else None
+
+def _run(args: argparse.Namespace) -> int:
+    shapes = tuple(args.shapes) if args.shapes else None
     rows = bench_norms(shapes or NORM_SHAPES, repeat=args.repeat, device=args.device,
                        norms=args.norms, stat_shapes=shapes or STAT_SHAPES)
-    load = ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) \
-        if hasattr(os, "getloadavg") else ""
     print(f"Norms, training forward+backward, fp32, {args.device}, median of {args.repeat} "
-          f"interleaved rounds (torch {torch.__version__}, {torch.get_num_threads()} threads"
-          f"{load}); ratio: to the torch module of the same norm")
+          f"interleaved rounds ({machine()}); ratio: to the torch module of the same norm")
     columns = ["norm", "shape", "impl", "fwd+bwd ms", "ratio"]
     if any("vs torch.nn.LayerNorm" in r for r in rows):
         columns.append("vs torch.nn.LayerNorm")
@@ -126,18 +96,16 @@ def _run_norms(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
-    p = sub.add_parser("bench", help="speed benchmarks (ratios against torch in the same run)")
-    bsub = p.add_subparsers(dest="bench", required=True)
-    n = bsub.add_parser("norms", help="LayerNorm, BatchNorm, RMSNorm forward+backward vs torch's")
-    n.add_argument("--shapes", nargs="+", metavar="NxH", help="shapes, e.g. 4096x1024 (default: "
-                   "4096x1024 8192x4096 65536x128 for LayerNorm, 8192x1024 65536x128 for the "
-                   "others)")
+def add_command(bench_subparsers) -> None:
+    """Register ``norms`` under ``layernorm bench``."""
+    n = bench_subparsers.add_parser(
+        "norms", help="LayerNorm, BatchNorm, RMSNorm forward+backward vs torch's")
+    n.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="NxH",
+                   help="shapes, e.g. 4096x1024 (default: 4096x1024 8192x4096 65536x128 for "
+                        "LayerNorm, 8192x1024 65536x128 for the others)")
     n.add_argument("--norms", nargs="+", choices=NORM_KINDS, default=list(NORM_KINDS),
                    help="which norms to time (default: all)")
     n.add_argument("--repeat", type=int, default=15)
     n.add_argument("--device", default="cpu")
     n.add_argument("--json", help="also write the rows to this JSON file")
-    n.set_defaults(func=_run_norms)
-    from .rnn.bench import add_command as add_rnn_command  # `layernorm bench rnn`
-    add_rnn_command(bsub)
+    n.set_defaults(func=_run)

@@ -1,0 +1,178 @@
+"""``layernorm bench``: the harness's interleaving, the rows and ratio columns of every table (tiny
+shapes, one round: structure only, never a speed), the TorchScript baseline's equations, and the
+command from an installation without the source checkout's tests/."""
+from __future__ import annotations
+
+import json
+import math
+import runpy
+import sys
+
+import pytest
+import torch
+
+from layernorm.bench import baseline, compare, ratios
+from layernorm.bench.cells import bench_bn_lstm, bench_cells
+from layernorm.bench.rnn import bench_rnn
+from layernorm.cli import main
+from tests.reference import ScriptLNLSTM, ref_recurrent
+
+TINY = ["--shapes", "3x2x4x8", "--repeat", "1", "--warmup", "0", "--clock", "process"]
+
+
+def _finite(*values) -> bool:
+    return all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in values)
+
+
+def test_compare_interleaves_in_alternating_order_and_takes_medians():
+    calls, now = [], [0.0]
+
+    def fn(name, cost):
+        def run():
+            calls.append(name)
+            now[0] += cost
+        return run
+    ms = compare({"a": fn("a", 1.0), "b": fn("b", 3.0)}, warmup=1, repeat=3,
+                 clock=lambda: now[0] / 1e3)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]   # warm-up, then a b / b a / a b
+    assert ms == {"a": 1.0, "b": 3.0}
+    assert ratios(ms, "a") == {"a": 1.0, "b": 3.0}
+    with pytest.raises(ValueError, match="repeat >= 1"):
+        compare({"a": fn("a", 1.0)}, repeat=0)
+
+
+def test_bench_rnn_cli_smoke(tmp_path, capsys):
+    """`layernorm bench rnn` on a tiny shape: every table, every implementation measured, ratio
+    columns finite, torch's rows at 1.0, the JSON holds what was printed."""
+    out = tmp_path / "rnn.json"
+    assert main(["bench", "rnn", *TINY, "--layers", "1", "2", "--no-extras",
+                 "--cell-batches", "1", "2", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert {r["table"] for r in rows} == {"modules", "cells", "bn"}
+    modules = [r for r in rows if r["table"] == "modules"]
+    impls = {(r["cell"], r["layers"], r["impl"]) for r in modules}
+    for layers in (1, 2):
+        assert {("lstm", layers, "torch.nn.LSTM"), ("lstm", layers, "layernorm.LSTM"),
+                ("lstm", layers, "TorchScript LN-LSTM"), ("gru", layers, "torch.nn.GRU"),
+                ("gru", layers, "layernorm.GRU")} <= impls
+    assert ("lstm", 1, "layernorm loop") in impls
+    for r in modules:
+        assert _finite(r["fwd ms"], r["fwd+bwd ms"], r["peak MB"], r["ratio"], r["fwd ratio"],
+                       r["mem ratio"])
+        if r["impl"] == "torch.nn." + r["cell"].upper():
+            assert r["ratio"] == r["fwd ratio"] == r["mem ratio"] == 1.0
+
+    cells = {(r["cell"], r["B"], r["impl"]): r for r in rows if r["table"] == "cells"}
+    assert set(cells) == {(c, B, f"{lib}.{name}") for c, name in (("lstm", "LSTMCell"),
+                                                                   ("gru", "GRUCell"))
+                          for B in (1, 2) for lib in ("torch.nn", "layernorm")}
+    for (cell, B, impl), r in cells.items():
+        assert r["steps"] == 3 and (r["I"], r["H"]) == (4, 8)
+        assert _finite(r["fwd ms"], r["fwd+bwd ms"], r["fwd ratio"], r["ratio"])
+        if impl.startswith("torch.nn."):
+            assert r["ratio"] == r["fwd ratio"] == 1.0
+
+    bn = {r["impl"]: r for r in rows if r["table"] == "bn"}
+    assert set(bn) == {"torch.nn.LSTM", "LN-LSTM (norm=layer)", "BN-LSTM (norm=batch)"}
+    for r in bn.values():
+        assert _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"], r["ms/step"], r["vs LN-LSTM"])
+        assert r["ms/step"] == pytest.approx(r["fwd+bwd ms"] / 3)
+    assert bn["torch.nn.LSTM"]["ratio"] == bn["LN-LSTM (norm=layer)"]["vs LN-LSTM"] == 1.0
+
+    printed = capsys.readouterr().out
+    for words in ("fwd+bwd ms", "TorchScript LN-LSTM", "layernorm.GRUCell", "BN-LSTM (norm=batch)",
+                  "ms/step", "vs LN-LSTM", "load average", "C kernels: "):
+        assert words in printed, words
+
+
+def test_bench_rnn_compile_autocast_and_bf16_rows():
+    """The torch.compile row (cold compile seconds, steady time vs the eager module), the
+    autocast-bf16 rows (ratio against torch's module under autocast, or its bf16 module) and the
+    bf16 module rows (ratio against torch's bf16 module)."""
+    rows = bench_rnn(((3, 2, 4, 8, 1, False),), cells=("lstm",), repeat=1, warmup=0,
+                     loop_on_first=False, progress=False, clock="process",
+                     compile_backend="aot_eager")  # (inductor's C++ builds take long here)
+    by_impl = {r["impl"]: r for r in rows}
+    compiled = by_impl["layernorm.LSTM compiled"]
+    assert compiled["compile s"] > 0 and compiled["vs eager"] > 0
+    autocast = [r for r in rows if "autocast" in r["impl"]]
+    assert len(autocast) == 2 and autocast[0]["impl"].startswith("torch.nn.LSTM")
+    assert autocast[0]["ratio"] == 1.0 and autocast[1]["fwd+bwd ms"] > 0
+    assert by_impl["torch.nn.LSTM bf16"]["ratio"] == 1.0
+    ours = by_impl["layernorm.LSTM bf16"]
+    assert _finite(ours["ratio"], ours["fwd ratio"], ours["peak MB"])
+
+
+def test_cell_and_bn_tables_alone():
+    rows = bench_cells(2, 3, 5, batches=(1,), cells=("gru",), repeat=1, warmup=0)
+    assert [r["impl"] for r in rows] == ["torch.nn.GRUCell", "layernorm.GRUCell"]
+    rows = bench_bn_lstm((2, 3, 4, 5), repeat=1, warmup=0)
+    assert [r["impl"] for r in rows][0] == "torch.nn.LSTM" and len(rows) == 3
+
+
+def test_the_torchscript_baseline_is_the_ln_lstm_of_the_reference():
+    """The baseline times the same equations (paper section 3.1): a 2-layer bidirectional
+    ScriptLNLSTM in float64 against ``ref_recurrent``, example by example."""
+    T, B, I, H = 4, 2, 3, 5
+    m = ScriptLNLSTM(I, H, num_layers=2, bidirectional=True).double()
+    with torch.no_grad():
+        for p in m.parameters():             # gains and biases away from 1 and 0
+            p.add_(torch.randn_like(p) * 0.3)
+    x = torch.randn(T, B, I, dtype=torch.float64)
+    out = m(x)[0]
+    layers = []
+    for layer in range(2):
+        dirs = []
+        for d in range(2):
+            c = m.layers[layer * 2 + d].cell
+            dirs.append({"W_x": c.weight_ih, "W_h": c.weight_hh, "g_x": c.gain_ih,
+                         "b_x": c.bias_ih, "g_h": c.gain_hh, "b_h": c.bias_hh, "g_c": c.gain_c,
+                         "b_c": c.bias_c})
+        layers.append(dirs)
+    for b in range(B):
+        ref = ref_recurrent("LSTM", x[:, b].detach(), [[{k: v.detach() for k, v in p.items()}
+                                                       for p in dirs] for dirs in layers])[0]
+        torch.testing.assert_close(out[:, b], ref, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("where", ["installed", "no tests folder"])
+def test_bench_rnn_without_the_source_checkout(monkeypatch, tmp_path, capsys, where):
+    """Installed (no checkout around the package) or a checkout without tests/: no TorchScript
+    rows, and one line saying why."""
+    monkeypatch.setattr(baseline, "REFERENCE",
+                        None if where == "installed" else tmp_path / "absent" / "reference.py")
+    monkeypatch.delitem(sys.modules, baseline._MODULE, raising=False)
+    assert main(["bench", "rnn", *TINY, "--no-loop", "--no-extras", "--cells", "lstm",
+                 "--tables", "modules", "--json", str(tmp_path / "r.json")]) == 0
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert {r["impl"] for r in rows} == {"torch.nn.LSTM", "layernorm.LSTM"}
+    assert baseline.MISSING in capsys.readouterr().out
+
+
+def test_python_dash_m_layernorm_bench(monkeypatch, capsys):
+    """``python -m layernorm.bench ...`` is ``layernorm bench ...``; a bad value: exit 2, one
+    line."""
+    def run(*argv):
+        monkeypatch.setattr(sys, "argv", ["layernorm.bench", *argv])
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_module("layernorm.bench", run_name="__main__", alter_sys=True)
+        return stop.value.code
+    assert run("norms", "--shapes", "8x4", "--norms", "layer", "--repeat", "1") == 0
+    assert "layernorm.LayerNorm" in capsys.readouterr().out
+    assert run("rnn", "--cell-batches", "0") == 2
+    err = capsys.readouterr().err
+    assert "expected a positive integer" in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_the_benchmarks_sit_above_the_library():
+    """Nothing below the benchmarks imports them (the command line loads them by name), and they
+    import no command of their own layer but the command line's entry point."""
+    from tests.test_layers import import_graph
+    graph = import_graph()
+    bench = {m for m in graph if m == "layernorm.bench" or m.startswith("layernorm.bench.")}
+    assert {"layernorm.bench.harness", "layernorm.bench.rnn", "layernorm.bench.cells"} <= bench
+    for module, targets in graph.items():
+        if module not in bench:
+            assert not targets & bench, f"{module} imports the benchmarks: {targets & bench}"
+    assert "layernorm.bench.rnn" not in graph["layernorm.rnn"]
+    assert graph["layernorm.bench.harness"] == set(), "the harness needs nothing of the package"
