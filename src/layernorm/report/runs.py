@@ -1,5 +1,5 @@
 """Reading a ``layernorm reproduce`` output directory: every file the report looks at is read
-here, once, into ``Inputs``; the claims (``claims.py``) only see what this module returns.
+here, once, into ``Inputs``; the claims (``claims/``) only see what this module returns.
 
     DIR/runs/**/config.json, metrics.jsonl, done     one directory per training run (the runner's)
     DIR/runs/**/env.json                              versions, device (optional)
