@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..runs import Inputs, Run
 from ..scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, LAST_K, PP, _fmt_range, _seeds_text,
-                       _uses_pop, error_key, late_change, seq_len, updates)
+                       error_key, has, late_change, seq_len, updates)
 from ...verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, Verdict
 from .sources import PAPER_SETTINGS
 
@@ -37,6 +37,9 @@ DRAW_MARGIN = 0.1           # DRAW: LN's bound lower by >= 0.1 nats per image (p
 HW_MARGIN = 0.02            # handwriting: LN's final NLL no worse than LSTM's by > 0.02 nats/point
 BPC_MARGIN = 0.01           # char-LM: lower by >= 0.01 bits per character
 BAD_LOSS = 1e6              # a diverged run's (NaN) loss: worse than any trained run
+#                             The char-LM's 5-way completion accuracy uses BEATS_MARGIN (0.5 pp).
+RECALL_MARGIN = 0.5         # 6.1 order embeddings: LN-GRU's recall (percent) higher by >= 0.5
+#                             points, as "beats" on an error
 
 # Distributed checks (``checks.ddp_tolerance``): float rounding of the reordered sums.
 DDP_REL_TOL = 1e-4          # "identical": max |param diff| <= 1e-4 * max(1, max |param|)
@@ -99,6 +102,15 @@ def _need(groups: dict[str, list[Run]]) -> str | None:
     return f"missing finished runs for: {', '.join(missing)}" if missing else None
 
 
+def absent(inp: Inputs, experiment: str, what: str) -> ClaimResult:
+    """"Not run": no finished run of ``experiment`` at all (``what`` says what it would run),
+    with the reason ``layernorm reproduce`` recorded for leaving it out, when it did."""
+    recorded = inp.meta.get("not_run")
+    reason = recorded.get(experiment) if isinstance(recorded, dict) else None
+    return not_run(f"no finished runs of `{experiment}` ({what})" + (f"; {reason}" if reason
+                                                                      else ""))
+
+
 # ---------------------------------------------------------------------------------------------
 # How a claim could be wrong
 
@@ -146,11 +158,16 @@ def _budget(inp: Inputs, experiment: str, runs: list[Run]) -> str:
 
 
 def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict: Verdict, *,
-              extra: tuple[str, ...] = (), late: tuple | None = None) -> list[str]:
+              extra: tuple[str, ...] = (), late: tuple | None = None, rising: bool = False,
+              scored: str | None = None,
+              bn_fields: tuple[str, str] = (F_ERROR_FAIR, F_ERROR)) -> list[str]:
     """The lines that say how a claim's verdict could be wrong: the settings (vs the paper), the
     update counts and seeds of each arm, how BN was scored, the interval. ``late``: (key, what,
-    scale, unit, threshold) of a loss-scored claim, whose late change is read on that loss
-    instead of the test error."""
+    scale, unit, threshold) of a claim scored on another field than the test error, whose late
+    change is read on that field (``rising``: higher is better, as a recall or an accuracy).
+    ``scored``: how each run was scored, when not on the mean of its last evaluations.
+    ``bn_fields``: the fields of a BN arm's score with population statistics and with its
+    running averages (EMA)."""
     runs = [r for rs in arms.values() for r in rs]
     out = [_settings(runs, experiment)] if runs else []
     out.append(_budget(inp, experiment, runs) + ". Updates per arm: " + "; ".join(
@@ -162,13 +179,14 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
             changes[name] = sum(ch) / len(ch)
     if changes and late:
         _, what, scale, unit, thr = late
-        falling = [n for n, c in changes.items() if c <= -thr]
+        falling = [n for n, c in changes.items() if (c >= thr if rising else c <= -thr)]
+        how = "rising" if rising else "falling"
         out.append(f"{what[:1].upper() + what[1:]} from the third to the last quarter of updates "
                    f"(mean over seeds): " + "; ".join(f"{n} {c * scale:+.3g}{unit}" for n, c in
                                                       changes.items()) + ". "
-                   + (f"Still falling by ≥ {thr * scale:g}{unit} (the claim's margin), maybe "
+                   + (f"Still {how} by ≥ {thr * scale:g}{unit} (the claim's margin), maybe "
                       f"undertrained: {', '.join(falling)}." if falling else
-                      f"No arm still falling by ≥ {thr * scale:g}{unit} (the claim's margin)."))
+                      f"No arm still {how} by ≥ {thr * scale:g}{unit} (the claim's margin)."))
     elif changes:
         late = changes
         falling = [n for n, c in late.items() if c <= -STILL_FALLING]
@@ -185,13 +203,15 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
         out.append("Seeds: " + "; ".join(f"{k} {_seeds_text(v)}" for k, v in seeds.items()))
     bn = [r for r in runs if r.norm == "batch"]
     if bn:
-        if _uses_pop(bn):
+        fair, ema = bn_fields
+        if all(has(r, fair) and r.rows[-1].get(F_BN_SCORING) == "population" for r in bn):
+            whose = "the runner's " if ema == F_ERROR else ""
             out.append(f"Batch norm scored with population statistics recomputed by one pass "
-                       f"over a training sample (`{F_ERROR_FAIR}`); the score with its running "
-                       f"averages (EMA, the runner's `{F_ERROR}`) is in the table as “EMA”.")
+                       f"over a training sample (`{fair}`); the score with its running "
+                       f"averages (EMA, {whose}`{ema}`) is in the table as “EMA”.")
         else:
             out.append(f"Batch norm scored with its running averages (EMA, momentum 0.1): these "
-                       f"runs carry no population-statistics score (`{F_ERROR_FAIR}` with "
+                       f"runs carry no population-statistics score (`{fair}` with "
                        f"`{F_BN_SCORING}` = population), which can be much lower.")
     ivs = [p.interval for p in _leaves(verdict) if p.interval is not None]
     if ivs:
@@ -199,8 +219,8 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
         dfs = sorted({f"{iv.df:.3g}" for iv in ivs}, key=float)
         varies = all(_split_varies(r) for r in runs)
         out.append(f"Interval: {LEVEL:.0%} {' / '.join(kinds)} t-interval of the difference "
-                   f"(df {', '.join(dfs)}); each run scored on the mean of its last {LAST_K} "
-                   f"evaluations. " + (
+                   f"(df {', '.join(dfs)}); each run scored "
+                   + (scored or f"on the mean of its last {LAST_K} evaluations") + ". " + (
                        "The test split varies with the seed, so test-set sampling noise is in "
                        "the interval." if varies else
                        "Every seed is scored on the same test split: the interval holds the "

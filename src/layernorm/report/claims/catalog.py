@@ -9,7 +9,8 @@ from .base import (MIN_HIDDEN_T, SUFFERS_MARGIN, CHECK, COMPOSITE, Claim, ClaimR
 from .checks import claim_batch_split, claim_curvature, claim_lr_decay, claim_table1
 from .feedforward import (claim_beats, claim_bn_collapse, claim_bn_suffers,
                           claim_ln_faster_than_bn, claim_ln_stable)
-from .paper import paper_claims
+from .order import ORDER_EXPERIMENT, claim_order_recall, claim_order_sooner
+from .paper import full_forms_run, paper_claims
 from .rnn import (claim_gain_init, claim_rnn_best, claim_rnn_fastest, claim_rnn_hidden_stable)
 
 RNN_EXPERIMENTS = ("rnn_norms", "rnn_downloads")
@@ -23,10 +24,11 @@ DDP_SECTION = "Distributed: 1 process x batch 8 vs 2 processes x 4"
 
 
 def claims_for_tasks(rnn_tasks: list[tuple[str, str]],
-                     stability_tasks: list[tuple[str, str]] = ((STABILITY_EXPERIMENT, "adding"),)
-                     ) -> list[Claim]:
+                     stability_tasks: list[tuple[str, str]] = ((STABILITY_EXPERIMENT, "adding"),),
+                     full_forms: tuple[str, ...] = ()) -> list[Claim]:
     """All claims; RNN claims are made for every (experiment, task) given: convergence and
-    accuracy for ``rnn_tasks``, hidden-state stability for ``stability_tasks``."""
+    accuracy for ``rnn_tasks``, hidden-state stability for ``stability_tasks``; section 6
+    claims on the downloaded full forms of the experiments in ``full_forms``."""
     mlp, cnn, gain = "mlp_batch_size", "cnn_batch_size", "lstm_gain_init"
     s66, s67 = "6.6 batch-size sensitivity", "6.7 ConvNets + summary B's CNN claim"
     out = [
@@ -52,7 +54,16 @@ def claims_for_tasks(rnn_tasks: list[tuple[str, str]],
               "collapses at 1 and 4, LN stays stable” (ConvNet)", cnn, None, s67, COMPOSITE,
               ("6.7-bn-ln", "cnn-bn-collapse", "cnn-ln-stable")),
     ]
-    out += paper_claims()
+    s61 = "6.1 order embeddings (reduced form)"
+    out += [
+        Claim("6.1-order-recall", "paper 6.1", "“order embeddings with an LN-GRU caption encoder "
+              "reach a higher recall” (R@1 and R@10, caption and image retrieval)",
+              ORDER_EXPERIMENT, claim_order_recall, s61),
+        Claim("6.1-order-sooner", "paper 6.1", "“… and their best validation model in 60% of "
+              "the time” (updates to the best validation model, LN-GRU vs GRU)",
+              ORDER_EXPERIMENT, claim_order_sooner, s61),
+    ]
+    out += paper_claims(full_forms)
     for rnn, t in rnn_tasks:
         name = TASK_NAMES.get(t, t)
         sec = f"RNNs: LSTM vs BN-LSTM vs LN-LSTM on {name}"
@@ -102,7 +113,7 @@ def claims_for(inp: Inputs) -> list[Claim]:
     tasks += [p for p in DOWNLOAD_TASKS if p not in tasks]
     stable = sorted({(r.experiment, r.task) for r in inp.runs
                      if r.experiment == STABILITY_EXPERIMENT}) or [(STABILITY_EXPERIMENT, "adding")]
-    return claims_for_tasks(tasks, stable)
+    return claims_for_tasks(tasks, stable, full_forms_run(inp))
 
 
 def composite(claim: Claim, parts: list[ClaimResult]) -> ClaimResult:

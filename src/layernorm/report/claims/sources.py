@@ -26,6 +26,9 @@ PAPER_SETTINGS = {
                          "output, IAM-OnDB (12k sequences of length ~700), batch 8, Adam 1e-4",
     "paper_charlm": "summary B: LSTM vs BN-LSTM vs LN-LSTM on MSR Sentence Completion "
                     "(a character-level LM on the standard library's docstrings stands in)",
+    "paper_order": "paper 6.1: order embeddings (Vendrov et al. 2016), GRU vs LN-GRU sentence "
+                   "encoder (1024 units, 300-d word vectors), VGG image features, MS-COCO (1k "
+                   "test images), Adam 1e-3, batch 128",
 }
 
 PAPER_NUMBERS = {
@@ -38,19 +41,44 @@ PAPER_NUMBERS = {
                          "much faster, with about the same final value, IAM-OnDB",
     "paper_charlm": "summary B: LN-LSTM converges fastest and reaches the best accuracy on MSR "
                     "Sentence Completion (no bits-per-character number is given)",
+    "paper_charlm_completion": "summary B: LN-LSTM reaches the best accuracy on the MSR Sentence "
+                               "Completion Challenge (no number is given; 5 candidates per "
+                               "question, chance 20%)",
+    "paper_order": "paper (Table 2): caption retrieval R@1 46.6 -> 48.5, image retrieval R@1 "
+                   "37.8 -> 38.9 (GRU -> LN-GRU, MS-COCO 1k test images); LN-GRU's best "
+                   "validation model in about 60% of the baseline's training time",
 }
 
 # What runs here instead, printed after the paper's number ("paper: ...; here: ... (DATA_HERE)").
 DATA_HERE = {"paper_draw": "8x8 binarized digits, DRAW without attention",
              "paper_reader": "a generated cloze task",
              "paper_handwriting": "generated pen strokes",
-             "paper_charlm": "the standard library's docstrings"}
+             "paper_charlm": "the standard library's docstrings",
+             "paper_charlm_completion": "5-way completion questions built from held-out "
+                                        "docstrings of the standard library",
+             "paper_order": "the 8x8 digits paired with generated captions"}
+
+# The downloaded full forms (``layernorm reproduce --full``): experiment -> its dataset, and what
+# that data is. Judged apart from the embedded form when their runs exist, else listed under
+# "Not run".
+FULL_FORMS = {
+    "paper_draw": ("binarized-mnist", "binarized MNIST 28x28 (the fixed binarization of "
+                                      "Salakhutdinov & Murray 2008, 50k / 10k / 10k images)"),
+    "paper_reader": ("cnn-questions", "the CNN questions of the DeepMind Q&A corpus (Hermann et "
+                                      "al. 2015)"),
+}
 
 # Experiments of the paper's section 6 with no runs at all, and why (listed under "Not run").
 PAPER_NOT_RUN = {
     "skip-thoughts (6.3)": "needs BookCorpus (11k books, not redistributable) and ~1M updates; "
                            "no embedded stand-in is built",
-    "order embeddings (6.1)": "needs MS-COCO images and captions; the embedded stand-in (digits "
-                              "images with generated captions) is not built yet",
+    "order embeddings on MS-COCO (6.1)": "the paper's data (MS-COCO captions with VGG image "
+                                         "features, Vendrov et al. 2016) has no stable public "
+                                         "download of the extracted features; `paper_order` "
+                                         "runs the embedded stand-in (the digits with generated "
+                                         "captions) at every preset",
+    "handwriting on IAM-OnDB (6.5)": "IAM-OnDB is a registration-only data set (no download "
+                                     "without an account); `paper_handwriting` runs generated "
+                                     "pen strokes at every preset",
 }
 
