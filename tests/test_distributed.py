@@ -86,9 +86,9 @@ def spawn(fn, world_size: int, *args) -> list[int]:
         return [p.exitcode for p in procs]
 
 
-# --- ddp-batch-split through the real CLI: 1 process here, 2 processes spawned ------------------
+# --- ddp_batch_split through the real CLI: 1 process here, 2 processes spawned ------------------
 
-RUN = ["run", "ddp-batch-split", "--preset", "tiny", "--no-progress"]
+RUN = ["run", "ddp_batch_split", "--preset", "tiny", "--no-progress"]
 RUNS = ("layer-bs8-seed0", "batch-bs8-seed0", "batch-syncbn-bs8-seed0")
 
 
@@ -127,7 +127,7 @@ def _rows(run_dir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """ddp-batch-split (tiny) on 1 process x 8, then on 2 processes x 4 twice: the first launch
+    """ddp_batch_split (tiny) on 1 process x 8, then on 2 processes x 4 twice: the first launch
     loses rank 1 in step 5 of its first run, the same command again resumes and finishes. Rank 1
     gets its own --out, as a node without the shared filesystem would: it must never write there,
     and resumes from what rank 0 read."""
@@ -137,7 +137,7 @@ def runs(tmp_path_factory):
         for key in D.ENV_VARS:
             mp.delenv(key, raising=False)
         assert main(RUN + ["--out", str(out)]) == 0
-    exp = out / "ddp-batch-split"
+    exp = out / "ddp_batch_split"
     killed = exp / f"{RUNS[0]}-w2"
     codes = spawn(_cli_worker, 2, [str(out), str(out_rank1)], 5)
     assert codes[1] == 3, f"rank 1 should have died at its 5th step (exit 3), exit codes {codes}"
@@ -165,7 +165,7 @@ def test_batch_split_ln_identical_bn_differs_syncbn_identical(runs):
 
 def test_report_judges_the_real_pairs(runs):
     """The reproduction report's distributed section, on these real runs (they sit in
-    ROOT/runs/ddp-batch-split, where the report of ROOT looks): all three facts supported."""
+    ROOT/runs/ddp_batch_split, where the report of ROOT looks): all three facts supported."""
     from layernorm.report import build_report
     root = runs[0].parent.parent
     build_report(root)

@@ -77,9 +77,9 @@ def test_no_runs_is_not_run_with_the_commands(tmp_path):
     assert {c: s[c]["verdict"] for c in DDP_CLAIMS} == dict.fromkeys(DDP_CLAIMS, R.NOT_RUN)
     md = (tmp_path / "report.md").read_text()
     runs = tmp_path / "runs"
-    assert (f"`torchrun --nproc-per-node 2 -m layernorm run ddp-batch-split --preset tiny "
+    assert (f"`torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --preset tiny "
             f"--out {runs}`") in md
-    assert f"`layernorm run ddp-batch-split --preset tiny --out {runs}`" in md
+    assert f"`layernorm run ddp_batch_split --preset tiny --out {runs}`" in md
     # a single-process run without its torchrun partner is still "not run"
     write_pair(tmp_path, "layer", "layer", 0.0)
     (runs / R.DDP_EXPERIMENT / "layer-w2" / "done").unlink()

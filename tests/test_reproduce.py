@@ -57,7 +57,7 @@ def test_tiny_preset_runs_every_experiment_kind_and_builds_report(tiny_out):
     # the batch split (1 vs 2 processes, started by reproduce itself) is measured, not "not run"
     ddp = {k: summary[k] for k in ("ddp-ln", "ddp-bn", "ddp-bn-sync")}
     assert "not run" not in ddp.values(), ddp
-    assert (tiny_out / "runs/ddp-batch-split/layer-bs8-seed0-w2/done").exists()
+    assert (tiny_out / "runs/ddp_batch_split/layer-bs8-seed0-w2/done").exists()
     assert summary["rnn-best-imdb"] == "not run"
 
 

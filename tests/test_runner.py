@@ -1,6 +1,7 @@
 """The experiment runner: determinism, resume after kill -9, run-directory safety, the CLI."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -277,23 +278,23 @@ def test_failed_run_is_reported_and_the_others_continue(tmp_path):
 def test_cli_list_and_run_and_rerun(tmp_path, capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "digits-mlp" in out and "[6.6]" in out and "mnist1d" in out and "embedded" in out
-    args = ["run", "digits-mlp", "--preset", "tiny", "--out", str(tmp_path), "--no-progress"]
+    assert "digits_mlp" in out and "[6.6]" in out and "mnist1d" in out and "embedded" in out
+    args = ["run", "digits_mlp", "--preset", "tiny", "--out", str(tmp_path), "--no-progress"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "2 trained, 0 reused, 0 failed" in out
     assert main(args + ["--norm", "layer", "rms"]) == 0
     assert "1 trained, 1 reused, 0 failed" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "digits-mlp").iterdir() if p.is_dir()) == [
+    assert sorted(p.name for p in (tmp_path / "digits_mlp").iterdir() if p.is_dir()) == [
         "batch-bs32-seed0", "layer-bs32-seed0", "rms-bs32-seed0"]
 
 
 @pytest.mark.parametrize("argv, message", [
     (["run", "nope"], "unknown experiment 'nope'"),
-    (["run", "digits-mlp", "--norm", "group"], "--norm: invalid choice: 'group'"),
-    (["run", "digits-mlp", "--batch-size", "0"], "--batch-size: expected an integer >= 1"),
-    (["run", "digits-mlp", "--jobs", "0"], "--jobs: expected an integer >= 1"),
-    (["run", "digits-mlp", "--batch-size", "8"], "would share the run directory"),
+    (["run", "digits_mlp", "--norm", "group"], "--norm: invalid choice: 'group'"),
+    (["run", "digits_mlp", "--batch-size", "0"], "--batch-size: expected an integer >= 1"),
+    (["run", "digits_mlp", "--jobs", "0"], "--jobs: expected an integer >= 1"),
+    (["run", "digits_mlp", "--batch-size", "8"], "would share the run directory"),
 ])
 def test_cli_bad_input_exits_2_with_a_message(argv, message, capsys, tmp_path):
     assert main(argv + ["--out", str(tmp_path)]) == 2
@@ -312,16 +313,16 @@ def test_cli_parallel_jobs_match_sequential(tmp_path):
     # Workers get cpu_count // jobs threads; numbers are bit-identical at equal thread counts, so
     # compare with this process's single-thread sequential run on a 2-core machine only.
     args = ["--preset", "tiny", "--no-progress", "--steps", "15"]
-    assert main(["run", "digits-mlp", "--out", str(tmp_path / "seq")] + args) == 0
+    assert main(["run", "digits_mlp", "--out", str(tmp_path / "seq")] + args) == 0
     env = {**os.environ, "PYTHONPATH": SRC}
-    par = subprocess.run([sys.executable, "-m", "layernorm", "run", "digits-mlp", "--out",
+    par = subprocess.run([sys.executable, "-m", "layernorm", "run", "digits_mlp", "--out",
                           str(tmp_path / "par"), "--jobs", "2"] + args, env=env,
                          capture_output=True, text=True, timeout=120)
     assert par.returncode == 0, par.stderr
     assert "2 trained" in par.stdout
     for name in ("layer-bs32-seed0", "batch-bs32-seed0"):
-        seq = read_metrics(tmp_path / "seq" / "digits-mlp" / name)
-        got = read_metrics(tmp_path / "par" / "digits-mlp" / name)
+        seq = read_metrics(tmp_path / "seq" / "digits_mlp" / name)
+        got = read_metrics(tmp_path / "par" / "digits_mlp" / name)
         if (os.cpu_count() or 1) // 2 == 1:
             assert _columns(got) == _columns(seq)
         else:
@@ -360,7 +361,7 @@ def test_workers_end_when_the_parent_is_terminated(tmp_path):
     """SIGTERM to `layernorm run --jobs 2` runs no clean-up in the parent; its workers must not
     train on unattended (they end themselves; the runs resume from their checkpoints)."""
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.Popen([sys.executable, "-m", "layernorm", "run", "digits-mlp", "--out",
+    proc = subprocess.Popen([sys.executable, "-m", "layernorm", "run", "digits_mlp", "--out",
                              str(tmp_path), "--jobs", "2", "--preset", "quick", "--no-progress"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -445,3 +446,16 @@ def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and
         read_metrics(run)
     path.write_text(good[0] + "\n" + good[1] + "\n" + good[2][:25])   # torn last line: a kill
     assert [r["step"] for r in read_metrics(run)] == [10, 20]
+
+
+def test_experiment_names_are_snake_case_and_old_names_resolve():
+    """One naming rule for experiments (datasets keep their dashed names); the dashed names of
+    earlier releases still find their experiment."""
+    from layernorm.experiments import EXPERIMENTS, get_experiment, load_registered
+    from layernorm.experiments.registry import EXPERIMENT_ALIASES
+    import layernorm.cli  # noqa: F401  (declares every plugin module)
+    load_registered()
+    ours = [n for n, e in EXPERIMENTS.items() if e.make_configs.__module__.startswith("layernorm.")]
+    assert len(ours) >= 8 and all(re.fullmatch(r"[a-z0-9_]+", n) for n in ours), sorted(ours)
+    for old, new in EXPERIMENT_ALIASES.items():
+        assert get_experiment(old) is get_experiment(new) is EXPERIMENTS[new]

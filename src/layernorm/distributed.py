@@ -3,11 +3,11 @@
 * ``layernorm.experiments.runtime``: torchrun's environment (``read_env``, ``init``), the process
   group, DDP (``wrap_model``) and the runner's ``DistributedRuntime`` / ``runtime()``.
 * ``layernorm.sync_bn``: ``SyncBatchNorm`` and ``convert_sync_batchnorm`` (``--sync-bn``).
-* ``layernorm.reproduce.batch_split``: the ``ddp-batch-split`` experiment and ``ddp-compare``.
+* ``layernorm.reproduce.batch_split``: the ``ddp_batch_split`` experiment and ``ddp-compare``.
 
-    torchrun --nproc-per-node 2 -m layernorm run ddp-batch-split --preset tiny
-    layernorm run ddp-batch-split --preset tiny        # the same on 1 process
-    layernorm ddp-compare runs/ddp-batch-split          # LN equal, BN differs, BN + sync equal
+    torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --preset tiny
+    layernorm run ddp_batch_split --preset tiny        # the same on 1 process
+    layernorm ddp-compare runs/ddp_batch_split          # LN equal, BN differs, BN + sync equal
 
 See docs/distributed.md.
 """

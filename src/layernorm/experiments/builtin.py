@@ -6,7 +6,7 @@ from .config import Config
 from .registry import register_experiment
 
 
-@register_experiment("digits-mlp", section="example",
+@register_experiment("digits_mlp", section="example",
                      claim="the runner's example: an MLP on the digits over norms and batch sizes "
                            "4 and 128 (the paper's section 6.6 is judged by mlp_batch_size)")
 def digits_mlp(preset: str) -> list[Config]:

@@ -3,7 +3,7 @@
     @register_model("mlp")
     def mlp(dataset, norm, hidden=(1000, 1000)) -> nn.Module: ...
 
-    @register_experiment("digits-mlp", claim="6.6: ...", section="6.6")
+    @register_experiment("digits_mlp", claim="6.6: ...", section="6.6")
     def digits_mlp(preset) -> list[Config]: ...     # preset: "tiny" | "quick" | "full"
 """
 from __future__ import annotations
@@ -104,6 +104,9 @@ class Experiment:
 
 
 EXPERIMENTS: dict[str, Experiment] = {}
+# Experiment names are snake_case, like the Python functions that define them; the dashed names of
+# earlier releases still resolve.
+EXPERIMENT_ALIASES = {"digits-mlp": "digits_mlp", "ddp-batch-split": "ddp_batch_split"}
 
 
 def register_experiment(name: str, *, claim: str, section: str, needs_download: bool = False):
@@ -120,6 +123,7 @@ def register_experiment(name: str, *, claim: str, section: str, needs_download: 
 
 def get_experiment(name: str) -> Experiment:
     load_registered()
+    name = EXPERIMENT_ALIASES.get(name, name)
     try:
         check_choice(name, EXPERIMENTS, "experiment")
     except ValueError as err:

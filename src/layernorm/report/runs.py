@@ -6,7 +6,7 @@ here, once, into ``Inputs``; the claims (``claims/``) only see what this module 
     DIR/analysis/invariance.json                      ``run_invariance`` results (optional)
     DIR/analysis/geometry/geometry.json, *.png        ``run_geometry`` results (optional)
     DIR/reproduce.json                                preset, wall time, jobs (optional)
-    DIR/runs/ddp-batch-split/NAME, NAME-wW            1 vs W processes (optional)
+    DIR/runs/ddp_batch_split/NAME, NAME-wW            1 vs W processes (optional)
 
 A damaged file is an error naming the file and the fix (``ReportInputError``), never a silently
 skipped run. Unfinished runs (no ``done``) are ignored.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .._io import read_metrics
 
-DDP_EXPERIMENT = "ddp-batch-split"
+DDP_EXPERIMENT = "ddp_batch_split"
 
 
 class ReportInputError(ValueError):
@@ -151,7 +151,7 @@ class Inputs:
     invariance: dict | None = None                       # analysis/invariance.json
     geometry: dict | None = None                         # analysis/geometry/geometry.json
     geometry_figures: list[Path] = field(default_factory=list)
-    ddp_rows: list[dict] | None = None                   # None: no ddp-batch-split folder
+    ddp_rows: list[dict] | None = None                   # None: no ddp_batch_split folder
     ddp_error: str | None = None                         # two runs of a pair do not match
     unfinished: int = 0                                  # run directories without ``done``
     budgets: dict = field(default_factory=dict)          # experiment -> {"rule", "text"}

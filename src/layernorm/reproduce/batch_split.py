@@ -2,9 +2,9 @@
 batch of 8 trained on 1 process and split over 2 (DDP), and ``layernorm ddp-compare``, which
 compares their final parameters. See docs/distributed.md.
 
-    torchrun --nproc-per-node 2 -m layernorm run ddp-batch-split --preset tiny
-    layernorm run ddp-batch-split --preset tiny        # the same on 1 process
-    layernorm ddp-compare runs/ddp-batch-split          # LN equal, BN differs, BN + sync equal
+    torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --preset tiny
+    layernorm run ddp_batch_split --preset tiny        # the same on 1 process
+    layernorm ddp-compare runs/ddp_batch_split          # LN equal, BN differs, BN + sync equal
 """
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from ..experiments.config import Config
 from ..experiments.registry import register_experiment
 
 
-@register_experiment("ddp-batch-split", section="3",
+@register_experiment("ddp_batch_split", section="3",
                      claim="LN statistics are per example, so splitting each batch of 8 over 2 "
                            "processes (DDP) trains the same parameters; BN's do not, unless "
                            "SyncBatchNorm (--sync-bn) takes them over the global batch")
 def ddp_batch_split(preset: str) -> list[Config]:
     """Run it once plainly and once under ``torchrun --nproc-per-node 2``, then
-    ``layernorm ddp-compare OUT/ddp-batch-split``."""
+    ``layernorm ddp-compare OUT/ddp_batch_split``."""
     hidden = {"tiny": [32], "quick": [64, 64], "full": [256, 256]}[preset]
     steps, eval_every = {"tiny": (6, 2), "quick": (200, 50), "full": (2000, 250)}[preset]
     # BN with the n - 1 variance, as the paper at small batches: the count must be the global one
@@ -41,14 +41,14 @@ def _compare(args: argparse.Namespace) -> int:
     exp_dir = Path(args.exp_dir)
     if not exp_dir.is_dir():
         print(f"layernorm ddp-compare: error: expected an experiment folder such as "
-              f"runs/ddp-batch-split, received {exp_dir}, which is not a directory. Run "
-              f"`layernorm run ddp-batch-split` first.", file=sys.stderr)
+              f"runs/ddp_batch_split, received {exp_dir}, which is not a directory. Run "
+              f"`layernorm run ddp_batch_split` first.", file=sys.stderr)
         return 2
     rows = batch_split_rows(exp_dir)
     if not rows:
         print(f"layernorm ddp-compare: no pair of finished runs NAME and NAME-wW in {exp_dir}. "
-              f"Train it on 1 process (`layernorm run ddp-batch-split`) and on several "
-              f"(`torchrun --nproc-per-node 2 -m layernorm run ddp-batch-split`).", file=sys.stderr)
+              f"Train it on 1 process (`layernorm run ddp_batch_split`) and on several "
+              f"(`torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split`).", file=sys.stderr)
         return 1
     shown = [{k: f"{v:.2e}" if k == "max |param diff|" else v for k, v in r.items()}
              for r in rows]
@@ -64,6 +64,6 @@ def _compare(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("ddp-compare", help="1 process vs torchrun runs of one experiment: "
                        "largest final parameter difference")
-    p.add_argument("exp_dir", help="an experiment's output folder, e.g. runs/ddp-batch-split")
+    p.add_argument("exp_dir", help="an experiment's output folder, e.g. runs/ddp_batch_split")
     p.add_argument("--json", help="also write the rows to this JSON file")
     p.set_defaults(func=_compare)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import _args
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
+from ..experiments.registry import EXPERIMENT_ALIASES
 
 EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_reader",
                "paper_charlm", "mlp_batch_size", "paper_draw", "paper_handwriting",
@@ -84,13 +85,13 @@ def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
     return not_run
 
 
-DDP_EXPERIMENT = "ddp-batch-split"
+DDP_EXPERIMENT = "ddp_batch_split"
 DDP_WORLD = 2
 
 
 def _ddp_worker(preset: str, runs: str) -> None:
     """One rank of the batch-split run (started by torch's elastic launcher, which set RANK,
-    WORLD_SIZE, MASTER_ADDR...): ``layernorm run ddp-batch-split`` on this rank."""
+    WORLD_SIZE, MASTER_ADDR...): ``layernorm run ddp_batch_split`` on this rank."""
     import socket
     loopback = next((n for _, n in socket.if_nameindex() if n.startswith("lo")), "lo")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)   # gloo on 127.0.0.1 only
@@ -103,8 +104,8 @@ def _ddp_worker(preset: str, runs: str) -> None:
 
 
 def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
-    """Section 3's batch split, measured: ``ddp-batch-split`` trained on 1 process into
-    ``out/runs/ddp-batch-split/NAME`` and on 2 processes (torch's elastic launcher, the library
+    """Section 3's batch split, measured: ``ddp_batch_split`` trained on 1 process into
+    ``out/runs/ddp_batch_split/NAME`` and on 2 processes (torch's elastic launcher, the library
     behind torchrun: gloo on 127.0.0.1, a free port) into ``NAME-w2``; both reused when finished.
     Returns the parts that could not be run, with the reason."""
     import socket
@@ -167,6 +168,7 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
     load_registered()
     names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
     if only:
+        only = [EXPERIMENT_ALIASES.get(n, n) for n in only]
         for n in only:
             check_choice(n, names, "experiment for --only")
         names = [n for n in names if n in only]

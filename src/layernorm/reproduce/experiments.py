@@ -1,5 +1,5 @@
 """The reproduction's experiments, registered with the runner, each tagged with the paper section or
-seed claim it tests. Presets: ``tiny`` (seconds, tests only), ``quick`` (embedded data, minutes on
+summary claim it tests. Presets: ``tiny`` (seconds, tests only), ``quick`` (embedded data, minutes on
 2 CPU cores, 5 seeds), ``full`` (the paper's scale where the data can be downloaded).
 
 The report (``layernorm.report``) finds runs by these experiment names; keep them in step.
@@ -74,12 +74,12 @@ def _split(dataset: str, seed: int) -> dict:
     return {"split_seed": seed} if dataset.startswith("digits") else {}
 
 
-# --- 2. section 6.7 + seed claim: a ConvNet at batch 128, 4, 1 --------------------------------
+# --- 2. section 6.7 + summary B's claim: a ConvNet at batch 128, 4, 1 --------------------------------
 
 @register_experiment("cnn_batch_size", section="6.7 + summary B",
                      claim="ConvNet: LN beats no normalization but BN beats LN (paper); BN wins "
                            "slightly at batch 128 and collapses at batch 1 and 4 while LN stays "
-                           "stable (seed)")
+                           "stable (summary B)")
 def cnn_batch_size(preset: str) -> list[Config]:
     dataset = _pick(preset, tiny="digits-image", quick="digits-image", full="mnist")
     channels = _pick(preset, tiny=[4, 8], quick=[16, 32, 32], full=[32, 64, 64])

@@ -102,6 +102,12 @@ class Scored(nn.Module):
         return {k: round(v, 7) if isinstance(v, float) else v for k, v in out.items()}
 
 
+def batch_kwargs(norm: str, unbiased: bool) -> dict:
+    """The keyword arguments of ``norm_block`` for ``norm``: only batch norm takes ``unbiased``
+    (the variance divided by n - 1, as in the small-batch settings)."""
+    return {"unbiased": unbiased} if norm == "batch" else {}
+
+
 class MLP(Scored):
     """Section 6.6's MLP: input - [Linear - norm - ReLU] per hidden layer - Linear logits. The
     paper's LN is on the hidden layers only; ``bn_logits`` adds batch norm on the logits too (BN
@@ -110,7 +116,7 @@ class MLP(Scored):
     def __init__(self, width: int, num_classes: int, norm: str, hidden, unbiased: bool,
                  bn_logits: bool) -> None:
         super().__init__()
-        kw = {"unbiased": unbiased} if norm == "batch" else {}
+        kw = batch_kwargs(norm, unbiased)
         layers: list[nn.Module] = [nn.Flatten()]
         for h in hidden:
             layers += [norm_block(nn.Linear(width, h), norm, **kw), nn.ReLU()]
@@ -150,7 +156,7 @@ class ConvNet(Scored):
     def __init__(self, in_channels: int, num_classes: int, norm: str, channels=(16, 32, 32),
                  unbiased: bool = False):
         super().__init__()
-        kw = {"unbiased": unbiased} if norm == "batch" else {}
+        kw = batch_kwargs(norm, unbiased)
         layers, c_in = [], in_channels
         for i, c in enumerate(channels):
             conv = nn.Conv2d(c_in, c, 3, stride=1 if i == 0 else 2, padding=1)
