@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from layernorm.report import build_report
 from layernorm.report.claims import (RECALL_MARGIN, RECALLS, best_row, claim_order_recall,
                                      claim_order_sooner, judge, recall_at_best)
@@ -16,7 +18,7 @@ STEPS = [50 * (i + 1) for i in range(10)]      # evaluations at 50 ... 500 updat
 
 
 def order_rows(best_at: int, recall: float, seed: int, *, late_test: float | None = None):
-    """val_rsum rises to its peak at update ``best_at`` and stays just below it; the test
+    """val_c2i_rsum rises to its peak at update ``best_at`` and stays just below it; the test
     recalls of that evaluation are ``recall`` (+ a per-seed jitter), lower elsewhere — or
     ``late_test`` at the last evaluation (a test spike no model selection would pick)."""
     rows = []
@@ -27,8 +29,8 @@ def order_rows(best_at: int, recall: float, seed: int, *, late_test: float | Non
         if late_test is not None and i == len(STEPS) - 1:
             r = late_test
         rows.append({"step": s, "epoch": s / 100, "train_loss": 1.0 / (i + 1), "test_loss": 1.0,
-                     "test_error": 0.0, "wall_time": 0.02 * s, "val_rsum": rsum,
-                     "val_r_mean": r, "n_test_images": 200, "captions_per_image": 5,
+                     "test_error": 0.0, "wall_time": 0.02 * s, "val_c2i_rsum": rsum,
+                     "val_r_mean": r, "test_images": 200, "captions_per_image": 5,
                      **{f"test_{k}": r + (10.0 if k.endswith("r10") else 0.0) for k in RECALLS}})
     return rows
 
@@ -52,10 +54,18 @@ def _inputs(runs, meta=None):
 
 def test_best_validation_model_is_the_first_maximal_val_rsum():
     run = order_runs({"layer": (200, 40.0)}, seeds=[0], late_test=90.0)[0]
-    run.rows[5]["val_rsum"] = 150.0                   # a tie later: the first one counts
+    run.rows[5]["val_c2i_rsum"] = 150.0                   # a tie later: the first one counts
     assert best_row(run)["step"] == 200
     assert recall_at_best(run, "i2c_r1") == 40.0      # not the late test spike (90)
     assert recall_at_best(run, "mean") == 45.0        # R@10 fields are R@1 + 10
+
+
+def test_the_experiment_picks_the_same_best_validation_model():
+    order = pytest.importorskip("layernorm.reproduce.order")
+    for best_at in (50, 200, 500):
+        run = order_runs({"none": (best_at, 30.0)}, seeds=[0])[0]
+        run.rows[-1]["val_c2i_rsum"] = 150.0               # a tie at the end
+        assert order.best_validation(run.rows) is best_row(run)
 
 
 def test_recall_and_sooner_supported():
@@ -96,9 +106,9 @@ def test_not_run_without_runs_or_fields():
     runs = order_runs({"none": (400, 30.0), "layer": (200, 33.0)})
     for r in runs:
         for row in r.rows:
-            del row["val_rsum"]
+            del row["val_c2i_rsum"]
     res = claim_order_sooner(_inputs(runs))
-    assert res.status == "not run" and "`val_rsum`" in res.verdict.detail
+    assert res.status == "not run" and "`val_c2i_rsum`" in res.verdict.detail
 
 
 def test_report_section_figure_and_not_run_list(tmp_path):

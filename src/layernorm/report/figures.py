@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .._io import atomic_write_bytes
 from .claims import Figure
-from .claims.order import ORDER_LABEL, RECALLS, best_step
+from .claims.order import F_SELECT, ORDER_LABEL, RECALLS, best_step
 from .scoring import (F_ERROR, F_ERROR_FAIR, F_HIDDEN_MEAN, F_HIDDEN_STD, F_TRAIN_LOSS,
                       F_TRAIN_NLL, NORM_LABEL, PP, RNN_LABEL, RNN_NORMS, _num, ema_key, error_key,
                       fair_key, score)
@@ -245,7 +245,7 @@ def order_curves(runs: list[Run], path: Path, title: str) -> None:
             continue
         n_ev = min(len(r.rows) for r in rs)
         xs = [float(rs[0].rows[i]["step"]) for i in range(n_ev)]
-        for ax, fn in ((axes[0], lambda row: _num(row.get("val_rsum"), float("nan"))),
+        for ax, fn in ((axes[0], lambda row: _num(row.get(F_SELECT), float("nan"))),
                        (axes[1], lambda row: sum(_num(row.get(f"test_{k}"), float("nan"))
                                                  for k in RECALLS) / len(RECALLS))):
             ys = [[fn(r.rows[i]) for r in rs] for i in range(n_ev)]

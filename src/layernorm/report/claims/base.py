@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..runs import Inputs, Run
-from ..scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, LAST_K, PP, _fmt_range, _seeds_text,
-                       error_key, has, late_change, seq_len, updates)
+from ..scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, F_LOSS, LAST_K, PP, _fmt_range,
+                       _seeds_text, error_key, has, late_change, seq_len, updates)
 from ...verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, Verdict
 from .sources import PAPER_SETTINGS
 
@@ -35,7 +35,8 @@ MIN_HIDDEN_T = 100          # hidden-state stability needs sequences of at least
 # Section 6 experiments (``paper.py``), in the unit of each experiment's loss.
 DRAW_MARGIN = 0.1           # DRAW: LN's bound lower by >= 0.1 nats per image (paper: 0.27)
 HW_MARGIN = 0.02            # handwriting: LN's final NLL no worse than LSTM's by > 0.02 nats/point
-BPC_MARGIN = 0.01           # char-LM: lower by >= 0.01 bits per character
+BPC_MARGIN = 0.01 * math.log(2)  # char-LM: lower by >= 0.01 bits per character (the
+#                                  margin is in nats, the unit of the loss it is applied to)
 BAD_LOSS = 1e6              # a diverged run's (NaN) loss: worse than any trained run
 #                             The char-LM's 5-way completion accuracy uses BEATS_MARGIN (0.5 pp).
 RECALL_MARGIN = 0.5         # 6.1 order embeddings: LN-GRU's recall (percent) higher by >= 0.5
@@ -120,7 +121,7 @@ def _settings(runs: list[Run], experiment: str) -> str:
         return ""
     c = runs[0].config
     margs = c.get("model_args") or {}
-    width = margs.get("hidden") or margs.get("channels")
+    width = margs.get("hidden") or margs.get("channels") or margs.get("dim")
     parts = [str(c.get("dataset") or c.get("task"))]
     if c.get("model"):
         parts.append(f"{c['model']}" + (f" width {width}" if width is not None else ""))
@@ -205,7 +206,7 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
     if bn:
         fair, ema = bn_fields
         if all(has(r, fair) and r.rows[-1].get(F_BN_SCORING) == "population" for r in bn):
-            whose = "the runner's " if ema == F_ERROR else ""
+            whose = "the runner's " if ema in (F_ERROR, F_LOSS) else ""
             out.append(f"Batch norm scored with population statistics recomputed by one pass "
                        f"over a training sample (`{fair}`); the score with its running "
                        f"averages (EMA, {whose}`{ema}`) is in the table as “EMA”.")

@@ -82,7 +82,7 @@ def reader_bn_note(bn: list[Run]) -> str:
             f"`layernorm.recompute_batch_stats` in one pass over "
             + (f"{_fmt_range(passages)} training passages" if passages else "a training sample")
             + f" (`{F_ERROR_FAIR}`): {pop.mean * PP:.1f}% test error (mean of the last {LAST_K} "
-              f"evaluations, {pop.n} seeds), against {ema.mean * PP:.1f}% with its running "
+              f"evaluations, {pop.n} seed{'s' * (pop.n != 1)}), against {ema.mean * PP:.1f}% with its running "
               f"averages (EMA, momentum 0.1, the runner's `{F_ERROR}`). " + READER_BN_CAUSE)
 
 
