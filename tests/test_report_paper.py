@@ -221,7 +221,6 @@ def test_full_forms_judged_apart_when_their_runs_exist():
     assert "`paper_reader on cnn-questions (full form)`" in md
     assert "`paper_draw on binarized-mnist (full form)`" not in md
     assert "## 6.4 DRAW on binarized-mnist (full form)" in md
-    assert "`handwriting on IAM-OnDB (6.5)`: IAM-OnDB is a registration-only" in md
     cnn = _inputs(_reader_runs({"none": 0.3, "batch": 0.5, "layer": 0.2}, task="cnn-questions"))
     res = {c.id: r for c, r in judge(cnn)}["6.2-reader-best-cnn"]
     assert res.status == SUPPORTED and "DeepMind Q&A" in res.notes[0]
@@ -239,3 +238,17 @@ def test_completion_figure_is_drawn(tmp_path):
     assert s["charlm-completion"] == SUPPORTED
     assert (tmp_path / "figures" / "paper_charlm_completion.png").stat().st_size > 1000
     assert (tmp_path / "figures" / "paper_charlm_curves.png").stat().st_size > 1000
+
+
+def test_not_run_lists_the_papers_data_no_preset_downloads(tmp_path):
+    inp = _inputs([])
+    inp.not_downloaded = {"paper_handwriting": "IAM-OnDB is for registered users only"}
+    md = render(inp, judge(inp, paper_claims()), {})
+    assert "- `paper_handwriting on the paper's data`: IAM-OnDB is for registered users" in md
+    try:                                    # the reproduction's own list, where it has one
+        from layernorm.reproduce.paper import NOT_DOWNLOADED
+    except ImportError:
+        return
+    (tmp_path / "reproduce.json").write_text("{}")
+    from layernorm.report.runs import read_inputs
+    assert read_inputs(tmp_path).not_downloaded == NOT_DOWNLOADED

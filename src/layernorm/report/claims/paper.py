@@ -198,10 +198,12 @@ def full_forms_run(inp: Inputs) -> tuple[str, ...]:
 
 
 def paper_not_run(inp: Inputs) -> dict[str, str]:
-    """The section 6 forms with no runs, and why: the paper's data that cannot be downloaded,
-    and the downloaded full forms when none of their runs is here."""
+    """The section 6 forms with no runs, and why: the experiments with no stand-in, those whose
+    paper's data no preset downloads (the reproduction's reasons), and the downloaded full forms
+    when none of their runs is here."""
     ran = full_forms_run(inp)
     out = dict(PAPER_NOT_RUN)
+    out.update({f"{exp} on the paper's data": why for exp, why in inp.not_downloaded.items()})
     for exp, (dataset, what) in FULL_FORMS.items():
         if exp not in ran:
             out[f"{exp} on {dataset} (full form)"] = (

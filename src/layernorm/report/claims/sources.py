@@ -68,7 +68,8 @@ FULL_FORMS = {
                                       "al. 2015)"),
 }
 
-# Experiments of the paper's section 6 with no runs at all, and why (listed under "Not run").
+# Experiments of the paper's section 6 with no runs at all, and why (listed under "Not run";
+# the data sets the reproduction's experiments stand in for are its ``NOT_DOWNLOADED``).
 PAPER_NOT_RUN = {
     "skip-thoughts (6.3)": "needs BookCorpus (11k books, not redistributable) and ~1M updates; "
                            "no embedded stand-in is built",
@@ -77,8 +78,5 @@ PAPER_NOT_RUN = {
                                          "download of the extracted features; `paper_order` "
                                          "runs the embedded stand-in (the digits with generated "
                                          "captions) at every preset",
-    "handwriting on IAM-OnDB (6.5)": "IAM-OnDB is a registration-only data set (no download "
-                                     "without an account); `paper_handwriting` runs generated "
-                                     "pen strokes at every preset",
 }
 
