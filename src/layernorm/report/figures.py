@@ -34,13 +34,17 @@ def _batches_present(runs):
     return sorted({r.batch_size for r in runs}, reverse=True)
 
 
+def _over_seeds(ys: list[list[float]]) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation over seeds at each evaluation (``ys[i]``: one value a seed)."""
+    mean = [sum(v) / len(v) for v in ys]
+    std = [math.sqrt(sum((a - m) ** 2 for a in v) / max(len(v) - 1, 1)) for v, m in zip(ys, mean)]
+    return mean, std
+
+
 def _mean_std_curve(runs: list[Run], xkey: str, ykey: str, bad: float):
     n = min(len(r.rows) for r in runs)
     xs = [float(runs[0].rows[i].get(xkey, i)) for i in range(n)]
-    ys = [[_num(r.rows[i].get(ykey), bad) for r in runs] for i in range(n)]
-    mean = [sum(v) / len(v) for v in ys]
-    std = [math.sqrt(sum((a - m) ** 2 for a in v) / max(len(v) - 1, 1)) for v, m in zip(ys, mean)]
-    return xs, mean, std
+    return (xs,) + _over_seeds([[_num(r.rows[i].get(ykey), bad) for r in runs] for i in range(n)])
 
 
 def _save(fig, path: Path) -> None:
@@ -49,6 +53,15 @@ def _save(fig, path: Path) -> None:
     fig.savefig(buf, format="png", dpi=110)
     _plt().close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _finish(fig, axes, path: Path, title: str, legend: int = 8) -> None:
+    """Grid and legend on every panel, the figure's title, saved to ``path``."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend)
+    fig.suptitle(title)
+    _save(fig, path)
 
 
 def _band(ax, xs, mean, std, **kw):
@@ -135,10 +148,7 @@ def rnn_curves(runs: list[Run], path: Path, title: str) -> None:
     axes[1].set_ylabel("test error (%)")
     for ax in axes:
         ax.set_xlabel("training step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"{title} (mean ± std over seeds)")
-    _save(fig, path)
+    _finish(fig, axes, path, f"{title} (mean ± std over seeds)")
 
 
 def hidden(runs: list[Run], path: Path, title: str) -> None:
@@ -167,21 +177,15 @@ def hidden(runs: list[Run], path: Path, title: str) -> None:
                 h = [r for r in run.rows if r.get(F_HIDDEN_STD)][i][F_HIDDEN_STD]
                 vals.append(sum(map(float, h)) / len(h))
             avg.append(vals)
-        m = [sum(v) / len(v) for v in avg]
-        s = [math.sqrt(sum((a - mm) ** 2 for a in v) / max(len(v) - 1, 1)) for v, mm in
-             zip(avg, m)]
-        _band(axes[2], steps, m, s, color=c, label=RNN_LABEL[n])
+        _band(axes[2], steps, *_over_seeds(avg), color=c, label=RNN_LABEL[n])
     axes[0].set(xlabel="time step t", ylabel="std of h_t (over batch and units)",
                 title="spread of h_t along the sequence")
     axes[0].set_yscale("log")
     axes[1].set(xlabel="time step t", ylabel="mean of h_t", title="mean of h_t along the sequence")
     axes[2].set(xlabel="training step", ylabel="time-averaged std of h_t",
                 title="spread of h_t over training")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{title} (mean over seeds; dotted: first evaluation, solid: last)")
-    _save(fig, path)
+    _finish(fig, axes, path, f"{title} (mean over seeds; dotted: first evaluation, solid: last)",
+            legend=7)
 
 
 def gain(runs: list[Run], path: Path, title: str) -> None:
@@ -248,22 +252,15 @@ def order_curves(runs: list[Run], path: Path, title: str) -> None:
         for ax, fn in ((axes[0], lambda row: _num(row.get(F_SELECT), float("nan"))),
                        (axes[1], lambda row: sum(_num(row.get(f"test_{k}"), float("nan"))
                                                  for k in RECALLS) / len(RECALLS))):
-            ys = [[fn(r.rows[i]) for r in rs] for i in range(n_ev)]
-            m = [sum(v) / len(v) for v in ys]
-            s = [math.sqrt(sum((a - mm) ** 2 for a in v) / max(len(v) - 1, 1))
-                 for v, mm in zip(ys, m)]
-            _band(ax, xs, m, s, color=COLORS[n], label=f"{label} ({len(rs)} seeds)")
+            _band(ax, xs, *_over_seeds([[fn(r.rows[i]) for r in rs] for i in range(n_ev)]),
+                  color=COLORS[n], label=f"{label} ({len(rs)} seeds)")
         axes[0].axvline(sum(best_step(r) for r in rs) / len(rs), color=COLORS[n], linestyle=":",
                         linewidth=1)
     axes[0].set(xlabel="update", ylabel="validation R-sum (image retrieval R@1+R@5+R@10)",
                 title="model selection (dotted: mean update of the best model)")
     axes[1].set(xlabel="update", ylabel="test recall, mean of R@1 and R@10 (%)",
                 title="caption and image retrieval")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"{title} (mean ± std over seeds)")
-    _save(fig, path)
+    _finish(fig, axes, path, f"{title} (mean ± std over seeds)")
 
 
 DRAW = {"paper_curves": paper_curves, "order_curves": order_curves, "ff_curves": ff_curves,
