@@ -149,7 +149,10 @@ def test_completion_accuracy_against_both_baselines_and_one_test_set():
     assert any("population statistics recomputed" in c and "`ema_completion_accuracy`" in c
                for c in res.caveats)
     worse = _inputs(_completion_runs({"none": 0.40, "batch": 0.50, "layer": 0.47}))
-    assert C.claim_completion(worse).status == NOT_SUPPORTED
+    res = C.claim_completion(worse)
+    assert res.status == NOT_SUPPORTED
+    assert any("EMA) is not recorded for this measure" in c for c in res.caveats)
+    assert "EMA completion accuracy %" not in res.table[1]
     mixed = _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47})
     for r in mixed[:5]:                                  # the LSTM arm: another Python's test
         for row in r.rows:

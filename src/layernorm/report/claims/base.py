@@ -208,8 +208,11 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
         if all(has(r, fair) and r.rows[-1].get(F_BN_SCORING) == "population" for r in bn):
             whose = "the runner's " if ema in (F_ERROR, F_LOSS) else ""
             out.append(f"Batch norm scored with population statistics recomputed by one pass "
-                       f"over a training sample (`{fair}`); the score with its running "
-                       f"averages (EMA, {whose}`{ema}`) is in the table as “EMA”.")
+                       f"over a training sample (`{fair}`); " + (
+                           f"the score with its running averages (EMA, {whose}`{ema}`) is in "
+                           f"the table as “EMA”." if all(has(r, ema) for r in bn) else
+                           "its score with the running averages (EMA) is not recorded for "
+                           "this measure."))
         else:
             out.append(f"Batch norm scored with its running averages (EMA, momentum 0.1): these "
                        f"runs carry no population-statistics score (`{fair}` with "
