@@ -2,12 +2,15 @@
 supported, not run — and the report's "not run" list of the experiments with no runs."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 from layernorm.report.claims import (PAPER_NOT_RUN, claim_hw_no_worse, claim_loss_faster,
                                      claim_loss_lower, judge, paper_claims, CHARLM_SPEC,
                                      DRAW_SPEC, DRAW_MARGIN, BPC_MARGIN)
+from layernorm.report import build_report
+from layernorm.report import claims as C
 from layernorm.report.markdown import render
 from layernorm.report.runs import Inputs, Run
 from layernorm.report.scoring import score
@@ -108,3 +111,147 @@ def test_reader_uses_the_rnn_rules_and_report_lists_what_is_not_run():
     for name in PAPER_NOT_RUN:
         assert f"`{name}`" in md
     assert "BookCorpus" in md and "MS-COCO" in md
+
+
+# --- the sentence completion test, BN with population statistics, the downloaded full forms ---
+
+def _completion_runs(acc: dict, *, sha="ab" * 32, ema=None, pop=True):
+    """paper_charlm runs whose completion accuracy rises to ``acc[norm]``; BN rows carry the
+    population-statistics fields (``pop``) and the running-average score ``ema``."""
+    runs = _arms("paper_charlm", "test_loss", {"none": 2.4, "batch": 2.25, "layer": 2.15},
+                 {n: 4.0 for n in ("none", "batch", "layer")}, dataset="docstrings")
+    for r in runs:
+        curve = _curve(0.2, acc[r.norm], jitter=0.002 * r.seed)
+        for row, a in zip(r.rows, curve):
+            row |= {"completion_accuracy": a, "completion_chance": 0.2,
+                    "completion_questions": 120, "completion_sha256": sha,
+                    "completion_python": "3.11.7"}
+            if r.norm == "batch" and pop:
+                row |= {"bn_scoring": "population", "eval_test_loss": row["test_loss"],
+                        "eval_test_error": 0.5}
+            if r.norm == "batch" and ema is not None:
+                row["ema_completion_accuracy"] = ema
+    return runs
+
+
+def test_completion_accuracy_against_both_baselines_and_one_test_set():
+    inp = _inputs(_completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47}, ema=0.25))
+    res = C.claim_completion(inp)
+    assert res.status == SUPPORTED
+    ln = [score(r, "completion_accuracy") for r in inp.runs if r.norm == "layer"]
+    assert f"LN-LSTM {100 * sum(ln) / len(ln):.1f}%" in res.key_number
+    assert "chance 20%" in res.key_number
+    assert "120 questions" in res.key_number
+    assert "no number is given" in res.notes[0] and "Python 3.11.7" in res.notes[1]
+    bn = next(r for r in res.table if r["model"] == "BN-LSTM")
+    assert "[population statistics]" in bn["completion accuracy % (mean of last 3)"]
+    assert bn["EMA completion accuracy %"].startswith("25.0")
+    assert any("population statistics recomputed" in c and "`ema_completion_accuracy`" in c
+               for c in res.caveats)
+    worse = _inputs(_completion_runs({"none": 0.40, "batch": 0.50, "layer": 0.47}))
+    res = C.claim_completion(worse)
+    assert res.status == NOT_SUPPORTED
+    assert any("EMA) is not recorded for this measure" in c for c in res.caveats)
+    assert "EMA completion accuracy %" not in res.table[1]
+    mixed = _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47})
+    for r in mixed[:5]:                                  # the LSTM arm: another Python's test
+        for row in r.rows:
+            row["completion_sha256"] = "cd" * 32
+    res = C.claim_completion(_inputs(mixed))
+    assert res.status == "not run" and "different completion test sets" in res.verdict.detail
+    old = _inputs(_arms("paper_charlm", "test_loss", {"none": 2.4, "batch": 2.25, "layer": 2.15}))
+    res = C.claim_completion(old)
+    assert res.status == "not run" and "`completion_accuracy`" in res.verdict.detail
+
+
+def test_charlm_bn_is_scored_with_population_statistics_when_carried():
+    runs = _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47})
+    for r in runs:                           # BN's EMA loss is poor, its population loss best
+        if r.norm == "batch":
+            for row in r.rows:
+                row["eval_test_loss"] = row["test_loss"] - 0.2
+    lower = claim_loss_lower(CHARLM_SPEC, BPC_MARGIN, ("none", "batch"))
+    res = lower(_inputs(runs))
+    assert res.status == NOT_SUPPORTED                   # BN-LSTM (population) beats LN-LSTM
+    bn = next(r for r in res.table if r["model"] == "BN-LSTM")
+    assert "[population statistics]" in bn["test bits per character (mean of last 3)"]
+    assert "EMA" in bn
+    for r in runs:                           # without bn_scoring: the EMA score, as before
+        for row in r.rows:
+            row.pop("bn_scoring", None)
+    assert lower(_inputs(runs)).status == SUPPORTED
+
+
+def _reader_runs(ends, task="cloze", pop=None):
+    runs = [_run("paper_reader", n, s, _curve(0.8, e, jitter=0.002 * s), "test_error",
+                 dataset=task) for n, e in ends.items() for s in SEEDS]
+    for r in runs:
+        for row in r.rows:
+            row["test_error"] = row["train_loss"]
+            if r.norm == "batch" and pop is not None:
+                row |= {"bn_scoring": "population", "pop_sample": 1000,
+                        "eval_test_error": pop, "eval_test_loss": 1.0}
+    return runs
+
+
+def test_reader_bn_with_population_statistics_beside_ema():
+    ema_only = _inputs(_reader_runs({"none": 0.15, "batch": 0.7, "layer": 0.05}))
+    res = C.claim_reader(C.claim_rnn_best)(ema_only)
+    assert res.status == SUPPORTED and C.READER_BN_NOTE in res.caveats
+    pop = _inputs(_reader_runs({"none": 0.15, "batch": 0.7, "layer": 0.05}, pop=0.02))
+    res = C.claim_reader(C.claim_rnn_best)(pop)
+    assert res.status == NOT_SUPPORTED                   # BN-LSTM at 2% with population stats
+    assert C.READER_BN_NOTE not in res.caveats
+    note = res.caveats[-1]
+    assert "1000 training passages" in note and "2.0% test error" in note and "EMA" in note
+    assert "EMA test error %" in res.table[1] and res.table[1]["model"] == "BN-LSTM"
+
+
+def test_full_forms_judged_apart_when_their_runs_exist():
+    emb = _arms("paper_draw", "test_loss", {"none": 22.0, "layer": 21.0}, dataset="digits-binary")
+    mnist = _arms("paper_draw", "test_loss", {"none": 82.4, "layer": 82.5},
+                  {"none": 95.0, "layer": 95.0}, dataset="binarized-mnist")
+    inp = _inputs(emb + mnist + _reader_runs({"none": 0.15, "batch": 0.7, "layer": 0.05}))
+    assert C.full_forms_run(inp) == ("paper_draw",)
+    results = {c.id: res for c, res in judge(inp)}
+    assert results["6.4-draw-bound"].status == SUPPORTED          # embedded runs only
+    assert "8x8 binarized digits" in results["6.4-draw-bound"].notes[0]
+    full = results["6.4-draw-bound-mnist"]
+    assert full.status == NOT_SUPPORTED and "LN-LSTM 82.9" in full.key_number   # MNIST runs
+    assert "Salakhutdinov & Murray" in full.notes[0]
+    assert "6.2-reader-best-cnn" not in results and "6.4-draw-fast-mnist" in results
+    md = render(inp, judge(inp), {})
+    assert "`paper_reader on cnn-questions (full form)`" in md
+    assert "`paper_draw on binarized-mnist (full form)`" not in md
+    assert "## 6.4 DRAW on binarized-mnist (full form)" in md
+    cnn = _inputs(_reader_runs({"none": 0.3, "batch": 0.5, "layer": 0.2}, task="cnn-questions"))
+    res = {c.id: r for c, r in judge(cnn)}["6.2-reader-best-cnn"]
+    assert res.status == SUPPORTED and "DeepMind Q&A" in res.notes[0]
+
+
+def test_completion_figure_is_drawn(tmp_path):
+    for r in _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47}, ema=0.25):
+        d = tmp_path / "runs" / "paper_charlm" / f"{r.norm}-{r.seed}"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps(r.config))
+        (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in r.rows))
+        (d / "done").write_text("")
+    build_report(tmp_path)
+    s = {r["claim"]: r["verdict"] for r in json.loads((tmp_path / "summary.json").read_text())}
+    assert s["charlm-completion"] == SUPPORTED
+    assert (tmp_path / "figures" / "paper_charlm_completion.png").stat().st_size > 1000
+    assert (tmp_path / "figures" / "paper_charlm_curves.png").stat().st_size > 1000
+
+
+def test_not_run_lists_the_papers_data_no_preset_downloads(tmp_path):
+    inp = _inputs([])
+    inp.not_downloaded = {"paper_handwriting": "IAM-OnDB is for registered users only"}
+    md = render(inp, judge(inp, paper_claims()), {})
+    assert "- `paper_handwriting on the paper's data`: IAM-OnDB is for registered users" in md
+    try:                                    # the reproduction's own list, where it has one
+        from layernorm.reproduce.paper import NOT_DOWNLOADED
+    except ImportError:
+        return
+    (tmp_path / "reproduce.json").write_text("{}")
+    from layernorm.report.runs import read_inputs
+    assert read_inputs(tmp_path).not_downloaded == NOT_DOWNLOADED

@@ -4,8 +4,9 @@
 
     runs.py       reading the output directory (runs, analysis JSON, distributed pairs)
     scoring.py    the metrics fields read, one number per run (last-k score, updates, ...), arms
-    claims.py     the claims: pure functions from measured numbers to verdicts, and the one list
-                  mapping each claim to the experiment that tests it
+    claims/       the claims: pure functions from measured numbers to verdicts (one module per
+                  group of claims: feed-forward, RNN, section 6, checks), the margins, and the
+                  one list mapping each claim to the experiment that tests it (``catalog``)
     figures.py    matplotlib only
     markdown.py   the text of report.md
     build.py      build_report(DIR) and `layernorm report DIR`

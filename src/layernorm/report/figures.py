@@ -8,12 +8,14 @@ from pathlib import Path
 
 from .._io import atomic_write_bytes
 from .claims import Figure
-from .scoring import (F_ERROR, F_HIDDEN_MEAN, F_HIDDEN_STD, F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL,
-                      PP, RNN_LABEL, RNN_NORMS, _num, error_key, score)
+from .claims.order import F_SELECT, ORDER_LABEL, RECALLS, best_step
+from .scoring import (F_ERROR, F_ERROR_FAIR, F_HIDDEN_MEAN, F_HIDDEN_STD, F_TRAIN_LOSS,
+                      F_TRAIN_NLL, NORM_LABEL, PP, RNN_LABEL, RNN_NORMS, _num, ema_key, error_key,
+                      fair_key, score)
 from .runs import Inputs, Run, select
 
-COLORS = {"none": "tab:gray", "batch": "tab:blue", "batch-all": "tab:cyan", "layer": "tab:red", "weight": "tab:green",
-          "rms": "tab:purple"}
+COLORS = {"none": "tab:gray", "batch": "tab:blue", "batch-all": "tab:cyan", "layer": "tab:red",
+          "weight": "tab:green", "rms": "tab:purple"}
 
 
 def _plt():
@@ -32,13 +34,17 @@ def _batches_present(runs):
     return sorted({r.batch_size for r in runs}, reverse=True)
 
 
+def _over_seeds(ys: list[list[float]]) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation over seeds at each evaluation (``ys[i]``: one value a seed)."""
+    mean = [sum(v) / len(v) for v in ys]
+    std = [math.sqrt(sum((a - m) ** 2 for a in v) / max(len(v) - 1, 1)) for v, m in zip(ys, mean)]
+    return mean, std
+
+
 def _mean_std_curve(runs: list[Run], xkey: str, ykey: str, bad: float):
     n = min(len(r.rows) for r in runs)
     xs = [float(runs[0].rows[i].get(xkey, i)) for i in range(n)]
-    ys = [[_num(r.rows[i].get(ykey), bad) for r in runs] for i in range(n)]
-    mean = [sum(v) / len(v) for v in ys]
-    std = [math.sqrt(sum((a - m) ** 2 for a in v) / max(len(v) - 1, 1)) for v, m in zip(ys, mean)]
-    return xs, mean, std
+    return (xs,) + _over_seeds([[_num(r.rows[i].get(ykey), bad) for r in runs] for i in range(n)])
 
 
 def _save(fig, path: Path) -> None:
@@ -47,6 +53,15 @@ def _save(fig, path: Path) -> None:
     fig.savefig(buf, format="png", dpi=110)
     _plt().close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _finish(fig, axes, path: Path, title: str, legend: int = 8) -> None:
+    """Grid and legend on every panel, the figure's title, saved to ``path``."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend)
+    fig.suptitle(title)
+    _save(fig, path)
 
 
 def _band(ax, xs, mean, std, **kw):
@@ -122,16 +137,18 @@ def rnn_curves(runs: list[Run], path: Path, title: str) -> None:
         for ax, (key, bad, scale) in zip(axes, ((F_TRAIN_LOSS, float("nan"), 1.0),
                                                  (error_key(rs), 1.0, PP))):
             xs, m, s = _mean_std_curve(rs, "step", key, bad)
-            _band(ax, xs, [v * scale for v in m], [v * scale for v in s], label=RNN_LABEL[n],
+            _band(ax, xs, [v * scale for v in m], [v * scale for v in s], label=RNN_LABEL[n]
+                  + (", population statistics" if key == F_ERROR_FAIR and n == "batch" else ""),
                   color=COLORS[n])
+        if n == "batch" and error_key(rs) == F_ERROR_FAIR:     # BN's EMA score beside it
+            xs, m, _ = _mean_std_curve(rs, "step", ema_key(rs), 1.0)
+            axes[1].plot(xs, [v * PP for v in m], "--", color=COLORS[n],
+                         label=f"{RNN_LABEL[n]}, running averages (EMA)")
     axes[0].set_ylabel("train loss (running mean, train mode)")
     axes[1].set_ylabel("test error (%)")
     for ax in axes:
         ax.set_xlabel("training step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"{title} (mean ± std over seeds)")
-    _save(fig, path)
+    _finish(fig, axes, path, f"{title} (mean ± std over seeds)")
 
 
 def hidden(runs: list[Run], path: Path, title: str) -> None:
@@ -160,21 +177,15 @@ def hidden(runs: list[Run], path: Path, title: str) -> None:
                 h = [r for r in run.rows if r.get(F_HIDDEN_STD)][i][F_HIDDEN_STD]
                 vals.append(sum(map(float, h)) / len(h))
             avg.append(vals)
-        m = [sum(v) / len(v) for v in avg]
-        s = [math.sqrt(sum((a - mm) ** 2 for a in v) / max(len(v) - 1, 1)) for v, mm in
-             zip(avg, m)]
-        _band(axes[2], steps, m, s, color=c, label=RNN_LABEL[n])
+        _band(axes[2], steps, *_over_seeds(avg), color=c, label=RNN_LABEL[n])
     axes[0].set(xlabel="time step t", ylabel="std of h_t (over batch and units)",
                 title="spread of h_t along the sequence")
     axes[0].set_yscale("log")
     axes[1].set(xlabel="time step t", ylabel="mean of h_t", title="mean of h_t along the sequence")
     axes[2].set(xlabel="training step", ylabel="time-averaged std of h_t",
                 title="spread of h_t over training")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{title} (mean over seeds; dotted: first evaluation, solid: last)")
-    _save(fig, path)
+    _finish(fig, axes, path, f"{title} (mean over seeds; dotted: first evaluation, solid: last)",
+            legend=7)
 
 
 def gain(runs: list[Run], path: Path, title: str) -> None:
@@ -195,9 +206,11 @@ def gain(runs: list[Run], path: Path, title: str) -> None:
 
 
 def paper_curves(runs: list[Run], path: Path, title: str) -> None:
-    """A section 6 experiment's loss curve per arm (mean ± std over seeds); ``title`` is
-    "key|scale|what|xkey" (the claim's ``LossSpec``)."""
-    key, scale, what, xkey = title.split("|")
+    """A section 6 experiment's curve per arm (mean ± std over seeds); ``title`` is
+    "key|scale|what|xkey" (the claim's ``LossSpec``), with "|y" a dotted reference line at y
+    (chance). A BN arm scored on test_loss is drawn with population statistics where its runs
+    carry them, its running averages (EMA) dashed beside."""
+    key, scale, what, xkey, *ref = title.split("|")
     scale = float(scale)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4))
@@ -205,9 +218,17 @@ def paper_curves(runs: list[Run], path: Path, title: str) -> None:
         rs = select(runs, norm=n)
         if not rs:
             continue
-        xs, m, s = _mean_std_curve(rs, xkey, key, float("nan"))
+        k = fair_key(rs, key)
+        xs, m, s = _mean_std_curve(rs, xkey, k, float("nan"))
         _band(ax, xs, [v * scale for v in m], [v * scale for v in s],
-              label=f"{RNN_LABEL[n]} ({len(rs)} seeds)", color=COLORS[n])
+              label=f"{RNN_LABEL[n]} ({len(rs)} seeds)" + (", population statistics"
+                                                           if k != key else ""), color=COLORS[n])
+        if k != key:
+            xs, m, _ = _mean_std_curve(rs, xkey, key, float("nan"))
+            ax.plot(xs, [v * scale for v in m], "--", color=COLORS[n],
+                    label=f"{RNN_LABEL[n]}, running averages (EMA)")
+    if ref:
+        ax.axhline(float(ref[0]), color="k", linestyle=":", linewidth=1, label="chance")
     exp = runs[0].experiment
     ax.set(xlabel="epoch" if xkey == "epoch" else "update", ylabel=what,
            title=f"{exp}: {what} (mean ± std over seeds)")
@@ -216,8 +237,34 @@ def paper_curves(runs: list[Run], path: Path, title: str) -> None:
     _save(fig, path)
 
 
-DRAW = {"paper_curves": paper_curves, "ff_curves": ff_curves, "error_bars": error_bars, "rnn_curves": rnn_curves,
-        "hidden": hidden, "gain": gain}
+def order_curves(runs: list[Run], path: Path, title: str) -> None:
+    """Order embeddings: validation R-sum (the model-selection criterion, with each arm's mean
+    update count to its best validation model dotted) and the test recalls' mean, per caption
+    encoder (mean ± std over seeds)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for n, label in ORDER_LABEL.items():
+        rs = select(runs, norm=n)
+        if not rs:
+            continue
+        n_ev = min(len(r.rows) for r in rs)
+        xs = [float(rs[0].rows[i]["step"]) for i in range(n_ev)]
+        for ax, fn in ((axes[0], lambda row: _num(row.get(F_SELECT), float("nan"))),
+                       (axes[1], lambda row: sum(_num(row.get(f"test_{k}"), float("nan"))
+                                                 for k in RECALLS) / len(RECALLS))):
+            _band(ax, xs, *_over_seeds([[fn(r.rows[i]) for r in rs] for i in range(n_ev)]),
+                  color=COLORS[n], label=f"{label} ({len(rs)} seeds)")
+        axes[0].axvline(sum(best_step(r) for r in rs) / len(rs), color=COLORS[n], linestyle=":",
+                        linewidth=1)
+    axes[0].set(xlabel="update", ylabel="validation R-sum (image retrieval R@1+R@5+R@10)",
+                title="model selection (dotted: mean update of the best model)")
+    axes[1].set(xlabel="update", ylabel="test recall, mean of R@1 and R@10 (%)",
+                title="caption and image retrieval")
+    _finish(fig, axes, path, f"{title} (mean ± std over seeds)")
+
+
+DRAW = {"paper_curves": paper_curves, "order_curves": order_curves, "ff_curves": ff_curves,
+        "error_bars": error_bars, "rnn_curves": rnn_curves, "hidden": hidden, "gain": gain}
 
 
 def draw(fig: Figure, inp: Inputs, path: Path) -> None:

@@ -8,8 +8,8 @@ import time
 
 from ..verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
-                     DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, PAPER_NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
-                     ClaimResult)
+                     DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
+                     ClaimResult, paper_not_run)
 from .scoring import LAST_K, PP
 from .runs import Inputs
 
@@ -177,7 +177,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
         md += [""]
 
     missing = meta.get("not_run") or {}
-    missing = {**(missing if isinstance(missing, dict) else {}), **PAPER_NOT_RUN}
+    missing = {**(missing if isinstance(missing, dict) else {}), **paper_not_run(inp)}
     md += ["## Not run", ""] + [f"- `{k}`: {v}" for k, v in missing.items()]
     md += ["", f"*Report built {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
            f"`layernorm report {inp.out}` from {len(runs)} run directories.*", ""]

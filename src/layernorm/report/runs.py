@@ -1,5 +1,5 @@
 """Reading a ``layernorm reproduce`` output directory: every file the report looks at is read
-here, once, into ``Inputs``; the claims (``claims.py``) only see what this module returns.
+here, once, into ``Inputs``; the claims (``claims/``) only see what this module returns.
 
     DIR/runs/**/config.json, metrics.jsonl, done     one directory per training run (the runner's)
     DIR/runs/**/env.json                              versions, device (optional)
@@ -155,6 +155,8 @@ class Inputs:
     ddp_error: str | None = None                         # two runs of a pair do not match
     unfinished: int = 0                                  # run directories without ``done``
     budgets: dict = field(default_factory=dict)          # experiment -> {"rule", "text"}
+    not_downloaded: dict = field(default_factory=dict)   # experiment -> why its paper's data is
+    #                                                      not downloaded by any preset
 
     @property
     def empty(self) -> bool:
@@ -203,6 +205,17 @@ def _budgets(meta: dict) -> dict:
     return dict(BUDGETS)
 
 
+def _not_downloaded() -> dict:
+    """The section 6 experiments whose paper's data no preset downloads, with the reason: the
+    reproduction's ``NOT_DOWNLOADED`` (imported when a report is built, as ``BUDGETS``); empty
+    where this version of the reproduction has none."""
+    try:
+        from ..reproduce.paper import NOT_DOWNLOADED
+    except ImportError:
+        return {}
+    return dict(NOT_DOWNLOADED)
+
+
 def read_inputs(out: str | Path) -> Inputs:
     """Read the output directory ``out`` (see the module docstring)."""
     out = Path(out)
@@ -230,4 +243,4 @@ def read_inputs(out: str | Path) -> Inputs:
                   geometry=geometry,
                   geometry_figures=sorted(gdir.glob("*.png")) if geometry else [],
                   ddp_rows=ddp_rows, ddp_error=ddp_error, unfinished=unfinished,
-                  budgets=_budgets(meta))
+                  budgets=_budgets(meta), not_downloaded=_not_downloaded())

@@ -144,6 +144,17 @@ def error_key(runs: list[Run]) -> str:
     return F_ERROR_FAIR if runs and all(has(r, F_ERROR_FAIR) for r in runs) else F_ERROR
 
 
+def fair_key(runs: list[Run], key: str) -> str:
+    """The field a BN arm is scored on for the runner's ``key`` (test_error, test_loss): its
+    population-statistics counterpart (eval_test_*) when every run carries it with
+    ``bn_scoring`` = population, else ``key`` itself (and for every other arm)."""
+    fair = {F_ERROR: F_ERROR_FAIR, F_LOSS: F_LOSS_FAIR}.get(key)
+    if fair and runs and all(r.norm == "batch" and has(r, fair) and
+                             r.rows[-1].get(F_BN_SCORING) == "population" for r in runs):
+        return fair
+    return key
+
+
 def ema_key(runs: list[Run], loss: bool = False) -> str:
     """A BN arm's running-average (EMA) score: ``ema_*`` where written, else the runner's."""
     k = F_LOSS_EMA if loss else F_ERROR_EMA

@@ -1,0 +1,234 @@
+"""What every claim is built from: the margins of the rules (stated once, printed with every
+verdict), the result types (``Claim``, ``ClaimResult``, ``Figure``, "not run"), and the lines that
+say how a verdict could be wrong (``how_wrong``: settings next to the paper's, budget and update
+counts, arms still improving, seeds, how batch norm was scored, the interval)."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..runs import Inputs, Run
+from ..scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, F_LOSS, LAST_K, PP, _fmt_range,
+                       _seeds_text, error_key, has, late_change, seq_len, updates)
+from ...verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, Verdict
+from .sources import PAPER_SETTINGS
+
+NOT_RUN = "not run"
+
+# Margins (metric units) for the rules, stated once and printed with every verdict.
+BEATS_MARGIN = 0.005        # "A beats B" on test error: at least 0.5 percentage points
+SUFFERS_MARGIN = 0.01       # "BN suffers at small batch": error up by at least 1 pp
+COLLAPSE_MARGIN = 0.05      # "BN collapses": error up by at least 5 pp
+STABLE_MARGIN = 0.01        # "LN stays stable": error within ±1 pp (no wider than "suffers")
+FASTER_MARGIN = math.log(1.2)   # "trains faster": eval-mode training NLL lower by >= 1.2x,
+#                                 as the mean over evaluations of log NLL (area under log NLL)
+DRIFT_MARGIN = 0.05         # hidden-state stability statistics (spread of log std, nats)
+STEPS_FRACTION = 0.05       # "converges faster": fewer steps by >= 5% of the step budget
+GAIN_MARGIN = 0.01          # "gain 1.0 better": mean test error over training lower by >= 1 pp
+LR_DECAY_FACTOR = 0.8       # 5.2: LN's effective lr falls to <= 0.8x the no-norm run's fall
+LR_DECAY_SAME = 0.9         # ... and a ratio >= 0.9 is no decay worth crediting to LN
+STILL_FALLING = 0.005       # an arm whose error still falls by >= 0.5 pp late in training
+MIN_HIDDEN_T = 100          # hidden-state stability needs sequences of at least this length
+
+# Section 6 experiments (``paper.py``), in the unit of each experiment's loss.
+DRAW_MARGIN = 0.1           # DRAW: LN's bound lower by >= 0.1 nats per image (paper: 0.27)
+HW_MARGIN = 0.02            # handwriting: LN's final NLL no worse than LSTM's by > 0.02 nats/point
+BPC_MARGIN = 0.01 * math.log(2)  # char-LM: lower by >= 0.01 bits per character (the
+#                                  margin is in nats, the unit of the loss it is applied to)
+BAD_LOSS = 1e6              # a diverged run's (NaN) loss: worse than any trained run
+#                             The char-LM's 5-way completion accuracy uses BEATS_MARGIN (0.5 pp).
+RECALL_MARGIN = 0.5         # 6.1 order embeddings: LN-GRU's recall (percent) higher by >= 0.5
+#                             points, as "beats" on an error
+
+# Distributed checks (``checks.ddp_tolerance``): float rounding of the reordered sums.
+DDP_REL_TOL = 1e-4          # "identical": max |param diff| <= 1e-4 * max(1, max |param|)
+DDP_DIFF_FACTOR = 100.0     # "different": max |param diff| > 100 x that tolerance
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure a claim asks for: ``figures.DRAW[kind]`` draws it from the runs matching
+    ``where`` (``kind == "copy"``: ``source`` is copied)."""
+    name: str
+    kind: str
+    where: tuple = ()
+    title: str = ""
+    source: str = ""
+
+
+@dataclass
+class ClaimResult:
+    verdict: Verdict
+    key_number: str
+    table: list[dict]                       # measured numbers, one row per configuration
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)   # how it could be wrong
+    measured: bool = True                   # False: the experiment's runs / fields are not there
+
+    @property
+    def status(self) -> str:
+        """The verdict, or "not run" when there was nothing to judge."""
+        return self.verdict.verdict if self.measured else NOT_RUN
+
+
+CLAIM, COMPOSITE, CHECK = "claim", "composite", "check"
+
+
+@dataclass
+class Claim:
+    id: str
+    source: str                              # "paper 6.6", "summary B", ...
+    quote: str                               # the claim in one line
+    experiment: str                          # the registry name of the experiment testing it
+    evaluate: Callable[[Inputs], ClaimResult] | None
+    section: str = ""                        # heading it is listed under
+    kind: str = CLAIM                        # claim (seeds) | composite (of parts) | check
+    parts: tuple[str, ...] = ()              # a composite's part ids
+
+
+def not_run(reason: str) -> ClaimResult:
+    """Nothing to judge: ``reason`` says what is missing (its first clause is the key number)."""
+    v = Verdict(INCONCLUSIVE, "no data: the rule cannot be applied", reason)
+    short = re.split(r";| \(", reason)[0].strip()
+    return ClaimResult(v, short, [], measured=False)
+
+
+def _need(groups: dict[str, list[Run]]) -> str | None:
+    missing = [k for k, v in groups.items() if not v]
+    return f"missing finished runs for: {', '.join(missing)}" if missing else None
+
+
+def absent(inp: Inputs, experiment: str, what: str) -> ClaimResult:
+    """"Not run": no finished run of ``experiment`` at all (``what`` says what it would run),
+    with the reason ``layernorm reproduce`` recorded for leaving it out, when it did."""
+    recorded = inp.meta.get("not_run")
+    reason = recorded.get(experiment) if isinstance(recorded, dict) else None
+    return not_run(f"no finished runs of `{experiment}` ({what})" + (f"; {reason}" if reason
+                                                                      else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# How a claim could be wrong
+
+def _settings(runs: list[Run], experiment: str) -> str:
+    """One line: what these runs are, next to what the paper ran."""
+    if not runs:
+        return ""
+    c = runs[0].config
+    margs = c.get("model_args") or {}
+    width = margs.get("hidden") or margs.get("channels") or margs.get("dim")
+    parts = [str(c.get("dataset") or c.get("task"))]
+    if c.get("model"):
+        parts.append(f"{c['model']}" + (f" width {width}" if width is not None else ""))
+    T = seq_len(runs[0])
+    if T:
+        parts.append(f"T = {T} steps")
+    lengths = sorted({f"{r.config['epochs']:g} epochs" if r.config.get("epochs") is not None
+                      else f"{r.config.get('steps')} steps" for r in runs})
+    parts.append(" / ".join(lengths))
+    parts.append(f"{c.get('optimizer', '?')} lr {c.get('lr', '?')}")
+    parts.append("batch " + ", ".join(str(b) for b in sorted({r.batch_size for r in runs},
+                                                              reverse=True)))
+    paper = PAPER_SETTINGS.get(experiment)
+    return f"Settings: {'; '.join(parts)}" + (f" — {paper}." if paper else ".")
+
+
+def _leaves(v: Verdict) -> list[Verdict]:
+    return [leaf for p in v.parts for leaf in _leaves(p)] if v.parts else [v]
+
+
+def _split_varies(run: Run) -> bool:
+    """The run's test split is drawn with its seed (``split_seed`` / ``seed`` in data_args)."""
+    d = run.config.get("data_args") or {}
+    return any(d.get(k) == run.seed for k in ("split_seed", "seed"))
+
+
+def _budget(inp: Inputs, experiment: str, runs: list[Run]) -> str:
+    """The experiment's stated budget rule, and what the update counts show."""
+    stated = inp.budgets.get(experiment) or {}
+    stated = stated.get("text") if isinstance(stated, dict) else str(stated)
+    counts = sorted({updates(r) for r in runs})
+    shown = ("every arm made the same number of updates" if len(counts) == 1
+             else "the arms made different numbers of updates")
+    return f"Budget: {stated + '; ' if stated else ''}{shown}"
+
+
+def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict: Verdict, *,
+              extra: tuple[str, ...] = (), late: tuple | None = None, rising: bool = False,
+              scored: str | None = None,
+              bn_fields: tuple[str, str] = (F_ERROR_FAIR, F_ERROR)) -> list[str]:
+    """The lines that say how a claim's verdict could be wrong: the settings (vs the paper), the
+    update counts and seeds of each arm, how BN was scored, the interval. ``late``: (key, what,
+    scale, unit, threshold) of a claim scored on another field than the test error, whose late
+    change is read on that field (``rising``: higher is better, as a recall or an accuracy).
+    ``scored``: how each run was scored, when not on the mean of its last evaluations.
+    ``bn_fields``: the fields of a BN arm's score with population statistics and with its
+    running averages (EMA)."""
+    runs = [r for rs in arms.values() for r in rs]
+    out = [_settings(runs, experiment)] if runs else []
+    out.append(_budget(inp, experiment, runs) + ". Updates per arm: " + "; ".join(
+        f"{name} {_fmt_range([updates(r) for r in rs])}" for name, rs in arms.items() if rs))
+    changes = {}
+    for name, rs in arms.items():
+        ch = [late_change(r, late[0] if late else error_key(rs)) for r in rs]
+        if rs and all(c is not None for c in ch):
+            changes[name] = sum(ch) / len(ch)
+    if changes and late:
+        _, what, scale, unit, thr = late
+        falling = [n for n, c in changes.items() if (c >= thr if rising else c <= -thr)]
+        how = "rising" if rising else "falling"
+        out.append(f"{what[:1].upper() + what[1:]} from the third to the last quarter of updates "
+                   f"(mean over seeds): " + "; ".join(f"{n} {c * scale:+.3g}{unit}" for n, c in
+                                                      changes.items()) + ". "
+                   + (f"Still {how} by ≥ {thr * scale:g}{unit} (the claim's margin), maybe "
+                      f"undertrained: {', '.join(falling)}." if falling else
+                      f"No arm still {how} by ≥ {thr * scale:g}{unit} (the claim's margin)."))
+    elif changes:
+        late = changes
+        falling = [n for n, c in late.items() if c <= -STILL_FALLING]
+        out.append(f"Test error from the third to the last quarter of updates (mean over seeds): "
+                   + "; ".join(f"{n} {c * PP:+.2f} pp" for n, c in late.items()) + ". "
+                   + (f"Still falling by ≥ {STILL_FALLING * PP:g} pp, maybe undertrained: "
+                      f"{', '.join(falling)}." if falling else
+                      f"No arm still falling by ≥ {STILL_FALLING * PP:g} pp."))
+    seeds = {name: sorted(r.seed for r in rs) for name, rs in arms.items() if rs}
+    if len({tuple(s) for s in seeds.values()}) == 1:
+        s = next(iter(seeds.values()))
+        out.append(f"Seeds: {_seeds_text(s)} ({len(s)} per arm; the rules need ≥ {MIN_SEEDS})")
+    else:
+        out.append("Seeds: " + "; ".join(f"{k} {_seeds_text(v)}" for k, v in seeds.items()))
+    bn = [r for r in runs if r.norm == "batch"]
+    if bn:
+        fair, ema = bn_fields
+        if all(has(r, fair) and r.rows[-1].get(F_BN_SCORING) == "population" for r in bn):
+            whose = "the runner's " if ema in (F_ERROR, F_LOSS) else ""
+            out.append(f"Batch norm scored with population statistics recomputed by one pass "
+                       f"over a training sample (`{fair}`); " + (
+                           f"the score with its running averages (EMA, {whose}`{ema}`) is in "
+                           f"the table as “EMA”." if all(has(r, ema) for r in bn) else
+                           "its score with the running averages (EMA) is not recorded for "
+                           "this measure."))
+        else:
+            out.append(f"Batch norm scored with its running averages (EMA, momentum 0.1): these "
+                       f"runs carry no population-statistics score (`{fair}` with "
+                       f"`{F_BN_SCORING}` = population), which can be much lower.")
+    ivs = [p.interval for p in _leaves(verdict) if p.interval is not None]
+    if ivs:
+        kinds = sorted({iv.kind for iv in ivs})
+        dfs = sorted({f"{iv.df:.3g}" for iv in ivs}, key=float)
+        varies = all(_split_varies(r) for r in runs)
+        out.append(f"Interval: {LEVEL:.0%} {' / '.join(kinds)} t-interval of the difference "
+                   f"(df {', '.join(dfs)}); each run scored "
+                   + (scored or f"on the mean of its last {LAST_K} evaluations") + ". " + (
+                       "The test split varies with the seed, so test-set sampling noise is in "
+                       "the interval." if varies else
+                       "Every seed is scored on the same test split: the interval holds the "
+                       "spread over training seeds, not test-set sampling noise."))
+    return out + list(extra)
+
+

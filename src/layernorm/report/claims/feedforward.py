@@ -1,0 +1,168 @@
+"""Sections 6.6 and 6.7 (and summary B's CNN claim): the feed-forward batch-size experiments,
+MLP and ConvNet at batch 128, 4 and 1 — BN suffers or collapses at small batches, LN stays
+stable, LN beats no normalization, BN beats LN at batch 128, LN trains faster than BN."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..runs import Inputs, Run, select
+from ..scoring import (F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL, PP, _increase, arm, err_sample,
+                       err_table, has, log_area, updates)
+from ...verdicts import LEVEL, all_of, exceeds, within
+from .base import (BEATS_MARGIN, COLLAPSE_MARGIN, FASTER_MARGIN, STABLE_MARGIN, ClaimResult,
+                   Figure, _need, how_wrong, not_run)
+
+BN_VARIANTS = {"batch-all": "on every layer, the logits too (the paper's wording)",
+               "batch": "on the hidden layers only"}
+
+def _bs_groups(runs, experiment, norms, batches):
+    """{"norm@batch": runs}; ``norms`` are variants ("batch-all" is BN on every layer)."""
+    return {f"{n}@{b}": select(runs, experiment=experiment, variant=n, batch_size=b)
+            for n in norms for b in batches}
+
+
+def _bn_variants(runs: list[Run], experiment: str) -> list[str]:
+    """The BN variants these runs hold, the paper's (every layer) first."""
+    have = {r.variant for r in select(runs, experiment=experiment, norm="batch")}
+    return [v for v in BN_VARIANTS if v in have] or ["batch"]
+
+
+def for_bn_variants(evaluate_for: Callable[[Inputs, str], ClaimResult], experiment: str):
+    """A claim about "BN" judged on the paper's variant (BN on every layer) when it ran; the
+    other variant is judged by the same rule and shown in a note, not counted."""
+    def evaluate(inp: Inputs) -> ClaimResult:
+        variants = _bn_variants(inp.runs, experiment)
+        res = evaluate_for(inp, variants[0])
+        if len(variants) > 1:
+            res.notes.insert(0, f"Judged with batch norm {BN_VARIANTS[variants[0]]}.")
+        for other in variants[1:]:
+            o = evaluate_for(inp, other)
+            res.notes.append(f"Batch norm {BN_VARIANTS[other]} (`{other}`), same rule, not "
+                             f"counted: **{o.status}** — {o.key_number}"
+                             + (f" ({o.verdict.detail})" if o.measured else ""))
+        return res
+    return evaluate
+
+
+def _arm_names(g: dict) -> dict[str, list[Run]]:
+    return {f"{NORM_LABEL.get(k.split('@')[0], k)} @ batch {k.split('@')[1]}": v
+            for k, v in g.items()}
+
+
+def ff_figures(experiment: str, title: str) -> list[Figure]:
+    w = (("experiment", experiment),)
+    return [Figure(f"{experiment}_curves", "ff_curves", w, title),
+            Figure(f"{experiment}_error_vs_batch", "error_bars", w, title)]
+
+
+def claim_bn_suffers(experiment: str, small: int, large: int, margin: float, what: str):
+    def evaluate(inp: Inputs, bn: str) -> ClaimResult:
+        g = _bs_groups(inp.runs, experiment, (bn, "layer"), (small, large))
+        if (note := _need(g)):
+            return not_run(note)
+        bn_up, ln_up = _increase(g[f"{bn}@{small}"], g[f"{bn}@{large}"]), \
+            _increase(g[f"layer@{small}"], g[f"layer@{large}"])
+        v1 = exceeds(err_sample(g[f"{bn}@{small}"]), err_sample(g[f"{bn}@{large}"]), margin,
+                     a_name=f"BN error at batch {small}", b_name=f"BN error at batch {large}",
+                     unit=" pp", scale=PP)
+        v2 = exceeds(bn_up, ln_up, margin, a_name="BN's increase", b_name="LN's increase",
+                     unit=" pp", scale=PP)
+        v = all_of([v1, v2], f"both must hold: (1) BN's test error at batch {small} exceeds its "
+                             f"error at batch {large} and (2) BN's increase exceeds LN's, each by "
+                             f"≥ {margin * PP:g} pp over the whole {LEVEL:.0%} interval")
+        key = (f"BN {small} vs {large}: {bn_up.mean * PP:+.2f} pp; "
+               f"LN: {ln_up.mean * PP:+.2f} pp")
+        return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
+                           ff_figures(experiment, what),
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
+    return for_bn_variants(evaluate, experiment)
+
+
+def claim_ln_stable(experiment: str, smalls: tuple[int, ...], large: int, what: str):
+    def evaluate(inp: Inputs) -> ClaimResult:
+        g = _bs_groups(inp.runs, experiment, ("layer",), smalls + (large,))
+        if (note := _need(g)):
+            return not_run(note)
+        parts = [within(err_sample(g[f"layer@{s}"]), err_sample(g[f"layer@{large}"]),
+                        STABLE_MARGIN, a_name=f"LN error at batch {s}",
+                        b_name=f"LN error at batch {large}", unit=" pp", scale=PP)
+                 for s in smalls]
+        v = all_of(parts, f"LN's test error at batch {', '.join(map(str, smalls))} must be within "
+                          f"±{STABLE_MARGIN * PP:g} pp of its error at batch {large} (the whole "
+                          f"{LEVEL:.0%} interval of the difference inside the band)")
+        key = "; ".join(f"LN {s} vs {large}: {p.interval.d * PP:+.2f} pp "
+                        f"[{p.interval.lo * PP:+.2f}, {p.interval.hi * PP:+.2f}]"
+                        for s, p in zip(smalls, parts))
+        return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
+                           ff_figures(experiment, what),
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
+    return evaluate
+
+
+def claim_ln_faster_than_bn(experiment: str, batches: tuple[int, ...], what: str):
+    def evaluate(inp: Inputs, bn: str) -> ClaimResult:
+        g = _bs_groups(inp.runs, experiment, (bn, "layer"), batches)
+        if (note := _need(g)):
+            return not_run(note)
+        allr = [r for v in g.values() for r in v]
+        if not all(has(r, F_TRAIN_NLL) for r in allr):
+            return not_run(f"the runs carry no eval-mode training NLL (`{F_TRAIN_NLL}`): the "
+                           f"train-mode running loss (`{F_TRAIN_LOSS}`) mixes BN's batch "
+                           f"statistics into the loss and is not what the claim compares")
+        parts, keys = [], []
+        for b in batches:
+            bns, ln = g[f"{bn}@{b}"], g[f"layer@{b}"]
+            upto = min(updates(r) for r in bns + ln)
+            a = arm(bns, lambda r: log_area(r, F_TRAIN_NLL, upto))
+            c = arm(ln, lambda r: log_area(r, F_TRAIN_NLL, upto))
+            parts.append(exceeds(a, c, FASTER_MARGIN, a_name=f"BN mean log train NLL at batch {b}",
+                                 b_name="LN's", unit=" (log nats)"))
+            keys.append(f"batch {b}: BN/LN train NLL ×{math.exp(a.mean - c.mean):.2f} "
+                        f"(to update {upto})")
+        v = all_of(parts, f"at every batch size ({', '.join(map(str, batches))}), the mean over "
+                          f"evaluations of log eval-mode training NLL (the area under the log "
+                          f"curve, to the smallest update count of the two arms) is higher for BN "
+                          f"than for LN by ≥ log 1.2 = {FASTER_MARGIN:.3f} (BN's NLL ≥ 1.2× LN's "
+                          f"on geometric average) over the whole {LEVEL:.0%} interval")
+        return ClaimResult(v, "; ".join(keys), err_table(select(inp.runs, experiment=experiment)),
+                           ff_figures(experiment, what),
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
+    return for_bn_variants(evaluate, experiment)
+
+
+def claim_beats(experiment: str, winner: str, loser: str, batch: int, what: str):
+    def evaluate(inp: Inputs) -> ClaimResult:
+        g = _bs_groups(inp.runs, experiment, (winner, loser), (batch,))
+        if (note := _need(g)):
+            return not_run(note)
+        w, lo = err_sample(g[f"{winner}@{batch}"]), err_sample(g[f"{loser}@{batch}"])
+        v = exceeds(lo, w, BEATS_MARGIN, a_name=f"{NORM_LABEL[loser]} error",
+                    b_name=f"{NORM_LABEL[winner]} error (batch {batch})", unit=" pp", scale=PP)
+        key = (f"{NORM_LABEL[winner]} {w.mean * PP:.2f}% vs {NORM_LABEL[loser]} "
+               f"{lo.mean * PP:.2f}% at batch {batch}")
+        return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
+                           ff_figures(experiment, what),
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
+    return evaluate
+
+
+def claim_bn_collapse(experiment: str, smalls: tuple[int, ...] = (4, 1), large: int = 128):
+    def evaluate(inp: Inputs) -> ClaimResult:
+        g = _bs_groups(inp.runs, experiment, ("batch",), smalls + (large,))
+        if (note := _need(g)):
+            return not_run(note)
+        parts = [exceeds(err_sample(g[f"batch@{s}"]), err_sample(g[f"batch@{large}"]),
+                         COLLAPSE_MARGIN, a_name=f"BN error at batch {s}",
+                         b_name=f"at batch {large}", unit=" pp", scale=PP) for s in smalls]
+        v = all_of(parts, f"BN's test error at batch {' and at batch '.join(map(str, smalls))} "
+                          f"each exceed its error at batch {large} by ≥ {COLLAPSE_MARGIN * PP:g} "
+                          f"pp (a collapse, not a wobble) over the whole {LEVEL:.0%} interval")
+        key = "; ".join(f"BN {s} vs {large}: {p.interval.d * PP:+.1f} pp"
+                        for s, p in zip(smalls, parts))
+        return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
+                           ff_figures(experiment, "ConvNet"),
+                           caveats=how_wrong(inp, experiment, _arm_names(g), v))
+    return evaluate
+
+

@@ -1,0 +1,214 @@
+"""Claims scored on a loss per evaluation (lower is better), as the section 6 density models and
+language model are: ``LossSpec`` names the field, its unit, the arms and the runs; the rules are
+"LN's final value is lower" (``claim_loss_lower``), "LN reaches the baseline's final value in fewer
+updates" (``claim_loss_faster``) and "LN's final value is no worse" (``no_worse``). A BN arm is
+scored with population statistics (``eval_test_loss``) when its runs carry them, its running
+averages (EMA) shown beside."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..runs import Inputs, Run, select
+from ..scoring import (F_LOSS, F_LOSS_FAIR, F_STEP, LAST_K, RNN_LABEL, _fmt_range, _num, arm,
+                       fair_key, has, score, updates)
+from ...verdicts import (INCONCLUSIVE, LEVEL, NOT_SUPPORTED, SUPPORTED, Verdict, all_of, exceeds,
+                         sample)
+from .base import BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, how_wrong, not_run
+from .sources import DATA_HERE, FULL_FORMS, PAPER_NUMBERS
+
+F_NLL = "test_nll"                  # handwriting: the exact NLL, nats per sequence (not test_loss,
+F_NLL_POINT = "test_nll_per_point"  # which adds the constant floor of the runner's squared form)
+
+
+def final_loss(run: Run, key: str) -> float:
+    """The mean of ``key`` (a loss) over the run's last LAST_K evaluations; NaN counts BAD_LOSS."""
+    return score(run, key, BAD_LOSS)
+
+
+def steps_to_loss(run: Run, target: float, key: str) -> tuple[float, bool]:
+    """First step whose ``key`` (a loss) is <= target, and whether it was reached; not reached
+    (NaN never reaches): the last step, flagged False."""
+    for r in run.rows:
+        if _num(r.get(key), math.inf) <= target:
+            return float(r[F_STEP]), True
+    return float(run.rows[-1][F_STEP]), False
+
+
+def no_worse(a, b, margin: float, *, a_name: str, b_name: str, unit: str = "",
+             scale: float = 1.0) -> Verdict:
+    """Claim: ``a`` is not worse (larger) than ``b`` by ``margin`` or more (non-inferiority):
+    supported if the whole t-interval of a − b is < margin, not supported if the whole interval
+    is ≥ margin, else inconclusive (and inconclusive below MIN_SEEDS) — ``exceeds`` read the
+    other way round."""
+    ex = exceeds(a, b, margin, a_name=a_name, b_name=b_name, unit=unit, scale=scale)
+    flip = {SUPPORTED: NOT_SUPPORTED, NOT_SUPPORTED: SUPPORTED}.get(ex.verdict, INCONCLUSIVE)
+    rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is < "
+            f"{margin * scale:.3g}{unit} (no worse by that much), not supported if the whole "
+            f"interval is ≥ {margin * scale:.3g}{unit}, else inconclusive")
+    return Verdict(flip, rule, ex.detail, interval=ex.interval)
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """How one section 6 experiment is scored: ``key`` (a loss per evaluation, lower is better)
+    shown as ``value * scale`` in ``unit``; arms in ``norms`` ("none" is the baseline).
+    ``dataset``: only the runs on that dataset (a downloaded full form); None: every run of the
+    experiment except its full form's (``sources.FULL_FORMS``)."""
+    experiment: str
+    key: str
+    unit: str
+    scale: float
+    norms: tuple[str, ...]
+    what: str                     # "test -ELBO", ...
+    xkey: str = F_STEP            # the x axis of "how fast": step or epoch
+    digits: int = 2
+    margin: float = 0.0           # the claim's margin (key units): also the "still falling" bar
+    dataset: str | None = None
+
+
+def loss_groups(inp: Inputs, spec: LossSpec) -> dict[str, list[Run]]:
+    full = FULL_FORMS.get(spec.experiment, (None, ""))[0]
+
+    def keep(r: Run) -> bool:
+        d = r.config.get("dataset")
+        return d == spec.dataset if spec.dataset else full is None or d != full
+    return {n: [r for r in select(inp.runs, experiment=spec.experiment, norm=n) if keep(r)]
+            for n in spec.norms}
+
+
+def arm_key(spec: LossSpec, runs: list[Run]) -> str:
+    """The field an arm is scored on: ``spec.key``, or for a BN arm scored on the runner's
+    test_loss its population-statistics ``eval_test_loss`` where every run carries it."""
+    return fair_key(runs, spec.key) if spec.key == F_LOSS else spec.key
+
+
+def _need_field(g: dict[str, list[Run]], key: str) -> str | None:
+    lacking = [RNN_LABEL[n] for n, rs in g.items() if not all(has(r, key) for r in rs)]
+    return (f"the runs of {', '.join(lacking)} carry no `{key}` (written by the reproduction's "
+            f"models; rerun them with this version)") if lacking else None
+
+
+def _x_at(run: Run, step: float, xkey: str) -> float:
+    if xkey == F_STEP:
+        return step
+    row = next((r for r in run.rows if r[F_STEP] == step), run.rows[-1])
+    return float(row.get(xkey, step))
+
+
+def loss_table(g: dict[str, list[Run]], spec: LossSpec, target: float | None) -> list[dict]:
+    rows = []
+    for n, rs in g.items():
+        if not rs:
+            continue
+        key = arm_key(spec, rs)
+        row = {"model": RNN_LABEL[n], "updates": _fmt_range([updates(r) for r in rs])}
+        if spec.xkey != F_STEP:
+            row[spec.xkey + "s"] = _fmt_range([int(round(_x_at(r, updates(r), spec.xkey)))
+                                                for r in rs])
+        row[f"{spec.what} (mean of last {LAST_K})"] = arm(
+            rs, lambda r: final_loss(r, key)).fmt(spec.scale, spec.digits) + (
+            " [population statistics]" if key == F_LOSS_FAIR else "")
+        if key != spec.key:
+            row["EMA"] = arm(rs, lambda r: final_loss(r, spec.key)).fmt(spec.scale, spec.digits)
+        if spec.key == F_NLL_POINT and all(has(r, F_NLL) for r in rs):
+            row[f"test NLL, nats per sequence"] = arm(rs, lambda r: final_loss(r, F_NLL)).fmt(1, 1)
+        if target is not None:
+            st = [steps_to_loss(r, target, key) for r in rs]
+            row[f"updates to ≤ {target * spec.scale:.{spec.digits}f}{spec.unit}"] = sample(
+                s for s, _ in st).fmt(1, 0)
+            if spec.xkey != F_STEP:
+                row[f"{spec.xkey}s to it"] = sample(_x_at(r, s, spec.xkey) for r, (s, _) in
+                                                   zip(rs, st)).fmt(1, 1)
+            row["reached"] = f"{sum(ok for _, ok in st)}/{len(st)}"
+        row["seeds"] = len(rs)
+        rows.append(row)
+    return rows
+
+
+def paper_figure(spec: LossSpec, runs: list[Run] = ()) -> list[Figure]:
+    """The loss curves of ``spec``'s runs (``runs``: of one dataset, then only that one's)."""
+    datasets = {r.task for r in runs}
+    where = (("experiment", spec.experiment),)
+    if len(datasets) == 1:
+        where += (("task", next(iter(datasets))),)
+    name = spec.experiment + (f"_{spec.dataset}" if spec.dataset else "")
+    return [Figure(f"{name}_curves", "paper_curves", where,
+                   f"{spec.key}|{spec.scale}|{spec.what}|{spec.xkey}")]
+
+
+def _paper_caveats(inp, spec: LossSpec, g, v, margin: float) -> list[str]:
+    arms = {RNN_LABEL[n]: rs for n, rs in g.items()}
+    return how_wrong(inp, spec.experiment, arms, v,
+                     late=(spec.key, spec.what, spec.scale, spec.unit, margin),
+                     bn_fields=(F_LOSS_FAIR, F_LOSS) if spec.key == F_LOSS else
+                     (spec.key, spec.key))
+
+
+def measured_vs_paper(experiment: str, here: str, dataset: str | None = None) -> str:
+    """"paper: ...; here: ... (the data run here)"; ``dataset``: a downloaded full form."""
+    data = FULL_FORMS[experiment][1] if dataset else DATA_HERE[experiment]
+    return f"{PAPER_NUMBERS[experiment]}; here: {here} ({data})."
+
+
+def _all(g: dict[str, list[Run]]) -> list[Run]:
+    return [r for rs in g.values() for r in rs]
+
+
+def claim_loss_lower(spec: LossSpec, margin: float, others: tuple[str, ...]):
+    """LN's final ``spec.key`` is lower than each of ``others``' by >= margin."""
+    def evaluate(inp: Inputs) -> ClaimResult:
+        g = loss_groups(inp, spec)
+        if (note := _need(g)) or (note := _need_field(g, spec.key)):
+            return not_run(note)
+        fin = {n: arm(rs, lambda r, k=arm_key(spec, rs): final_loss(r, k)) for n, rs in g.items()}
+        parts = [exceeds(fin[o], fin["layer"], margin, a_name=f"{RNN_LABEL[o]} final {spec.what}",
+                         b_name="LN-LSTM's", unit=spec.unit, scale=spec.scale) for o in others]
+        v = all_of(parts, f"LN-LSTM's final {spec.what} (mean of its last {LAST_K} evaluations) "
+                          f"is lower than " + " and than ".join(RNN_LABEL[o] + "'s" for o in others)
+                   + f", each by ≥ {margin * spec.scale:g}{spec.unit} over the whole {LEVEL:.0%} "
+                     f"interval")
+        key = ", ".join(f"{RNN_LABEL[n]} {fin[n].mean * spec.scale:.{spec.digits}f}"
+                        for n in g) + spec.unit
+        here = f"{key} after {_fmt_range([updates(r) for r in _all(g)])} updates"
+        return ClaimResult(v, key, loss_table(g, spec, None), paper_figure(spec, _all(g)),
+                           notes=[measured_vs_paper(spec.experiment, here, spec.dataset)],
+                           caveats=_paper_caveats(inp, spec, g, v, margin))
+    return evaluate
+
+
+def claim_loss_faster(spec: LossSpec, others: tuple[str, ...]):
+    """LN reaches the LSTM's final value (mean over its seeds) in fewer updates than each of
+    ``others`` (the LSTM itself: its own runs' first crossing of that mean)."""
+    def evaluate(inp: Inputs) -> ClaimResult:
+        g = loss_groups(inp, spec)
+        if (note := _need(g)) or (note := _need_field(g, spec.key)):
+            return not_run(note)
+        target = arm(g["none"], lambda r: final_loss(r, spec.key)).mean
+        allr = _all(g)
+        budget = max(updates(r) for r in allr)
+        m = STEPS_FRACTION * budget
+        st = {n: arm(rs, lambda r, k=arm_key(spec, rs): steps_to_loss(r, target, k)[0])
+              for n, rs in g.items()}
+        parts = [exceeds(st[o], st["layer"], m, a_name=f"{RNN_LABEL[o]} updates to the target",
+                         b_name="LN-LSTM's") for o in others]
+        tgt = f"{target * spec.scale:.{spec.digits}f}{spec.unit}"
+        v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} (the LSTM's final value, mean "
+                          f"over its seeds) in fewer updates than " + " and than ".join(
+                              RNN_LABEL[o] for o in others) + f", each by ≥ {m:.0f} updates "
+                   f"({STEPS_FRACTION:.0%} of the {budget}-update budget) over the whole "
+                   f"{LEVEL:.0%} interval; a run that never reaches it counts the whole budget")
+        ratio = st["none"].mean / max(st["layer"].mean, 1.0)
+        key = ", ".join(f"{RNN_LABEL[n]} {st[n].mean:.0f}" for n in g) + \
+            f" updates to {tgt} (LSTM/LN ×{ratio:.2f})"
+        if spec.xkey != F_STEP:
+            ep = {n: sum(_x_at(r, steps_to_loss(r, target, arm_key(spec, rs))[0], spec.xkey)
+                         for r in rs) / len(rs) for n, rs in g.items()}
+            key += "; " + ", ".join(f"{RNN_LABEL[n]} {ep[n]:.1f}" for n in g) + f" {spec.xkey}s"
+        return ClaimResult(v, key, loss_table(g, spec, target), paper_figure(spec, allr), notes=[
+            measured_vs_paper(spec.experiment, key, spec.dataset),
+            f"Target: {tgt}, the LSTM's final {spec.what} (mean over its seeds of the mean of "
+            f"each run's last {LAST_K} evaluations): the same target for every arm. An LSTM run "
+            f"crosses it before its end only by noise, so the LSTM's count is close to its "
+            f"budget."], caveats=_paper_caveats(inp, spec, g, v, spec.margin))
+    return evaluate
