@@ -28,9 +28,11 @@ from torch import nn
 from ..experiments import Config, register_experiment, register_model
 from ..data import docstrings as _docstrings  # noqa: F401  (registers "docstrings")
 from ..data import paper_tasks as _paper_tasks  # noqa: F401  (registers the generated tasks)
+from ..data.completion import CANDIDATES, CHANCE, completion_test
 from ..models import DRAW, AttentiveReader, HandwritingMDN
 from .._vocabulary import RNN_NORMS
 from ..rnn import LSTM
+from .models import RNN_TRAIN_SAMPLE, TRAIN_SAMPLE, Scored
 
 # quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so that 5 seeds cost what 3
 # did: measured with /usr/bin/time, `layernorm run NAME --preset quick --jobs 1 --threads 1`, all
@@ -111,46 +113,132 @@ def mdn(dataset, norm: str, hidden: int = 64, layers: int = 2, mixtures: int = 5
     return MdnForRunner(model, floor=-(length - 1) * model.nll_floor_per_step)
 
 
+class ScoredReader(AttentiveReader, Scored):
+    """The attentive reader with the fair scores of the reproduction (``Scored``) in every
+    metrics row: for BN-LSTM the test error with population statistics recomputed by
+    ``layernorm.recompute_batch_stats`` from one pass over a training sample (``eval_test_*``)
+    beside the running-average (EMA) score (the runner's ``test_*``); for every norm the
+    eval-mode training NLL. Parameters and state dict are the reader's own."""
+
+    def extra_metrics(self, x: torch.Tensor) -> dict:
+        return self.scores()
+
+
 @register_model("reader", norms=RNN_NORMS)
 def reader(dataset, norm: str, hidden: int = 64, embed: int = 32,
-           gain_init: float | None = None) -> AttentiveReader:
+           gain_init: float | None = None) -> ScoredReader:
     """The attentive reader (``layernorm.models.AttentiveReader``) on a cloze dataset."""
     if "passage_len" not in dataset.info:
         raise ValueError(f"reader expects a cloze dataset whose info gives passage_len, received "
-                         f"{dataset.name!r}. Use 'cloze'.")
-    return AttentiveReader(dataset.vocab_size, dataset.num_classes, dataset.info["passage_len"],
-                           hidden, embed, norm=norm, gain_init=gain_init)
+                         f"{dataset.name!r}. Use 'cloze' or 'cnn-questions'.")
+    model = ScoredReader(dataset.vocab_size, dataset.num_classes, dataset.info["passage_len"],
+                         hidden, embed, norm=norm, gain_init=gain_init)
+    model._attach(dataset, norm, train_sample=TRAIN_SAMPLE)
+    return model
 
 
-class CharLM(nn.Module):
+class CharLM(Scored):
     """Character-level LSTM language model: embedding, ``layernorm.LSTM`` (norm none / batch /
-    layer), linear logits at every step (N, T, V). ``extra_metrics`` names the corpus read
-    (Python version and SHA-256 of the docstring corpus) in every metrics row."""
+    layer), linear logits at every step (N, T, V).
+
+    ``extra_metrics`` adds to every metrics row the corpus read (Python version and SHA-256 of the
+    docstring corpus), the fair scores (``Scored``: BN-LSTM with population statistics) and the
+    5-way sentence-completion accuracy (``layernorm.data.completion``): each question's five
+    completed sentences scored by their total log-likelihood, the best one picked
+    (``completion_accuracy``, with the same statistics as ``eval_*``; BN-LSTM also
+    ``ema_completion_accuracy`` with its running averages)."""
 
     def __init__(self, vocab: int, length: int, norm: str, hidden: int, embed: int,
-                 corpus: dict):
+                 corpus: dict, completion: dict | None = None):
         super().__init__()
         self.embed = nn.Embedding(vocab, embed)
         self.lstm = LSTM(embed, hidden, batch_first=True, norm=norm, max_length=length)
         self.head = nn.Linear(hidden, vocab)
         self.corpus = corpus
+        self.__dict__["_completion"] = completion       # not state: checkpoints stay the LM's
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(self.embed(x))
         return self.head(out)
 
+    @torch.no_grad()
+    def sequence_log_likelihood(self, ids: torch.Tensor, lengths: torch.Tensor,
+                                batch: int = 256) -> torch.Tensor:
+        """(N,) total log-likelihood (nats) of each right-padded sequence of character ids: the
+        sum over t = 1 .. length - 1 of log p(ids[t] | ids[:t]) (the first character is given).
+        Sequences are scored in batches of similar length, each cut to its longest."""
+        dev = next(self.parameters()).device
+        order = torch.argsort(lengths, stable=True)
+        out = torch.empty(len(ids))
+        for i in range(0, len(ids), batch):
+            rows = order[i:i + batch]
+            n = lengths[rows].to(dev)
+            x = ids[rows, :int(n.max())].to(dev)
+            logp = torch.log_softmax(self(x[:, :-1]).float(), -1)
+            tok = logp.gather(-1, x[:, 1:, None]).squeeze(-1)          # (B, L - 1)
+            steps = torch.arange(1, x.shape[1], device=dev)[None]
+            out[rows] = (tok * (steps < n[:, None])).sum(1).cpu()
+        return out
+
+    def completion_accuracy(self) -> float:
+        """The fraction of completion questions whose answer's sentence scores highest."""
+        c = self._completion
+        scores = self.sequence_log_likelihood(c["ids"], c["lengths"]).view(-1, CANDIDATES)
+        return float((scores.argmax(1) == c["answers"]).float().mean())
+
     def extra_metrics(self, x: torch.Tensor) -> dict:
-        return dict(self.corpus)
+        out = dict(self.corpus)
+        c = self._completion
+        if c is None:
+            return {**out, **self.scores()}
+        out.update({f"completion_{k}": v for k, v in c["info"].items()})
+        if self._scoring["norm"] == "batch":       # before the population pass: the EMA score
+            out["ema_completion_accuracy"] = round(self.completion_accuracy(), 7)
+        out.update(self.scores(probe=lambda m: {"completion_accuracy": m.completion_accuracy()}))
+        return out
+
+
+def encode_completion(questions: list[dict], alphabet: str) -> dict:
+    """The completed sentences of ``questions`` as right-padded character ids (unknown
+    characters: id 0, as the docstring dataset), their lengths and the answers."""
+    table = {ch: i + 1 for i, ch in enumerate(alphabet)}
+    texts = [q["left"] + w + q["right"] for q in questions for w in q["candidates"]]
+    width = max(len(t) for t in texts)
+    ids = torch.zeros(len(texts), width, dtype=torch.long)
+    for i, t in enumerate(texts):
+        ids[i, :len(t)] = torch.tensor([table.get(ch, 0) for ch in t])
+    return {"ids": ids, "lengths": torch.tensor([len(t) for t in texts]),
+            "answers": torch.tensor([q["answer"] for q in questions])}
 
 
 @register_model("char_lm", norms=RNN_NORMS)
-def char_lm(dataset, norm: str, hidden: int = 128, embed: int = 32) -> CharLM:
+def char_lm(dataset, norm: str, hidden: int = 128, embed: int = 32,
+            completion_questions: int = 100) -> CharLM:
+    """The character-level LM; with ``completion_questions`` > 0 (docstring corpus only) it is
+    also scored on that many 5-way sentence-completion questions (``layernorm.data.completion``,
+    built from the same corpus' held-out split) at every evaluation."""
     if dataset.vocab_size < 1 or len(dataset.input_shape) != 1:
         raise ValueError(f"char_lm expects (T,) character ids, received dataset {dataset.name!r} "
                          f"with input shape {dataset.input_shape}. Use 'docstrings'.")
-    corpus = {k: v for k, v in dataset.info.items() if k in ("corpus_python", "corpus_sha256",
-                                                             "corpus_characters")}
-    return CharLM(dataset.vocab_size, dataset.input_shape[0], norm, hidden, embed, corpus)
+    info = dataset.info
+    corpus = {k: v for k, v in info.items() if k in ("corpus_python", "corpus_sha256",
+                                                     "corpus_characters")}
+    completion = None
+    if completion_questions:
+        if "alphabet" not in info or "corpus_max_chars" not in info:
+            raise ValueError(f"char_lm's sentence-completion test is built from the docstring "
+                             f"corpus, received dataset {dataset.name!r}. Use 'docstrings', or "
+                             f"pass model_args completion_questions=0.")
+        questions, test = completion_test(info["corpus_max_chars"],
+                                          test_every=info["test_every"],
+                                          n_questions=completion_questions)
+        completion = {**encode_completion(questions, info["alphabet"]),
+                      "info": {"chance": CHANCE, "questions": test["questions"],
+                               "sha256": test["sha256"], "python": test["python"]}}
+    model = CharLM(dataset.vocab_size, dataset.input_shape[0], norm, hidden, embed, corpus,
+                   completion)
+    model._attach(dataset, norm, train_sample=RNN_TRAIN_SAMPLE)
+    return model
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -217,12 +305,16 @@ def paper_handwriting(preset: str) -> list[Config]:
                            "vs LSTM and BN-LSTM (character-level, the standard library's "
                            "docstrings)")
 def paper_charlm(preset: str) -> list[Config]:
-    data = _pick(preset, tiny={"seq_len": 16, "max_chars": 5000, "limit_train": 64,
+    # tiny reads 20,000 characters so that its held-out split holds completion questions (10)
+    data = _pick(preset, tiny={"seq_len": 16, "max_chars": 20_000, "limit_train": 64,
                                "limit_test": 16},
                  quick={"seq_len": 16, "max_chars": 200_000},
                  full={"seq_len": 100, "max_chars": None})
-    model = _pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 64, "embed": 32},
-                  full={"hidden": 256, "embed": 64})
+    # completion questions: as many as asked where the held-out split has them (Python 3.11.7:
+    # tiny 10, quick 62, full 601)
+    model = _pick(preset, tiny={"hidden": 8, "embed": 8, "completion_questions": 10},
+                  quick={"hidden": 64, "embed": 32, "completion_questions": 100},
+                  full={"hidden": 256, "embed": 64, "completion_questions": 1000})
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
                    quick={"steps": 250, "eval_every": 25}, full={"steps": 5000, "eval_every": 250})
     return _arms(preset, "docstrings", "char_lm", ("none", "batch", "layer"),
