@@ -226,3 +226,11 @@ def test_completion_test_errors_name_the_fix(paper, completion):
     ds = load_dataset("cloze", n_train=8, n_test=4)
     with pytest.raises(ValueError, match="Use 'docstrings'"):
         paper.char_lm(ds, "none")
+
+
+def test_full_presets_use_the_papers_downloadable_data(paper):
+    from layernorm.data import DATASETS
+    used = {n: {c.dataset for c in get_experiment(n).configs("full")} for n in NAMES}
+    assert used == {"paper_draw": {"binarized-mnist"}, "paper_reader": {"cnn-questions"},
+                    "paper_handwriting": {"pen-strokes"}, "paper_charlm": {"docstrings"}}
+    assert not DATASETS["binarized-mnist"].embedded and not DATASETS["cnn-questions"].embedded
