@@ -84,7 +84,6 @@ def test_tiny_preset_trains_every_arm_and_writes_its_metrics(tiny_runs, paper, n
             assert last["completion_python"] == sys.version.split()[0]
             assert last["completion_chance"] == 0.2
             assert 0 <= last["completion_accuracy"] <= 1
-            assert ("ema_completion_accuracy" in last) == (config.norm == "batch")
             assert ("eval_test_loss" in last) == (config.norm == "batch")
 
 
