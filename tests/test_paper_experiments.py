@@ -219,6 +219,19 @@ def test_completion_scoring_oracle_gets_everything_and_chance_is_a_fifth(paper, 
         assert float(got[k]) == pytest.approx(float(want), abs=1e-4)
 
 
+def test_char_lm_without_population_scoring_says_its_bn_was_ema_scored(paper):
+    ds = load_dataset("docstrings", seq_len=16, max_chars=20_000)
+    for norm in ("batch", "layer"):
+        model = paper.char_lm(ds, norm, hidden=8, embed=8, completion_questions=10,
+                              population_scoring=False)
+        model.train()
+        row = model.extra_metrics(ds.x_test[:8])
+        assert model.training                              # its mode is put back
+        assert 0 <= row["completion_accuracy"] <= 1 and row["completion_questions"] == 10
+        assert row.get("bn_scoring") == ("ema" if norm == "batch" else None)
+        assert "eval_test_loss" not in row and "eval_train_nll" not in row
+
+
 def test_completion_test_errors_name_the_fix(paper, completion):
     with pytest.raises(ValueError, match="n_questions >= 1"):
         completion.completion_test(20_000, n_questions=0)
