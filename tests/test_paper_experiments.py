@@ -219,6 +219,19 @@ def test_completion_scoring_oracle_gets_everything_and_chance_is_a_fifth(paper, 
         assert float(got[k]) == pytest.approx(float(want), abs=1e-4)
 
 
+def test_completion_test_is_solvable_from_the_training_text(completion):
+    """A character 5-gram fitted on the training split answers most questions; a unigram model
+    (it sees no context) answers about a fifth: the test needs what a language model learns."""
+    from layernorm.data.docstrings import stdlib_docstrings
+    questions, _ = completion.completion_test(200_000, n_questions=100)
+    docs, _ = stdlib_docstrings(200_000)
+    train = "".join(d + "\n\n" for i, d in enumerate(docs) if i % 10)
+    assert completion.ngram_accuracy(questions, train, order=5) > 0.45       # measured 0.61
+    assert completion.ngram_accuracy(questions, train, order=1) < 0.35       # measured 0.21
+    with pytest.raises(ValueError, match="order >= 1"):
+        completion.ngram_accuracy(questions, train, order=0)
+
+
 def test_char_lm_without_population_scoring_says_its_bn_was_ema_scored(paper):
     ds = load_dataset("docstrings", seq_len=16, max_chars=20_000)
     for norm in ("batch", "layer"):

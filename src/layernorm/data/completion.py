@@ -163,3 +163,42 @@ def completion_test(max_chars: int | None = 200_000, *, test_every: int = 10,
                          f"sentence that makes a 5-way completion question. Raise max_chars "
                          f"(e.g. 20000) or lower min_count.")
     return json.loads(text), dict(info)
+
+
+def ngram_accuracy(questions: list[dict], train_text: str, order: int = 5,
+                   weight: float = 0.6) -> float:
+    """The accuracy on ``questions`` of a character n-gram model fitted on ``train_text``: a
+    reference point for the test (is it solvable from the training text alone?), not a model of
+    the paper. p(c | h) interpolates the orders 1 .. ``order`` with a fixed ``weight`` on each
+    longer context seen in training, down to a uniform floor over the training characters + 1;
+    each completed sentence is scored by its total log-probability, as the language models are.
+    """
+    if order < 1 or not 0 < weight < 1:
+        raise ValueError(f"ngram_accuracy needs order >= 1 and 0 < weight < 1, received "
+                         f"order={order}, weight={weight}.")
+    grams: dict[str, int] = {}
+    contexts: dict[str, int] = {}
+    for n in range(1, order + 1):
+        for i in range(len(train_text) - n + 1):
+            g = train_text[i:i + n]
+            grams[g] = grams.get(g, 0) + 1
+            contexts[g[:-1]] = contexts.get(g[:-1], 0) + 1
+    floor = 1 / (len(set(train_text)) + 1)
+
+    def logp(s: str) -> float:
+        total = 0.0
+        for t in range(1, len(s)):
+            p = floor
+            for n in range(1, min(order, t + 1) + 1):
+                h = s[t - n + 1:t]
+                seen = contexts.get(h, 0)
+                if seen:
+                    p = weight * grams.get(h + s[t], 0) / seen + (1 - weight) * p
+            total += math.log(p)
+        return total
+
+    right = 0
+    for q in questions:
+        scores = [logp(q["left"] + w + q["right"]) for w in q["candidates"]]
+        right += max(range(CANDIDATES), key=scores.__getitem__) == q["answer"]
+    return right / max(len(questions), 1)
