@@ -317,8 +317,24 @@ def test_cache_dir_follows_layernorm_data(monkeypatch, tmp_path):
 def test_published_checksums_are_well_formed():
     for name, resources in downloadable.RESOURCES.items():
         for r in resources:
-            assert len(r.sha256) == 64 and int(r.sha256, 16) >= 0 and r.size > 0, (name, r)
+            # every file has a published SHA-256; the size where it is published
+            assert len(r.sha256) == 64 and int(r.sha256, 16) >= 0, (name, r)
+            assert r.size is None or r.size > 0, (name, r)
             assert all(u.startswith(("http://", "https://")) for u in r.urls)
+    assert [r.size for r in downloadable.RESOURCES["binarized-mnist"]] == [78400000, 15680000,
+                                                                           15680000]
+
+
+def test_a_mirror_sending_the_wrong_file_is_skipped_for_the_next(tmp_path):
+    body = b"the real archive" * 100
+    page = b"<html>Google Drive can't scan this file for viruses</html>"
+    with _Server({"page": page, "file": body}) as srv:
+        res = _resource("a.tgz", body, [srv.url("page"), srv.url("file")])
+        assert fetch(res, tmp_path, progress=False).read_bytes() == body
+        with pytest.raises(ChecksumError, match="(?s)page has 58 bytes.*also tried.*Not Found"):
+            fetch(_resource("b.tgz", body, [srv.url("page"), srv.url("none")]), tmp_path,
+                  progress=False)
+    assert not (tmp_path / "testset" / "b.tgz").exists()          # nothing unverified cached
 
 
 # --------------------------------------------------------------------------- loaders on fake files
@@ -415,3 +431,127 @@ def test_offline_dataset_fails_its_run_with_the_message_and_others_continue(monk
     results = run_configs(cfgs, tmp_path / "runs", progress=False, log=lambda s: None)
     assert [r.status for r in results] == ["failed", "done"]
     assert results[0].error.startswith("OfflineError") and "Traceback" not in results[0].error
+
+
+# --------------------------------------------------------------------------- section 6 downloads
+def _amat(pixels: np.ndarray) -> bytes:
+    return "".join(" ".join(str(int(v)) for v in row) + "\n" for row in pixels).encode()
+
+
+def test_binarized_mnist_loader_reads_the_amat_files(monkeypatch, tmp_path):
+    rng = np.random.default_rng(0)
+    images = {s: rng.integers(0, 2, (n, 784)) for s, n in (("train", 5), ("valid", 2),
+                                                            ("test", 3))}
+    files = {f"binarized_mnist_{s}.amat": _amat(a) for s, a in images.items()}
+    with _Server(files) as srv:
+        _serve_as(monkeypatch, tmp_path, srv, "binarized-mnist", files)
+        ds = load_dataset("binarized-mnist")
+        both = load_dataset("binarized-mnist", with_valid=True)
+        assert len(srv.requests) == 3                       # cached: the second load reads disk
+    assert ds.task == "regress" and ds.input_shape == (784,) and len(ds.x_test) == 3
+    assert torch.equal(ds.x_train, torch.from_numpy(images["train"]).float())
+    assert torch.equal(ds.x_test, torch.from_numpy(images["test"]).float())
+    assert torch.equal(both.x_train[5:], torch.from_numpy(images["valid"]).float())
+    assert (ds.y_train == 0).all()
+    bad = tmp_path / "bad.amat"
+    bad.write_bytes(b"0 1 2\n")
+    with pytest.raises(ValueError, match="not a binarized-MNIST .amat file"):
+        downloadable.read_amat(bad, width=3)
+    bad.write_bytes(b"0 1\n")
+    with pytest.raises(ValueError, match="expected lines of 3"):
+        downloadable.read_amat(bad, width=3)
+
+
+def _question_file(passage, query, answer, names):
+    entities = "\n".join(f"@entity{i}:{n}" for i, n in names.items())
+    return (f"http://www.cnn.com/2015/story\n\n{passage}\n\n{query}\n\n{answer}\n\n"
+            f"{entities}\n").encode()
+
+
+def _cnn_archive():
+    questions = {
+        "training/b1": ("@entity1 met @entity0 in the city .", "@placeholder met @entity0",
+                        "@entity1"),
+        "training/a2": ("the city of @entity2 is big . the city grew .",
+                        "@placeholder is a city", "@entity2"),
+        "training/c3": ("@entity0 said the " + "word " * 20 + "@entity3", "@placeholder said",
+                        "@entity3"),                          # answer past max_passage: dropped
+        "validation/v1": ("@entity0 and @entity1 left the unseen town .",
+                          "@entity0 left with @placeholder", "@entity1"),
+        "test/t1": ("@entity4 won .", "@placeholder won", "@entity4"),
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, (p, q, a) in questions.items():
+            data = _question_file(p, q, a, {0: "Obama", 1: "Kerry"})
+            info = tarfile.TarInfo(f"cnn/questions/{name}.question")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("cnn/README")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    return buf.getvalue()
+
+
+def test_cnn_questions_download_verify_resume_cache_and_parse(monkeypatch, tmp_path):
+    from layernorm.data.download import partial_path
+    archive = _cnn_archive()
+    files = {"cnn.tgz": archive}
+    with _Server(files, ranges=True) as srv:
+        _serve_as(monkeypatch, tmp_path, srv, "cnn-questions", files)
+        res = downloadable.RESOURCES["cnn-questions"][0]
+        part = partial_path(res.path())
+        part.parent.mkdir(parents=True)
+        part.write_bytes(archive[:100])                     # an interrupted download
+        ds = load_dataset("cnn-questions", max_passage=12, max_query=6, vocab_size=4)
+        assert srv.ranges == ["bytes=100-"]                  # resumed, then verified
+        again = load_dataset("cnn-questions", max_passage=12, max_query=6, vocab_size=4)
+        assert len(srv.requests) == 1                        # cached archive and parse
+    assert res.path().read_bytes() == archive
+    assert torch.equal(ds.x_train, again.x_train)
+    assert ds.info["passage_len"] == 12 and ds.info["dropped_train"] == 1
+    assert ds.info["test_split"] == "validation" and len(ds.x_test) == 1
+    E = ds.num_classes
+    assert E == 3                        # @entity0..2 in the questions kept (c3's @entity3 not)
+    # vocabulary: the 4 most frequent words of the kept training questions, ties alphabetical:
+    # "city" (4), "." "the" (3 each), "is" (2; before "met"); then unknown, padding, @placeholder
+    words = {"city": E, ".": E + 1, "the": E + 2, "is": E + 3}
+    unk, pad, blank = E + 4, E + 5, E + 6
+    assert ds.vocab_size == E + 7
+    # files in name order: a2, b1 (c3 dropped)
+    a2, b1 = ds.x_train.tolist()
+    assert a2[:12] == [words["the"], words["city"], unk, 2, words["is"], unk, words["."],
+                       words["the"], words["city"], unk, words["."], pad]
+    assert a2[12:] == [blank, words["is"], unk, words["city"], pad, pad]
+    assert b1[:3] == [1, unk, 0] and ds.y_train.tolist() == [2, 1]
+    v = ds.x_test[0].tolist()
+    assert v[:8] == [0, unk, 1, unk, words["the"], unk, unk, words["."]]
+    assert v[12:17] == [0, unk, unk, blank, pad] and ds.y_test.tolist() == [1]
+    test = load_dataset("cnn-questions", max_passage=12, max_query=6, test_split="test")
+    assert test.y_test.tolist() == [4] and test.num_classes == 5
+    # the reader of section 6.2 takes it as it takes the generated cloze task
+    import layernorm.reproduce.paper as paper
+    model = paper.reader(ds, "batch", hidden=4, embed=4)
+    logits = model(ds.x_train)
+    assert logits.shape == (2, E) and torch.isinf(logits[1, 2])   # @entity2 not in b1's passage
+    assert model.extra_metrics(ds.x_test)["bn_scoring"] == "population"
+    with pytest.raises(ValueError, match="test_split must be"):
+        load_dataset("cnn-questions", test_split="dev")
+
+
+def test_cnn_question_files_that_are_not_questions_are_named(tmp_path):
+    from layernorm.data.cnn_questions import parse_question, read_questions
+    assert parse_question(_question_file("a b", "c @placeholder", "@entity7", {}).decode()) == (
+        ["a", "b"], ["c", "@placeholder"], "@entity7")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"http://x\n\nonly a passage\n"
+        info = tarfile.TarInfo("cnn/questions/training/x.question")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "bad.tgz").write_bytes(buf.getvalue())
+    with pytest.raises(ValueError, match="training/x.question: not a question file"):
+        read_questions(tmp_path / "bad.tgz")
+    (tmp_path / "empty.tgz").write_bytes(_cnn_archive())
+    with pytest.raises(ValueError, match="no question files"):
+        read_questions(tmp_path / "empty.tgz", splits=("dev",))

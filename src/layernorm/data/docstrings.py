@@ -13,7 +13,8 @@ files and docstrings, and the SHA-256 of the corpus text, so a run names exactly
 Train / test split by docstring (every ``test_every``-th docstring is test text), so test text
 is never seen in training; each split is cut into non-overlapping windows of ``seq_len + 1``
 characters. Characters seen fewer than ``min_count`` times in the training text share one
-"unknown" id (id 0).
+"unknown" id (id 0); ``info["alphabet"]`` holds the other characters in id order (id 1 first).
+The sentence-completion test of the held-out split is ``layernorm.data.completion``.
 """
 from __future__ import annotations
 
@@ -117,7 +118,9 @@ def _docstrings(seq_len: int = 64, max_chars: int | None = 200_000, test_every: 
                    info={"source": "docstrings of the running Python's standard library",
                          **{f"corpus_{k}": v for k, v in info.items()},
                          "train_characters": len(train_text), "test_characters": len(test_text),
-                         "seq_len": seq_len, "vocabulary": len(kept) + 1})
+                         "seq_len": seq_len, "vocabulary": len(kept) + 1,
+                         "test_every": test_every, "min_count": min_count,
+                         "alphabet": "".join(chr(int(c)) for c in kept)})
 
 
 register_dataset("docstrings", description="character-level text: the docstrings of the running "

@@ -9,7 +9,8 @@
   file, so an interrupted or corrupt download never leaves a file that looks valid. A file already
   there is verified (size + SHA-256) and used without touching the network.
 * Offline: ``OfflineError`` names every URL tried and the exact path where the file may be placed
-  by hand. Corrupt: ``ChecksumError``, nothing cached.
+  by hand. Corrupt: the next mirror is tried; if none sends the right file, ``ChecksumError``
+  naming each, nothing cached.
 * Resources without a published SHA-256 (``sha256=None``) are verified by size when known and by
   the hash recorded at their first download (``<file>.sha256``), so later corruption is caught.
 """
@@ -111,15 +112,18 @@ def fetch(resource: Resource, root: str | os.PathLike | None = None, *, progress
                                 f"Delete {path} and run again to download it.") from err
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    failures = []
+    failures, corrupt = [], []
     for url in resource.urls:
         try:
             _download(url, resource, path, progress=progress, timeout=timeout)
             return path
-        except ChecksumError:
-            raise
+        except ChecksumError as err:    # e.g. a mirror's HTML page instead of the file
+            corrupt.append(err)
         except (urllib.error.URLError, OSError) as err:   # refused, DNS, timeout, HTTP 404...
             failures.append(f"{url} ({getattr(err, 'reason', None) or err})")
+    if corrupt:        # a server answered, with the wrong bytes: that, not "offline", is the news
+        others = "".join(f"\n  also tried: {f}" for f in failures)
+        raise ChecksumError("\n".join(str(e) for e in corrupt) + others)
     tried = "\n  ".join(failures)
     raise OfflineError(f"could not download {resource.filename} for dataset {resource.group!r}; "
                        f"tried:\n  {tried}\nIf this machine is offline, download the file "

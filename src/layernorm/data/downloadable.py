@@ -4,9 +4,14 @@
     mnist, fashion-mnist   28x28 digits / clothing, 60,000 train / 10,000 test, 10 classes
     imdb                   movie-review sentiment, 25,000 train / 25,000 test, 2 classes, token ids
     tiny-shakespeare       character-level language modelling, 1,115,394 characters
+    binarized-mnist        the standard fixed binarization of MNIST, 50,000 / 10,000 / 10,000
+                           (DRAW, section 6.4)
+    cnn-questions          the CNN questions of the DeepMind Q&A corpus, ~380,000 / 3,924 / 3,198
+                           (the attentive reader, section 6.2)
 
 Published SHA-256 sums and sizes are those recorded by tensorflow-datasets
-(``tensorflow_datasets/url_checksums/{mnist,fashion_mnist,imdb_reviews,tiny_shakespeare}.txt``).
+(``tensorflow_datasets/url_checksums/{mnist,fashion_mnist,imdb_reviews,tiny_shakespeare,
+binarized_mnist}.txt``); the CNN questions' SHA-256 is ParlAI's (``parlai/tasks/qacnn``).
 The MSR Sentence Completion Challenge has no stable public download (its files are behind Kaggle
 and personal drive links), so it is not provided; the character-level corpus stands in for
 language modelling.
@@ -19,6 +24,7 @@ import io
 import json
 import re
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,6 +32,7 @@ import torch
 from .._io import atomic_write_bytes
 from .download import Resource, fetch
 from .embedded import image_view
+from .paper_tasks import LOSS_TARGETS
 from .registry import Dataset, register_dataset
 
 _MNIST_FILES = {   # file: (size, sha256)
@@ -40,6 +47,20 @@ _FASHION_FILES = {
     "t10k-images-idx3-ubyte.gz": (4422102, "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073"),
     "t10k-labels-idx1-ubyte.gz": (5148, "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"),
 }
+# The fixed binarization of MNIST (Salakhutdinov & Murray 2008) as distributed by H. Larochelle:
+# 50,000 / 10,000 / 10,000 images, one line of 784 space-separated 0/1 pixels per image. The set
+# DRAW (Gregor et al. 2015) and the paper's section 6.4 report their bounds on. Sizes and hashes:
+# tensorflow-datasets' url_checksums/binarized_mnist.txt.
+_LAROCHELLE = "http://www.cs.toronto.edu/~larocheh/public/datasets/binarized_mnist/"
+_BINARIZED_FILES = {
+    "train": (78400000, "ad693b29f94c14277b095f5238ddefbbdaaae0939789dd2f4f0205278cee3e4d"),
+    "valid": (15680000, "1de3d397c40fe8eeb33dafd4099a1f665ec01e96d9be234aaeeac8a34930e2e2"),
+    "test": (15680000, "e6687bfea3f820c174f33b7865140b2a2dd2930ef786f35d45795fc193b5ab2c"),
+}
+# The CNN questions of the DeepMind Q&A corpus (Hermann et al. 2015), as packaged by K. Cho
+# (cs.nyu.edu/~kcho/DMQA, a Google Drive file); SHA-256 as recorded by ParlAI's qacnn task (its
+# size is not published: the hash is the check).
+_CNN_DRIVE_ID = "0BwmD_VLjROrfTTljRDVZMFJnVWM"
 _MIRRORS = {
     "mnist": ("https://storage.googleapis.com/cvdf-datasets/mnist/",
               "https://ossci-datasets.s3.amazonaws.com/mnist/"),
@@ -63,6 +84,15 @@ RESOURCES: dict[str, list[Resource]] = {
         "tiny-shakespeare", "input.txt",
         ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",),
         "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed", 1115394)],
+    "binarized-mnist": [Resource("binarized-mnist", f"binarized_mnist_{split}.amat",
+                                 (_LAROCHELLE + f"binarized_mnist_{split}.amat",), sha, size)
+                        for split, (size, sha) in _BINARIZED_FILES.items()],
+    "cnn-questions": [Resource(
+        "cnn-questions", "cnn.tgz",
+        (f"https://drive.usercontent.google.com/download?id={_CNN_DRIVE_ID}&export=download"
+         f"&confirm=t",
+         f"https://drive.google.com/uc?export=download&id={_CNN_DRIVE_ID}&confirm=t"),
+        "9405beb90c9267e7769c86fa42720b7e479bcf38c64217c0d3f456ce8cd122ce", None)],
 }
 
 
@@ -199,6 +229,83 @@ def _shakespeare(seq_len: int = 100, test_fraction: float = 0.1) -> Dataset:
 
 register_dataset("tiny-shakespeare", description="character-level LM on tiny-shakespeare (1.1M "
                  "chars), per-step next-character targets", embedded=False)(_shakespeare)
+
+
+def read_amat(path, width: int = 784) -> np.ndarray:
+    """A binarized-MNIST ``.amat`` file: one image per line, ``width`` 0/1 values separated by
+    spaces. Returns (N, width) uint8."""
+    raw = np.frombuffer(Path(path).read_bytes(), np.uint8)
+    digits = raw[(raw == ord("0")) | (raw == ord("1"))]
+    lines = int(np.count_nonzero(raw == ord("\n")))
+    if digits.size % width or digits.size // width != lines or \
+            np.count_nonzero(~np.isin(raw, np.frombuffer(b"01 \r\n", np.uint8))):
+        raise ValueError(f"{path} is not a binarized-MNIST .amat file: expected lines of "
+                         f"{width} space-separated 0/1 values, received {digits.size} digits on "
+                         f"{lines} lines.")
+    return (digits == ord("1")).astype(np.uint8).reshape(-1, width)
+
+
+def _binarized_mnist(with_valid: bool = False) -> Dataset:
+    """The standard binarized MNIST (50,000 train / 10,000 validation / 10,000 test, 784 pixels
+    in {0, 1}), for density models: targets zeros, task "regress" as ``digits-binary``.
+    ``with_valid``: train on train + validation (60,000)."""
+    paths = {p.name: p for p in fetch_all("binarized-mnist")}
+    part = {s: read_amat(paths[f"binarized_mnist_{s}.amat"]) for s in ("train", "valid", "test")}
+    train = np.concatenate([part["train"], part["valid"]]) if with_valid else part["train"]
+    x, xt = (torch.from_numpy(a.astype(np.float32)) for a in (train, part["test"]))
+    return Dataset("binarized-mnist", "regress", x, torch.zeros(len(x)), xt,
+                   torch.zeros(len(xt)), tolerance=float("inf"),
+                   info={"source": RESOURCES["binarized-mnist"][0].urls[0], "pixels": 784,
+                         "with_valid": with_valid, "targets": LOSS_TARGETS})
+
+
+register_dataset("binarized-mnist", description="MNIST 28x28 with the standard fixed "
+                 "binarization (Salakhutdinov & Murray 2008), 50k/10k/10k: DRAW, section 6.4",
+                 embedded=False)(_binarized_mnist)
+
+
+def _cnn_questions(max_passage: int = 2000, max_query: int = 50, vocab_size: int = 50_000,
+                   max_train: int | None = None, max_test: int | None = None,
+                   test_split: str = "validation") -> Dataset:
+    """The CNN questions (DeepMind Q&A) in the attentive reader's layout (see
+    ``layernorm.data.cnn_questions``): x (N, max_passage + max_query) token ids, y the answer's
+    entity id. ``test_split``: "validation" (the curves of the paper's Figure 2) or "test".
+    ``max_train`` / ``max_test``: the first questions by file name. Parsed once, cached next to
+    the archive."""
+    from .cnn_questions import read_questions
+    if test_split not in ("validation", "test"):
+        raise ValueError(f"cnn-questions test_split must be 'validation' or 'test', received "
+                         f"{test_split!r}.")
+    if min(max_passage, max_query, vocab_size) < 1:
+        raise ValueError(f"cnn-questions needs max_passage, max_query, vocab_size >= 1, received "
+                         f"{max_passage}, {max_query}, {vocab_size}.")
+    (archive,) = fetch_all("cnn-questions")
+    cached = archive.with_name(f"questions-p{max_passage}-q{max_query}-v{vocab_size}-"
+                               f"n{max_train}-{test_split}{max_test}.npz")
+    if not cached.exists():
+        arrays = read_questions(archive, splits=("training", test_split),
+                                max_per_split={"training": max_train, test_split: max_test},
+                                max_passage=max_passage, max_query=max_query,
+                                vocab_size=vocab_size)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        atomic_write_bytes(cached, buf.getvalue())
+    a = np.load(cached)
+    t = torch.from_numpy
+    return Dataset("cnn-questions", "classify", t(a["x_training"]), t(a["y_training"]),
+                   t(a[f"x_{test_split}"]), t(a[f"y_{test_split}"]),
+                   num_classes=int(a["n_entities"]), vocab_size=int(a["vocab_size"]),
+                   info={"source": RESOURCES["cnn-questions"][0].urls[0],
+                         "passage_len": max_passage, "query_len": max_query,
+                         "n_entities": int(a["n_entities"]), "words": int(a["words"]),
+                         "test_split": test_split,
+                         "dropped_train": int(a["dropped_training"]),
+                         "dropped_test": int(a[f"dropped_{test_split}"])})
+
+
+register_dataset("cnn-questions", description="CNN questions of the DeepMind Q&A corpus "
+                 "(Hermann et al. 2015), anonymised entities: the attentive reader, section 6.2",
+                 embedded=False)(_cnn_questions)
 
 
 def cache_summary() -> list[dict]:
