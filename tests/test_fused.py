@@ -86,6 +86,7 @@ def test_fused_matches_reference_fp32(kind, lengths, T, B, H, step_path):
 GROUPS = {"lstm": lambda H: (4 * H,), "gru": lambda H: (2 * H, H)}  # units normalized jointly
 
 
+
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("lengths", list(LENGTHS))
 @pytest.mark.parametrize("T,B,H", [(6, 6, 7), (5, 12, 40)])
@@ -721,3 +722,49 @@ def test_fused_empty_batch(kind, step_path):
     assert tuple(outs[0].shape) == (3, 0, 4) and all(tuple(o.shape) == (0, 4) for o in outs[1:])
     grads = torch.autograd.grad(sum(o.sum() for o in outs), args)
     assert [g.shape for g in grads] == [a.shape for a in args]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+# H = 1, 3, 1023 and B = 1; the backward kernel in ranges of 1 step, of 2-3 steps, of all steps
+@pytest.mark.parametrize("T,B,H,chunk_steps,lengths",
+                         [(5, 1, 1, 1, None), (7, 3, 3, 2, [7, 2, 0]),
+                          (4, 6, 3, 3, [1, 4, 3, 0, 4, 2]), (3, 2, 1023, 0, [3, 1])])
+@pytest.mark.parametrize("input_ln", [False, True], ids=["", "input-ln"])
+def test_fused_awkward_shapes_and_step_ranges(kind, T, B, H, chunk_steps, lengths, input_ln,
+                                              step_path, monkeypatch):
+    """Forward and every gradient against the float64 reference at awkward sizes, with the
+    backward kernel run over the sequence in ranges of steps (dW_hh summed range by range)."""
+    from layernorm.rnn import _ops
+    fn, ref, G, *_ = KINDS[kind]
+    if chunk_steps:
+        monkeypatch.setattr(_ops, "CHUNK_BYTES", 4 * B * G * H * chunk_steps)
+    lens = None if lengths is None else torch.tensor(lengths)
+    args = make_args(kind, T, B, H)
+    if input_ln:
+        args += list(_input_ln_args(kind, T, B, H, torch.float32))
+    args64 = [a.detach().double().requires_grad_() for a in args]
+
+    def run(f, a):
+        if input_ln:
+            return f(*a[:-2], lengths=lens, gain_x=a[-2], bias_x=a[-1])
+        return f(*a, lengths=lens)
+
+    def ref_run(a):
+        if not input_ln:
+            return ref(*a, lengths=lens)
+        xg = torch.cat([torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b) for x, g, b in
+                        zip(a[0].split(GROUPS[kind](H), -1), a[-2].split(GROUPS[kind](H)),
+                            a[-1].split(GROUPS[kind](H)))], -1)
+        return ref(xg, *a[1:-2], lengths=lens)
+    outs, outs64 = run(fn, args), ref_run(args64)
+    g_out = [torch.randn_like(o, dtype=torch.float64) for o in outs64]
+    grads = torch.autograd.grad(outs, args, [g.float() for g in g_out])
+    grads64 = torch.autograd.grad(outs64, args64, g_out)
+    for name, a, b in zip(["out", "h_n", "c_n"], outs, outs64):
+        torch.testing.assert_close(a.double(), b, atol=2e-5, rtol=1e-5, msg=name)
+    # at H = 1 every LN sees variance 0: rstd = 1 / sqrt(eps) ~ 316 scales float32 rounding
+    amplify = 10 if H == 1 else 1
+    for i, (a, b) in enumerate(zip(grads, grads64)):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, atol=2e-5 * scale * amplify, rtol=1e-4,
+                                   msg=f"gradient of argument {i}")

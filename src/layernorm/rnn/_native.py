@@ -4,7 +4,7 @@ and backward time loops): built on first use, cached, verified before every load
 The build, the trusted cache and the fallback are ``layernorm._native_build``'s (one warning per
 process when the kernels cannot be had; ``LAYERNORM_NATIVE=0`` turns them off silently); this
 module names the source and declares the kernels' ctypes signatures, checking the C structs
-against ``_driver``'s.
+against their mirrors in ``_structs``.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import ctypes
 from pathlib import Path
 
 from .. import _native_build
+from ._structs import check_layout
 from .._native_build import (COMPILE_TIMEOUT, NativeKernelWarning, compiler,  # noqa: F401
                              problem as _problem)
 
@@ -29,13 +30,12 @@ def _declare(lib) -> None:
     for cell in ("lstm", "gru"):
         for kernel in ("forward_seq", "backward_seq"):
             f = getattr(lib, f"{cell}_{kernel}")
-            f.argtypes = [p]  # a pointer to the cell's struct (_driver.LSTMArgs / GRUArgs)
+            f.argtypes = [p]  # a pointer to the cell's struct (_structs.LSTMArgs / GRUArgs)
             f.restype = i
         for what in ("struct_size", "struct_last"):
             f = getattr(lib, f"{cell}_{what}")
             f.argtypes = []
             f.restype = size
-    from ._driver import check_layout
     check_layout(lib)
 
 

@@ -34,6 +34,10 @@ weights), ``_workspace`` (the buffer pool). Equations (paper, section 3.1) and g
 """
 from __future__ import annotations
 
+import sys
+import types
+
+from . import _driver
 from ._gemm import _panels, input_linear  # noqa: F401  (_panels: tests)
 from ._gru import ln_gru_sequence
 from ._lstm import ln_lstm_sequence
@@ -42,5 +46,18 @@ from ._workspace import _WORKSPACE, release_workspace  # noqa: F401  (_WORKSPACE
 __all__ = ["ln_lstm_sequence", "ln_gru_sequence", "input_linear", "release_workspace",
            "USE_NATIVE"]
 
-# Set to False to force the torch-ops path everywhere (tests run both paths).
-USE_NATIVE = True
+
+class _FusedModule(types.ModuleType):
+    """This module, with ``USE_NATIVE``: set it to False to force the torch-ops path everywhere
+    (tests run both paths); it is the C kernels' switch, kept by ``_driver``."""
+
+    @property
+    def USE_NATIVE(self) -> bool:
+        return _driver.USE_NATIVE
+
+    @USE_NATIVE.setter
+    def USE_NATIVE(self, value: bool) -> None:
+        _driver.USE_NATIVE = bool(value)
+
+
+sys.modules[__name__].__class__ = _FusedModule
