@@ -343,16 +343,16 @@ def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
     returns None and the LSTM still runs (torch ops)."""
     from layernorm.rnn import _native
 
-    monkeypatch.setattr(_native, "_tried", False)
-    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native._LIBRARY, "tried", False)
+    monkeypatch.setattr(_native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "cache"))
     lib = _native.load()
     if lib is None:
         pytest.skip("no C compiler here")
     assert len(list((tmp_path / "cache").glob("rnn_steps-*.so"))) == 1
 
-    monkeypatch.setattr(_native, "_tried", False)
-    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native._LIBRARY, "tried", False)
+    monkeypatch.setattr(_native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "other"))
     monkeypatch.setenv("CC", "/bin/false")  # a compiler that always fails
     with pytest.warns(_native.NativeKernelWarning, match="torch-ops path"):
@@ -384,8 +384,8 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
         pytest.skip(f"this compiler does not build with {flags}: {e}")
     lib = ctypes.CDLL(str(target))
     _native._declare(lib)
-    monkeypatch.setattr(_native, "_lib", lib)
-    monkeypatch.setattr(_native, "_tried", True)
+    monkeypatch.setattr(_native._LIBRARY, "lib", lib)
+    monkeypatch.setattr(_native._LIBRARY, "tried", True)
     from layernorm.rnn import _driver
     assert _driver.native_lib(torch.zeros(1)) is lib
 
@@ -610,8 +610,8 @@ def test_native_structs_match_the_library():
 
 def _fresh_load(monkeypatch, cache):
     from layernorm.rnn import _native
-    monkeypatch.setattr(_native, "_tried", False)
-    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native._LIBRARY, "tried", False)
+    monkeypatch.setattr(_native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(cache))
     return _native
 

@@ -17,8 +17,6 @@ from .._native_build import (COMPILE_TIMEOUT, NativeKernelWarning, compiler,  # 
                              problem as _problem)
 
 _Unavailable = _native_build.NativeUnavailable
-_lib = None
-_tried = False
 
 
 def _declare(lib) -> None:
@@ -45,15 +43,14 @@ KERNEL = _native_build.Kernel(
     declare=_declare)
 
 
+_LIBRARY = _native_build.Library(KERNEL)
+
+
 def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
     """Compile the kernels into ``target`` (``extra``: more compiler flags, e.g. for tests)."""
-    _native_build.build(KERNEL, cc, target, extra, timeout=COMPILE_TIMEOUT)
+    _LIBRARY.build(cc, target, extra, timeout=COMPILE_TIMEOUT)
 
 
 def load():
     """The loaded library, or None (then use the torch-ops path; one warning says why)."""
-    global _lib, _tried
-    if not _tried:
-        _tried = True
-        _lib = _native_build.load(KERNEL, timeout=COMPILE_TIMEOUT, stacklevel=3)
-    return _lib
+    return _LIBRARY.get(timeout=COMPILE_TIMEOUT)

@@ -393,6 +393,7 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
     }
     /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
     ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+#pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         float dct = du[j] + dcb[j];
         di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
@@ -458,19 +459,29 @@ size_t gru_struct_last(void) { return offsetof(struct gru, dparams); }
 
 /* r, z (2H), un (H), n (H) of row tb from hg (3H), h_{t-1} and the LN statistics (mean, rstd)
  * of hg[:2H], hg[2H:], xw[:2H], xw[2H:] (the last two unused without gain_x). */
-static void gru_gates(const struct gru *R, long tb, const float *hgb, const float st[8],
-                      float *rz, float *un, float *n) {
+static inline void gru_gates(const struct gru *R, long tb, const float *hgb, const float st[8],
+                             float *restrict rz, float *restrict un, float *restrict n) {
     const int H = R->H, G = 3 * H;
     const float *xb = R->xw + tb * G, *gx = R->gain_x, *bx = R->bias_x;
-    for (int j = 0; j < 2 * H; j++) {
-        const float x = gx ? (xb[j] - st[4]) * st[5] * gx[j] + bx[j] : xb[j];
-        rz[j] = sigmoidf_((hgb[j] - st[0]) * st[1] * R->gain_h[j] + R->bias_h[j] + x);
-    }
-    for (int j = 0; j < H; j++) {
-        const int k = 2 * H + j;
-        const float x = gx ? (xb[k] - st[6]) * st[7] * gx[k] + bx[k] : xb[k];
-        un[j] = (hgb[k] - st[2]) * st[3] * R->gain_u[j] + R->bias_u[j];
-        n[j] = tanhf_(x + rz[j] * un[j]);
+    const float *gh = R->gain_h, *bh = R->bias_h, *gu = R->gain_u, *bu = R->bias_u;
+    const float mh = st[0], rh = st[1], mu = st[2], ru = st[3];  /* locals: no aliasing */
+    const float mx1 = st[4], rx1 = st[5], mx2 = st[6], rx2 = st[7];
+    if (gx) {
+        for (int j = 0; j < 2 * H; j++)
+            rz[j] = sigmoidf_((hgb[j] - mh) * rh * gh[j] + bh[j]
+                              + (xb[j] - mx1) * rx1 * gx[j] + bx[j]);
+        for (int j = 0; j < H; j++) {
+            const int k = 2 * H + j;
+            un[j] = (hgb[k] - mu) * ru * gu[j] + bu[j];
+            n[j] = tanhf_((xb[k] - mx2) * rx2 * gx[k] + bx[k] + rz[j] * un[j]);
+        }
+    } else {
+        for (int j = 0; j < 2 * H; j++)
+            rz[j] = sigmoidf_((hgb[j] - mh) * rh * gh[j] + bh[j] + xb[j]);
+        for (int j = 0; j < H; j++) {
+            un[j] = (hgb[2 * H + j] - mu) * ru * gu[j] + bu[j];
+            n[j] = tanhf_(xb[2 * H + j] + rz[j] * un[j]);
+        }
     }
 }
 
@@ -517,6 +528,7 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
     float st[8];
     for (int k = 0; k < 8; k++) st[k] = R->stats[k * TB + tb];
     gru_gates(R, tb, hgb, st, r, u, nb);
+#pragma omp simd  /* the outputs are disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
         const float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
