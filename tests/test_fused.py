@@ -768,3 +768,51 @@ def test_fused_awkward_shapes_and_step_ranges(kind, T, B, H, chunk_steps, length
         scale = max(1.0, b.abs().max().item())
         torch.testing.assert_close(a.double(), b, atol=2e-5 * scale * amplify, rtol=1e-4,
                                    msg=f"gradient of argument {i}")
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dtype", list(HALF_TOL), ids=str)
+@pytest.mark.parametrize("B,H", [(1, 3), (5, 24)])
+@pytest.mark.parametrize("native_half_gemm", [False, True], ids=["f32-gemm", "half-gemm"])
+def test_half_modules_forward_and_grads_within_the_dtypes_tolerance(cls, dtype, B, H,
+                                                                    native_half_gemm,
+                                                                    monkeypatch):
+    """A half module (and a float32 module under autocast) against the float64 module on the
+    same half-rounded values: output, final state and every gradient within a few units of the
+    dtype's rounding (float32 statistics and accumulation inside); with the input GEMM in the half
+    type (CPUs with native half GEMMs) or in float32 (the others)."""
+    import copy
+
+    import layernorm
+    from layernorm.rnn import _gemm
+    monkeypatch.setitem(_gemm._HALF_GEMM, dtype, native_half_gemm)
+    torch.manual_seed(1)
+    m = getattr(layernorm, cls)(6, H, num_layers=2, bidirectional=True).to(dtype)
+    ref = copy.deepcopy(m).double()
+    x = torch.randn(9, B, 6).to(dtype)
+    g = torch.randn(9, B, 2 * H).to(dtype)
+    eps = torch.finfo(dtype).eps
+
+    def run(module, xin, autocast=False):
+        with torch.autocast("cpu", dtype, enabled=autocast):
+            out, state = module(xin)
+        state = state[0] if isinstance(state, tuple) else state
+        (out.float() * g.float()).sum().backward()
+        grads = [p.grad for p in module.parameters()]
+        module.zero_grad(set_to_none=True)
+        return out, state, grads
+
+    out64, state64, grads64 = run(ref, x.double())
+    as_float = copy.deepcopy(m).float()
+    for module, xin, autocast in ((m, x, False), (as_float, x.float(), True)):
+        out, state, grads = run(module, xin, autocast)
+        assert out.dtype == dtype and state.dtype == dtype
+        # measured: <= 6 eps (outputs), 6 eps of the largest gradient; at H = 3 an LN over 3
+        # units amplifies the rounding of its half-type input W_x x: 12 eps, 63 eps
+        k = 8 if H > 8 else 20
+        for name, a, b in (("out", out, out64), ("h_n", state, state64)):
+            torch.testing.assert_close(a.double(), b, atol=k * eps, rtol=k * eps, msg=name)
+        for (name, _), a, b in zip(m.named_parameters(), grads, grads64):
+            scale = b.abs().max().item()
+            torch.testing.assert_close(a.double(), b, atol=5 * k * eps * max(scale, 1e-3),
+                                       rtol=5 * k * eps, msg=f"gradient of {name}")
