@@ -4,10 +4,11 @@
  *
  * Compiled on first use by layernorm/rnn/_native.py (cc -O3 -march=native, no torch headers, well
  * under a second) and called through ctypes with ONE argument, a struct per cell (struct lstm,
- * struct gru below) that layernorm/rnn/_driver.py mirrors field by field as a ctypes.Structure
+ * struct gru below) that layernorm/rnn/_structs.py mirrors field by field as a ctypes.Structure
  * (checked against lstm_struct_size() / gru_struct_size() once at load). The fused paths fall
- * back to torch ops when it is unavailable. At B = 32 the ~25 small torch ops of a step cost more in dispatch than in
- * arithmetic, and oneDNN's per-call overhead on a (32, 256) x (256, 1024) product is ~15% of it.
+ * back to torch ops when it is unavailable. At B = 32 the ~25 small torch ops of a step cost
+ * more in dispatch than in arithmetic, and oneDNN's per-call overhead on a (32, 256) x
+ * (256, 1024) product is ~15% of it.
  *
  * Equations (the paper, section 3.1), rows = examples, G = 4H, gate order i, f, u, o:
  *   pre  = LN(hg; gain_h, bias_h) + xg          hg = W_h h_{t-1}, LN over the G gates
