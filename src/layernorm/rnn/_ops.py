@@ -47,9 +47,10 @@ def backward(who, path, xw, backward_native, backward_ops, args):
         return backward_ops(*args)
 
 
-# The backward kernels run over the sequence in ranges of steps of about this many bytes of
-# ``dhg`` (the gradient of W_hh h_{t-1}), each followed by its share of dW_hh as one GEMM: dhg is
-# then held for one range, not for all T steps (a (T, B, G) buffer, as large as xw).
+# The backward kernels run over the sequence in ranges of at most this many bytes of ``dhg`` (the
+# gradient of W_hh h_{t-1}) and a quarter of the steps, each range followed by its share of dW_hh
+# as one GEMM: dhg is then held for one range, not for all T steps (a (T, B, G) buffer, as large
+# as xw).
 CHUNK_BYTES = 2 << 20
 
 
@@ -58,7 +59,7 @@ def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, **fields):
     accumulate dW_hh = sum_t dhg_t^T h_{t-1} (h_{t-1}: h0 at t = 0, else out[t - 1]) -> dW_hh
     (G, H). ``fields``: the rest of the kernel's arguments, as ``_driver.call``."""
     T, B, H = out.shape
-    steps = max(1, min(T, CHUNK_BYTES // max(1, 4 * B * G)))
+    steps = max(1, min(-(-T // 4), CHUNK_BYTES // max(1, 4 * B * G)))  # >= 4 ranges
     buf = _WORKSPACE.get((steps, B, G), like=out)
     dw = out.new_zeros(G, H)
     sizes = _driver.int32(batch_sizes)
