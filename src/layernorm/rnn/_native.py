@@ -16,6 +16,7 @@ from ._structs import check_layout
 from .._native_build import (COMPILE_TIMEOUT, NativeKernelWarning, compiler,  # noqa: F401
                              problem as _problem)
 
+
 def _declare(lib) -> None:
     i, p, size = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     lib.panel_width.argtypes = []
