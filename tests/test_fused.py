@@ -86,6 +86,7 @@ def test_fused_matches_reference_fp32(kind, lengths, T, B, H, step_path):
 GROUPS = {"lstm": lambda H: (4 * H,), "gru": lambda H: (2 * H, H)}  # units normalized jointly
 
 
+
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("lengths", list(LENGTHS))
 @pytest.mark.parametrize("T,B,H", [(6, 6, 7), (5, 12, 40)])
@@ -301,16 +302,16 @@ def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
     returns None and the LSTM still runs (torch ops)."""
     from layernorm.rnn import _native
 
-    monkeypatch.setattr(_native, "_tried", False)
-    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native._LIBRARY, "tried", False)
+    monkeypatch.setattr(_native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "cache"))
     lib = _native.load()
     if lib is None:
         pytest.skip("no C compiler here")
     assert len(list((tmp_path / "cache").glob("rnn_steps-*.so"))) == 1
 
-    monkeypatch.setattr(_native, "_tried", False)
-    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native._LIBRARY, "tried", False)
+    monkeypatch.setattr(_native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "other"))
     monkeypatch.setenv("CC", "/bin/false")  # a compiler that always fails
     with pytest.warns(_native.NativeKernelWarning, match="torch-ops path"):
@@ -342,8 +343,8 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
         pytest.skip(f"this compiler does not build with {flags}: {e}")
     lib = ctypes.CDLL(str(target))
     _native._declare(lib)
-    monkeypatch.setattr(_native, "_lib", lib)
-    monkeypatch.setattr(_native, "_tried", True)
+    monkeypatch.setattr(_native._LIBRARY, "lib", lib)
+    monkeypatch.setattr(_native._LIBRARY, "tried", True)
     from layernorm.rnn import _driver
     assert _driver.native_lib(torch.zeros(1)) is lib
 
@@ -568,8 +569,8 @@ def test_native_structs_match_the_library():
 
 def _fresh_load(monkeypatch, cache):
     from layernorm.rnn import _native
-    monkeypatch.setattr(_native, "_tried", False)
-    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native._LIBRARY, "tried", False)
+    monkeypatch.setattr(_native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(cache))
     return _native
 
@@ -680,3 +681,97 @@ def test_fused_empty_batch(kind, step_path):
     assert tuple(outs[0].shape) == (3, 0, 4) and all(tuple(o.shape) == (0, 4) for o in outs[1:])
     grads = torch.autograd.grad(sum(o.sum() for o in outs), args)
     assert [g.shape for g in grads] == [a.shape for a in args]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+# H = 1, 3, 1023 and B = 1; the backward kernel in ranges of 1 step, of 2-3 steps, of all steps
+@pytest.mark.parametrize("T,B,H,chunk_steps,lengths",
+                         [(5, 1, 1, 1, None), (7, 3, 3, 2, [7, 2, 0]),
+                          (4, 6, 3, 3, [1, 4, 3, 0, 4, 2]), (3, 2, 1023, 0, [3, 1])])
+@pytest.mark.parametrize("input_ln", [False, True], ids=["", "input-ln"])
+def test_fused_awkward_shapes_and_step_ranges(kind, T, B, H, chunk_steps, lengths, input_ln,
+                                              step_path, monkeypatch):
+    """Forward and every gradient against the float64 reference at awkward sizes, with the
+    backward kernel run over the sequence in ranges of steps (dW_hh summed range by range)."""
+    from layernorm.rnn import _ops
+    fn, ref, G, *_ = KINDS[kind]
+    if chunk_steps:
+        monkeypatch.setattr(_ops, "CHUNK_BYTES", 4 * B * G * H * chunk_steps)
+    lens = None if lengths is None else torch.tensor(lengths)
+    args = make_args(kind, T, B, H)
+    if input_ln:
+        args += list(_input_ln_args(kind, T, B, H, torch.float32))
+    args64 = [a.detach().double().requires_grad_() for a in args]
+
+    def run(f, a):
+        if input_ln:
+            return f(*a[:-2], lengths=lens, gain_x=a[-2], bias_x=a[-1])
+        return f(*a, lengths=lens)
+
+    def ref_run(a):
+        if not input_ln:
+            return ref(*a, lengths=lens)
+        xg = torch.cat([torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b) for x, g, b in
+                        zip(a[0].split(GROUPS[kind](H), -1), a[-2].split(GROUPS[kind](H)),
+                            a[-1].split(GROUPS[kind](H)))], -1)
+        return ref(xg, *a[1:-2], lengths=lens)
+    outs, outs64 = run(fn, args), ref_run(args64)
+    g_out = [torch.randn_like(o, dtype=torch.float64) for o in outs64]
+    grads = torch.autograd.grad(outs, args, [g.float() for g in g_out])
+    grads64 = torch.autograd.grad(outs64, args64, g_out)
+    for name, a, b in zip(["out", "h_n", "c_n"], outs, outs64):
+        torch.testing.assert_close(a.double(), b, atol=2e-5, rtol=1e-5, msg=name)
+    # at H = 1 every LN sees variance 0: rstd = 1 / sqrt(eps) ~ 316 scales float32 rounding
+    amplify = 10 if H == 1 else 1
+    for i, (a, b) in enumerate(zip(grads, grads64)):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, atol=2e-5 * scale * amplify, rtol=1e-4,
+                                   msg=f"gradient of argument {i}")
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dtype", list(HALF_TOL), ids=str)
+@pytest.mark.parametrize("B,H", [(1, 3), (5, 24)])
+@pytest.mark.parametrize("native_half_gemm", [False, True], ids=["f32-gemm", "half-gemm"])
+def test_half_modules_forward_and_grads_within_the_dtypes_tolerance(cls, dtype, B, H,
+                                                                    native_half_gemm,
+                                                                    monkeypatch):
+    """A half module (and a float32 module under autocast) against the float64 module on the
+    same half-rounded values: output, final state and every gradient within a few units of the
+    dtype's rounding (float32 statistics and accumulation inside); with the input GEMM in the half
+    type (CPUs with native half GEMMs) or in float32 (the others)."""
+    import copy
+
+    import layernorm
+    from layernorm.rnn import _gemm
+    monkeypatch.setitem(_gemm._HALF_GEMM, dtype, native_half_gemm)
+    torch.manual_seed(1)
+    m = getattr(layernorm, cls)(6, H, num_layers=2, bidirectional=True).to(dtype)
+    ref = copy.deepcopy(m).double()
+    x = torch.randn(9, B, 6).to(dtype)
+    g = torch.randn(9, B, 2 * H).to(dtype)
+    eps = torch.finfo(dtype).eps
+
+    def run(module, xin, autocast=False):
+        with torch.autocast("cpu", dtype, enabled=autocast):
+            out, state = module(xin)
+        state = state[0] if isinstance(state, tuple) else state
+        (out.float() * g.float()).sum().backward()
+        grads = [p.grad for p in module.parameters()]
+        module.zero_grad(set_to_none=True)
+        return out, state, grads
+
+    out64, state64, grads64 = run(ref, x.double())
+    as_float = copy.deepcopy(m).float()
+    for module, xin, autocast in ((m, x, False), (as_float, x.float(), True)):
+        out, state, grads = run(module, xin, autocast)
+        assert out.dtype == dtype and state.dtype == dtype
+        # measured: <= 6 eps (outputs), 6 eps of the largest gradient; at H = 3 an LN over 3
+        # units amplifies the rounding of its half-type input W_x x: 12 eps, 63 eps
+        k = 8 if H > 8 else 20
+        for name, a, b in (("out", out, out64), ("h_n", state, state64)):
+            torch.testing.assert_close(a.double(), b, atol=k * eps, rtol=k * eps, msg=name)
+        for (name, _), a, b in zip(m.named_parameters(), grads, grads64):
+            scale = b.abs().max().item()
+            torch.testing.assert_close(a.double(), b, atol=5 * k * eps * max(scale, 1e-3),
+                                       rtol=5 * k * eps, msg=f"gradient of {name}")

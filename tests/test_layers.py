@@ -9,14 +9,8 @@ import layernorm
 
 PKG = Path(layernorm.__file__).parent
 
-# Known cycles, allowed for now (each is a cycle through an import inside a function, so importing
-# works, but the modules still depend on each other):
-# - the fused RNN path: `rnn._driver.native_lib` reads the switch `rnn.fused.USE_NATIVE` and loads
-#   `rnn._native`, whose `load` checks the C structs with `rnn._driver.check_layout`; `fused`
-#   imports the LSTM / GRU paths, which import `_driver` (directly and through their shared
-#   operator helpers `_ops`).
-ALLOWED_CYCLES = [{"layernorm.rnn.fused", "layernorm.rnn._driver", "layernorm.rnn._native",
-                   "layernorm.rnn._lstm", "layernorm.rnn._gru", "layernorm.rnn._ops"}]
+# Cycles allowed: none (every import, those inside functions included, points one way).
+ALLOWED_CYCLES: list[set[str]] = []
 
 
 def _modules() -> dict[str, Path]:

@@ -259,3 +259,29 @@ def load(kernel: Kernel, timeout: float = COMPILE_TIMEOUT, stacklevel: int = 2):
     warnings.warn(f"layernorm: cannot use {kernel.what}: {reason}. {kernel.fallback}. "
                   f"Fix: {FIX}.", NativeKernelWarning, stacklevel=stacklevel + 1)
     return None
+
+
+class Library:
+    """One kernel's library in this process: loaded (built first if needed) at the first
+    ``get``, then kept; None when it cannot be had (one warning says why, at that first call)."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.lib = None
+        self.tried = False
+
+    def get(self, timeout: float = COMPILE_TIMEOUT, stacklevel: int = 3):
+        """The library or None (``stacklevel``: of the warning, from this method's caller)."""
+        if not self.tried:
+            self.tried = True
+            self.lib = load(self.kernel, timeout=timeout, stacklevel=stacklevel + 1)
+        return self.lib
+
+    def build(self, cc: str, target: Path, extra: tuple[str, ...] = (),
+              timeout: float = COMPILE_TIMEOUT) -> None:
+        """Compile the kernel into ``target`` (``extra``: more compiler flags, e.g. for tests)."""
+        build(self.kernel, cc, target, extra, timeout=timeout)
+
+    def reset(self) -> None:
+        """Forget the library: the next ``get`` loads it again (tests)."""
+        self.lib, self.tried = None, False

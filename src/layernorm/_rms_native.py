@@ -22,8 +22,6 @@ from ._native_build import COMPILE_TIMEOUT, NativeKernelWarning, NativeUnavailab
 # Inputs of at most this many values take torch.nn.functional.rms_norm (when dtypes agree): below it
 # the ~0.1 ms of Python around a ctypes call costs more than the passes the kernel saves.
 SMALL = 16384
-_lib = None
-_tried = False
 
 
 def _declare(lib) -> None:
@@ -47,8 +45,11 @@ def _target() -> tuple[str, Path]:
     return cc, _native_build.cached_path(KERNEL, cc)
 
 
+_LIBRARY = _native_build.Library(KERNEL)
+
+
 def _build(cc: str, target: Path) -> None:
-    _native_build.build(KERNEL, cc, target, timeout=COMPILE_TIMEOUT)
+    _LIBRARY.build(cc, target, timeout=COMPILE_TIMEOUT)
 
 
 def _verified(target: Path) -> bool:
@@ -58,16 +59,10 @@ def _verified(target: Path) -> bool:
 
 def load():
     """The loaded library, or None (then use the torch-ops path; one warning says why)."""
-    global _lib, _tried
-    if not _tried:
-        _tried = True
-        _lib = _native_build.load(KERNEL, timeout=COMPILE_TIMEOUT, stacklevel=3)
-    return _lib
+    return _LIBRARY.get(timeout=COMPILE_TIMEOUT)
 
 
-def _reset_for_tests() -> None:
-    global _lib, _tried
-    _lib, _tried = None, False
+_reset_for_tests = _LIBRARY.reset
 
 
 def eligible(x: torch.Tensor, weight: torch.Tensor | None) -> bool:

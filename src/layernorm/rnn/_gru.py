@@ -30,8 +30,8 @@ def _input_ln_ops(xw, gain_x, bias_x, eps, stats):
 
 def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
                  save):
-    """The forward loop in torch ops; saves what the C kernel saves: hg_all, rz_all, un_all
-    (LN(U h)), n_all, stats (8, T, B)."""
+    """The forward loop in torch ops; saves what the C kernel saves: hg_all (T, B, 3H) and the
+    statistics (8, T, B) (the backward recomputes the gates from them)."""
     T, B, G = xw.shape
     H = G // 3
     gain_u2, bias_u2 = gain_u * 2, bias_u * 2  # LN(U h) pre-scaled: tanh(a) = 2 sigmoid(2a) - 1
@@ -39,17 +39,15 @@ def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, b
     stats = xw.new_zeros(8, T, B, dtype=seq.stats_dtype(xw.dtype)) if save else None
     xg = xw if gain_x is None else _input_ln_ops(xw, gain_x, bias_x, eps, stats)
 
-    hs = _buffer(T + 1, B, H, like=xw)  # hs[0] = h0, hs[t + 1] = h_t
-    hs[0] = h0
+    out = _buffer(T, B, H, like=xw)             # out[t] = h_{t+1}
     hg_all = seq.scratch(save, T, B, G, xw)     # [W_h h; U h]
-    rz_all = seq.scratch(save, T, B, 2 * H, xw)  # sigmoid gates r, z
-    un_all = seq.scratch(save, T, B, H, xw)      # LN(U h_{t-1}; g4, b4)
-    n_all = seq.scratch(save, T, B, H, xw)       # h~ = tanh(...)
+    rz_all = seq.scratch(False, T, B, 2 * H, xw)  # sigmoid gates r, z (one step's)
+    n_all = seq.scratch(False, T, B, H, xw)       # h~ = tanh(...)
 
-    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
-    h_prev, h_new = steps(hs), steps(hs, 1)
+    steps = lambda x: seq.steps(x, batch_sizes, T)  # noqa: E731
+    h_prev, h_new = seq.prev_steps(h0, out, batch_sizes, T), steps(out)
     x_rz, x_n = steps(xg[..., :2 * H]), steps(xg[..., 2 * H:])
-    hgs, rzs, uns, ns = (steps(a) for a in (hg_all, rz_all, un_all, n_all))
+    hgs, rzs, ns = (steps(a) for a in (hg_all, rz_all, n_all))
     resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
     for t in range(seq.n_steps(batch_sizes, T)):
         hg = linear(h_prev[t], out=hgs[t])                        # [W_h h; U h]  (B, 3H)
@@ -63,21 +61,36 @@ def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, b
         # h_t = (1 - z) h~ + z h_{t-1}                               torch.nn.GRU's convention
         torch.lerp(ns[t], h_prev[t], updategate[t], out=h_new[t])
         if save:
-            torch.mul(un2, 0.5, out=uns[t])
             bs = hg.shape[0]
             for k, v in enumerate((mean_h, rstd_h, mean_u, rstd_u)):
                 stats[k, t, :bs] = v.squeeze(-1)
 
-    h_n = seq.final_state(hs, seq.row_lengths(batch_sizes, T, B))
-    return hs, h_n, ([hg_all, rz_all, un_all, n_all, stats] if save else None)
+    h_n = seq.final_state(out, seq.row_lengths(batch_sizes, T, B), h0)
+    return out, h_n, ([hg_all, stats] if save else None)
 
 
-def _backward_ops(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all, rz_all,
-                  un_all, n_all, stats, batch_sizes):
+def _gates_ops(xw, hg_all, stats, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x):
+    """r, z (T, B, 2H), LN(U h) (T, B, H) and h~ (T, B, H) of every step, recomputed from the
+    saved W_hh h_{t-1} and LN statistics (finite, unused values on padded rows)."""
+    H = xw.shape[-1] // 3
+    st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731
+    x_rz, x_n = xw[..., :2 * H], xw[..., 2 * H:]
+    if gain_x is not None:
+        x_rz = (x_rz - st(4)) * st(5) * gain_x[:2 * H] + bias_x[:2 * H]
+        x_n = (x_n - st(6)) * st(7) * gain_x[2 * H:] + bias_x[2 * H:]
+    rz = torch.sigmoid((hg_all[..., :2 * H] - st(0)) * st(1) * gain_h + bias_h + x_rz)
+    un = (hg_all[..., 2 * H:] - st(2)) * st(3) * gain_u + bias_u
+    return rz, un, torch.tanh(x_n + rz[..., :H] * un)
+
+
+def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
+                  bias_x, out, hg_all, stats, batch_sizes):
     T, B, G = hg_all.shape
     H = G // 3
     blocks = seq.last_steps(seq.row_lengths(batch_sizes, T, B), B)
     linear_t = _Linear(w_hh.t(), B)
+    rz_all, un_all, n_all = _gates_ops(xw, hg_all, stats, gain_h, bias_h, gain_u, bias_u,
+                                       gain_x, bias_x)
 
     dxg = _buffer(T, B, G, like=hg_all)   # grad of xg: [d(r, z) pre; d n pre]
     dhg = _buffer(T, B, G, like=hg_all)   # grad of [W_h h; U h]
@@ -86,9 +99,10 @@ def _backward_ops(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_al
     dn = hg_all.new_empty(B, H)
     deriv = hg_all.new_empty(B, 2 * H)
 
-    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
+    steps = lambda x: seq.steps(x, batch_sizes, T)  # noqa: E731
     rows = lambda x: seq.prefixes(x, batch_sizes, T)  # noqa: E731
-    rzs, ns, uns, h_prev = steps(rz_all), steps(n_all), steps(un_all), steps(hs)
+    rzs, ns, uns = steps(rz_all), steps(n_all), steps(un_all)
+    h_prev = seq.prev_steps(h0, out, batch_sizes, T)
     resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
     hgs, d_uns, grad_outs = steps(hg_all), steps(dun), steps(grad_out)
     d_rz, d_r, d_z, d_npre = (steps(d) for d in (dxg[..., :2 * H], dxg[..., :H],
@@ -129,7 +143,7 @@ def _backward_ops(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_al
         lo, hi = blocks[-1]
         dh[lo:hi] += grad_hn[lo:hi]
 
-    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    dw_hh = seq.dw_hh(dhg, h0, out)
     st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731
     _, dgain_h, dbias_h = _layer_norm_backward(dxg[..., :2 * H].contiguous(), hg_all[..., :2 * H],
                                                (2 * H,), st(0), st(1), gain_h, gain_h,
@@ -155,61 +169,55 @@ def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, b
                     batch_sizes, eps, save):
     T, B, G = xw.shape
     H = G // 3
-    saved = [None] * 5
-    if save:  # hg_all, rz_all, un_all, n_all, stats (8, T, B)
-        saved = [_WORKSPACE.get(shape, like=xw) for shape in (
-            (T, B, G), (T, B, 2 * H), (T, B, H), (T, B, H), (8, T, B))]
-    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)
-    hs[0] = h0
+    saved = [None] * 2
+    if save:  # hg_all, stats (8, T, B)
+        saved = [_WORKSPACE.get(shape, like=xw) for shape in ((T, B, G), (8, T, B))]
+    out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
     h_n = h0.detach().clone(memory_format=torch.contiguous_format)
     _driver.call(lib, "gru_forward_seq", _driver.GRUArgs, "ln_gru_sequence",
                  T=T, B=B, H=H, nthreads=_driver.threads(B), eps=eps,
                  batch_sizes=_driver.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
                  bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_u=_contig(gain_u),
-                 bias_u=_contig(bias_u), hs=hs, h_n=h_n, hg_all=saved[0], rz_all=saved[1],
-                 un_all=saved[2], n_all=saved[3], stats=saved[4])
-    return hs, h_n, (saved if save else None)
+                 bias_u=_contig(bias_u), h0=_contig(h0), out=out, h_n=h_n, hg_all=saved[0],
+                 stats=saved[1])
+    return out, h_n, (saved if save else None)
 
 
-def _backward_native(lib, grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all,
-                     rz_all, un_all, n_all, stats, batch_sizes):
+def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
+                     gain_x, bias_x, out, hg_all, stats, batch_sizes):
     T, B, G = xw.shape
     H = G // 3
-    padded = batch_sizes is not None
-    dxg = _buffer(T, B, G, like=xw, zero=padded)
-    dhg = _WORKSPACE.get((T, B, G), like=xw)
-    if padded:
-        dhg.zero_()
+    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)
     dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
     dparams = torch.zeros(12 * H, dtype=torch.float64)
-    _driver.call(lib, "gru_backward_seq", _driver.GRUArgs, "ln_gru_sequence",
-                 T=T, B=B, H=H, nthreads=_driver.threads(B),
-                 batch_sizes=_driver.int32(batch_sizes),
-                 wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(),
-                 xw=xw, gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_u=_contig(gain_u),
-                 hs=hs, hg_all=hg_all, rz_all=rz_all, un_all=un_all, n_all=n_all, stats=stats,
-                 dh=dh, dxg=dxg, dhg=dhg, dparams=dparams)
-    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    dw_hh = _ops.native_backward(
+        lib, "gru_backward_seq", _driver.GRUArgs, "ln_gru_sequence", _contig(h0), out,
+        batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
+        wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(), xw=xw,
+        gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
+        bias_h=_contig(bias_h), gain_u=_contig(gain_u), bias_u=_contig(bias_u), hg_all=hg_all,
+        stats=stats, dh=dh, dxg=dxg, dparams=dparams)
     n = 12 * H if gain_x is not None else 6 * H
     return dxg, dh, dw_hh, dparams[:n].to(xw.dtype)
 
 
 _SCHEMA = ("(Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, Tensor bias_h, Tensor gain_u, "
            "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? batch_sizes, float eps, "
-           "bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+           "bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 _BACKWARD_SCHEMA = (
-    "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor w_hh, Tensor gain_h, Tensor gain_u, "
-    "Tensor? gain_x, Tensor hs, Tensor hg_all, Tensor rz_all, Tensor un_all, Tensor n_all, "
-    "Tensor stats, Tensor path, Tensor? batch_sizes) -> (Tensor, Tensor, Tensor, Tensor)")
+    "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, "
+    "Tensor bias_h, Tensor gain_u, Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor out, "
+    "Tensor hg_all, Tensor stats, Tensor path, Tensor? batch_sizes) -> (Tensor, Tensor, Tensor, "
+    "Tensor)")
 
 
 @torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)
 def ln_gru_op(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
               save):
-    """-> hs (T + 1, B, H), h_n (B, H), the saved hg_all, rz_all, un_all, n_all, stats (empty
-    without ``save``) and the path taken (1,) int8. Rows sorted by decreasing length."""
-    return _ops.forward(_forward_native, _forward_ops, xw, h0, w_hh, gain_h, bias_h, gain_u,
+    """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``) and the
+    path taken (1,) int8. Rows sorted by decreasing length."""
+    return _ops.forward(_forward_native, _forward_ops, 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
                         bias_u, gain_x, bias_x, batch_sizes, eps, save)
 
 
@@ -218,37 +226,38 @@ def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes,
     T, B, G = xw.shape
     H = G // 3
     new, new_stats = _ops.fake_saved(xw, save)
-    return (xw.new_empty(T + 1, B, H), h0.new_empty(B, H), new(T, B, G), new(T, B, 2 * H),
-            new(T, B, H), new(T, B, H), new_stats(8, T, B), torch.empty(1, dtype=torch.int8))
+    return (xw.new_empty(T, B, H), h0.new_empty(B, H), new(T, B, G), new_stats(8, T, B),
+            torch.empty(1, dtype=torch.int8))
 
 
 @torch.library.custom_op("layernorm::ln_gru_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def ln_gru_backward_op(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all, rz_all,
-                       un_all, n_all, stats, path, batch_sizes):
+def ln_gru_backward_op(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
+                       bias_x, out, hg_all, stats, path, batch_sizes):
     """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
-    args = (grad_out.contiguous(), grad_hn, xw.contiguous(), w_hh, gain_h, gain_u, gain_x, hs,
-            hg_all, rz_all, un_all, n_all, stats, batch_sizes)
+    args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
+            bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes)
     return _ops.backward("ln_gru_backward", path, xw, _backward_native, _backward_ops, args)
 
 
 @ln_gru_backward_op.register_fake
-def _(grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, hg_all, rz_all, un_all, n_all,
-      stats, path, batch_sizes):
+def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
+      hg_all, stats, path, batch_sizes):
     T, B, G = xw.shape
     H = G // 3
     n = 12 * H if gain_x is not None else 6 * H
     return xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(G, H), xw.new_empty(n)
 
 
-def _first_order(inputs, batch_sizes, hs, saved, grads):
+def _first_order(inputs, batch_sizes, out, saved, grads):
     xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = inputs
     T, B, G = xw.shape
     H = G // 3
     grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
     grad_hn = xw.new_zeros(B, H) if grads[1] is None else grads[1]
     dxw, dh0, dw_hh, dparams = torch.ops.layernorm.ln_gru_backward(
-        grad_out, grad_hn, xw, w_hh, gain_h, gain_u, gain_x, hs, *saved, batch_sizes)
+        grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
+        *saved, batch_sizes)
     parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
                           [2 * H, 2 * H, H, H])
     dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
@@ -343,8 +352,8 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
             t is not None and t.requires_grad for t in (xg, h0, *params, gain_x, bias_x))
 
         def run(xg_, h0_):
-            hs, h_n, *_ = ln_gru_op(xg_, h0_, *params, gain_x, bias_x, batch_sizes, float(eps),
-                                    save)
-            return hs[1:], h_n
+            out, h_n, *_ = ln_gru_op(xg_, h0_, *params, gain_x, bias_x, batch_sizes, float(eps),
+                                     save)
+            return out, h_n
     outs = seq.with_order(run, order, xg, (h0,))
     return tuple(o.to(out_dtype) for o in outs)

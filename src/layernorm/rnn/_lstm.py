@@ -35,7 +35,7 @@ def _scale(H: int, like: Tensor) -> Tensor:
 def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes,
                  eps, save):
     """The forward loop in torch ops. Saves act = [sigmoid(i), sigmoid(f), tanh(u), sigmoid(o)]
-    as the C kernel does. Returns hs, h_n, c_n, [cs, hg_all, act_all, tc_all, stats]."""
+    as the C kernel does. Returns out, h_n, c_n, [cs, hg_all, act_all, tc_all, stats]."""
     T, B, G = xw.shape
     H = G // 4
     m = _scale(H, xw)
@@ -50,8 +50,7 @@ def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_
             stats[4].copy_(mean_x.squeeze(-1))
             stats[5].copy_(rstd_x.squeeze(-1))
 
-    hs = _buffer(T + 1, B, H, like=xw)  # hs[0] = h0, hs[t + 1] = h_t
-    hs[0] = h0
+    out = _buffer(T, B, H, like=xw)     # out[t] = h_{t+1}
     cs = _buffer(T + 1, B, H, like=xw)  # raw cell states, cs[0] = c0
     cs[0] = c0
     hg_all = _buffer(T, B, G, like=xw) if save else None  # W_h h, the LN input
@@ -59,7 +58,8 @@ def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_
     tc_all = seq.scratch(save, T, B, H, xw)   # tanh(LN(c_t))
 
     steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
-    h_prev, h_new, c_prev, c_new = steps(hs), steps(hs, 1), steps(cs), steps(cs, 1)
+    h_prev, h_new = seq.prev_steps(h0, out, batch_sizes, T), steps(out)
+    c_prev, c_new = steps(cs), steps(cs, 1)
     xgs, acts, tcs = steps(xg), steps(act_all), steps(tc_all)
     hgs = steps(hg_all) if save else [None] * T
     ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
@@ -83,12 +83,12 @@ def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_
                 stats[k, t, :bs] = v.squeeze(-1)
 
     lens = seq.row_lengths(batch_sizes, T, B)
-    h_n, c_n = seq.final_state(hs, lens), seq.final_state(cs, lens)
-    return hs, h_n, c_n, ([cs, hg_all, act_all, tc_all, stats] if save else None)
+    h_n, c_n = seq.final_state(out, lens, h0), seq.final_state(cs, lens)
+    return out, h_n, c_n, ([cs, hg_all, act_all, tc_all, stats] if save else None)
 
 
-def _backward_ops(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs, hg_all,
-                  act_all, tc_all, stats, batch_sizes):
+def _backward_ops(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs,
+                  hg_all, act_all, tc_all, stats, batch_sizes):
     """The hand-derived backward loop in torch ops over ``_forward_ops``' buffers."""
     T, B, G = hg_all.shape
     H = G // 4
@@ -153,7 +153,7 @@ def _backward_ops(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, 
         dc[lo:hi] += grad_cn[lo:hi]
 
     # everything that does not feed the recurrence: one GEMM / one reduction over all steps
-    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    dw_hh = seq.dw_hh(dhg, h0, out)
     st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731  (T, B, 1), 0 on padded rows
     _, dgain_h, dbias_h = _layer_norm_backward(dxg, hg_all, (G,), st(0), st(1), gain_h, gain_h,
                                                [False, True, True])
@@ -178,39 +178,33 @@ def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_
         saved = [_WORKSPACE.get(shape, like=xw) for shape in (
             (T + 1, B, H), (T, B, G), (T, B, G), (T, B, H), (6, T, B))]
         saved[0][0] = c0
-    # the kernel writes hs only where a row runs; the saved buffers are read only where written
-    hs = _buffer(T + 1, B, H, like=xw, zero=batch_sizes is not None)
-    hs[0] = h0
+    # the kernel writes out only where a row runs; the saved buffers are read only where written
+    out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
     h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
     _driver.call(lib, "lstm_forward_seq", _driver.LSTMArgs, "ln_lstm_sequence",
                  T=T, B=B, H=H, nthreads=_driver.threads(B), eps=eps,
                  batch_sizes=_driver.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
                  bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_c=_contig(gain_c),
-                 bias_c=_contig(bias_c), hs=hs, h_n=h_n, c_n=c_n, cs=saved[0], hg_all=saved[1],
-                 act_all=saved[2], tc_all=saved[3], stats=saved[4])
-    return hs, h_n, c_n, (saved if save else None)
+                 bias_c=_contig(bias_c), h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0],
+                 hg_all=saved[1], act_all=saved[2], tc_all=saved[3], stats=saved[4])
+    return out, h_n, c_n, (saved if save else None)
 
 
-def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs,
-                     hg_all, act_all, tc_all, stats, batch_sizes):
+def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
+                     cs, hg_all, act_all, tc_all, stats, batch_sizes):
     T, B, G = xw.shape
     H = G // 4
-    padded = batch_sizes is not None
-    dxg = _buffer(T, B, G, like=xw, zero=padded)  # grad of xw (or of the input term)
-    dhg = _WORKSPACE.get((T, B, G), like=xw)       # grad of W_hh h_{t-1}
-    if padded:
-        dhg.zero_()
+    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)  # grad of xw (or xg)
     dh, dc = (g.detach().clone(memory_format=torch.contiguous_format) for g in (grad_hn, grad_cn))
     dparams = torch.zeros(18 * H, dtype=torch.float64)
-    _driver.call(lib, "lstm_backward_seq", _driver.LSTMArgs, "ln_lstm_sequence",
-                 T=T, B=B, H=H, nthreads=_driver.threads(B),
-                 batch_sizes=_driver.int32(batch_sizes),
-                 wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(),
-                 xw=xw, gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c),
-                 cs=cs, hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh,
-                 dc=dc, dxg=dxg, dhg=dhg, dparams=dparams)
-    dw_hh = torch.mm(dhg.reshape(T * B, G).t(), hs[:-1].reshape(T * B, H))
+    dw_hh = _ops.native_backward(
+        lib, "lstm_backward_seq", _driver.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
+        batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
+        wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(), xw=xw,
+        gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,
+        hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh, dc=dc, dxg=dxg,
+        dparams=dparams)
     n = 18 * H if gain_x is not None else 10 * H
     return dxg, dh, dc, dw_hh, dparams[:n].to(xw.dtype)
 
@@ -222,8 +216,9 @@ _SCHEMA = ("(Tensor xw, Tensor h0, Tensor c0, Tensor w_hh, Tensor gain_h, Tensor
            "float eps, bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, "
            "Tensor, Tensor)")
 _BACKWARD_SCHEMA = (
-    "(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor xw, Tensor w_hh, Tensor gain_h, "
-    "Tensor gain_c, Tensor? gain_x, Tensor hs, Tensor cs, Tensor hg_all, Tensor act_all, "
+    "(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor xw, Tensor h0, Tensor w_hh, "
+    "Tensor gain_h, Tensor gain_c, Tensor? gain_x, Tensor out, Tensor cs, Tensor hg_all, "
+    "Tensor act_all, "
     "Tensor tc_all, Tensor stats, Tensor path, Tensor? batch_sizes) -> (Tensor, Tensor, Tensor, "
     "Tensor, Tensor)")
 
@@ -231,10 +226,10 @@ _BACKWARD_SCHEMA = (
 @torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)
 def ln_lstm_op(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes,
                eps, save):
-    """-> hs (T + 1, B, H) = [h0, h_1, ...] (0 past a row's length), h_n, c_n (B, H), the saved
+    """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
     cs, hg_all, act_all, tc_all, stats (empty without ``save``) and the path taken (1,) int8.
     Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``."""
-    return _ops.forward(_forward_native, _forward_ops, xw, h0, c0, w_hh, gain_h, bias_h, gain_c,
+    return _ops.forward(_forward_native, _forward_ops, 4, xw, h0, c0, w_hh, gain_h, bias_h, gain_c,
                         bias_c, gain_x, bias_x, batch_sizes, eps, save)
 
 
@@ -243,23 +238,23 @@ def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_si
     T, B, G = xw.shape
     H = G // 4
     new, new_stats = _ops.fake_saved(xw, save)
-    return (xw.new_empty(T + 1, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
+    return (xw.new_empty(T, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
             new(T, B, G), new(T, B, G), new(T, B, H), new_stats(6, T, B),
             torch.empty(1, dtype=torch.int8))
 
 
 @torch.library.custom_op("layernorm::ln_lstm_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def ln_lstm_backward_op(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs,
-                        hg_all, act_all, tc_all, stats, path, batch_sizes):
+def ln_lstm_backward_op(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
+                        cs, hg_all, act_all, tc_all, stats, path, batch_sizes):
     """-> grads of xw (T, B, G), h0, c0, w_hh and the LN parameters as one vector [gain_h,
     bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
-    args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), w_hh, gain_h, gain_c,
-            gain_x, hs, cs, hg_all, act_all, tc_all, stats, batch_sizes)
+    args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
+            gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes)
     return _ops.backward("ln_lstm_backward", path, xw, _backward_native, _backward_ops, args)
 
 
 @ln_lstm_backward_op.register_fake
-def _(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs, hg_all, act_all,
+def _(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs, hg_all, act_all,
       tc_all, stats, path, batch_sizes):
     T, B, G = xw.shape
     H = G // 4
@@ -268,14 +263,15 @@ def _(grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, cs, hg_a
             xw.new_empty(n))
 
 
-def _first_order(inputs, batch_sizes, hs, saved, grads):
+def _first_order(inputs, batch_sizes, out, saved, grads):
     xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x = inputs
     T, B, G = xw.shape
     H = G // 4
     grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
                                   zip(grads, ((T, B, H), (B, H), (B, H))))
     dxw, dh0, dc0, dw_hh, dparams = torch.ops.layernorm.ln_lstm_backward(
-        grad_out, grad_hn, grad_cn, xw, w_hh, gain_h, gain_c, gain_x, hs, *saved, batch_sizes)
+        grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, *saved,
+        batch_sizes)
     parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
     dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
     return (dxw, dh0, dc0, dw_hh, *parts[:4], *dx)
@@ -370,8 +366,8 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
             t is not None and t.requires_grad for t in (xg, h0, c0, *params, gain_x, bias_x))
 
         def run(xg_, h0_, c0_):
-            hs, h_n, c_n, *_ = ln_lstm_op(xg_, h0_, c0_, *params, gain_x, bias_x, batch_sizes,
-                                          float(eps), save)
-            return hs[1:], h_n, c_n
+            out, h_n, c_n, *_ = ln_lstm_op(xg_, h0_, c0_, *params, gain_x, bias_x, batch_sizes,
+                                           float(eps), save)
+            return out, h_n, c_n
     outs = seq.with_order(run, order, xg, (h0, c0))
     return tuple(o.to(out_dtype) for o in outs)

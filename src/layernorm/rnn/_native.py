@@ -4,7 +4,7 @@ and backward time loops): built on first use, cached, verified before every load
 The build, the trusted cache and the fallback are ``layernorm._native_build``'s (one warning per
 process when the kernels cannot be had; ``LAYERNORM_NATIVE=0`` turns them off silently); this
 module names the source and declares the kernels' ctypes signatures, checking the C structs
-against ``_driver``'s.
+against their mirrors in ``_structs``.
 """
 from __future__ import annotations
 
@@ -12,12 +12,9 @@ import ctypes
 from pathlib import Path
 
 from .. import _native_build
+from ._structs import check_layout
 from .._native_build import (COMPILE_TIMEOUT, NativeKernelWarning, compiler,  # noqa: F401
                              problem as _problem)
-
-_Unavailable = _native_build.NativeUnavailable
-_lib = None
-_tried = False
 
 
 def _declare(lib) -> None:
@@ -29,13 +26,12 @@ def _declare(lib) -> None:
     for cell in ("lstm", "gru"):
         for kernel in ("forward_seq", "backward_seq"):
             f = getattr(lib, f"{cell}_{kernel}")
-            f.argtypes = [p]  # a pointer to the cell's struct (_driver.LSTMArgs / GRUArgs)
+            f.argtypes = [p]  # a pointer to the cell's struct (_structs.LSTMArgs / GRUArgs)
             f.restype = i
         for what in ("struct_size", "struct_last"):
             f = getattr(lib, f"{cell}_{what}")
             f.argtypes = []
             f.restype = size
-    from ._driver import check_layout
     check_layout(lib)
 
 
@@ -45,15 +41,14 @@ KERNEL = _native_build.Kernel(
     declare=_declare)
 
 
+_LIBRARY = _native_build.Library(KERNEL)
+
+
 def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
     """Compile the kernels into ``target`` (``extra``: more compiler flags, e.g. for tests)."""
-    _native_build.build(KERNEL, cc, target, extra, timeout=COMPILE_TIMEOUT)
+    _LIBRARY.build(cc, target, extra, timeout=COMPILE_TIMEOUT)
 
 
 def load():
     """The loaded library, or None (then use the torch-ops path; one warning says why)."""
-    global _lib, _tried
-    if not _tried:
-        _tried = True
-        _lib = _native_build.load(KERNEL, timeout=COMPILE_TIMEOUT, stacklevel=3)
-    return _lib
+    return _LIBRARY.get(timeout=COMPILE_TIMEOUT)

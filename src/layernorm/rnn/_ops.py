@@ -10,6 +10,7 @@ import torch
 
 from . import _driver
 from . import _sequence as seq
+from ._workspace import _WORKSPACE
 
 TORCH_OPS, NATIVE = 0, 1  # the path a forward took, returned by the operator
 
@@ -19,16 +20,16 @@ def contig(v):
     return None if v is None else v.detach().contiguous()
 
 
-def forward(forward_native, forward_ops, xw, *rest):
+def forward(forward_native, forward_ops, n_buffers, xw, *rest):
     """Run one path of a forward operator -> (*states, *saved, path). ``forward_*`` return
-    (*states, saved or None); without ``save`` the saved buffers are empty (4 of xw's dtype and
-    the statistics)."""
+    (*states, saved or None); without ``save`` the saved buffers are empty (``n_buffers`` of xw's
+    dtype and the statistics)."""
     lib = _driver.native_lib(xw)
     args = (xw.contiguous(), *rest)
     with torch.autocast(xw.device.type, enabled=False):
         *states, saved = (forward_native(lib, *args) if lib is not None else forward_ops(*args))
     if saved is None:
-        saved = [xw.new_empty(0) for _ in range(4)]
+        saved = [xw.new_empty(0) for _ in range(n_buffers)]
         saved.append(xw.new_empty(0, dtype=seq.stats_dtype(xw.dtype)))
     path = torch.tensor([NATIVE if lib is not None else TORCH_OPS], dtype=torch.int8)
     return (*states, *saved, path)
@@ -46,6 +47,37 @@ def backward(who, path, xw, backward_native, backward_ops, args):
         return backward_ops(*args)
 
 
+# The backward kernels run over the sequence in ranges of at most this many bytes of ``dhg`` (the
+# gradient of W_hh h_{t-1}) and a quarter of the steps, each range followed by its share of dW_hh
+# as one GEMM: dhg is then held for one range, not for all T steps (a (T, B, G) buffer, as large
+# as xw).
+CHUNK_BYTES = 2 << 20
+
+
+def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, **fields):
+    """Run the backward C ``kernel`` latest steps first, one range of steps per call, and
+    accumulate dW_hh = sum_t dhg_t^T h_{t-1} (h_{t-1}: h0 at t = 0, else out[t - 1]) -> dW_hh
+    (G, H). ``fields``: the rest of the kernel's arguments, as ``_driver.call``."""
+    T, B, H = out.shape
+    steps = max(1, min(-(-T // 4), CHUNK_BYTES // max(1, 4 * B * G)))  # >= 4 ranges
+    buf = _WORKSPACE.get((steps, B, G), like=out)
+    dw = out.new_zeros(G, H)
+    sizes = _driver.int32(batch_sizes)
+    for hi in range(T, 0, -steps):
+        lo = max(0, hi - steps)
+        dhg = buf[:hi - lo]
+        if batch_sizes is not None:  # the kernel writes only the rows that run
+            dhg.zero_()
+        _driver.call(lib, kernel, cls, who, t0=lo, t1=hi, h0=h0, out=out,
+                     batch_sizes=sizes, dhg=dhg, **fields)
+        flat = dhg.view(-1, G)
+        if lo:
+            dw.addmm_(flat.t(), out[lo - 1:hi - 1].reshape(-1, H))
+        else:
+            dw.addmm_(flat[B:].t(), out[:hi - 1].reshape(-1, H)).addmm_(flat[:B].t(), h0)
+    return dw
+
+
 def fake_saved(xw, save):
     """For a fake forward: ``new(*shape, dtype=)`` gives a saved buffer of that shape (empty
     without ``save``); ``new_stats(*shape)`` the statistics."""
@@ -59,25 +91,25 @@ def fake_saved(xw, save):
 
 def register_autograd(op, name, n_states, loop, first_order):
     """Register the autograd of ``op`` (inputs: ``*tensors, batch_sizes, eps, save``; outputs:
-    hs (T + 1, B, H), ``n_states - 1`` final states, the saved buffers and the path).
+    out (T, B, H), ``n_states - 1`` final states, the saved buffers and the path).
 
     ``loop(*tensors, batch_sizes, eps)``: the cell's differentiable loop (input LN included),
     -> (out, *final states); used for second order (``create_graph=True``).
-    ``first_order(tensors, batch_sizes, hs, saved, grads)``: the grads of ``tensors`` through the
+    ``first_order(tensors, batch_sizes, out, saved, grads)``: the grads of ``tensors`` through the
     cell's backward operator, ``grads`` = (grad of out, *grads of the final states), None where
     not needed."""
     def setup_context(ctx, inputs, output):
         *tensors, batch_sizes, eps, save = inputs
-        hs, saved = output[0], output[n_states:]
+        out, saved = output[0], output[n_states:]
         ctx.mark_non_differentiable(*saved)
         ctx.set_materialize_grads(False)
         ctx.eps, ctx.save, ctx.n_tensors = eps, save, len(tensors)
-        ctx.save_for_backward(*tensors, batch_sizes, hs, *saved)
+        ctx.save_for_backward(*tensors, batch_sizes, out, *saved)
 
-    def backward_(ctx, grad_hs, *grad_rest):
+    def backward_(ctx, grad_out, *grad_rest):
         n, kept = ctx.n_tensors, ctx.saved_tensors
-        tensors, batch_sizes, hs, saved = kept[:n], kept[n], kept[n + 1], kept[n + 2:]
-        grads = (None if grad_hs is None else grad_hs[1:], *grad_rest[:n_states - 1])
+        tensors, batch_sizes, out, saved = kept[:n], kept[n], kept[n + 1], kept[n + 2:]
+        grads = (grad_out, *grad_rest[:n_states - 1])
         if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
             found = _second_order(ctx, tensors, batch_sizes, grads, loop)
         else:
@@ -85,7 +117,7 @@ def register_autograd(op, name, n_states, loop, first_order):
                 raise RuntimeError(f"layernorm::{name} was called with save=False, so it kept "
                                    "nothing for the backward; call it with save=True when "
                                    "gradients are needed.")
-            found = first_order(tensors, batch_sizes, hs, saved, grads)
+            found = first_order(tensors, batch_sizes, out, saved, grads)
         return (*found, None, None, None)  # batch_sizes, eps, save
 
     op.register_autograd(backward_, setup_context=setup_context)

@@ -1,13 +1,14 @@
-/* The LN-LSTM / LN-GRU recurrences in plain C (float32): the whole LN-LSTM forward in one call
- * (its own recurrent GEMM, both layer norms, gates, cell and output of every step), and one fused
- * backward / GRU step per call.
+/* The LN-LSTM / LN-GRU recurrences in plain C (float32): each cell's whole forward time loop in
+ * one call (its own recurrent GEMM, all layer norms, gates, cell and output of every step), and
+ * its backward time loop in one call per range of steps.
  *
  * Compiled on first use by layernorm/rnn/_native.py (cc -O3 -march=native, no torch headers, well
  * under a second) and called through ctypes with ONE argument, a struct per cell (struct lstm,
- * struct gru below) that layernorm/rnn/_driver.py mirrors field by field as a ctypes.Structure
+ * struct gru below) that layernorm/rnn/_structs.py mirrors field by field as a ctypes.Structure
  * (checked against lstm_struct_size() / gru_struct_size() once at load). The fused paths fall
- * back to torch ops when it is unavailable. At B = 32 the ~25 small torch ops of a step cost more in dispatch than in
- * arithmetic, and oneDNN's per-call overhead on a (32, 256) x (256, 1024) product is ~15% of it.
+ * back to torch ops when it is unavailable. At B = 32 the ~25 small torch ops of a step cost
+ * more in dispatch than in arithmetic, and oneDNN's per-call overhead on a (32, 256) x
+ * (256, 1024) product is ~15% of it.
  *
  * Equations (the paper, section 3.1), rows = examples, G = 4H, gate order i, f, u, o:
  *   pre  = LN(hg; gain_h, bias_h) + xg          hg = W_h h_{t-1}, LN over the G gates
@@ -156,13 +157,20 @@ static void row_block(int B, int *r0, int *r1) {
     *r1 = (int)((long)B * (id + 1) / nt);
 }
 
-/* One forward step of row b (tb = t * B + b) given hg = W_hh h_{t-1} (G); scratch: per thread. */
-typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, float *scratch);
+/* h_{t-1} of rows r.. (row-major, H per row): h0 at t = 0, else out[t - 1]. */
+static inline const float *prev_h(const float *h0, const float *out, int t, int B, int H, int r) {
+    return t ? out + ((long)(t - 1) * B + r) * H : h0 + (long)r * H;
+}
 
-/* hs: (T + 1, B, H), hs[0] = h0, written by the rows; wp: W_hh (G, H) packed in panels. */
+/* One forward step of row b (tb = t * B + b) given hg = W_hh h_{t-1} (G) and hp = h_{t-1} (H):
+ * writes h_t into out[t][b]; scratch: per thread. */
+typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, const float *hp,
+                            float *scratch);
+
+/* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels. */
 static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
-                       const float *wp, const float *hs, size_t scratch, forward_row row,
-                       const void *cell) {
+                       const float *wp, const float *h0, const float *out, size_t scratch,
+                       forward_row row, const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -179,9 +187,10 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
         const int bs = batch_sizes ? batch_sizes[t] : B;
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
-        gemm_rows(e - r0, H, hs + ((long)t * B + r0) * H, H, wp, npanels, hg, Gp);
+        const float *hp = prev_h(h0, out, t, B, H, r0);
+        gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
         for (int b = r0; b < e; b++)
-            row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp,
+            row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp, hp + (long)(b - r0) * H,
                 hg + (size_t)(r1 - r0) * Gp);
     }
     free(hg);
@@ -189,18 +198,20 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     return failed ? -1 : 0;
 }
 
-/* One backward step of row b: from the gradient of h_t (dh, rows' own) write the row of dhg
- * (gradient of W_hh h_{t-1}, G) and direct (H: the part of the gradient of h_{t-1} that does not
+/* One backward step of row b: from the gradient of h_t (dh, rows' own) write dhgb (the row's
+ * gradient of W_hh h_{t-1}, G) and direct (H: the part of the gradient of h_{t-1} that does not
  * go through W_hh, or nothing when the cell has none); sum the parameters' gradients into part. */
-typedef void (*backward_row)(const void *cell, long tb, int b, float *direct, float *scratch,
-                             float *part);
+typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, float *direct,
+                             float *scratch, float *part);
 
-/* wtp: W_hh^T packed in panels (ceil(H / NR), G, NR). dh (B, H): in: gradient of h_n; out: of
- * h0 (a row that has not started yet, going backward, keeps its h_n gradient until its last
- * step): dh_{t-1} = dhg_t @ W_hh (+ direct). The parameters' gradients (nacc values) are summed
- * per step over a thread's rows in float, then added to double accumulators (private per thread
- * when there are several) and into dparams at the end. */
-static int backward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
+/* Steps t1 - 1 down to t0 (0 <= t0 < t1 <= T; a long sequence runs in several calls, latest
+ * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
+ * (ceil(H / NR), G, NR). dhg ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
+ * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
+ * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct). The
+ * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
+ * added to double accumulators (private per thread when there are several) and into dparams. */
+static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const int *batch_sizes,
                         const float *wtp, float *dh, float *dhg, int has_direct, size_t scratch,
                         int nacc, double *dparams, backward_row row, const void *cell) {
     const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
@@ -217,16 +228,18 @@ static int backward_seq(int T, int B, int H, int G, int nthreads, const int *bat
 #pragma omp atomic write
         failed = 1;
     }
-    for (int t = T - 1; t >= 0 && work && acc; t--) {
+    for (int t = t1 - 1; t >= t0 && work && acc; t--) {
         const int bs = batch_sizes ? batch_sizes[t] : B;
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
         float *direct = work + rows * Hp, *rest = direct + rows * H, *part = rest + scratch;
+        float *d = dhg + ((long)(t - t0) * B + r0) * G;
         memset(part, 0, sizeof(float) * nacc);
         for (int b = r0; b < e; b++)
-            row(cell, (long)t * B + b, b, direct + (long)(b - r0) * H, rest, part);
+            row(cell, (long)t * B + b, b, d + (long)(b - r0) * G, direct + (long)(b - r0) * H,
+                rest, part);
         for (int j = 0; j < nacc; j++) acc[j] += part[j];
-        gemm_rows(e - r0, G, dhg + ((long)t * B + r0) * G, G, wtp, npanels, work, Hp);
+        gemm_rows(e - r0, G, d, G, wtp, npanels, work, Hp);
         for (int b = r0; b < e; b++) {
             const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
             float *dhb = dh + (long)b * H;
@@ -244,6 +257,15 @@ static int backward_seq(int T, int B, int H, int G, int nthreads, const int *bat
     free(work);
     }
     return failed ? -1 : 0;
+}
+
+/* The step range of a backward call: [t0, t1), both 0 meaning all T steps. */
+static int step_range(int T, int t0, int t1, int *lo, int *hi) {
+    if (t0 == 0 && t1 == 0) t1 = T;
+    if (t0 < 0 || t1 > T || t0 >= t1) return -2;
+    *lo = t0;
+    *hi = t1;
+    return 0;
 }
 
 /* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
@@ -271,12 +293,14 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
  *   hg   = W_h h_{t-1}                                        (the GEMM above)
  *   pre  = LN(hg; gain_h, bias_h) + LN(xw; gain_x, bias_x)    (xw = W_x x_t; gain_x NULL: + xw)
  *   c, h as in the equations at the top of this file.
- * hs: (T + 1, B, H), hs[0] = h0, output. h_n, c_n: (B, H), in: h0, c0; out: each row's state
- * after its last step. Saved for the backward when cs != NULL (else those pointers may be NULL):
- * cs (T + 1, B, H) with cs[0] = c0, hg_all and act_all (T, B, G), tc_all (T, B, H), stats
- * (6, T, B): mean and rstd of hg, of c and of xw (the last two only with gain_x). */
+ * h0 (B, H) in; out (T, B, H) = h_1 .. h_T, output (a row past its length is not written).
+ * h_n, c_n: (B, H), in: h0, c0; out: each row's state after its last step. Saved for the backward
+ * when cs != NULL (else those pointers may be NULL): cs (T + 1, B, H) with cs[0] = c0, hg_all and
+ * act_all (T, B, G), tc_all (T, B, H), stats (6, T, B): mean and rstd of hg, of c and of xw (the
+ * last two only with gain_x). */
 struct lstm {
     int T, B, H, nthreads;
+    int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
     float eps;
     const int *batch_sizes;          /* (T,) decreasing, or NULL: all B rows run T steps */
     const float *xw;                 /* (T, B, G) input term (raw W_x x with gain_x) */
@@ -285,21 +309,23 @@ struct lstm {
     const float *wtp;                /* backward: W_hh^T (H, G) in panels (ceil(H / NR), G, NR) */
     const float *gain_h, *bias_h;    /* (G,) */
     const float *gain_c, *bias_c;    /* (H,) */
-    const float *grad_out;           /* backward: (T, B, H) gradient of hs[1:] */
-    float *hs;                       /* (T + 1, B, H), hs[0] = h0 */
+    const float *grad_out;           /* backward: (T, B, H) gradient of out */
+    const float *h0;                 /* (B, H) */
+    float *out;                      /* (T, B, H) h_1 .. h_T */
     float *h_n, *c_n;                /* (B, H) in: h0, c0; out: state after each row's last step */
     float *cs;                       /* (T + 1, B, H) saved (cs[0] = c0), or NULL: save nothing */
     float *hg_all, *act_all;         /* (T, B, G) saved */
     float *tc_all;                   /* (T, B, H) saved */
     float *stats;                    /* (6, T, B) saved */
-    float *dh, *dc;                  /* backward (B, H) in: grads of h_n, c_n; out: of h0, c0 */
-    float *dxg, *dhg;                /* backward (T, B, G) out */
+    float *dh, *dc;                  /* backward (B, H) in: grads of h_{t1}, c_{t1}; out: at t0 */
+    float *dxg;                      /* backward (T, B, G) out */
+    float *dhg;                      /* backward (t1 - t0, B, G) out */
     double *dparams;                 /* backward (18 H,) accumulated */
 };
 size_t lstm_struct_size(void) { return sizeof(struct lstm); }
 size_t lstm_struct_last(void) { return offsetof(struct lstm, dparams); }
 
-static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
+static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb, const float *hp,
                              float *scratch) {
     const struct lstm *L = cell;
     const int H = L->H, G = 4 * H, save = L->cs != NULL;
@@ -307,6 +333,7 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const float *xb = L->xw + tb * G;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
     float mu, rs, mx = 0.0f, rx = 0.0f;
+    (void)hp;
     moments(hgb, G, L->eps, &mu, &rs);
     if (L->gain_x) {
         moments(xb, G, L->eps, &mx, &rx);
@@ -323,7 +350,7 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H;
     const float *cp = save ? L->cs + tb * H : L->c_n + (long)b * H;
     float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;  /* in place without save */
-    float *h = L->hs + (tb + B) * H;
+    float *h = L->out + tb * H;
     for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
     float mc, rc;
     moments(c, H, L->eps, &mc, &rc);
@@ -342,13 +369,13 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
 }
 
 int lstm_forward_seq(const struct lstm *L) {
-    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->hs,
-                       (size_t)5 * L->H, lstm_forward_row, L);
+    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->h0,
+                       L->out, (size_t)5 * L->H, lstm_forward_row, L);
 }
 
 /* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */
-static void lstm_backward_row(const void *cell, long tb, int b, float *direct, float *scratch,
-                              float *part) {
+static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, float *direct,
+                              float *scratch, float *part) {
     const struct lstm *L = cell;
     const int H = L->H, G = 4 * H;
     const long TB = (long)L->T * L->B, B = L->B;
@@ -367,6 +394,7 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *direct, f
     }
     /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
     ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+#pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         float dct = du[j] + dcb[j];
         di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
@@ -374,20 +402,22 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *direct, f
         du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
         dcb[j] = dct * fg[j];
     }
-    ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G,
-                    L->dhg + tb * G, pg_h, pb_h);
+    ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G, dhgb, pg_h, pb_h);
     if (L->gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
         ln_backward_row(dp, L->xw + tb * G, st[4 * TB + tb], st[5 * TB + tb], L->gain_x, G, dp,
                         pg_x, pb_x);
 }
 
-/* Reads lstm_forward_seq's saved buffers. dh, dc (B, H): in: gradients of h_n, c_n; out: of h0,
- * c0. dxg (T, B, G) out: gradient of the input term; with gain_x, of xw. dhg (T, B, G) out:
- * gradient of W_h h_{t-1} (for dW_h after). dparams (double, accumulated): dgain_h, dbias_h
- * (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each; only with gain_x). Rows past
- * their length are not written. */
+/* Reads lstm_forward_seq's saved buffers, steps t1 - 1 down to t0. dh, dc (B, H): in: gradients
+ * of h_{t1}, c_{t1} (of h_n, c_n for the first call); out: of h_{t0}, c_{t0}. dxg (T, B, G)
+ * out: gradient of the input term; with gain_x, of xw. dhg (t1 - t0, B, G) out: gradient of
+ * W_h h_{t-1} (for dW_h after). dparams (double, accumulated): dgain_h, dbias_h (G each),
+ * dgain_c, dbias_c (H each), dgain_x, dbias_x (G each; only with gain_x). Rows past their length
+ * are not written. Returns -2 for a bad step range. */
 int lstm_backward_seq(const struct lstm *L) {
-    return backward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp, L->dh,
+    int lo, hi;
+    if (step_range(L->T, L->t0, L->t1, &lo, &hi)) return -2;
+    return backward_seq(lo, hi, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp, L->dh,
                         L->dhg, 0, (size_t)L->H, 18 * L->H, L->dparams, lstm_backward_row, L);
 }
 
@@ -399,11 +429,13 @@ int lstm_backward_seq(const struct lstm *L) {
  *   h    = n + z (h_prev - n)
  * with [xr; xn] = xw itself, or with gain_x: [LN(xw[:2H]); LN(xw[2H:])] (gain_x, bias_x: 3H,
  * the two groups normalized separately, as layernorm.GRU's input term).
- * hs: (T + 1, B, H), hs[0] = h0, output; h_n (B, H) in: h0, out: each row's last state. Saved
- * when hg_all != NULL: hg_all (T, B, 3H), rz_all (T, B, 2H), un_all, n_all (T, B, H), stats
- * (8, T, B) = mean / rstd of hg[:2H], hg[2H:], xw[:2H], xw[2H:]. */
+ * h0 (B, H) in; out (T, B, H) = h_1 .. h_T, output; h_n (B, H) in: h0, out: each row's last
+ * state. Saved when hg_all != NULL: hg_all (T, B, 3H) and stats (8, T, B) = mean / rstd of
+ * hg[:2H], hg[2H:], xw[:2H], xw[2H:]; the backward recomputes r, z, un, n from them (a pass of
+ * the step's arithmetic instead of keeping 4H values per row and step). */
 struct gru {
     int T, B, H, nthreads;
+    int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
     float eps;
     const int *batch_sizes;          /* (T,) decreasing, or NULL */
     const float *xw;                 /* (T, B, 3H) */
@@ -413,72 +445,91 @@ struct gru {
     const float *gain_h, *bias_h;    /* (2H,) */
     const float *gain_u, *bias_u;    /* (H,) */
     const float *grad_out;           /* backward: (T, B, H) */
-    float *hs;                       /* (T + 1, B, H), hs[0] = h0 */
+    const float *h0;                 /* (B, H) */
+    float *out;                      /* (T, B, H) h_1 .. h_T */
     float *h_n;                      /* (B, H) in: h0, out: last state */
     float *hg_all;                   /* (T, B, 3H) saved, or NULL: save nothing */
-    float *rz_all;                   /* (T, B, 2H) saved */
-    float *un_all, *n_all;           /* (T, B, H) saved */
     float *stats;                    /* (8, T, B) saved */
-    float *dh;                       /* backward (B, H) in: grad of h_n; out: of h0 */
-    float *dxg, *dhg;                /* backward (T, B, 3H) out */
+    float *dh;                       /* backward (B, H) in: grad of h_{t1}; out: of h_{t0} */
+    float *dxg;                      /* backward (T, B, 3H) out */
+    float *dhg;                      /* backward (t1 - t0, B, 3H) out */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t gru_struct_size(void) { return sizeof(struct gru); }
 size_t gru_struct_last(void) { return offsetof(struct gru, dparams); }
 
-static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, float *scratch) {
-    const struct gru *R = cell;
-    const int H = R->H, G = 3 * H, save = R->hg_all != NULL;
-    const long TB = (long)R->T * R->B, B = R->B;
-    const float *xb = R->xw + tb * G, *hp = R->hs + tb * H;
-    const float *gx = R->gain_x, *bx = R->bias_x;
-    float *rz = save ? R->rz_all + tb * 2 * H : scratch;
-    float *un = save ? R->un_all + tb * H : scratch + 2 * H;
-    float *n = save ? R->n_all + tb * H : scratch + 3 * H, *h = R->hs + (tb + B) * H;
-    float mh, rh, mu, ru, mx1 = 0.0f, rx1 = 0.0f, mx2 = 0.0f, rx2 = 0.0f;
-    moments(hgb, 2 * H, R->eps, &mh, &rh);
-    moments(hgb + 2 * H, H, R->eps, &mu, &ru);
+/* r, z (2H), un (H), n (H) of row tb from hg (3H), h_{t-1} and the LN statistics (mean, rstd)
+ * of hg[:2H], hg[2H:], xw[:2H], xw[2H:] (the last two unused without gain_x). */
+static inline void gru_gates(const struct gru *R, long tb, const float *hgb, const float st[8],
+                             float *restrict rz, float *restrict un, float *restrict n) {
+    const int H = R->H, G = 3 * H;
+    const float *xb = R->xw + tb * G, *gx = R->gain_x, *bx = R->bias_x;
+    const float *gh = R->gain_h, *bh = R->bias_h, *gu = R->gain_u, *bu = R->bias_u;
+    const float mh = st[0], rh = st[1], mu = st[2], ru = st[3];  /* locals: no aliasing */
+    const float mx1 = st[4], rx1 = st[5], mx2 = st[6], rx2 = st[7];
     if (gx) {
-        moments(xb, 2 * H, R->eps, &mx1, &rx1);
-        moments(xb + 2 * H, H, R->eps, &mx2, &rx2);
+        for (int j = 0; j < 2 * H; j++)
+            rz[j] = sigmoidf_((hgb[j] - mh) * rh * gh[j] + bh[j]
+                              + (xb[j] - mx1) * rx1 * gx[j] + bx[j]);
+        for (int j = 0; j < H; j++) {
+            const int k = 2 * H + j;
+            un[j] = (hgb[k] - mu) * ru * gu[j] + bu[j];
+            n[j] = tanhf_((xb[k] - mx2) * rx2 * gx[k] + bx[k] + rz[j] * un[j]);
+        }
+    } else {
+        for (int j = 0; j < 2 * H; j++)
+            rz[j] = sigmoidf_((hgb[j] - mh) * rh * gh[j] + bh[j] + xb[j]);
+        for (int j = 0; j < H; j++) {
+            un[j] = (hgb[2 * H + j] - mu) * ru * gu[j] + bu[j];
+            n[j] = tanhf_(xb[2 * H + j] + rz[j] * un[j]);
+        }
     }
-    for (int j = 0; j < 2 * H; j++) {
-        const float x = gx ? (xb[j] - mx1) * rx1 * gx[j] + bx[j] : xb[j];
-        rz[j] = sigmoidf_((hgb[j] - mh) * rh * R->gain_h[j] + R->bias_h[j] + x);
+}
+
+static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, const float *hp,
+                            float *scratch) {
+    const struct gru *R = cell;
+    const int H = R->H, G = 3 * H;
+    const long TB = (long)R->T * R->B;
+    const float *xb = R->xw + tb * G;
+    float *rz = scratch, *un = scratch + 2 * H, *n = scratch + 3 * H, *h = R->out + tb * H;
+    float st[8] = {0};
+    moments(hgb, 2 * H, R->eps, &st[0], &st[1]);
+    moments(hgb + 2 * H, H, R->eps, &st[2], &st[3]);
+    if (R->gain_x) {
+        moments(xb, 2 * H, R->eps, &st[4], &st[5]);
+        moments(xb + 2 * H, H, R->eps, &st[6], &st[7]);
     }
-    for (int j = 0; j < H; j++) {
-        const int k = 2 * H + j;
-        const float x = gx ? (xb[k] - mx2) * rx2 * gx[k] + bx[k] : xb[k];
-        un[j] = (hgb[k] - mu) * ru * R->gain_u[j] + R->bias_u[j];
-        n[j] = tanhf_(x + rz[j] * un[j]);
-        h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
-    }
+    gru_gates(R, tb, hgb, st, rz, un, n);
+    for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
     memcpy(R->h_n + (long)b * H, h, sizeof(float) * H);
-    if (save) {
-        float *st = R->stats;
+    if (R->hg_all) {
         memcpy(R->hg_all + tb * G, hgb, sizeof(float) * G);
-        st[tb] = mh; st[TB + tb] = rh; st[2 * TB + tb] = mu; st[3 * TB + tb] = ru;
-        st[4 * TB + tb] = mx1; st[5 * TB + tb] = rx1; st[6 * TB + tb] = mx2; st[7 * TB + tb] = rx2;
+        for (int k = 0; k < 8; k++) R->stats[k * TB + tb] = st[k];
     }
 }
 
 int gru_forward_seq(const struct gru *R) {
-    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->hs,
-                       (size_t)4 * R->H, gru_forward_row, R);
+    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->h0,
+                       R->out, (size_t)4 * R->H, gru_forward_row, R);
 }
 
 /* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */
-static void gru_backward_row(const void *cell, long tb, int b, float *direct, float *scratch,
-                             float *part) {
+static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, float *direct,
+                             float *scratch, float *part) {
     const struct gru *R = cell;
-    const int H = R->H, G = 3 * H;
+    const int H = R->H, G = 3 * H, t = (int)(tb / R->B);
     const long TB = (long)R->T * R->B;
-    const float *r = R->rz_all + tb * 2 * H, *z = r + H, *u = R->un_all + tb * H;
-    const float *nb = R->n_all + tb * H, *hp = R->hs + tb * H, *gob = R->grad_out + tb * H;
-    const float *dhb = R->dh + (long)b * H, *hgb = R->hg_all + tb * G, *st = R->stats;
-    float *dp = R->dxg + tb * G, *dhgb = R->dhg + tb * G, *du = scratch;
+    const float *hp = prev_h(R->h0, R->out, t, R->B, H, b), *gob = R->grad_out + tb * H;
+    const float *dhb = R->dh + (long)b * H, *hgb = R->hg_all + tb * G;
+    float *dp = R->dxg + tb * G, *du = scratch, *r = scratch + H, *z = r + H, *u = z + H;
+    float *nb = u + H;
     float *pg_h = part, *pb_h = part + 2 * H, *pg_u = part + 4 * H, *pb_u = part + 5 * H;
     float *pg_x = part + 6 * H, *pb_x = pg_x + G;
+    float st[8];
+    for (int k = 0; k < 8; k++) st[k] = R->stats[k * TB + tb];
+    gru_gates(R, tb, hgb, st, r, u, nb);
+#pragma omp simd  /* the outputs are disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
         const float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
@@ -488,23 +539,24 @@ static void gru_backward_row(const void *cell, long tb, int b, float *direct, fl
         du[j] = dnpre * r[j];
         direct[j] = g * z[j];
     }
-    ln_backward_row(dp, hgb, st[tb], st[TB + tb], R->gain_h, 2 * H, dhgb, pg_h, pb_h);
-    ln_backward_row(du, hgb + 2 * H, st[2 * TB + tb], st[3 * TB + tb], R->gain_u, H,
-                    dhgb + 2 * H, pg_u, pb_u);
+    ln_backward_row(dp, hgb, st[0], st[1], R->gain_h, 2 * H, dhgb, pg_h, pb_h);
+    ln_backward_row(du, hgb + 2 * H, st[2], st[3], R->gain_u, H, dhgb + 2 * H, pg_u, pb_u);
     if (R->gain_x) {  /* through the input LNs, in place */
         const float *xb = R->xw + tb * G;
-        ln_backward_row(dp, xb, st[4 * TB + tb], st[5 * TB + tb], R->gain_x, 2 * H, dp, pg_x,
-                        pb_x);
-        ln_backward_row(dp + 2 * H, xb + 2 * H, st[6 * TB + tb], st[7 * TB + tb],
-                        R->gain_x + 2 * H, H, dp + 2 * H, pg_x + 2 * H, pb_x + 2 * H);
+        ln_backward_row(dp, xb, st[4], st[5], R->gain_x, 2 * H, dp, pg_x, pb_x);
+        ln_backward_row(dp + 2 * H, xb + 2 * H, st[6], st[7], R->gain_x + 2 * H, H, dp + 2 * H,
+                        pg_x + 2 * H, pb_x + 2 * H);
     }
 }
 
-/* Reads gru_forward_seq's saved buffers and its states hs. dh (B, H): in: gradient of h_n; out:
- * of h0. dxg (T, B, 3H) out: gradient of the input term (of xw with gain_x); dhg (T, B, 3H) out:
- * gradient of W_hh h_{t-1}. dparams (double, accumulated): dgain_h, dbias_h (2H each), dgain_u,
- * dbias_u (H each), dgain_x, dbias_x (3H each; only with gain_x). */
+/* Reads gru_forward_seq's saved buffers, h0 and out, steps t1 - 1 down to t0. dh (B, H): in:
+ * gradient of h_{t1} (of h_n for the first call); out: of h_{t0}. dxg (T, B, 3H) out: gradient
+ * of the input term (of xw with gain_x); dhg (t1 - t0, B, 3H) out: gradient of W_hh h_{t-1}.
+ * dparams (double, accumulated): dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x,
+ * dbias_x (3H each; only with gain_x). Returns -2 for a bad step range. */
 int gru_backward_seq(const struct gru *R) {
-    return backward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp, R->dh,
-                        R->dhg, 1, (size_t)R->H, 12 * R->H, R->dparams, gru_backward_row, R);
+    int lo, hi;
+    if (step_range(R->T, R->t0, R->t1, &lo, &hi)) return -2;
+    return backward_seq(lo, hi, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp, R->dh,
+                        R->dhg, 1, (size_t)5 * R->H, 12 * R->H, R->dparams, gru_backward_row, R);
 }

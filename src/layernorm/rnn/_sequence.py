@@ -183,12 +183,35 @@ def last_steps(lens: list[int], B: int) -> dict[int, tuple[int, int]]:
     return blocks
 
 
-def final_state(seq: torch.Tensor, lens: list[int]) -> torch.Tensor:
-    """seq (T + 1, B, H) = [init, state after step 1, ...] -> each example's state after its
-    last step (B, H)."""
+def final_state(seq: torch.Tensor, lens: list[int], init: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """seq (T + 1, B, H) = [init, state after step 1, ...], or with ``init`` (B, H) seq (T, B, H)
+    = [state after step 1, ...] -> each example's state after its last step (B, H)."""
     B = seq.shape[1]
-    return seq[torch.tensor(lens, dtype=torch.long, device=seq.device),
-               torch.arange(B, device=seq.device)]
+    idx = torch.tensor(lens, dtype=torch.long, device=seq.device)
+    rows = torch.arange(B, device=seq.device)
+    if init is None:
+        return seq[idx, rows]
+    last = seq[(idx - 1).clamp(min=0), rows]
+    return torch.where((idx > 0).unsqueeze(1), last, init)
+
+
+def prev_steps(h0: torch.Tensor, out: torch.Tensor, batch_sizes, T: int) -> list[torch.Tensor]:
+    """h_{t-1} for t < T (h0, then out[t - 1]), restricted to the running examples."""
+    views = [h0, *out.unbind(0)[:T - 1]]
+    if batch_sizes is None:
+        return views
+    return [v[:bs] for v, bs in zip(views, batch_sizes)]
+
+
+def dw_hh(dhg: torch.Tensor, h0: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """dW_hh = sum_t dhg_t^T h_{t-1} over all steps (dhg (T, B, G); h_{t-1}: h0, out[t - 1])."""
+    T, B, G = dhg.shape
+    H = out.shape[-1]
+    dw = torch.mm(dhg[0].t(), h0)
+    if T > 1:
+        dw.addmm_(dhg[1:].reshape(-1, G).t(), out[:-1].reshape(-1, H))
+    return dw
 
 
 def steps(x: torch.Tensor, batch_sizes, T: int, shift: int = 0) -> list[torch.Tensor]:

@@ -16,24 +16,34 @@ and torch.export see one opaque op, with a shape function for any sequence lengt
   differentiable loop of torch ops and differentiate it, so they are exact; torch.func transforms
   (grad, jacrev, vmap) run that loop directly.
 
-On the CPU in float32 the forward and backward loops each run in ONE call of a small C kernel
-(``_rnn_steps.c``: its own register-tiled recurrent GEMM, the input LN folded into the step,
-examples split over threads for the whole sequence) with their sequence buffers reused across
-calls (``_workspace``). Half types (and autocast) on the CPU are converted to float32 once per
-call, so they run the same kernels with float32 statistics; the result is in the half type, as
-torch.nn.LSTM's. Elsewhere (CUDA, float64, no C compiler, ``USE_NATIVE = False``) the same loops
-run in torch ops.
+On the CPU in float32 the forward loop runs in ONE call of a small C kernel (``_rnn_steps.c``:
+its own register-tiled recurrent GEMM, the input LN folded into the step, examples split over
+threads for the whole sequence), the backward loop in one call per range of steps (each range
+followed by its share of ``dW_hh``, so the gradient of ``W_hh h_{t-1}`` is held for one range
+only), with their sequence buffers reused across calls (``_workspace``). The operators write the
+outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves ``W_hh h_{t-1}`` and the LN
+statistics only, recomputing its gates in the backward: a training step's peak memory is about
+torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are converted to float32 once per
+call, so they run the same kernels with float32 statistics and accumulation; the result is in the
+half type, as torch.nn.LSTM's. Their input GEMM (``input_linear``) runs in float32 on CPUs
+without native half GEMMs (torch emulates those ~9x slower). Elsewhere (CUDA, float64, no C
+compiler, ``USE_NATIVE = False``) the same loops run in torch ops.
 
 Variable-length batches run like cuDNN packed sequences: examples are ordered by decreasing length
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
 
-Files: ``_lstm`` / ``_gru`` (each cell's paths, operators and entry point), ``_sequence`` (what
-they share: checks, lengths, dtypes), ``_driver`` (the C calling convention), ``_gemm`` (packed
-weights), ``_workspace`` (the buffer pool). Equations (paper, section 3.1) and gate order: see
-``ln_lstm_sequence`` and ``ln_gru_sequence``.
+Files: ``_lstm`` / ``_gru`` (each cell's paths, operators and entry point), ``_ops`` (what their
+operators share), ``_sequence`` (checks, lengths, dtypes), ``_driver`` (calling the C kernels),
+``_structs`` (the C structs' ctypes mirrors), ``_native`` (loading the kernels), ``_gemm``
+(packed weights, the input GEMM), ``_workspace`` (the buffer pool). Equations (paper, section
+3.1) and gate order: see ``ln_lstm_sequence`` and ``ln_gru_sequence``.
 """
 from __future__ import annotations
 
+import sys
+import types
+
+from . import _driver
 from ._gemm import _panels, input_linear  # noqa: F401  (_panels: tests)
 from ._gru import ln_gru_sequence
 from ._lstm import ln_lstm_sequence
@@ -42,5 +52,18 @@ from ._workspace import _WORKSPACE, release_workspace  # noqa: F401  (_WORKSPACE
 __all__ = ["ln_lstm_sequence", "ln_gru_sequence", "input_linear", "release_workspace",
            "USE_NATIVE"]
 
-# Set to False to force the torch-ops path everywhere (tests run both paths).
-USE_NATIVE = True
+
+class _FusedModule(types.ModuleType):
+    """This module, with ``USE_NATIVE``: set it to False to force the torch-ops path everywhere
+    (tests run both paths); it is the C kernels' switch, kept by ``_driver``."""
+
+    @property
+    def USE_NATIVE(self) -> bool:
+        return _driver.USE_NATIVE
+
+    @USE_NATIVE.setter
+    def USE_NATIVE(self, value: bool) -> None:
+        _driver.USE_NATIVE = bool(value)
+
+
+sys.modules[__name__].__class__ = _FusedModule
