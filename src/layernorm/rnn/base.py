@@ -7,10 +7,11 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import _VF, nn
 
 from .._checks import check_choice
-from .errors import RNNTypeError, _real
+from . import _step
+from .errors import RNNTypeError, _real, autocast_on
 from .steps import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
 from .terms import Term, gate_groups
 
@@ -24,6 +25,9 @@ class RecurrentBase(nn.Module):
     A "direction" is one (layer, direction) of a stack, or the whole cell; its tensors carry a
     suffix (``_l0``, ``_l1_reverse``, or ``""`` for a cell), named as in torch.
     """
+    # The fast paths (the cells' one-step ops; a stack's fused recurrence). Set it to False (on
+    # the class or an instance) to run the readable terms and loop instead.
+    use_fused = True
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, *, bias: bool = True,
                  norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
@@ -187,7 +191,10 @@ class RecurrentBase(nn.Module):
 
     # ---- the math of one direction -----------------------------------------------------------
     def _get(self, name: str, suffix: str) -> torch.Tensor | None:
-        return getattr(self, name + suffix, None)
+        # the Parameter dict first: 20x cheaper than nn.Module.__getattr__, which a step calls
+        # ten times (a tensor set in a Parameter's place, as weight drop does, is found after it)
+        p = self._parameters.get(name + suffix)
+        return p if p is not None else getattr(self, name + suffix, None)
 
     def _terms(self, suffix: str, batch_sizes: Sequence[int] | None = None) -> dict[str, Term]:
         """The normalized terms of one direction for this forward call."""
@@ -235,6 +242,33 @@ class RecurrentBase(nn.Module):
             return lambda xg, s, t: gru_step(xg, s[0], w_hh, terms["hh"], t)
         act = NONLINEARITIES[self.nonlinearity]
         return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t)
+
+    def _one_step_path(self, x: torch.Tensor) -> bool:
+        """THE condition for ``_step_once``: norm "layer" (the equations in ``_step``, few ops)
+        or "none" (torch's own cell op), ``use_fused``, and no autocast (whose casts the
+        readable path's dtype rule covers)."""
+        return self.use_fused and self.norm != "batch" and not autocast_on(x)
+
+    def _step_once(self, suffix: str, x: torch.Tensor, state: tuple) -> tuple:
+        """One step of one direction where ``_one_step_path(x)``: x (B, I), state of (B, H)
+        -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops."""
+        g = lambda name: self._get(name, suffix)  # noqa: E731
+        w_ih, w_hh, b_ih, b_hh = g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh")
+        if self.norm == "none":                   # torch's cell ops, as torch.nn.*Cell calls
+            if self.mode == "LSTM":
+                return tuple(_VF.lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh))
+            fn = {"GRU": _VF.gru_cell, "tanh": _VF.rnn_tanh_cell, "relu": _VF.rnn_relu_cell}[
+                "GRU" if self.mode == "GRU" else self.nonlinearity]
+            return (fn(x, state[0], w_ih, w_hh, b_ih, b_hh),)
+        if self.mode == "LSTM":
+            return _step.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"), b_ih,
+                                      g("gain_hh"), b_hh, g("gain_c"), g("bias_c"), self.eps)
+        if self.mode == "GRU":
+            return (_step.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih, g("gain_hh"),
+                                      b_hh, self.eps),)
+        bias = None if b_ih is None else b_ih + b_hh
+        return (_step.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
+                                  self.nonlinearity),)
 
     def _count_steps(self, steps: Sequence[int]) -> None:
         """Record that the running statistics of these steps were updated (norm="batch")."""

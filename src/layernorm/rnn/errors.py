@@ -36,8 +36,9 @@ def check_keywords(who: str, unknown: dict, valid) -> None:
 
 
 def autocast_on(x: torch.Tensor) -> bool:
+    """Whether autocast is on for x's device."""
     try:
-        return torch.is_autocast_enabled(x.device.type)
+        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
     except TypeError:                                  # torch < 2.4: no device argument
         return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
 

@@ -37,9 +37,6 @@ def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
 
 class _Stack(TorchLayout, InputChecks, RecurrentBase):
     _mode = ""
-    # Run the LN-LSTM/GRU recurrence through layernorm.rnn.fused. Set it to False (on the class or
-    # an instance) to run the readable loop instead.
-    use_fused = True
 
     _KEYWORDS = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout",
                  "bidirectional", "proj_size", "norm", "gain_init", "eps", "momentum",
@@ -116,10 +113,14 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
         either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
         operator ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written
-        backward) runs the recurrence.
+        backward) runs the recurrence. One step (T = 1) where ``_one_step_path`` holds is the
+        cells' few-op step (``_step_once``), cheaper than either.
         """
         suffix = self._suffix(layer, direction)
         g = lambda name: self._get(name, suffix)  # noqa: E731
+        if x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
+            state = self._step_once(suffix, x[0], state)
+            return state[0].unsqueeze(0), state
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
             # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
             xw = _fused.input_linear(x, g("weight_ih"))
