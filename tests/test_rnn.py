@@ -451,3 +451,21 @@ def test_bn_lstm_eval_with_exact_population_statistics_equals_training_output():
         m.eval()
         eval_out, _ = m(x)
     torch.testing.assert_close(eval_out, train_out, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("mode,norm", [("LSTM", "layer"), ("GRU", "layer"), ("RNN", "layer"),
+                                       ("LSTM", "batch")])
+def test_autocast_readable_loop_follows_the_fused_dtype_rule(mode, norm):
+    """Under CPU autocast both paths return the output and states in the autocast dtype, and
+    agree within its tolerance."""
+    m = _randomize(CLASSES[mode][0](I, H, num_layers=2, bidirectional=True, norm=norm))
+    x = torch.randn(6, 3, I)
+    results = []
+    for fused in (True, False):
+        m.use_fused = fused
+        with torch.autocast("cpu", torch.bfloat16):
+            out, h_n = m(x)
+        results.append((out, *_final(mode, h_n)))
+    for a, b in zip(*results):
+        assert a.dtype == b.dtype == torch.bfloat16
+        torch.testing.assert_close(a.float(), b.float(), atol=6e-2, rtol=5e-2)

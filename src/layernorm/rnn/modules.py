@@ -25,8 +25,17 @@ from . import fused as _fused
 from ._stack_checks import InputChecks
 from ._torch_layout import TorchLayout
 from .base import RecurrentBase, _copy_from_torch
-from .errors import RNNInputError, RNNTypeError, _no_forget_bias, _real, check_keywords
+from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real, autocast_on,
+                     check_keywords)
 from .steps import run_direction
+
+
+def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype of an RNN's output under autocast (the fused operators' rule, torch's: the
+    autocast dtype, float64 input excepted), or None without autocast."""
+    if not autocast_on(x) or x.dtype == torch.float64:
+        return None
+    return torch.get_autocast_dtype(x.device.type)
 
 
 def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
@@ -144,14 +153,20 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                         state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
                         batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
         """``_run_direction`` through THE loop ``run_direction`` (the readable path: any norm,
-        proj_size, and torch.jit.trace, which records it step by step)."""
+        proj_size, and torch.jit.trace, which records it step by step). Under autocast the
+        output and the final state are in the autocast dtype, as the fused operators return
+        them (and torch.nn.LSTM): the GEMMs run in it, the normalizations in float32."""
         suffix = self._suffix(layer, direction)
         terms = self._terms(suffix, batch_sizes)
         if torch.jit.is_tracing():                  # plain torch ops only in a trace
             xg = RecurrentBase._input_term(self, x, suffix, terms)
         else:
             xg = self._input_term(x, suffix, terms)                      # (T, B, G)
-        return run_direction(self._step_fn(suffix, terms), xg, state, mask)
+        out, state = run_direction(self._step_fn(suffix, terms), xg, state, mask)
+        dtype = _autocast_dtype(x)
+        if dtype is not None and out.dtype != dtype:
+            out, state = out.to(dtype), tuple(s.to(dtype) for s in state)
+        return out, state
 
     def _forward(self, input, hx: tuple[torch.Tensor, ...] | None):
         """Checks, unbatched input and hx as torch, then one of three paths: torch's own fused
