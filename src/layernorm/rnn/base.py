@@ -201,7 +201,7 @@ class RecurrentBase(nn.Module):
         H, who = self.hidden_size, f"{type(self).__name__}(norm={self.norm!r})"
         g = lambda name: self._get(name, suffix)  # noqa: E731
         common = {"eps": self.eps, "training": self.training, "momentum": self.momentum,
-                  "batch_sizes": batch_sizes, "who": who}
+                  "batch_sizes": batch_sizes, "who": who, "fused": self.use_fused}
         if self.norm == "batch" and (not self.training or min(batch_sizes or [2]) < 2):
             # Eval (or a training step with one active example) reads the running statistics.
             trained = self.num_batches_tracked.nonzero()

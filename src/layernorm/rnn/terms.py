@@ -8,6 +8,7 @@ import contextlib
 from typing import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .. import functional as LF
 
@@ -50,11 +51,22 @@ class Term:
                  bias: torch.Tensor | None, *, eps: float = 1e-5, training: bool = False,
                  running: tuple[torch.Tensor, torch.Tensor] | None = None,
                  momentum: float = 0.1, batch_sizes: Sequence[int] | None = None,
-                 last_slot: int = 0, who: str = "") -> None:
+                 last_slot: int = 0, who: str = "", fused: bool = True) -> None:
         self.norm, self.groups, self.eps = norm, tuple(groups), eps
         self.gain, self.bias = gain, bias
         self.training, self.running, self.momentum = training, running, momentum
         self.batch_sizes, self.last_slot, self.who = batch_sizes, last_slot, who
+        self.fused = fused
+
+    def _fused_bn(self, a: torch.Tensor) -> bool:
+        """Whether torch's batch-norm kernel (``F.batch_norm``: one pass forward and backward)
+        computes this batch-norm term: its math is ours (the output normalized with the biased
+        batch variance, the running variance lerped toward the unbiased one), so it applies
+        unless ``fused`` is off (the readable ``moments`` / ``apply_moments`` path), the dtypes
+        are ones the kernel does not take, or an observer is waiting for the batch statistics
+        (``observe_batch_stats``), which the kernel does not return."""
+        return (self.fused and not _BATCH_STAT_OBSERVERS
+                and LF.fused_batch_norm_ok(a, self.gain, self.bias, *self.running))
 
     def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
         if self.norm == "none":
@@ -77,6 +89,9 @@ class Term:
             return self(a)
         if self.batch_sizes is not None:
             return torch.stack([self(a[t], t) for t in range(a.shape[0])])
+        T, B, G = a.shape
+        if self._fused_bn(a) and (T <= self.running[0].shape[0] or not self.training):
+            return self._all_steps_fused(a)
         if self.training:
             LF.check_batch_size(a[0], self.who)
             mean, var = LF.moments(a, (1,))                          # (T, 1, G)
@@ -85,6 +100,37 @@ class Term:
             slots = torch.arange(a.shape[0], device=a.device).clamp(max=self.last_slot)
             mean, var = self.running[0][slots].unsqueeze(1), self.running[1][slots].unsqueeze(1)
         return LF.apply_moments(a, mean, var, weight=self.gain, bias=self.bias, eps=self.eps)
+
+    def _all_steps_fused(self, a: torch.Tensor) -> torch.Tensor:
+        """``all_steps`` through one ``F.batch_norm`` call: the (T, B, G) term as a batch of B
+        examples with T * G channels (step t, unit g), so each step keeps its own statistics and
+        rows t of the running buffers are channels t * G ... (t + 1) * G - 1."""
+        T, B, G = a.shape
+        if self.training:
+            LF.check_batch_size(a[0], self.who)
+            rows = slice(0, T)
+        else:
+            rows = torch.arange(T, device=a.device).clamp(max=self.last_slot)
+        gain = None if self.gain is None else self.gain.repeat(T)
+        bias = None if self.bias is None else self.bias.repeat(T)
+        y = self._kernel(a.transpose(0, 1).reshape(B, T * G), rows, gain, bias, self.training)
+        return y.view(B, T, G).transpose(0, 1)                     # (T, B, G)
+
+    def _kernel(self, x: torch.Tensor, rows, gain, bias, train: bool) -> torch.Tensor:
+        """``F.batch_norm`` of x (N, C) with the running statistics of ``rows`` of the buffers
+        (an int, slice or index; flattened to C values; None: none kept). In training the kernel
+        updates copies, which the buffers then take: its autograd node keeps the statistics it
+        was given, and later steps change the buffers in place."""
+        running = (None, None) if rows is None else tuple(buf[rows].reshape(-1)
+                                                          for buf in self.running)
+        if train and rows is not None:
+            running = tuple(r.clone() for r in running)
+        y = F.batch_norm(x, *running, gain, bias, train, self.momentum, self.eps)
+        if train and rows is not None:
+            with torch.no_grad():
+                for buf, r in zip(self.running, running):
+                    buf[rows] = r.view_as(buf[rows])
+        return y
 
     @torch.no_grad()
     def _update(self, t0: int, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
@@ -106,6 +152,11 @@ class Term:
         n = a.shape[0] if self.batch_sizes is None else int(self.batch_sizes[t])
         if self.training and (t == 0 or self.batch_sizes is None):
             LF.check_batch_size(a[:n], self.who)
+        if n == a.shape[0] and self._fused_bn(a):          # every example active: one kernel
+            train = self.training and n >= 2
+            slot = t if train else min(t, self.last_slot)
+            return self._kernel(a, slot if slot < mean_buf.shape[0] else None,  # past
+                                self.gain, self.bias, train)                    # max_length
         if self.training and n >= 2:
             # Statistics of the active examples only: padding never enters them.
             mean, var = LF.moments(a[:n], (0,))                      # (1, G)
