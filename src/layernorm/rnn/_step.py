@@ -5,11 +5,11 @@ At batch 1 a step is a few small GEMMs and vectors of a few hundred units, so it
 per-op overhead (Python, dispatcher, autograd nodes), not arithmetic. The readable path (``Term``,
 ``steps.lstm_step``) spends it on generality (batch-norm statistics, group splits, checks per
 term); here each step is the equations of docs/rnn.md written straight onto torch's fused
-kernels: ``F.linear`` for each term, ``torch.layer_norm`` (one kernel, float32 statistics for
-half types: ``F.layer_norm`` without its Python wrapper, measured a quarter of the call at
-batch 1)
-with its gain and bias, one ``sigmoid`` over all gates. Plain differentiable ops, so
-autograd of any order, torch.func, torch.compile and torch.jit.trace work as on any torch code.
+kernels: ``F.linear`` for each term, ``torch.layer_norm`` with the term's gain and bias (one
+kernel, float32 statistics for half types; ``F.layer_norm`` without its Python wrapper, which
+measured a quarter of the call at batch 1), one ``sigmoid`` over all gates. Plain
+differentiable ops, so autograd of any order, torch.func, torch.compile and torch.jit.trace work
+as on any torch code.
 
 Gate order and conventions are torch's (``steps``): LSTM i, f, g, o; GRU r, z, n with
 h_t = (1 - z) n + z h_{t-1}.
