@@ -451,3 +451,60 @@ def test_bn_lstm_eval_with_exact_population_statistics_equals_training_output():
         m.eval()
         eval_out, _ = m(x)
     torch.testing.assert_close(eval_out, train_out, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("mode,norm", [("LSTM", "layer"), ("GRU", "layer"), ("RNN", "layer"),
+                                       ("LSTM", "batch")])
+def test_autocast_readable_loop_follows_the_fused_dtype_rule(mode, norm):
+    """Under CPU autocast both paths return the output and states in the autocast dtype, and
+    agree within its tolerance."""
+    m = _randomize(CLASSES[mode][0](I, H, num_layers=2, bidirectional=True, norm=norm))
+    x = torch.randn(6, 3, I)
+    results = []
+    for fused in (True, False):
+        m.use_fused = fused
+        with torch.autocast("cpu", torch.bfloat16):
+            out, h_n = m(x)
+        results.append((out, *_final(mode, h_n)))
+    for a, b in zip(*results):
+        assert a.dtype == b.dtype == torch.bfloat16
+        torch.testing.assert_close(a.float(), b.float(), atol=6e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_batch_norm_terms_through_torchs_kernel_equal_the_readable_terms(mode, packed):
+    """BN's per-step statistics through F.batch_norm (one kernel) give the readable path's
+    outputs, gradients and running statistics (max_length below T: later steps keep none and
+    evaluate with the last trained step's)."""
+    from layernorm.rnn import terms
+    m = _randomize(CLASSES[mode][0](I, H, num_layers=2, norm="batch", max_length=4,
+                                    dtype=torch.float64))
+    seqs = _sequences([6, 6, 5, 3])
+    x = pack_sequence(seqs) if packed else pad_sequence(seqs)
+    twin = CLASSES[mode][0](I, H, num_layers=2, norm="batch", max_length=4, dtype=torch.float64)
+    twin.load_state_dict(m.state_dict())
+    twin.use_fused = False
+    calls = []
+    real = torch.nn.functional.batch_norm
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(terms.F, "batch_norm", lambda *a, **k: calls.append(1) or real(*a, **k))
+        results = [net(x) for net in (m, twin)]
+        n_fused = len(calls)
+        grads = [torch.autograd.grad((out.data if packed else out).square().sum(),
+                                     list(net.parameters())) for (out, _), net in
+                 zip(results, (m, twin))]
+        assert len(calls) == n_fused                        # none from the readable twin
+        m.eval(), twin.eval()
+        evals = [net(x)[0] for net in (m, twin)]
+    assert n_fused > 0
+    (a, ha), (b, hb) = results
+    torch.testing.assert_close(a.data if packed else a, b.data if packed else b)
+    for p, q in zip(_final(mode, ha), _final(mode, hb)):
+        torch.testing.assert_close(p, q)
+    for p, q in zip(*grads):
+        torch.testing.assert_close(p, q)
+    for (name, p), q in zip(m.named_buffers(), twin.buffers()):
+        torch.testing.assert_close(p, q, msg=name)
+    torch.testing.assert_close(evals[0].data if packed else evals[0],
+                               evals[1].data if packed else evals[1])

@@ -3,7 +3,8 @@ section 3.1; docs/rnn.md).
 
 ``norm="layer"`` (LN-LSTM / LN-GRU / LN-RNN), ``"batch"`` (Cooijmans et al.'s BN-LSTM baseline,
 per-time-step statistics) or ``"none"`` (exactly torch's modules). Cells are step functions in
-``cells``; ``modules.run_direction`` is the one time loop.
+``steps`` (``steps.run_direction`` is the one time loop, also ``modules.run_direction``), the
+one-step modules in ``cells``, the stacked modules in ``modules``.
 """
 from .cells import (RNN_NORMS, GRUCell, LSTMCell, RNNCell, RNNInputError, RNNTypeError, gru_step,
                     lstm_step, rnn_step)

@@ -5,7 +5,8 @@
     bn = layernorm.LSTM(32, 64, norm="batch", max_length=50)        # BN-LSTM baseline
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
-``norm="none"`` calls torch's own fused op (``_torch_forward``). For the normalized norms the time
+``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``_torch_layout`` with torch's
+weight lists; the input checks are in ``_stack_checks``). For the normalized norms the time
 loop of one layer and one direction lives in ``run_direction`` (the only loop in the package);
 ``_run_direction`` prepares its inputs and is the single place where a fused kernel can take over
 (see its docstring); ``_loop_direction`` always runs the loop (proj_size, torch.jit.trace).
@@ -17,35 +18,24 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import _VF, nn
+from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .cells import (RNNInputError, RNNTypeError, RecurrentBase, StepFn, _copy_from_torch,
-                    _no_forget_bias, _real, check_dtype, check_keywords, check_state_dtype)
-
 from . import fused as _fused
+from ._stack_checks import InputChecks
+from ._torch_layout import TorchLayout
+from .base import RecurrentBase, _copy_from_torch
+from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real, autocast_on,
+                     check_keywords)
+from .steps import run_direction
 
 
-def run_direction(step: StepFn, xg: torch.Tensor, state: tuple[torch.Tensor, ...],
-                  mask: torch.Tensor | None = None):
-    """Run one layer in one direction over time: THE time loop.
-
-    step(xg_t, state, t) -> new state tuple, h_t first; xg: (T, B, G) input terms of every step;
-    state: tuple of (B, H); mask: (T, B, 1) bool, True where step t is inside example b's sequence
-    (None: all are). Past an example's length its state is copied forward and its output is 0.
-    Returns (out (T, B, H), final state), the final state taken at each example's true length.
-    """
-    outs = []
-    for t in range(xg.shape[0]):
-        new = step(xg[t], state, t)
-        if mask is not None:
-            m = mask[t]                                                 # (B, 1)
-            new = tuple(torch.where(m, n, s) for n, s in zip(new, state))
-            outs.append(torch.where(m, new[0], 0.0))
-        else:
-            outs.append(new[0])
-        state = new
-    return torch.stack(outs), state
+def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype of an RNN's output under autocast (the fused operators' rule, torch's: the
+    autocast dtype, float64 input excepted), or None without autocast."""
+    if not autocast_on(x) or x.dtype == torch.float64:
+        return None
+    return torch.get_autocast_dtype(x.device.type)
 
 
 def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
@@ -54,11 +44,8 @@ def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
     return torch.where(t < lengths, lengths - 1 - t, t)
 
 
-class _Stack(RecurrentBase):
+class _Stack(TorchLayout, InputChecks, RecurrentBase):
     _mode = ""
-    # Run the LN-LSTM/GRU recurrence through layernorm.rnn.fused. Set it to False (on the class or
-    # an instance) to run the readable loop instead.
-    use_fused = True
 
     _KEYWORDS = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout",
                  "bidirectional", "proj_size", "norm", "gain_init", "eps", "momentum",
@@ -111,73 +98,6 @@ class _Stack(RecurrentBase):
         self.reset_parameters()
         self.flatten_parameters()
 
-    # ---- torch's weight lists (weight-drop / AWD-LSTM code reads them) -----------------------
-    @property
-    def _all_weights(self) -> list[list[str]]:
-        """Parameter names per (layer, direction): torch's first (weight_ih, weight_hh, bias_ih,
-        bias_hh, weight_hr, as the configuration has them), then the normalization's gains and
-        biases. From the configuration, so a name whose Parameter was deleted (weight drop)
-        keeps its place."""
-        torch_names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) \
-            + (["weight_hr"] if self.proj_size else [])
-        extra = [] if self.norm == "none" else ["gain"] if self.mode == "RNN" else \
-            ["gain_ih", "gain_hh"] + (["gain_c"] + (["bias_c"] if self.bias else [])
-                                      if self.mode == "LSTM" else [])
-        return [[n + self._suffix(layer, d) for n in torch_names + extra]
-                for layer in range(self.num_layers) for d in range(self.num_directions)]
-
-    @property
-    def _flat_weights_names(self) -> list[str]:
-        """torch's flat list (every layer and direction, torch's order), then the extra
-        normalization parameters in the same layer order."""
-        per = self._all_weights
-        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
-        return [n for names in per for n in names[:k]] + [n for names in per for n in names[k:]]
-
-    @property
-    def _flat_weights(self) -> list[torch.Tensor | None]:
-        """The tensors of ``_flat_weights_names`` (None for one deleted and not yet set, as
-        torch)."""
-        return [getattr(self, n, None) for n in self._flat_weights_names]
-
-    @property
-    def all_weights(self) -> list[list[torch.Tensor]]:
-        return [[getattr(self, n) for n in names] for names in self._all_weights]
-
-    def flatten_parameters(self) -> None:
-        """norm="none" on a CUDA device: put the weights in one cuDNN buffer, as
-        torch.nn.RNNBase.flatten_parameters does (called after ``.to()`` / ``.cuda()`` too), so
-        torch's op runs without compacting them at every call. A no-op otherwise."""
-        weights = self._flat_weights
-        if self.norm != "none" or not weights or not all(
-                isinstance(w, torch.Tensor) and w.is_cuda and w.dtype == weights[0].dtype and
-                torch.backends.cudnn.is_acceptable(w) for w in weights):
-            return
-        if len({w.data_ptr() for w in weights}) != len(weights):
-            return                                   # aliased weights: torch's copying path
-        import torch.backends.cudnn.rnn as cudnn_rnn
-        mode = self.mode if self.mode != "RNN" else "RNN_" + self.nonlinearity.upper()
-        with torch.cuda.device_of(weights[0]), torch.no_grad():
-            if torch._use_cudnn_rnn_flatten_weight():
-                torch._cudnn_rnn_flatten_weight(
-                    weights, (4 if self.bias else 2) + (1 if self.proj_size else 0),
-                    self.input_size, cudnn_rnn.get_cudnn_mode(mode), self.hidden_size,
-                    self.proj_size, self.num_layers, self.batch_first, self.bidirectional)
-
-    def _apply(self, fn, recurse=True):
-        out = super()._apply(fn, recurse)
-        self.flatten_parameters()
-        return out
-
-    def _torch_module(self) -> nn.Module:
-        cls = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[self.mode]
-        kw = {"nonlinearity": self.nonlinearity} if self.mode == "RNN" else {}
-        if self.proj_size:
-            kw["proj_size"] = self.proj_size
-        return cls(self.input_size, self.hidden_size, num_layers=self.num_layers, bias=self.bias,
-                   batch_first=self.batch_first, dropout=self.dropout,
-                   bidirectional=self.bidirectional, device="meta", **kw)
-
     def _input_term(self, x: torch.Tensor, suffix: str, terms, time_step: int = 0):
         """As the cells' ``_input_term``; without autograd the all-steps GEMM of an LSTM/GRU
         whose recurrence runs in the loop (norm "batch" or "none", or no biases) goes through
@@ -189,95 +109,6 @@ class _Stack(RecurrentBase):
     @staticmethod
     def _suffix(layer: int, direction: int) -> str:
         return f"_l{layer}" + ("_reverse" if direction else "")
-
-    # ---- input checks ------------------------------------------------------------------------
-    def _check_input(self, x: torch.Tensor) -> None:
-        """x: a tensor (T, B, I), (B, T, I) with batch_first, or unbatched (T, I)."""
-        who = type(self).__name__
-        layout = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
-        if not isinstance(x, torch.Tensor):
-            raise RNNTypeError(f"{who} expected a tensor {layout} or a PackedSequence, received "
-                               f"{type(x).__name__}.")
-        if x.dim() not in (2, 3):
-            raise RNNInputError(f"{who} expected a 3-D input {layout}, an unbatched 2-D input "
-                                f"(T, input_size) or a PackedSequence, received a {x.dim()}-D "
-                                f"tensor of shape {tuple(x.shape)}. Reshape it to one of those.")
-        check_dtype(x, self.weight_ih_l0, who)
-        if x.shape[-1] != self.input_size:
-            raise RNNInputError(f"{who} expected input of shape {layout} with input_size="
-                                f"{self.input_size}, received shape {tuple(x.shape)} (last dim "
-                                f"{x.shape[-1]}). Build it with input_size={x.shape[-1]} or fix "
-                                f"the input's feature dimension.")
-        T = x.shape[1] if self.batch_first and x.dim() == 3 else x.shape[0]
-        if T == 0:
-            raise RNNInputError(f"{who} expected a sequence length larger than 0, received input "
-                                f"of shape {tuple(x.shape)}. Skip empty sequences.")
-
-    def _check_packed(self, p: PackedSequence) -> None:
-        """A PackedSequence as pack_padded_sequence / pack_sequence make it."""
-        who = type(self).__name__
-        bs = p.batch_sizes
-        if not isinstance(bs, torch.Tensor) or bs.dtype != torch.int64 or bs.dim() != 1:
-            got = (f"{bs.dtype} tensor of shape {tuple(bs.shape)}" if
-                   isinstance(bs, torch.Tensor) else type(bs).__name__)
-            raise RNNTypeError(f"{who} expected a PackedSequence whose batch_sizes is a 1-D int64 "
-                               f"tensor, received {got}. Build it with "
-                               f"torch.nn.utils.rnn.pack_padded_sequence(x, lengths) with integer "
-                               f"lengths (not a mask).")
-        if not isinstance(p.data, torch.Tensor) or p.data.dim() != 2:
-            raise RNNInputError(f"{who} expected a PackedSequence with 2-D data (sum of lengths, "
-                                f"input_size), received {getattr(p.data, 'shape', p.data)}.")
-        check_dtype(p.data, self.weight_ih_l0, who)
-        if p.data.shape[-1] != self.input_size:
-            raise RNNInputError(f"{who} expected a PackedSequence of input_size={self.input_size}, "
-                                f"received data of shape {tuple(p.data.shape)}. Build it with "
-                                f"input_size={p.data.shape[-1]} or fix the features.")
-        sizes = bs.tolist()                      # a few ints: cheaper checked in Python
-        if not sizes or sizes[-1] < 1 or sum(sizes) != p.data.shape[0] or \
-                any(a < b for a, b in zip(sizes, sizes[1:])):
-            raise RNNInputError(f"{who} expected a PackedSequence with positive, non-increasing "
-                                f"batch_sizes summing to the {p.data.shape[0]} rows of data, "
-                                f"received batch_sizes {sizes}. Build it with "
-                                f"pack_padded_sequence / pack_sequence.")
-        B = sizes[0]
-        s, u = p.sorted_indices, p.unsorted_indices
-        if s is None and u is None:
-            return
-        ok = s is not None and u is not None and s.dim() == 1 and u.dim() == 1 and \
-            s.dtype == torch.int64 and u.dtype == torch.int64 and len(s) == B and len(u) == B
-        if ok:
-            sl, ul = s.tolist(), u.tolist()
-            ok = sorted(sl) == list(range(B)) and all(0 <= j < B and sl[j] == i
-                                                       for i, j in enumerate(ul))
-        if not ok:
-            raise RNNInputError(f"{who} expected a PackedSequence whose sorted_indices is a "
-                                f"permutation of range({B}) and unsorted_indices its inverse, "
-                                f"received sorted_indices={None if s is None else s.tolist()}, "
-                                f"unsorted_indices={None if u is None else u.tolist()}. Build it "
-                                f"with pack_padded_sequence(..., enforce_sorted=False).")
-
-    def _state_sizes(self) -> tuple[int, ...]:
-        H = self.hidden_size
-        return (self.proj_size or H, H) if self.mode == "LSTM" else (H,)
-
-    def _check_hx(self, hx: tuple, batch: int | None, x: torch.Tensor) -> None:
-        """hx: the states, each (L * D, batch, size), or (L * D, size) when batch is None
-        (unbatched input)."""
-        who, LD = type(self).__name__, self.num_layers * self.num_directions
-        for i, (h, size) in enumerate(zip(hx, self._state_sizes())):
-            name = "hx" if len(hx) == 1 else f"hx[{i}]"
-            want = (LD, size) if batch is None else (LD, batch, size)
-            if not isinstance(h, torch.Tensor):
-                raise RNNTypeError(f"{who} expected {name} to be a tensor of shape {want}, "
-                                   f"received {type(h).__name__}. Pass hx=None for zeros.")
-            if tuple(h.shape) != want:
-                what = ("(num_layers * num_directions, hidden_size) for an unbatched 2-D input"
-                        if batch is None else "(num_layers * num_directions, batch, " +
-                        ("proj_size" if self.proj_size and i == 0 else "hidden_size") + ")")
-                raise RNNInputError(f"{who} expected {name} of shape {want} {what}, received "
-                                    f"{tuple(h.shape)}. Pass hx=None for zeros, or a state "
-                                    f"shaped like the one it returns.")
-            check_state_dtype(h, x, name, who)
 
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
@@ -291,10 +122,14 @@ class _Stack(RecurrentBase):
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
         either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
         operator ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written
-        backward) runs the recurrence.
+        backward) runs the recurrence. One step (T = 1) where ``_one_step_path`` holds is the
+        cells' few-op step (``_step_once``), cheaper than either.
         """
         suffix = self._suffix(layer, direction)
         g = lambda name: self._get(name, suffix)  # noqa: E731
+        if x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
+            state = self._step_once(suffix, x[0], state)
+            return state[0].unsqueeze(0), state
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
             # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
             xw = _fused.input_linear(x, g("weight_ih"))
@@ -318,14 +153,20 @@ class _Stack(RecurrentBase):
                         state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
                         batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
         """``_run_direction`` through THE loop ``run_direction`` (the readable path: any norm,
-        proj_size, and torch.jit.trace, which records it step by step)."""
+        proj_size, and torch.jit.trace, which records it step by step). Under autocast the
+        output and the final state are in the autocast dtype, as the fused operators return
+        them (and torch.nn.LSTM): the GEMMs run in it, the normalizations in float32."""
         suffix = self._suffix(layer, direction)
         terms = self._terms(suffix, batch_sizes)
         if torch.jit.is_tracing():                  # plain torch ops only in a trace
             xg = RecurrentBase._input_term(self, x, suffix, terms)
         else:
             xg = self._input_term(x, suffix, terms)                      # (T, B, G)
-        return run_direction(self._step_fn(suffix, terms), xg, state, mask)
+        out, state = run_direction(self._step_fn(suffix, terms), xg, state, mask)
+        dtype = _autocast_dtype(x)
+        if dtype is not None and out.dtype != dtype:
+            out, state = out.to(dtype), tuple(s.to(dtype) for s in state)
+        return out, state
 
     def _forward(self, input, hx: tuple[torch.Tensor, ...] | None):
         """Checks, unbatched input and hx as torch, then one of three paths: torch's own fused
@@ -363,26 +204,6 @@ class _Stack(RecurrentBase):
             output = output.squeeze(0 if self.batch_first else 1)
             h_n = tuple(h.squeeze(1) for h in h_n)
         return output, h_n
-
-    def _torch_forward(self, input, hx: tuple[torch.Tensor, ...], packed: bool):
-        """norm="none": torch's own fused op (what torch.nn.LSTM / GRU / RNN call), on this
-        module's Parameters in torch's flat order: the same numbers and the same speed."""
-        if self.mode == "LSTM":
-            fn, state = _VF.lstm, hx
-        else:
-            fn = {"GRU": _VF.gru, "tanh": _VF.rnn_tanh, "relu": _VF.rnn_relu}[
-                "GRU" if self.mode == "GRU" else self.nonlinearity]
-            state = hx[0]
-        args = (self._flat_weights, self.bias, self.num_layers, self.dropout, self.training,
-                self.bidirectional)
-        if packed:
-            result = fn(input.data, input.batch_sizes, state, *args)
-            output = PackedSequence(result[0], input.batch_sizes, input.sorted_indices,
-                                    input.unsorted_indices)
-        else:
-            result = fn(input, state, *args, self.batch_first)
-            output = result[0]
-        return output, tuple(result[1:])
 
     def _empty_forward(self, x: torch.Tensor, hx: tuple[torch.Tensor, ...]):
         """A batch of 0 examples: empty outputs of torch's shapes, still connected to the

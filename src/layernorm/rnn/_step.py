@@ -1,0 +1,78 @@
+"""One LN-LSTM / LN-GRU / LN-RNN step in as few torch ops as the equations allow: the path of the
+cells (``layernorm.rnn.cells``) and of the stacked modules at T = 1 when ``norm="layer"``.
+
+At batch 1 a step is a few small GEMMs and vectors of a few hundred units, so its time is the
+per-op overhead (Python, dispatcher, autograd nodes), not arithmetic. The readable path (``Term``,
+``steps.lstm_step``) spends it on generality (batch-norm statistics, group splits, checks per
+term); here each step is the equations of docs/rnn.md written straight onto torch's fused
+kernels: ``F.linear`` for each term, ``torch.layer_norm`` with the term's gain and bias (one
+kernel, float32 statistics for half types; ``F.layer_norm`` without its Python wrapper, which
+measured a quarter of the call at batch 1), one ``sigmoid`` over all gates. Plain
+differentiable ops, so autograd of any order, torch.func, torch.compile and torch.jit.trace work
+as on any torch code.
+
+Gate order and conventions are torch's (``steps``): LSTM i, f, g, o; GRU r, z, n with
+h_t = (1 - z) n + z h_{t-1}.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+_ln = torch.layer_norm  # F.layer_norm's kernel
+
+
+def ln_lstm_step(x: Tensor, h: Tensor, c: Tensor, w_ih: Tensor, w_hh: Tensor,
+                 gain_ih: Tensor, bias_ih: Tensor | None, gain_hh: Tensor,
+                 bias_hh: Tensor | None, gain_c: Tensor, bias_c: Tensor | None,
+                 eps: float) -> tuple[Tensor, Tensor]:
+    """x (B, I), h, c (B, H) -> (h_t, c_t)::
+
+        gates = LN(W_x x) + LN(W_h h)          each with its gain and bias, over all 4H jointly
+        c_t = sigmoid(f) c + sigmoid(i) tanh(g)
+        h_t = sigmoid(o) tanh(LN(c_t))
+    """
+    G = w_ih.shape[0]
+    H = G // 4
+    gates = (_ln(F.linear(x, w_ih), (G,), gain_ih, bias_ih, eps)
+             + _ln(F.linear(h, w_hh), (G,), gain_hh, bias_hh, eps))     # (B, 4H)
+    ingate, forgetgate, _, outgate = torch.sigmoid(gates).chunk(4, 1)
+    c = torch.addcmul(forgetgate * c, ingate, torch.tanh(gates[:, 2 * H:3 * H]))
+    h = outgate * torch.tanh(_ln(c, (H,), gain_c, bias_c, eps))
+    return h, c
+
+
+def _split_ln(a: Tensor, H: int, gain: Tensor, bias: Tensor | None, eps: float):
+    """LN over the (r, z) units jointly and over the candidate's units: a (B, 3H) ->
+    (LN(a[:, :2H]), LN(a[:, 2H:])), each with its part of gain and bias (one split each)."""
+    sizes = [2 * H, H]
+    a_rz, a_n = a.split(sizes, 1)
+    g_rz, g_n = gain.split(sizes)
+    b_rz, b_n = (None, None) if bias is None else bias.split(sizes)
+    return _ln(a_rz, (2 * H,), g_rz, b_rz, eps), _ln(a_n, (H,), g_n, b_n, eps)
+
+
+def ln_gru_step(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, gain_ih: Tensor,
+                bias_ih: Tensor | None, gain_hh: Tensor, bias_hh: Tensor | None,
+                eps: float) -> Tensor:
+    """x (B, I), h (B, H) -> h_t::
+
+        r, z = sigmoid(LN(W_x x)_rz + LN(W_h h)_rz)     LN over 2H jointly
+        n    = tanh(LN(W x)_n + r * LN(U h)_n)           U h normalized before r multiplies it
+        h_t  = n + z (h - n)
+    """
+    H = h.shape[-1]
+    x_rz, x_n = _split_ln(F.linear(x, w_ih), H, gain_ih, bias_ih, eps)
+    h_rz, h_n = _split_ln(F.linear(h, w_hh), H, gain_hh, bias_hh, eps)
+    resetgate, updategate = torch.sigmoid(x_rz + h_rz).chunk(2, 1)
+    newgate = torch.tanh(torch.addcmul(x_n, resetgate, h_n))
+    return torch.lerp(newgate, h, updategate)
+
+
+def ln_rnn_step(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, gain: Tensor,
+                bias: Tensor | None, eps: float, nonlinearity: str) -> Tensor:
+    """x (B, I), h (B, H) -> h_t = f(LN(W_x x + W_h h) + b), eq. 4 (b = bias_ih + bias_hh)."""
+    a = torch.addmm(F.linear(x, w_ih), h, w_hh.t())                             # (B, H)
+    y = _ln(a, (h.shape[-1],), gain, bias, eps)
+    return torch.tanh(y) if nonlinearity == "tanh" else torch.relu(y)

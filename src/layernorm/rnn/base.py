@@ -1,0 +1,300 @@
+"""``RecurrentBase``: the parameters, buffers and per-direction math that the cells
+(``layernorm.rnn.cells``) and the stacked modules (``layernorm.rnn.modules``) share."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import _VF, nn
+
+from .._checks import check_choice
+from . import _step
+from .errors import RNNTypeError, _real, autocast_on
+from .steps import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
+from .terms import Term, gate_groups
+
+RNN_NORMS = ("layer", "batch", "none")
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+class RecurrentBase(nn.Module):
+    """Parameters, buffers and per-direction math shared by the cells and the stacked modules.
+
+    A "direction" is one (layer, direction) of a stack, or the whole cell; its tensors carry a
+    suffix (``_l0``, ``_l1_reverse``, or ``""`` for a cell), named as in torch.
+    """
+    # The fast paths (the cells' one-step ops; a stack's fused recurrence). Set it to False (on
+    # the class or an instance) to run the readable terms and loop instead.
+    use_fused = True
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, *, bias: bool = True,
+                 norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
+                 momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
+                 proj_size: int = 0, forget_bias: float = 0.0, device=None, dtype=None) -> None:
+        super().__init__()
+        who = type(self).__name__
+        check_choice(norm, RNN_NORMS, "norm")
+        check_choice(nonlinearity, NONLINEARITIES, "nonlinearity")
+        if mode != "RNN" and nonlinearity != "tanh":
+            raise ValueError(f"nonlinearity={nonlinearity!r} applies to RNN and RNNCell only, "
+                             f"received it for {who}. Remove the argument.")
+        for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
+                            ("max_length", max_length)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise RNNTypeError(f"{who} expected {name} to be a positive int, received "
+                                   f"{value!r} ({type(value).__name__}). Pass e.g. {name}=16.")
+            if value < 1:
+                raise ValueError(f"{who} expected {name} to be a positive int, received "
+                                 f"{value!r}. Pass e.g. {name}=16.")
+        if not isinstance(proj_size, int) or isinstance(proj_size, bool) or proj_size < 0:
+            raise ValueError(f"{who} expected proj_size to be an int >= 0 (0: no projection), "
+                             f"received {proj_size!r}. Pass e.g. proj_size=0.")
+        if proj_size and mode != "LSTM":
+            raise ValueError(f"proj_size applies to LSTM only (as in torch), received "
+                             f"proj_size={proj_size} for {who}. Remove the argument.")
+        if proj_size >= hidden_size:
+            raise ValueError(f"{who} expected proj_size smaller than hidden_size={hidden_size}, "
+                             f"received proj_size={proj_size}. Pass a smaller proj_size.")
+        if not _real(eps) or not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"{who} expected eps to be a finite number > 0 (it is added to the "
+                             f"variance inside the square root), received {eps!r}. Pass e.g. "
+                             f"eps=1e-5.")
+        if not _real(momentum) or not 0 < momentum <= 1:
+            raise ValueError(f"{who} expected momentum in (0, 1] (the weight of the new batch in "
+                             f"the running statistics), received {momentum!r}. Pass e.g. "
+                             f"momentum=0.1.")
+        if gain_init is not None and (not _real(gain_init) or not math.isfinite(gain_init)):
+            raise ValueError(f"{who} expected gain_init to be a finite number (the gains' initial "
+                             f"value), received {gain_init!r}. Pass e.g. gain_init=1.0, or None "
+                             f"for the default.")
+        if not _real(forget_bias) or not math.isfinite(forget_bias):
+            raise ValueError(f"{who} expected forget_bias to be a finite number, received "
+                             f"{forget_bias!r}. Pass e.g. forget_bias=1.0.")
+        if forget_bias and (mode != "LSTM" or not bias):
+            raise ValueError(f"forget_bias applies to an LSTM with biases, received "
+                             f"forget_bias={forget_bias} for {who}(bias={bias}). Remove it, or "
+                             f"use an LSTM with bias=True.")
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.bias, self.proj_size, self.forget_bias = bias, proj_size, float(forget_bias)
+        self.norm, self.eps, self.momentum, self.max_length = norm, eps, momentum, max_length
+        # Cooijmans et al. initialise batch-norm gains at 0.1; the paper's LN gains start at 1.
+        default_gain = 0.1 if norm == "batch" else 1.0
+        self.gain_init = default_gain if gain_init is None else float(gain_init)
+        self.nonlinearity = nonlinearity
+        self._factory = {"device": device, "dtype": dtype}
+        if norm == "batch":
+            self.register_buffer("num_batches_tracked",
+                                 torch.zeros(max_length, dtype=torch.long, device=device))
+
+    # ---- registration ----------------------------------------------------------------------
+    def _add_direction(self, suffix: str, input_size: int) -> None:
+        G, H = GATES[self.mode] * self.hidden_size, self.hidden_size
+        f = self._factory
+
+        def param(name, *shape):
+            self.register_parameter(name + suffix, nn.Parameter(torch.empty(*shape, **f)))
+
+        param("weight_ih", G, input_size)
+        param("weight_hh", G, self.proj_size or H)
+        if self.bias:
+            param("bias_ih", G)
+            param("bias_hh", G)
+        if self.proj_size:
+            param("weight_hr", self.proj_size, H)   # h_t = W_hr (o * tanh(...)), as torch
+        if self.norm != "none":
+            if self.mode == "RNN":
+                param("gain", H)                 # one LN over the sum (eq. 4)
+            else:
+                param("gain_ih", G)
+                param("gain_hh", G)
+            if self.mode == "LSTM":
+                param("gain_c", H)
+                if self.bias:
+                    param("bias_c", H)
+        if self.norm == "batch":
+            terms = {"RNN": (("", H),), "GRU": (("_ih", G), ("_hh", G)),
+                     "LSTM": (("_ih", G), ("_hh", G), ("_c", H))}[self.mode]
+            for term, size in terms:
+                self.register_buffer(f"running_mean{term}{suffix}",
+                                     torch.zeros(self.max_length, size, **f))
+                self.register_buffer(f"running_var{term}{suffix}",
+                                     torch.ones(self.max_length, size, **f))
+
+    def reset_parameters(self) -> None:
+        """torch's initialisation, U(-1/sqrt(H), 1/sqrt(H)), for the weights (and, with
+        norm="none", the biases). Normalized layers: gains ``gain_init``, biases 0, as in the
+        authors' code (no forget-gate bias). Then an LSTM's ``forget_bias`` is added to the
+        forget-gate slice of every ``bias_ih`` (so with a norm the forget gate's total bias is
+        exactly ``forget_bias``)."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        H = self.hidden_size
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.startswith("gain"):
+                    p.fill_(self.gain_init)
+                elif name.startswith("bias") and self.norm != "none":
+                    p.zero_()
+                else:
+                    p.uniform_(-bound, bound)
+            if self.forget_bias:
+                for name, p in self.named_parameters():
+                    if name.startswith("bias_ih"):
+                        p[H:2 * H] += self.forget_bias      # torch's gate order i, f, g, o
+        self.reset_running_stats()
+
+    def reset_running_stats(self) -> None:
+        if self.norm != "batch":
+            return
+        for name, buf in self.named_buffers():
+            if name.startswith("running_mean"):
+                buf.zero_()
+            elif name.startswith("running_var"):
+                buf.fill_(1)
+        self.num_batches_tracked.zero_()
+
+    def flatten_parameters(self) -> None:
+        """No-op, for code written for torch.nn.RNNBase (cuDNN weight packing does not apply)."""
+
+    # ---- torch's own module, for norm="none" ------------------------------------------------
+    def _torch_module(self) -> nn.Module:
+        raise NotImplementedError
+
+    def to_torch(self) -> nn.Module:
+        """The torch.nn module (LSTM, GRU, RNN or their cells) that computes what this
+        ``norm="none"`` module computes, holding the *same* Parameter objects (training one
+        trains the other). Other norms have no torch equivalent and raise ValueError."""
+        if self.norm != "none":
+            raise ValueError(f"{type(self).__name__}(norm={self.norm!r}) has no torch.nn "
+                             f"equivalent; to_torch() needs norm='none'. Build it with "
+                             f"norm='none' (from_torch copies torch's weights) to get one.")
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # torch's dropout-with-one-layer warning, again
+            twin = self._torch_module()
+        for name, p in self.named_parameters():
+            setattr(twin, name, p)               # RNNBase.__setattr__ refreshes _flat_weights
+        return twin.train(self.training)
+
+    def __prepare_scriptable__(self):
+        """torch.jit.script: norm="none" scripts as torch's own module (``to_torch()``, same
+        Parameters); the normalized recurrences are Python loops TorchScript cannot compile."""
+        if self.norm == "none":
+            return self.to_torch()
+        raise RuntimeError(
+            f"torch.jit.script cannot compile {type(self).__name__}(norm={self.norm!r}): its "
+            f"time loop and normalizations are Python code. Use torch.jit.trace(module, "
+            f"example_inputs) instead (the trace records the loop for the example's sequence "
+            f"length, see docs/rnn.md), or torch.compile / torch.export; norm='none' scripts as "
+            f"torch.nn.{self.mode}.")
+
+    # ---- the math of one direction -----------------------------------------------------------
+    def _get(self, name: str, suffix: str) -> torch.Tensor | None:
+        # the Parameter dict first: 20x cheaper than nn.Module.__getattr__, which a step calls
+        # ten times (a tensor set in a Parameter's place, as weight drop does, is found after it)
+        p = self._parameters.get(name + suffix)
+        return p if p is not None else getattr(self, name + suffix, None)
+
+    def _terms(self, suffix: str, batch_sizes: Sequence[int] | None = None) -> dict[str, Term]:
+        """The normalized terms of one direction for this forward call."""
+        H, who = self.hidden_size, f"{type(self).__name__}(norm={self.norm!r})"
+        g = lambda name: self._get(name, suffix)  # noqa: E731
+        common = {"eps": self.eps, "training": self.training, "momentum": self.momentum,
+                  "batch_sizes": batch_sizes, "who": who, "fused": self.use_fused}
+        if self.norm == "batch" and (not self.training or min(batch_sizes or [2]) < 2):
+            # Eval (or a training step with one active example) reads the running statistics.
+            trained = self.num_batches_tracked.nonzero()
+            common["last_slot"] = int(trained.max()) if len(trained) else 0
+        run = lambda term: ((g("running_mean" + term), g("running_var" + term))  # noqa: E731
+                            if self.norm == "batch" else None)
+        if self.mode == "RNN":
+            bias = None if not self.bias else g("bias_ih") + g("bias_hh")
+            return {"a": Term(self.norm, (H,), g("gain"), bias, running=run(""), **common)}
+        groups = gate_groups(self.mode, H)
+        terms = {"ih": Term(self.norm, groups, g("gain_ih"), g("bias_ih"), running=run("_ih"),
+                            **common),
+                 "hh": Term(self.norm, groups, g("gain_hh"), g("bias_hh"), running=run("_hh"),
+                            **common)}
+        if self.mode == "LSTM":
+            terms["c"] = Term(self.norm, (H,), g("gain_c"), g("bias_c"), running=run("_c"),
+                              **common)
+        return terms
+
+    def _input_term(self, x: torch.Tensor, suffix: str, terms: dict[str, Term],
+                    time_step: int = 0) -> torch.Tensor:
+        """W_x x for every step at once, normalized (LSTM, GRU); for the RNN the normalization
+        acts on the sum with W_h h, so only W_x x. x: (T, B, I), or (B, I) at step time_step
+        -> (..., G)."""
+        xw = F.linear(x, self._get("weight_ih", suffix))
+        if self.mode == "RNN":
+            return xw
+        return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, time_step)
+
+    def _step_fn(self, suffix: str, terms: dict[str, Term]) -> StepFn:
+        """step(xg_t, state, t) -> new state (h_t first) for one direction."""
+        w_hh = self._get("weight_hh", suffix)
+        if self.mode == "LSTM":
+            w_hr = self._get("weight_hr", suffix)
+            return lambda xg, s, t: lstm_step(xg, s[0], s[1], w_hh, terms["hh"], terms["c"], t,
+                                              w_hr)
+        if self.mode == "GRU":
+            return lambda xg, s, t: gru_step(xg, s[0], w_hh, terms["hh"], t)
+        act = NONLINEARITIES[self.nonlinearity]
+        return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t)
+
+    def _one_step_path(self, x: torch.Tensor) -> bool:
+        """THE condition for ``_step_once``: norm "layer" (the equations in ``_step``, few ops)
+        or "none" (torch's own cell op), ``use_fused``, and no autocast (whose casts the
+        readable path's dtype rule covers)."""
+        return self.use_fused and self.norm != "batch" and not autocast_on(x)
+
+    def _step_once(self, suffix: str, x: torch.Tensor, state: tuple) -> tuple:
+        """One step of one direction where ``_one_step_path(x)``: x (B, I), state of (B, H)
+        -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops."""
+        g = lambda name: self._get(name, suffix)  # noqa: E731
+        w_ih, w_hh, b_ih, b_hh = g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh")
+        if self.norm == "none":                   # torch's cell ops, as torch.nn.*Cell calls
+            if self.mode == "LSTM":
+                return tuple(_VF.lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh))
+            fn = {"GRU": _VF.gru_cell, "tanh": _VF.rnn_tanh_cell, "relu": _VF.rnn_relu_cell}[
+                "GRU" if self.mode == "GRU" else self.nonlinearity]
+            return (fn(x, state[0], w_ih, w_hh, b_ih, b_hh),)
+        if self.mode == "LSTM":
+            return _step.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"), b_ih,
+                                      g("gain_hh"), b_hh, g("gain_c"), g("bias_c"), self.eps)
+        if self.mode == "GRU":
+            return (_step.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih, g("gain_hh"),
+                                      b_hh, self.eps),)
+        bias = None if b_ih is None else b_ih + b_hh
+        return (_step.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
+                                  self.nonlinearity),)
+
+    def _count_steps(self, steps: Sequence[int]) -> None:
+        """Record that the running statistics of these steps were updated (norm="batch")."""
+        if self.norm == "batch" and self.training:
+            slots = [t for t in steps if t < self.max_length]
+            if slots:
+                self.num_batches_tracked[slots] += 1
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}, norm={self.norm!r}"
+        if self.norm != "none":
+            s += f", gain_init={self.gain_init}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.mode == "RNN" and self.nonlinearity != "tanh":
+            s += f", nonlinearity={self.nonlinearity!r}"
+        if self.forget_bias:
+            s += f", forget_bias={self.forget_bias}"
+        if self.norm == "batch":
+            s += f", max_length={self.max_length}, momentum={self.momentum}"
+        return s
+
+
+def _copy_from_torch(ours: RecurrentBase, theirs: nn.Module) -> RecurrentBase:
+    """Copy torch's weight_ih/weight_hh/bias_ih/bias_hh tensors (same names and shapes)."""
+    with torch.no_grad():
+        for name, p in theirs.named_parameters():
+            getattr(ours, name).copy_(p)
+    return ours
