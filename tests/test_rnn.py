@@ -466,9 +466,12 @@ def test_autocast_readable_loop_follows_the_fused_dtype_rule(mode, norm):
         with torch.autocast("cpu", torch.bfloat16):
             out, h_n = m(x)
         results.append((out, *_final(mode, h_n)))
+    # BN over a batch of 3 divides by a 3-value spread, which amplifies the bf16 rounding of the
+    # summed inputs (the fused path's input GEMM rounds once from float32, the loop's runs in bf16)
+    atol = 0.15 if norm == "batch" else 6e-2
     for a, b in zip(*results):
         assert a.dtype == b.dtype == torch.bfloat16
-        torch.testing.assert_close(a.float(), b.float(), atol=6e-2, rtol=5e-2)
+        torch.testing.assert_close(a.float(), b.float(), atol=atol, rtol=5e-2)
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
