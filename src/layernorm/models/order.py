@@ -42,14 +42,18 @@ def order_violation(s: torch.Tensor, im: torch.Tensor) -> torch.Tensor:
     return F.relu(s - im).pow(2).sum(-1)
 
 
-def violation_matrix(s: torch.Tensor, im: torch.Tensor, chunk: int = 32) -> torch.Tensor:
+def violation_matrix(s: torch.Tensor, im: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
     """(Nc, Ni) matrix of E(s_c, i_j) for captions s (Nc, D) and images im (Ni, D), computed
-    ``chunk`` captions at a time (the broadcast difference of all pairs at once is Nc*Ni*D)."""
+    ``chunk`` captions at a time (default: about 2^17 elements of the broadcast difference per
+    chunk, which stays in the cache; all pairs at once would be Nc*Ni*D)."""
     if s.dim() != 2 or im.dim() != 2 or s.shape[1] != im.shape[1]:
         raise ValueError(f"violation_matrix expected captions (Nc, D) and images (Ni, D) of one "
                          f"D, received {tuple(s.shape)} and {tuple(im.shape)}.")
+    if not len(s):
+        return s.new_zeros(0, len(im))
+    chunk = chunk or max(1, 2 ** 17 // max(1, im.numel()))
     return torch.cat([order_violation(s[a:a + chunk, None, :], im[None])
-                      for a in range(0, len(s), chunk)]) if len(s) else s.new_zeros(0, len(im))
+                      for a in range(0, len(s), chunk)])
 
 
 def contrastive_loss(s: torch.Tensor, im: torch.Tensor, margin: float = MARGIN) -> torch.Tensor:

@@ -42,11 +42,14 @@ MEAN_KEYS = ("c2i_r1", "c2i_r10", "i2c_r1", "i2c_r10")
 
 class _PairRows(nn.Module):
     """The runner's rows (N, 64 + L) int64 = grey levels then caption tokens, with lengths (N,):
-    the per-pair contrastive loss of ``OrderEmbedding``."""
+    the per-pair contrastive loss of ``OrderEmbedding``, the batch's other pairs the negatives.
+    In eval mode (the runner's ``test_loss``) the negatives are the pair's block of
+    ``eval_block`` consecutive rows: the training batch's size, not the runner's 1000-row
+    evaluation chunks (whose all-pairs loss would cost more than the retrieval metrics)."""
 
-    def __init__(self, model: OrderEmbedding):
+    def __init__(self, model: OrderEmbedding, eval_block: int = 128):
         super().__init__()
-        self.model = model
+        self.model, self.eval_block = model, eval_block
 
     @staticmethod
     def split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,15 +57,20 @@ class _PairRows(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         images, tokens = self.split(x)
-        return self.model(tokens, lengths, images)
+        if self.training:
+            return self.model(tokens, lengths, images)
+        b = self.eval_block
+        return torch.cat([self.model(tokens[a:a + b], lengths[a:a + b], images[a:a + b])
+                          for a in range(0, len(x), b)])
 
 
 class OrderForRunner(LossAsRegression):
     """``OrderEmbedding`` trained by the runner; ``extra_metrics`` scores retrieval on the whole
     validation and test splits (held here, not in the state dict)."""
 
-    def __init__(self, model: OrderEmbedding, splits: dict, captions_per_image: int):
-        super().__init__(_PairRows(model), floor=1.0)
+    def __init__(self, model: OrderEmbedding, splits: dict, captions_per_image: int,
+                 eval_block: int = 128):
+        super().__init__(_PairRows(model, eval_block), floor=1.0)
         self.splits, self.per_image = splits, captions_per_image
 
     @torch.no_grad()
@@ -134,7 +142,7 @@ def paper_order(preset: str) -> list[Config]:
                   quick={"dim": 64, "word_dim": 32, "image_hidden": 128},
                   full={"dim": 128, "word_dim": 64, "image_hidden": 256})
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
-                   quick={"steps": 1000, "eval_every": 50},
+                   quick={"steps": 1500, "eval_every": 75},
                    full={"steps": 6000, "eval_every": 200})
     return [Config(dataset="digit-captions", model="order", norm=norm,
                    batch_size=_pick(preset, tiny=16, quick=128, full=128), seed=seed,
