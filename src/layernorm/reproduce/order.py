@@ -9,9 +9,11 @@
 What the paper ran: MS-COCO (about 80k training images, 5 captions each; 1,000-image test splits)
 with 4096-d VGG image features (10-crop), a 1024-d GRU over 300-d word embeddings, Adam at 1e-3,
 batch 128 (Vendrov et al.'s setup); it reports R@1 46.6 -> 48.5 (caption retrieval) and 37.8 ->
-38.9 (image retrieval), and LN's best validation model in about 60% of the baseline's time. Those
-extracted features have no stable public download, so no preset runs them: ``full`` runs the same
-embedded task at a larger scale (10 captions per image, larger encoders, longer training).
+38.9 (image retrieval), and LN's best validation model in about 60% of the baseline's time. That
+needs MS-COCO's images (about 20 GB) and a pretrained VGG network to extract their features (the
+pre-extracted features were served from a university web page, not an archive with a checksum);
+this package fetches neither, so no preset runs it: ``full`` runs the same embedded task at a
+larger scale (10 captions per image, larger encoders, longer training).
 
 Presets: ``tiny`` (seconds; tests), ``quick`` (5 seeds, part of ``reproduce --preset
 standard``), ``full``. Both arms train the same number of updates from the same seeds; model
