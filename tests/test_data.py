@@ -44,8 +44,9 @@ EMBEDDED = {  # name: (train, test, input shape, classes (0 = regression))
     "pen-strokes": (256, 64, (100, 3), 0),
     "cloze": (4000, 500, (27,), 10),
     "docstrings": (2721, 406, (64,), 92),
+    "digit-captions": (5985, 1500, (76,), 0),
 }
-TOKEN_INPUTS = ("cloze", "docstrings")   # int64 token ids, not float features
+TOKEN_INPUTS = ("cloze", "docstrings", "digit-captions")   # int64 token ids, not float features
 
 
 def test_every_embedded_dataset_is_covered():

@@ -38,6 +38,7 @@ EXPERIMENT_MODULES = (
     "layernorm.experiments.builtin",
     "layernorm.reproduce.experiments",
     "layernorm.reproduce.batch_split",
+    "layernorm.reproduce.order",
 )
 add_plugins(*EXPERIMENT_MODULES)
 

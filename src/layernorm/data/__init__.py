@@ -14,6 +14,7 @@ from .registry import DATASETS, Dataset, dataset_info, load_dataset, register_da
 from . import embedded  # noqa: F401  (registers the embedded datasets)
 from . import downloadable  # noqa: F401  (registers the downloadable datasets)
 from . import paper_tasks, docstrings  # noqa: F401  (the generated section 6 tasks, the docstrings)
+from . import captions  # noqa: F401  (digit captions: order embeddings, section 6.1)
 from .download import ChecksumError, DownloadError, OfflineError, Resource, cache_dir, fetch
 
 __all__ = ["DATASETS", "Dataset", "dataset_info", "load_dataset", "register_dataset",

@@ -8,11 +8,13 @@
                     end-of-stroke bit; ``forward(x)`` returns the NLL (nats) of each sequence
     AttentiveReader 6.2: bidirectional LSTM reader with attention over the passage; returns
                     logits over the entities of the passage
+    OrderEmbedding  6.1: order embeddings of captions (GRU / LN-GRU) and images (models.order)
 
 Each takes ``norm="none" | "layer"`` (and ``"batch"`` for the reader) for its recurrent parts.
 """
 from .draw import DRAW, CellNormLSTMCell
 from .mdn import HandwritingMDN
 from .reader import AttentiveReader
+from .order import OrderEmbedding
 
-__all__ = ["DRAW", "CellNormLSTMCell", "HandwritingMDN", "AttentiveReader"]
+__all__ = ["DRAW", "CellNormLSTMCell", "HandwritingMDN", "AttentiveReader", "OrderEmbedding"]

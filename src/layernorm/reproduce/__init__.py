@@ -8,5 +8,6 @@ use). It never imports ``layernorm.report``: training code does not depend on th
 from ..experiments.registry import add_plugins
 
 PLUGIN_MODULES = ("layernorm.reproduce.experiments", "layernorm.reproduce.batch_split",
-                  "layernorm.reproduce.paper")
+                  "layernorm.reproduce.paper",
+                  "layernorm.reproduce.order")
 add_plugins(*PLUGIN_MODULES)

@@ -25,14 +25,15 @@ from .. import _args
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
 from ..experiments.registry import EXPERIMENT_ALIASES
 
-EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_reader",
+EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_order",
+               "paper_reader",
                "paper_charlm", "mlp_batch_size", "paper_draw", "paper_handwriting",
                "rnn_downloads")  # the longest first: better packing over --jobs processes
 # Run by --preset standard (at the experiments' quick scale) and not by --quick: with the
 # training each needs for an honest verdict they do not fit --quick's 10 minutes on 2 cores
 # (docs/reproduce.md, "Cost"). Paper experiments not yet registered are skipped.
 STANDARD_ONLY = ("cnn_batch_size", "paper_reader", "paper_charlm", "paper_draw",
-                 "paper_handwriting")
+                 "paper_handwriting", "paper_order")
 STANDARD = "standard"   # a reproduction preset: the runner's "quick" configs of every experiment
 ANALYSIS = "analysis"
 LOCK = ".reproduce.lock"     # in the output directory: one reproduction writes it at a time
