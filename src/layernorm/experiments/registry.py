@@ -20,6 +20,13 @@ if TYPE_CHECKING:      # the config checks its names against this registry, neve
 
 PRESETS = ("tiny", "quick", "full")
 
+
+def by_preset(preset: str, **values):
+    """The value for ``preset`` among ``tiny=..., quick=..., full=...`` (an experiment's settings
+    written side by side, one keyword per preset)."""
+    check_choice(preset, values, "preset")
+    return values[preset]
+
 # Modules whose import registers models and experiments. The runner knows only its own; the
 # modules above it declare theirs with ``add_plugins`` (``layernorm.cli`` lists every plugin of
 # the command; ``layernorm.reproduce`` declares the reproduction's when imported). Loaded on first

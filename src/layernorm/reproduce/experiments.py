@@ -7,6 +7,7 @@ The report (``layernorm.report``) finds runs by these experiment names; keep the
 from __future__ import annotations
 
 from ..experiments import Config, register_experiment
+from ..experiments.registry import by_preset as _pick
 from . import models  # noqa: F401  (registers convnet and rnn_classifier)
 
 # Five seeds per configuration in quick mode: the verdict rules need >= 3 and their standard
@@ -30,10 +31,6 @@ BUDGETS = {
         "text": "batch 128 for 600 updates (55 epochs; flat from ~450), batch 4 for 2400 updates "
                 "(7 epochs), batch 1 for 2400 updates (as far as the budget allows: 1.7 epochs)"},
 }
-
-
-def _pick(preset: str, **by_preset):
-    return by_preset[preset]
 
 
 # --- 1. section 6.6: batch-size sensitivity of an MLP ------------------------------------------

@@ -33,6 +33,7 @@ from torch import nn
 from ..data import captions as _captions  # noqa: F401  (registers "digit-captions")
 from ..data.captions import PIXELS, GREY_LEVELS
 from ..experiments import Config, register_experiment, register_model
+from ..experiments.registry import by_preset as _pick
 from ..models.order import OrderEmbedding, retrieval_metrics, split_order_loss, violation_matrix
 from .paper import LossAsRegression
 
@@ -125,10 +126,6 @@ def best_validation(rows: list[dict]) -> dict:
         raise ValueError(f"best_validation needs metrics rows with {SELECTION!r} (rows of a "
                          f"paper_order run), received {len(rows)} rows without it.")
     return max(scored, key=lambda r: (r[SELECTION], -r["step"]))
-
-
-def _pick(preset: str, **by_preset):
-    return by_preset[preset]
 
 
 @register_experiment("paper_order", section="6.1",

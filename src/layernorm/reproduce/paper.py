@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..experiments import Config, register_experiment, register_model
+from ..experiments.registry import by_preset as _pick
 from ..data import docstrings as _docstrings  # noqa: F401  (registers "docstrings")
 from ..data import paper_tasks as _paper_tasks  # noqa: F401  (registers the generated tasks)
 from ..data.completion import CANDIDATES, CHANCE, completion_test
@@ -44,10 +45,6 @@ from .models import RNN_TRAIN_SAMPLE, Scored
 # population statistics on the reader and the completion test on the char-LM, measured beside
 # the former code at the same load (8-13): reader 145 -> 160, char-LM 100 -> 118 CPU-s.
 SEEDS = {"tiny": (0,), "quick": (0, 1, 2, 3, 4), "full": (0, 1, 2, 3, 4)}
-
-
-def _pick(preset: str, **by_preset):
-    return by_preset[preset]
 
 
 class LossAsRegression(nn.Module):
