@@ -311,6 +311,6 @@ register_dataset("cnn-questions", description="CNN questions of the DeepMind Q&A
 def cache_summary() -> list[dict]:
     """One row per downloadable file: dataset, file, size, whether it is in the cache."""
     from .download import is_cached
-    return [{"dataset": name, "file": r.filename, "MB": (r.size or 0) / 1e6,
+    return [{"dataset": name, "file": r.filename, "MB": r.size / 1e6 if r.size else "unpublished",
              "cached": is_cached(r), "path": str(r.path())}
             for name, rs in RESOURCES.items() for r in rs]
