@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import _step
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
 from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
                      autocast_on, check_dtype, check_keywords, check_state_dtype)
@@ -99,6 +100,24 @@ class _Cell(RecurrentBase):
                                     f"or hx=None for zeros.")
             check_state_dtype(h, x, name, who)
 
+    def _fast_weight(self, x, hx: tuple) -> torch.Tensor | None:
+        """The hot path's gate: ``weight_ih`` where a step can skip ``_one_step`` (``use_fused``,
+        norm "layer" or "none", a (B, I) input with B >= 1 of the weights' dtype, every state a
+        (B, H) tensor of its dtype and device, no autocast), else None. The same conditions as
+        ``_check`` and ``_one_step_path`` in a few attribute reads; whatever fails them takes
+        ``_one_step``, which raises the error or runs the path that applies."""
+        w = self._parameters.get("weight_ih")
+        if not (self.use_fused and self.norm != "batch" and w is not None and
+                isinstance(x, torch.Tensor) and x.dim() == 2 and x.dtype == w.dtype and
+                x.shape[1] == self.input_size and x.shape[0]):
+            return None
+        want, dtype, device = (x.shape[0], self.hidden_size), x.dtype, x.device
+        for h in hx:
+            if not (isinstance(h, torch.Tensor) and h.shape == want and h.dtype == dtype and
+                    h.device == device):
+                return None
+        return None if autocast_on(x) else w
+
     def _one_step(self, input: torch.Tensor, hx: tuple, time_step: int) -> tuple:
         self._check(input, hx)
         batched = input.dim() == 2
@@ -148,7 +167,21 @@ class LSTMCell(_Cell):
         if hx is None:
             hx = (self._zeros(input), self._zeros(input)) if isinstance(input, torch.Tensor) \
                 else (None, None)
-        return self._one_step(input, tuple(hx), time_step)
+        hx = tuple(hx)
+        w_ih = self._fast_weight(input, hx)
+        if w_ih is not None:
+            if self.norm == "none":
+                return self._step_once("", input, hx)
+            p = self._parameters                 # the step's tensors without _get's fallbacks
+            w_hh, g_ih, g_hh, g_c = (p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh"),
+                                     p.get("gain_c"))
+            b_ih, b_hh, b_c = p.get("bias_ih"), p.get("bias_hh"), p.get("bias_c")
+            if not (w_hh is None or g_ih is None or g_hh is None or g_c is None or
+                    self.bias and (b_ih is None or b_hh is None or b_c is None)):
+                return _step.ln_lstm_step(input, hx[0], hx[1], w_ih, w_hh, g_ih, b_ih, g_hh,
+                                          b_hh, g_c, b_c, self.eps)
+            return self._step_once("", input, hx)    # a tensor in a Parameter's place
+        return self._one_step(input, hx, time_step)
 
 
 class GRUCell(_Cell):
@@ -160,6 +193,17 @@ class GRUCell(_Cell):
                 time_step: int = 0) -> torch.Tensor:
         if hx is None and isinstance(input, torch.Tensor):
             hx = self._zeros(input)
+        w_ih = self._fast_weight(input, (hx,))
+        if w_ih is not None:
+            if self.norm == "none":
+                return self._step_once("", input, (hx,))[0]
+            p = self._parameters                 # the step's tensors without _get's fallbacks
+            w_hh, g_ih, g_hh = p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh")
+            b_ih, b_hh = p.get("bias_ih"), p.get("bias_hh")
+            if not (w_hh is None or g_ih is None or g_hh is None or
+                    self.bias and (b_ih is None or b_hh is None)):
+                return _step.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, self.eps)
+            return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
         return self._one_step(input, (hx,), time_step)[0]
 
 
