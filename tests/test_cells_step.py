@@ -253,3 +253,33 @@ def test_hot_path_falls_back_to_the_checked_path(mode):
     for xb, sb, exc, words in bad:
         with pytest.raises(exc, match=words):
             _call(ok, xb, sb)
+
+
+def test_gru_cell_kept_splits_follow_the_parameters():
+    """Without autograd a GRUCell keeps its gains' and biases' splits between calls: in-place
+    updates, new storage (.to), inference mode and grad mode all give what a fresh cell gives."""
+    cell = _cell("GRU", 4, 3, dtype=torch.float32)
+    x, h = torch.randn(2, 4), torch.randn(2, 3)
+
+    def fresh():
+        twin = L.GRUCell(4, 3, dtype=cell.weight_ih.dtype)
+        twin.load_state_dict(cell.state_dict())
+        with torch.enable_grad():
+            return twin(x.to(twin.weight_ih.dtype), h.to(twin.weight_ih.dtype)).detach()
+
+    with torch.no_grad():
+        first = cell(x, h)
+        torch.testing.assert_close(cell(x, h), first)
+        assert "_kept_parts" in cell.__dict__
+        for p in cell.parameters():
+            p.mul_(1.5).add_(0.1)                    # as an optimizer step does
+        torch.testing.assert_close(cell(x, h), fresh())
+        assert not torch.allclose(cell(x, h), first)
+    with torch.inference_mode():
+        torch.testing.assert_close(cell(x, h), fresh())
+    cell.double()
+    with torch.no_grad():
+        torch.testing.assert_close(cell(x.double(), h.double()), fresh())
+    out = cell(x.double(), h.double())               # grad mode: the splits are recorded
+    grads = torch.autograd.grad(out.sum(), [cell.gain_ih, cell.bias_hh])
+    assert all(g.abs().sum() > 0 for g in grads)

@@ -202,9 +202,33 @@ class GRUCell(_Cell):
             b_ih, b_hh = p.get("bias_ih"), p.get("bias_hh")
             if not (w_hh is None or g_ih is None or g_hh is None or
                     self.bias and (b_ih is None or b_hh is None)):
-                return _step.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, self.eps)
+                if torch.is_grad_enabled():
+                    return _step.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
+                                             self.eps)
+                return _step.ln_gru_step_parts(input, hx, w_ih, w_hh,
+                                               self._affine_parts(g_ih, b_ih, g_hh, b_hh),
+                                               self.eps)
             return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
         return self._one_step(input, (hx,), time_step)[0]
+
+
+    def _affine_parts(self, *tensors) -> tuple:
+        """``_step.gru_affine_parts`` of these tensors, kept from one call to the next without
+        autograd (the splits are a third of a batch-1 step's ops). The parts share the
+        Parameters' storage, so in-place updates show through; they are kept while the same
+        Parameter objects hold the same storage in the same inference mode, and never while
+        tracing or compiling or for tensors other than Parameters (torch.func's)."""
+        if torch.jit.is_tracing() or torch.compiler.is_compiling() or \
+                any(t is not None and type(t) is not nn.Parameter for t in tensors):
+            return _step.gru_affine_parts(*tensors)
+        key = (torch.is_inference_mode_enabled(),) + tuple(
+            0 if t is None else t.data_ptr() for t in tensors)
+        kept = self.__dict__.get("_kept_parts")
+        if kept is not None and kept[1] == key and all(a is b for a, b in zip(kept[0], tensors)):
+            return kept[2]
+        parts = _step.gru_affine_parts(*tensors)
+        self.__dict__["_kept_parts"] = (tensors, key, parts)
+        return parts
 
 
 class RNNCell(_Cell):
