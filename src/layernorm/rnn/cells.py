@@ -107,11 +107,14 @@ class _Cell(RecurrentBase):
         ``_check`` and ``_one_step_path`` in a few attribute reads; whatever fails them takes
         ``_one_step``, which raises the error or runs the path that applies."""
         w = self._parameters.get("weight_ih")
-        if not (self.use_fused and self.norm != "batch" and w is not None and
-                isinstance(x, torch.Tensor) and x.dim() == 2 and x.dtype == w.dtype and
-                x.shape[1] == self.input_size and x.shape[0]):
+        if w is None or not self.use_fused or self.norm == "batch" or \
+                not isinstance(x, torch.Tensor) or x.dim() != 2:
             return None
-        want, dtype, device = (x.shape[0], self.hidden_size), x.dtype, x.device
+        B, I = x.shape
+        dtype = x.dtype
+        if not B or I != self.input_size or dtype != w.dtype:
+            return None
+        want, device = (B, self.hidden_size), x.device
         for h in hx:
             if not (isinstance(h, torch.Tensor) and h.shape == want and h.dtype == dtype and
                     h.device == device):
@@ -218,16 +221,18 @@ class GRUCell(_Cell):
         Parameters' storage, so in-place updates show through; they are kept while the same
         Parameter objects hold the same storage in the same inference mode, and never while
         tracing or compiling or for tensors other than Parameters (torch.func's)."""
-        if torch.jit.is_tracing() or torch.compiler.is_compiling() or \
-                any(t is not None and type(t) is not nn.Parameter for t in tensors):
-            return _step.gru_affine_parts(*tensors)
-        key = (torch.is_inference_mode_enabled(),) + tuple(
-            0 if t is None else t.data_ptr() for t in tensors)
+        g_ih, b_ih, g_hh, b_hh = tensors
+        key = (torch.is_inference_mode_enabled(), g_ih.data_ptr(), g_hh.data_ptr(),
+               0 if b_ih is None else b_ih.data_ptr(), 0 if b_hh is None else b_hh.data_ptr())
         kept = self.__dict__.get("_kept_parts")
-        if kept is not None and kept[1] == key and all(a is b for a, b in zip(kept[0], tensors)):
-            return kept[2]
+        if kept is not None and kept[0] is g_ih and kept[1] is b_ih and kept[2] is g_hh and \
+                kept[3] is b_hh and kept[4] == key and not (torch.jit.is_tracing() or
+                                                            torch.compiler.is_compiling()):
+            return kept[5]
         parts = _step.gru_affine_parts(*tensors)
-        self.__dict__["_kept_parts"] = (tensors, key, parts)
+        if not (torch.jit.is_tracing() or torch.compiler.is_compiling() or
+                any(t is not None and type(t) is not nn.Parameter for t in tensors)):
+            self.__dict__["_kept_parts"] = (g_ih, b_ih, g_hh, b_hh, key, parts)
         return parts
 
 
