@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_sequence
 
 import layernorm as L
-from layernorm.rnn import _step
+from layernorm.rnn import RNNInputError, RNNTypeError, _step
 from tests.reference import ref_gru_step, ref_lstm_step, ref_rnn_step
 
 CELLS = {"LSTM": L.LSTMCell, "GRU": L.GRUCell, "RNN": L.RNNCell}
@@ -223,3 +223,63 @@ def test_bn_cell_keeps_the_readable_path_and_its_statistics():
         mp.setattr(_step, "ln_lstm_step", None)                # would fail if called
         cell(torch.randn(5, 3), time_step=1)
     assert cell.num_batches_tracked.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_hot_path_falls_back_to_the_checked_path(mode):
+    """The cells' hot path takes only what it can check in a few reads: a tensor set in a
+    Parameter's place (weight drop) still computes with that tensor, and every bad input or
+    state still gets the checked path's error."""
+    cell = _cell(mode, 4, 3)
+    x, state = torch.randn(2, 4, dtype=torch.float64), _state(mode, 2, 3)
+    dropped = cell.weight_hh.detach() * 0.5
+    want = _call(cell, x, state)
+    with torch.no_grad():
+        twin = _cell(mode, 4, 3)
+        twin.load_state_dict(cell.state_dict())
+        twin.weight_hh.copy_(dropped)
+    del cell._parameters["weight_hh"]
+    cell.weight_hh = dropped
+    got, ref = _call(cell, x, state), _call(twin, x, state)
+    for g, r, w in zip(got, ref, want):
+        torch.testing.assert_close(g, r)
+        assert not torch.allclose(g, w)
+    ok = _cell(mode, 4, 3)
+    bad = [(x.float(), state, RNNInputError, "dtype"),
+           (x, tuple(s.float() for s in state), RNNInputError, "dtype"),
+           (x, tuple(s[:1] for s in state), RNNInputError, "shape"),
+           (x[:, :3], state, RNNInputError, "input_size=4"),
+           (x.long(), state, RNNTypeError, "floating-point")]
+    for xb, sb, exc, words in bad:
+        with pytest.raises(exc, match=words):
+            _call(ok, xb, sb)
+
+
+def test_gru_cell_kept_splits_follow_the_parameters():
+    """Without autograd a GRUCell keeps its gains' and biases' splits between calls: in-place
+    updates, new storage (.to), inference mode and grad mode all give what a fresh cell gives."""
+    cell = _cell("GRU", 4, 3, dtype=torch.float32)
+    x, h = torch.randn(2, 4), torch.randn(2, 3)
+
+    def fresh():
+        twin = L.GRUCell(4, 3, dtype=cell.weight_ih.dtype)
+        twin.load_state_dict(cell.state_dict())
+        with torch.enable_grad():
+            return twin(x.to(twin.weight_ih.dtype), h.to(twin.weight_ih.dtype)).detach()
+
+    with torch.no_grad():
+        first = cell(x, h)
+        torch.testing.assert_close(cell(x, h), first)
+        assert "_kept_parts" in cell.__dict__
+        for p in cell.parameters():
+            p.mul_(1.5).add_(0.1)                    # as an optimizer step does
+        torch.testing.assert_close(cell(x, h), fresh())
+        assert not torch.allclose(cell(x, h), first)
+    with torch.inference_mode():
+        torch.testing.assert_close(cell(x, h), fresh())
+    cell.double()
+    with torch.no_grad():
+        torch.testing.assert_close(cell(x.double(), h.double()), fresh())
+    out = cell(x.double(), h.double())               # grad mode: the splits are recorded
+    grads = torch.autograd.grad(out.sum(), [cell.gain_ih, cell.bias_hh])
+    assert all(g.abs().sum() > 0 for g in grads)

@@ -7,7 +7,10 @@ per-op overhead (Python, dispatcher, autograd nodes), not arithmetic. The readab
 term); here each step is the equations of docs/rnn.md written straight onto torch's fused
 kernels: ``F.linear`` for each term, ``torch.layer_norm`` with the term's gain and bias (one
 kernel, float32 statistics for half types; ``F.layer_norm`` without its Python wrapper, which
-measured a quarter of the call at batch 1), one ``sigmoid`` over all gates. Plain
+measured a quarter of the call at batch 1), one ``sigmoid`` over all gates, and the splits as
+the C methods ``unsafe_chunk`` / ``unsafe_split_with_sizes`` (``Tensor.split`` is a Python
+wrapper, twice the cost at batch 1; the pieces are read, never written in place, so the view
+tracking the safe variants pay for is not needed). Plain
 differentiable ops, so autograd of any order, torch.func, torch.compile and torch.jit.trace work
 as on any torch code.
 
@@ -37,20 +40,23 @@ def ln_lstm_step(x: Tensor, h: Tensor, c: Tensor, w_ih: Tensor, w_hh: Tensor,
     H = G // 4
     gates = (_ln(F.linear(x, w_ih), (G,), gain_ih, bias_ih, eps)
              + _ln(F.linear(h, w_hh), (G,), gain_hh, bias_hh, eps))     # (B, 4H)
-    ingate, forgetgate, _, outgate = torch.sigmoid(gates).chunk(4, 1)
-    c = torch.addcmul(forgetgate * c, ingate, torch.tanh(gates[:, 2 * H:3 * H]))
+    ingate, forgetgate, _, outgate = torch.sigmoid(gates).unsafe_chunk(4, 1)
+    c = torch.addcmul(forgetgate * c, ingate, torch.tanh(gates.narrow(1, 2 * H, H)))
     h = outgate * torch.tanh(_ln(c, (H,), gain_c, bias_c, eps))
     return h, c
 
 
-def _split_ln(a: Tensor, H: int, gain: Tensor, bias: Tensor | None, eps: float):
-    """LN over the (r, z) units jointly and over the candidate's units: a (B, 3H) ->
-    (LN(a[:, :2H]), LN(a[:, 2H:])), each with its part of gain and bias (one split each)."""
+def gru_affine_parts(gain_ih: Tensor, bias_ih: Tensor | None, gain_hh: Tensor,
+                     bias_hh: Tensor | None) -> tuple:
+    """Each term's gain and bias split into the (r, z) part and the candidate's part:
+    (g_ih_rz, g_ih_n, b_ih_rz, b_ih_n, g_hh_rz, g_hh_n, b_hh_rz, b_hh_n), None for no bias."""
+    H = gain_ih.shape[0] // 3
     sizes = [2 * H, H]
-    a_rz, a_n = a.split(sizes, 1)
-    g_rz, g_n = gain.split(sizes)
-    b_rz, b_n = (None, None) if bias is None else bias.split(sizes)
-    return _ln(a_rz, (2 * H,), g_rz, b_rz, eps), _ln(a_n, (H,), g_n, b_n, eps)
+    parts = []
+    for gain, bias in ((gain_ih, bias_ih), (gain_hh, bias_hh)):
+        parts += gain.unsafe_split_with_sizes(sizes)
+        parts += (None, None) if bias is None else bias.unsafe_split_with_sizes(sizes)
+    return tuple(parts)
 
 
 def ln_gru_step(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, gain_ih: Tensor,
@@ -62,11 +68,24 @@ def ln_gru_step(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, gain_ih: Tenso
         n    = tanh(LN(W x)_n + r * LN(U h)_n)           U h normalized before r multiplies it
         h_t  = n + z (h - n)
     """
+    return ln_gru_step_parts(x, h, w_ih, w_hh,
+                             gru_affine_parts(gain_ih, bias_ih, gain_hh, bias_hh), eps)
+
+
+def ln_gru_step_parts(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, parts: tuple,
+                      eps: float) -> Tensor:
+    """``ln_gru_step`` with the gains and biases already split (``gru_affine_parts``): what a
+    cell without autograd reuses from step to step while its parameters are unchanged."""
     H = h.shape[-1]
-    x_rz, x_n = _split_ln(F.linear(x, w_ih), H, gain_ih, bias_ih, eps)
-    h_rz, h_n = _split_ln(F.linear(h, w_hh), H, gain_hh, bias_hh, eps)
-    resetgate, updategate = torch.sigmoid(x_rz + h_rz).chunk(2, 1)
-    newgate = torch.tanh(torch.addcmul(x_n, resetgate, h_n))
+    sizes = [2 * H, H]
+    g_ih_rz, g_ih_n, b_ih_rz, b_ih_n, g_hh_rz, g_hh_n, b_hh_rz, b_hh_n = parts
+    x_rz, x_n = F.linear(x, w_ih).unsafe_split_with_sizes(sizes, 1)
+    h_rz, h_n = F.linear(h, w_hh).unsafe_split_with_sizes(sizes, 1)
+    gates = (_ln(x_rz, (2 * H,), g_ih_rz, b_ih_rz, eps)            # LN over (r, z) jointly
+             + _ln(h_rz, (2 * H,), g_hh_rz, b_hh_rz, eps))
+    resetgate, updategate = torch.sigmoid(gates).unsafe_chunk(2, 1)
+    newgate = torch.tanh(torch.addcmul(_ln(x_n, (H,), g_ih_n, b_ih_n, eps), resetgate,
+                                       _ln(h_n, (H,), g_hh_n, b_hh_n, eps)))
     return torch.lerp(newgate, h, updategate)
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import _step
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
 from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
                      autocast_on, check_dtype, check_keywords, check_state_dtype)
@@ -99,6 +100,27 @@ class _Cell(RecurrentBase):
                                     f"or hx=None for zeros.")
             check_state_dtype(h, x, name, who)
 
+    def _fast_weight(self, x, hx: tuple) -> torch.Tensor | None:
+        """The hot path's gate: ``weight_ih`` where a step can skip ``_one_step`` (``use_fused``,
+        norm "layer" or "none", a (B, I) input with B >= 1 of the weights' dtype, every state a
+        (B, H) tensor of its dtype and device, no autocast), else None. The same conditions as
+        ``_check`` and ``_one_step_path`` in a few attribute reads; whatever fails them takes
+        ``_one_step``, which raises the error or runs the path that applies."""
+        w = self._parameters.get("weight_ih")
+        if w is None or not self.use_fused or self.norm == "batch" or \
+                not isinstance(x, torch.Tensor) or x.dim() != 2:
+            return None
+        B, I = x.shape
+        dtype = x.dtype
+        if not B or I != self.input_size or dtype != w.dtype:
+            return None
+        want, device = (B, self.hidden_size), x.device
+        for h in hx:
+            if not (isinstance(h, torch.Tensor) and h.shape == want and h.dtype == dtype and
+                    h.device == device):
+                return None
+        return None if autocast_on(x) else w
+
     def _one_step(self, input: torch.Tensor, hx: tuple, time_step: int) -> tuple:
         self._check(input, hx)
         batched = input.dim() == 2
@@ -148,7 +170,21 @@ class LSTMCell(_Cell):
         if hx is None:
             hx = (self._zeros(input), self._zeros(input)) if isinstance(input, torch.Tensor) \
                 else (None, None)
-        return self._one_step(input, tuple(hx), time_step)
+        hx = tuple(hx)
+        w_ih = self._fast_weight(input, hx)
+        if w_ih is not None:
+            if self.norm == "none":
+                return self._step_once("", input, hx)
+            p = self._parameters                 # the step's tensors without _get's fallbacks
+            w_hh, g_ih, g_hh, g_c = (p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh"),
+                                     p.get("gain_c"))
+            b_ih, b_hh, b_c = p.get("bias_ih"), p.get("bias_hh"), p.get("bias_c")
+            if not (w_hh is None or g_ih is None or g_hh is None or g_c is None or
+                    self.bias and (b_ih is None or b_hh is None or b_c is None)):
+                return _step.ln_lstm_step(input, hx[0], hx[1], w_ih, w_hh, g_ih, b_ih, g_hh,
+                                          b_hh, g_c, b_c, self.eps)
+            return self._step_once("", input, hx)    # a tensor in a Parameter's place
+        return self._one_step(input, hx, time_step)
 
 
 class GRUCell(_Cell):
@@ -160,7 +196,44 @@ class GRUCell(_Cell):
                 time_step: int = 0) -> torch.Tensor:
         if hx is None and isinstance(input, torch.Tensor):
             hx = self._zeros(input)
+        w_ih = self._fast_weight(input, (hx,))
+        if w_ih is not None:
+            if self.norm == "none":
+                return self._step_once("", input, (hx,))[0]
+            p = self._parameters                 # the step's tensors without _get's fallbacks
+            w_hh, g_ih, g_hh = p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh")
+            b_ih, b_hh = p.get("bias_ih"), p.get("bias_hh")
+            if not (w_hh is None or g_ih is None or g_hh is None or
+                    self.bias and (b_ih is None or b_hh is None)):
+                if torch.is_grad_enabled():
+                    return _step.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
+                                             self.eps)
+                return _step.ln_gru_step_parts(input, hx, w_ih, w_hh,
+                                               self._affine_parts(g_ih, b_ih, g_hh, b_hh),
+                                               self.eps)
+            return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
         return self._one_step(input, (hx,), time_step)[0]
+
+
+    def _affine_parts(self, *tensors) -> tuple:
+        """``_step.gru_affine_parts`` of these tensors, kept from one call to the next without
+        autograd (the splits are a third of a batch-1 step's ops). The parts share the
+        Parameters' storage, so in-place updates show through; they are kept while the same
+        Parameter objects hold the same storage in the same inference mode, and never while
+        tracing or compiling or for tensors other than Parameters (torch.func's)."""
+        g_ih, b_ih, g_hh, b_hh = tensors
+        key = (torch.is_inference_mode_enabled(), g_ih.data_ptr(), g_hh.data_ptr(),
+               0 if b_ih is None else b_ih.data_ptr(), 0 if b_hh is None else b_hh.data_ptr())
+        kept = self.__dict__.get("_kept_parts")
+        if kept is not None and kept[0] is g_ih and kept[1] is b_ih and kept[2] is g_hh and \
+                kept[3] is b_hh and kept[4] == key and not (torch.jit.is_tracing() or
+                                                            torch.compiler.is_compiling()):
+            return kept[5]
+        parts = _step.gru_affine_parts(*tensors)
+        if not (torch.jit.is_tracing() or torch.compiler.is_compiling() or
+                any(t is not None and type(t) is not nn.Parameter for t in tensors)):
+            self.__dict__["_kept_parts"] = (g_ih, b_ih, g_hh, b_hh, key, parts)
+        return parts
 
 
 class RNNCell(_Cell):
