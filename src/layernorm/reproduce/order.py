@@ -35,9 +35,8 @@ from ..data.captions import PIXELS, GREY_LEVELS
 from ..experiments import Config, register_experiment, register_model
 from ..experiments.registry import by_preset as _pick
 from ..models.order import OrderEmbedding, retrieval_metrics, split_order_loss, violation_matrix
-from .paper import LossAsRegression
+from .paper import SEEDS, LossAsRegression, arms
 
-SEEDS = {"tiny": (0,), "quick": (0, 1, 2, 3, 4), "full": (0, 1, 2, 3, 4)}
 SELECTION = "val_c2i_rsum"        # the validation criterion of the best model (Vendrov et al.)
 RSUM_KEYS = ("c2i_r1", "c2i_r5", "c2i_r10")
 MEAN_KEYS = ("c2i_r1", "c2i_r10", "i2c_r1", "i2c_r10")
@@ -143,9 +142,7 @@ def paper_order(preset: str) -> list[Config]:
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
                    quick={"steps": 1500, "eval_every": 75},
                    full={"steps": 6000, "eval_every": 200})
-    return [Config(dataset="digit-captions", model="order", norm=norm,
-                   batch_size=_pick(preset, tiny=16, quick=128, full=128), seed=seed,
-                   optimizer="adam", lr=1e-3, grad_clip=2.0, model_args=dict(model),
-                   data_args=dict(data, limit_train=64) if preset == "tiny" else dict(data),
-                   **length)
-            for norm in ("none", "layer") for seed in SEEDS[preset]]
+    return arms(preset, "digit-captions", "order", ("none", "layer"),
+                 batch_size=_pick(preset, tiny=16, quick=128, full=128), model_args=model,
+                 data_args=dict(data, limit_train=64) if preset == "tiny" else data,
+                 length=length, lr=1e-3, grad_clip=2.0)

@@ -253,14 +253,17 @@ def char_lm(dataset, norm: str, hidden: int = 128, embed: int = 32,
 
 # ----------------------------------------------------------------------------- experiments
 
-def _arms(preset: str, dataset: str, model: str, norms: tuple[str, ...], *, batch_size: int,
-          model_args: dict, data_args: dict, length: dict, lr_full: float = 1e-3) -> list[Config]:
-    """One Config per (norm, seed) with the settings the four experiments share: Adam at 1e-3
-    (tiny; ``lr_full`` for full) or 3e-3 (quick), gradients clipped at norm 10."""
+def arms(preset: str, dataset: str, model: str, norms: tuple[str, ...], *, batch_size: int,
+          model_args: dict, data_args: dict, length: dict, lr_full: float = 1e-3,
+          lr: float | None = None, grad_clip: float = 10.0) -> list[Config]:
+    """One Config per (norm, seed) with the settings the section 6 experiments share: Adam at
+    1e-3 (tiny; ``lr_full`` for full) or 3e-3 (quick) unless ``lr`` fixes one rate for every
+    preset, gradients clipped at norm ``grad_clip``."""
+    if lr is None:
+        lr = _pick(preset, tiny=1e-3, quick=3e-3, full=lr_full)
     return [Config(dataset=dataset, model=model, norm=norm, batch_size=batch_size, seed=seed,
-                   optimizer="adam", lr=_pick(preset, tiny=1e-3, quick=3e-3, full=lr_full),
-                   grad_clip=10.0, model_args=dict(model_args), data_args=dict(data_args),
-                   **length)
+                   optimizer="adam", lr=lr, grad_clip=grad_clip, model_args=dict(model_args),
+                   data_args=dict(data_args), **length)
             for norm in norms for seed in SEEDS[preset]]
 
 
@@ -274,7 +277,7 @@ def paper_draw(preset: str) -> list[Config]:
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2}, quick={"epochs": 6},
                    full={"epochs": 100})
     dataset = "binarized-mnist" if preset == "full" else "digits-binary"   # 28x28 / 8x8
-    return _arms(preset, dataset, "draw", ("none", "layer"),
+    return arms(preset, dataset, "draw", ("none", "layer"),
                  batch_size=_pick(preset, tiny=16, quick=64, full=128), model_args=model,
                  data_args={"limit_test": 32} if preset == "tiny" else {}, length=length)
 
@@ -294,7 +297,7 @@ def paper_reader(preset: str) -> list[Config]:
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
                    quick={"steps": 250, "eval_every": 25}, full={"steps": 4000, "eval_every": 100})
     dataset = "cnn-questions" if preset == "full" else "cloze"
-    return _arms(preset, dataset, "reader", ("none", "batch", "layer"),
+    return arms(preset, dataset, "reader", ("none", "batch", "layer"),
                  batch_size=_pick(preset, tiny=16, quick=32, full=64), model_args=model,
                  data_args=data, length=length)
 
@@ -311,7 +314,7 @@ def paper_handwriting(preset: str) -> list[Config]:
                   full={"hidden": 128, "layers": 3, "mixtures": 10})
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
                    quick={"steps": 200, "eval_every": 20}, full={"steps": 3000, "eval_every": 100})
-    return _arms(preset, "pen-strokes", "mdn", ("none", "layer"), batch_size=8,
+    return arms(preset, "pen-strokes", "mdn", ("none", "layer"), batch_size=8,
                  model_args=model, data_args=data, length=length)
 
 
@@ -336,7 +339,7 @@ def paper_charlm(preset: str) -> list[Config]:
                   full={"hidden": 256, "embed": 64, "completion_questions": 1000})
     length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
                    quick={"steps": 250, "eval_every": 25}, full={"steps": 5000, "eval_every": 250})
-    return _arms(preset, "docstrings", "char_lm", ("none", "batch", "layer"),
+    return arms(preset, "docstrings", "char_lm", ("none", "batch", "layer"),
                  batch_size=_pick(preset, tiny=8, quick=32, full=64), model_args=model,
                  data_args=data, length=length, lr_full=2e-3)
 
