@@ -30,12 +30,7 @@ def threads(B: int) -> int:
 
 def call(lib, kernel: str, cls, who: str, **fields) -> None:
     """Fill a ``cls`` (tensors by address: float32 / int32 / float64 as the fields say, and
-    contiguous; None: NULL) and run ``kernel`` on it. The caller keeps the tensors alive.
-
-    ``hs=`` (T + 1, B, H) = [h0, h_1, ...] may stand for ``h0=hs[0], out=hs[1:]``."""
-    if "hs" in fields:
-        hs = fields.pop("hs")
-        fields["h0"], fields["out"] = hs[0], hs[1:]
+    contiguous; None: NULL) and run ``kernel`` on it. The caller keeps the tensors alive."""
     names = {name for name, _ in cls._fields_}
     args = cls()
     for name, value in fields.items():

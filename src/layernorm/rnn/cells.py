@@ -214,7 +214,6 @@ class GRUCell(_Cell):
             return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
         return self._one_step(input, (hx,), time_step)[0]
 
-
     def _affine_parts(self, *tensors) -> tuple:
         """``_step.gru_affine_parts`` of these tensors, kept from one call to the next without
         autograd (the splits are a third of a batch-1 step's ops). The parts share the
