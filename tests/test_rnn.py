@@ -511,3 +511,27 @@ def test_batch_norm_terms_through_torchs_kernel_equal_the_readable_terms(mode, p
         torch.testing.assert_close(p, q, msg=name)
     torch.testing.assert_close(evals[0].data if packed else evals[0],
                                evals[1].data if packed else evals[1])
+
+
+@pytest.mark.parametrize("cls", [L.LSTM, L.GRU])
+def test_second_order_through_a_state_from_an_earlier_call(cls):
+    """create_graph=True where h0 was computed by an earlier call of the same module (truncated
+    BPTT, a decoder fed its state): the fused path's differentiable backward takes the partial
+    derivatives of this call only, so first and second derivatives equal the readable loop's."""
+    torch.manual_seed(0)
+    m = cls(3, 4)
+    x1, x2 = torch.randn(5, 2, 3), torch.randn(5, 2, 3)
+
+    def derivatives():
+        params = list(m.parameters())
+        _, state = m(x1)
+        out, _ = m(x2, state)
+        first = torch.autograd.grad((out ** 2).sum(), params, create_graph=True)
+        second = torch.autograd.grad(sum((g ** 2).sum() for g in first), params)
+        return [g.detach() for g in first], second
+    fast = derivatives()
+    m.use_fused = False
+    loop = derivatives()
+    for got, want in zip(fast, loop):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-4 * b.abs().max().item() + 1e-5, rtol=1e-4)

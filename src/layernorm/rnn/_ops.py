@@ -126,13 +126,27 @@ def register_autograd(op, name, n_states, loop, first_order):
 def _second_order(ctx, inputs, batch_sizes, grads, loop):
     """The backward as a differentiable function of the inputs and of the output gradients:
     re-run the forward as ``loop`` and differentiate it with ``create_graph=True``."""
-    need = [i for i, t in enumerate(inputs) if t is not None and ctx.needs_input_grad[i]]
+    return differentiable_backward(lambda *xs: loop(*xs, batch_sizes, ctx.eps), inputs,
+                                   ctx.needs_input_grad, grads)
+
+
+def differentiable_backward(fn, inputs, needs_input_grad, grads):
+    """The gradients of ``fn(*inputs)`` (a tuple of outputs) with output gradients ``grads`` (None:
+    not needed), as differentiable functions of the inputs and of ``grads``: what a custom
+    backward returns under ``create_graph=True``. Each input enters ``fn`` as a fresh alias, so
+    its gradient is the partial derivative through this call only: an input computed from another
+    (h0 from the weights, by an earlier call) does not add the earlier call's path twice.
+    -> one gradient or None per entry of ``needs_input_grad``."""
+    need = [i for i, t in enumerate(inputs) if t is not None and needs_input_grad[i]]
     with torch.enable_grad():
-        outs = loop(*inputs, batch_sizes, ctx.eps)
+        aliases = [t if t is None or not needs_input_grad[i] else t.view_as(t)
+                   for i, t in enumerate(inputs)]
+        outs = fn(*aliases)
+        outs = outs if isinstance(outs, tuple) else (outs,)
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
-        found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in need],
+        found = torch.autograd.grad([o for o, _ in pairs], [aliases[i] for i in need],
                                     [g for _, g in pairs], create_graph=True, allow_unused=True)
-    result = [None] * len(inputs)
+    result = [None] * len(needs_input_grad)
     for i, g in zip(need, found):
         result[i] = g
     return result
