@@ -28,6 +28,13 @@ def _declare(lib) -> None:
             f = getattr(lib, f"{cell}_{kernel}")
             f.argtypes = [p]  # a pointer to the cell's struct (_structs.LSTMArgs / GRUArgs)
             f.restype = i
+        # the cells' one step, W_hh h given as the second argument (GRU backward: the direct
+        # gradient of h_0 as the second)
+        step_backward = [p, p] if cell == "gru" else [p]
+        for kernel, args in (("step_forward", [p, p]), ("step_backward", step_backward)):
+            f = getattr(lib, f"{cell}_{kernel}")
+            f.argtypes = args
+            f.restype = i
         for what in ("struct_size", "struct_last"):
             f = getattr(lib, f"{cell}_{what}")
             f.argtypes = []

@@ -36,10 +36,18 @@ def ln_lstm_step(x: Tensor, h: Tensor, c: Tensor, w_ih: Tensor, w_hh: Tensor,
         c_t = sigmoid(f) c + sigmoid(i) tanh(g)
         h_t = sigmoid(o) tanh(LN(c_t))
     """
-    G = w_ih.shape[0]
+    return lstm_from_terms(F.linear(x, w_ih), F.linear(h, w_hh), c, gain_ih, bias_ih, gain_hh,
+                           bias_hh, gain_c, bias_c, eps)
+
+
+def lstm_from_terms(xw: Tensor, hg: Tensor, c: Tensor, gain_ih: Tensor, bias_ih: Tensor | None,
+                    gain_hh: Tensor, bias_hh: Tensor | None, gain_c: Tensor,
+                    bias_c: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+    """``ln_lstm_step`` from its two GEMMs, xw = W_x x and hg = W_h h (B, 4H) each: the step
+    the C kernel computes after them (``_cell_native``), and its second derivatives."""
+    G = xw.shape[-1]
     H = G // 4
-    gates = (_ln(F.linear(x, w_ih), (G,), gain_ih, bias_ih, eps)
-             + _ln(F.linear(h, w_hh), (G,), gain_hh, bias_hh, eps))     # (B, 4H)
+    gates = _ln(xw, (G,), gain_ih, bias_ih, eps) + _ln(hg, (G,), gain_hh, bias_hh, eps)  # (B, 4H)
     ingate, forgetgate, _, outgate = torch.sigmoid(gates).unsafe_chunk(4, 1)
     c = torch.addcmul(forgetgate * c, ingate, torch.tanh(gates.narrow(1, 2 * H, H)))
     h = outgate * torch.tanh(_ln(c, (H,), gain_c, bias_c, eps))
@@ -76,11 +84,17 @@ def ln_gru_step_parts(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, parts: t
                       eps: float) -> Tensor:
     """``ln_gru_step`` with the gains and biases already split (``gru_affine_parts``): what a
     cell without autograd reuses from step to step while its parameters are unchanged."""
+    return gru_from_terms(F.linear(x, w_ih), F.linear(h, w_hh), h, parts, eps)
+
+
+def gru_from_terms(xw: Tensor, hg: Tensor, h: Tensor, parts: tuple, eps: float) -> Tensor:
+    """``ln_gru_step_parts`` from its two GEMMs, xw = W_x x and hg = W_h h (B, 3H) each: the step
+    the C kernel computes after them (``_cell_native``), and its second derivatives."""
     H = h.shape[-1]
     sizes = [2 * H, H]
     g_ih_rz, g_ih_n, b_ih_rz, b_ih_n, g_hh_rz, g_hh_n, b_hh_rz, b_hh_n = parts
-    x_rz, x_n = F.linear(x, w_ih).unsafe_split_with_sizes(sizes, 1)
-    h_rz, h_n = F.linear(h, w_hh).unsafe_split_with_sizes(sizes, 1)
+    x_rz, x_n = xw.unsafe_split_with_sizes(sizes, 1)
+    h_rz, h_n = hg.unsafe_split_with_sizes(sizes, 1)
     gates = (_ln(x_rz, (2 * H,), g_ih_rz, b_ih_rz, eps)            # LN over (r, z) jointly
              + _ln(h_rz, (2 * H,), g_hh_rz, b_hh_rz, eps))
     resetgate, updategate = torch.sigmoid(gates).unsafe_chunk(2, 1)

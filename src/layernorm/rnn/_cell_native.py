@@ -1,0 +1,196 @@
+"""One LN-LSTM / LN-GRU step of the cells in one C call on the CPU (float32): the path of
+``LSTMCell`` / ``GRUCell`` (and of the modules at T = 1) when the C kernels load.
+
+A step is two GEMMs and then a few hundred units of layer norms and gates. torch computes the
+GEMMs (xw = W_x x_t and hg = W_hh h_{t-1}, each (B, G), through ``F.linear``, so autograd
+differentiates them as any linear layer); ``_rnn_steps.c``'s ``*_step_forward`` then runs the
+rest of the step (every layer norm, the gates, c_t and h_t) in one pass over each row, where the
+torch-ops step (``_step``) spends a dozen dispatched ops. The backward is one C call as well
+(``*_step_backward``: the gradients of xw, hg, the state and the gains and biases). Its
+second derivatives (``create_graph=True``) differentiate ``_step``'s torch-ops step instead, so
+every order is exact.
+
+``lib_for`` says when this path applies; elsewhere (other dtypes and devices, TorchScript,
+tracing, torch.compile, torch.func transforms, forward-mode AD, no bias) the cells take the
+torch-ops step, which computes the same function.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _driver, _ops, _step
+from ._structs import GRUArgs, LSTMArgs
+
+_byref = ctypes.byref
+
+
+def lib_for(x: Tensor):
+    """The C kernels when they apply to a step on ``x`` (float32 CPU, eager reverse-mode
+    autograd), else None."""
+    lib = _driver.native_lib(x)
+    if lib is None or torch.jit.is_scripting() or torch.jit.is_tracing() or \
+            torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active() or \
+            getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        return None
+    return lib
+
+
+def _run(status: int, who: str) -> None:
+    if status != 0:
+        raise MemoryError(f"{who}: the C kernel could not allocate its per-thread workspace "
+                          f"(status {status}). Use a smaller batch or fewer threads.")
+
+
+def _p(t: Tensor) -> int:
+    return t.data_ptr()
+
+
+def _needs_graph(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _second_order(ctx, step, n_inputs, grads):
+    """The backward as a differentiable function (``create_graph=True``): ``step`` (the
+    torch-ops step from the GEMMs' outputs) re-run on the saved inputs and differentiated."""
+    eps = ctx.eps
+    return tuple(_ops.differentiable_backward(lambda *xs: step(*xs, eps),
+                                              ctx.saved_tensors[:n_inputs],
+                                              ctx.needs_input_grad, grads))
+
+
+# ---- LN-LSTM ----------------------------------------------------------------------------------
+
+def _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, save):
+    """-> h_1, c_1 (B, H) and, with ``save``, what the backward reads: cs (2, B, H) = [c_0; c_1],
+    the activations (B, 4H), tanh(LN(c_1)) (B, H) and the statistics (6, 1, B)."""
+    B, G = xw.shape
+    H = G // 4
+    h_new, c_new = xw.new_empty(B, H), xw.new_empty(B, H)
+    if save:
+        cs, act, tc, stats = (xw.new_empty(2, B, H), xw.new_empty(B, G), xw.new_empty(B, H),
+                              xw.new_empty(6, 1, B))
+        cs[0] = c
+        kept = {"cs": _p(cs), "act_all": _p(act), "tc_all": _p(tc), "stats": _p(stats),
+                "hg_all": _p(hg)}
+    else:
+        c_new.copy_(c)                      # updated in place by the kernel
+        kept = {}
+    args = LSTMArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=eps, xw=_p(xw),
+                    gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
+                    gain_c=_p(g_c), bias_c=_p(b_c), out=_p(h_new), h_n=_p(h_new),
+                    c_n=_p(c_new), **kept)
+    _run(lib.lstm_step_forward(_byref(args), _p(hg)), "LSTMCell")
+    return h_new, c_new, ((cs, act, tc, stats) if save else None)
+
+
+class _LSTMStep(torch.autograd.Function):
+    """(xw, hg, c_0, gain_ih, bias_ih, gain_hh, bias_hh, gain_c, bias_c) -> (h_1, c_1), every
+    tensor float32 and contiguous, ``lib`` the loaded C kernels."""
+
+    # forward(ctx, ...) rather than setup_context: apply() then skips binding the signature;
+    # torch.func transforms take the torch-ops step (``lib_for``).
+    @staticmethod
+    def forward(ctx, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib):
+        h_new, c_new, saved = _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c,
+                                            eps, True)
+        ctx.eps, ctx.lib = eps, lib
+        ctx.save_for_backward(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, *saved)
+        return h_new, c_new
+
+    @staticmethod
+    def backward(ctx, dh, dc):
+        if torch.is_grad_enabled():
+            return _second_order(ctx, _step.lstm_from_terms, 9, (dh, dc))
+        xw, hg, _, g_ih, b_ih, g_hh, b_hh, g_c, b_c, cs, act, tc, stats = ctx.saved_tensors
+        B, G = xw.shape
+        H = G // 4
+        dxg, dhg, dparams = xw.new_empty(B, G), xw.new_empty(B, G), xw.new_zeros(18 * H,
+                                                                               dtype=torch.float64)
+        dc = dc.contiguous().clone()        # in: of c_1; out: of c_0
+        dh, zeros = dh.contiguous(), xw.new_zeros(B, H)   # kept alive through the call
+        args = LSTMArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps, xw=_p(xw),
+                        gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
+                        gain_c=_p(g_c), bias_c=_p(b_c), grad_out=_p(zeros),
+                        cs=_p(cs), hg_all=_p(hg), act_all=_p(act), tc_all=_p(tc),
+                        stats=_p(stats), dh=_p(dh), dc=_p(dc), dxg=_p(dxg),
+                        dhg=_p(dhg), dparams=_p(dparams))
+        _run(ctx.lib.lstm_step_backward(_byref(args)), "LSTMCell backward")
+        d_gh, d_bh, d_gc, d_bc, d_gx, d_bx = dparams.to(xw.dtype).split([G, G, H, H, G, G])
+        return dxg, dhg, dc, d_gx, d_bx, d_gh, d_bh, d_gc, d_bc, None, None
+
+
+def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
+    """``_step.ln_lstm_step`` with the step after the GEMMs in C (every tensor float32, CPU;
+    biases present)."""
+    xw, hg, c = F.linear(x, w_ih), F.linear(h, w_hh), c.contiguous()
+    g_ih, b_ih, g_hh, b_hh, g_c, b_c = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh, g_c, b_c))
+    if _needs_graph(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c):
+        return _LSTMStep.apply(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib)
+    return _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, False)[:2]
+
+
+# ---- LN-GRU -----------------------------------------------------------------------------------
+
+def _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, save):
+    """-> h_1 (B, H) and, with ``save``, the statistics (8, 1, B) the backward reads."""
+    B, G = xw.shape
+    H = G // 3
+    h_new = xw.new_empty(B, H)
+    stats = xw.new_empty(8, 1, B) if save else None
+    kept = {"hg_all": _p(hg), "stats": _p(stats)} if save else {}
+    args = GRUArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=eps, xw=_p(xw),
+                   gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
+                   gain_u=_p(g_hh) + 8 * H, bias_u=_p(b_hh) + 8 * H, h0=_p(h), out=_p(h_new),
+                   h_n=_p(h_new), **kept)
+    _run(lib.gru_step_forward(_byref(args), _p(hg)), "GRUCell")
+    return h_new, stats
+
+
+def _gru_from_terms(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps):
+    return _step.gru_from_terms(xw, hg, h, _step.gru_affine_parts(g_ih, b_ih, g_hh, b_hh), eps)
+
+
+class _GRUStep(torch.autograd.Function):
+    """(xw, hg, h_0, gain_ih, bias_ih, gain_hh, bias_hh) -> h_1, as ``_LSTMStep``."""
+
+    @staticmethod
+    def forward(ctx, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib):
+        h_new, stats = _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, True)
+        ctx.eps, ctx.lib = eps, lib
+        ctx.save_for_backward(xw, hg, h, g_ih, b_ih, g_hh, b_hh, stats)
+        return h_new
+
+    @staticmethod
+    def backward(ctx, dh):
+        if torch.is_grad_enabled():
+            return _second_order(ctx, _gru_from_terms, 7, (dh,))
+        xw, hg, h, g_ih, b_ih, g_hh, b_hh, stats = ctx.saved_tensors
+        B, G = xw.shape
+        H = G // 3
+        dxg, dhg, direct = xw.new_empty(B, G), xw.new_empty(B, G), xw.new_empty(B, H)
+        dparams = xw.new_zeros(12 * H, dtype=torch.float64)
+        dh, zeros = dh.contiguous(), xw.new_zeros(B, H)   # kept alive through the call
+        args = GRUArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps, xw=_p(xw),
+                       gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
+                       gain_u=_p(g_hh) + 8 * H, bias_u=_p(b_hh) + 8 * H,
+                       grad_out=_p(zeros), h0=_p(h), hg_all=_p(hg),
+                       stats=_p(stats), dh=_p(dh), dxg=_p(dxg), dhg=_p(dhg),
+                       dparams=_p(dparams))
+        _run(ctx.lib.gru_step_backward(_byref(args), _p(direct)), "GRUCell backward")
+        d_gh, d_bh, d_gu, d_bu, d_gx, d_bx = dparams.to(xw.dtype).split(
+            [2 * H, 2 * H, H, H, G, G])
+        return (dxg, dhg, direct, d_gx, d_bx, torch.cat([d_gh, d_gu]), torch.cat([d_bh, d_bu]),
+                None, None)
+
+
+def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps):
+    """``_step.ln_gru_step`` with the step after the GEMMs in C (as ``lstm_step``)."""
+    xw, hg, h = F.linear(x, w_ih), F.linear(h, w_hh), h.contiguous()
+    g_ih, b_ih, g_hh, b_hh = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh))
+    if _needs_graph(xw, hg, h, g_ih, b_ih, g_hh, b_hh):
+        return _GRUStep.apply(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib)
+    return _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, False)[0]
