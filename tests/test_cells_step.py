@@ -225,7 +225,7 @@ def test_bn_cell_keeps_the_readable_path_and_its_statistics():
     assert cell.num_batches_tracked.tolist() == [0, 1]
 
 
-@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
 def test_hot_path_falls_back_to_the_checked_path(mode):
     """The cells' hot path takes only what it can check in a few reads: a tensor set in a
     Parameter's place (weight drop) still computes with that tensor, and every bad input or

@@ -256,4 +256,16 @@ class RNNCell(_Cell):
                 time_step: int = 0) -> torch.Tensor:
         if hx is None and isinstance(input, torch.Tensor):
             hx = self._zeros(input)
+        w_ih = self._fast_weight(input, (hx,))
+        if w_ih is not None:
+            if self.norm == "none":
+                return self._step_once("", input, (hx,))[0]
+            p = self._parameters                 # the step's tensors without _get's fallbacks
+            w_hh, gain, b_ih, b_hh = (p.get("weight_hh"), p.get("gain"), p.get("bias_ih"),
+                                      p.get("bias_hh"))
+            if not (w_hh is None or gain is None or self.bias and (b_ih is None or b_hh is None)):
+                bias = None if b_ih is None else b_ih + b_hh
+                return _step.ln_rnn_step(input, hx, w_ih, w_hh, gain, bias, self.eps,
+                                         self.nonlinearity)
+            return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
         return self._one_step(input, (hx,), time_step)[0]
