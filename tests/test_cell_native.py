@@ -169,3 +169,32 @@ def test_modules_at_one_step_take_the_c_step(monkeypatch):
         torch.testing.assert_close(out, m(x)[0], **TOL)
         monkeypatch.setattr(fused, "USE_NATIVE", True)
     assert len(calls) == 4                                 # two layers each
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_half_cells_step_in_float32_and_round_once(monkeypatch, mode, dtype):
+    """Without native half GEMMs a half-type cell of 2+ rows runs the float32 C step (the
+    conversions differentiable) and rounds its states once: the float32 cell's values to the
+    dtype's precision, gradients in the parameters' dtype."""
+    if _cell_native.half_gemm_native(dtype):
+        pytest.skip("this CPU has native half GEMMs: the half-type ops run")
+    cell = _cell(mode, 5, 7, dtype=torch.float32)
+    x, state = torch.randn(3, 5), _state(mode, 3, 7, dtype=torch.float32)
+    want = _call(cell, x, state)
+    g_want = _grads(want, list(cell.parameters()))
+    half = cell.to(dtype)
+    calls = _steps(monkeypatch)
+    got = _call(half, x.to(dtype), tuple(s.to(dtype) for s in state))
+    assert len(calls) == 2                       # the half call, then its float32 step
+    g_got = _grads(got, list(half.parameters()))
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype == torch.float16 else {"atol": 3e-2, "rtol": 3e-2}
+    for a, b in zip(got, want):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), b, **tol)
+    for a, b in zip(g_got, g_want):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), b, atol=5 * tol["atol"] * b.abs().max().item(),
+                                   rtol=0)
+    one = _call(half, x[:1].to(dtype), tuple(s[:1].to(dtype) for s in state))  # one row: ops
+    assert len(calls) == 2 and one[0].dtype == dtype

@@ -23,15 +23,26 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _driver, _ops, _step
+from ._gemm import half_gemm_native
 from ._structs import GRUArgs, LSTMArgs
 
 _byref = ctypes.byref
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
 def lib_for(x: Tensor):
-    """The C kernels when they apply to a step on ``x`` (float32 CPU, eager reverse-mode
-    autograd), else None."""
-    lib = _driver.native_lib(x)
+    """The C kernels when they apply to a step on ``x`` (float32 CPU, or a half type on a CPU
+    without native half GEMMs; eager reverse-mode autograd), else None."""
+    if x.dtype in _HALF:
+        # float32 converts the weights at every step (~25 us for 64K values): measured faster
+        # than the half-type torch ops from 2 rows up (bfloat16, I 64, H 128, 1 thread: 0.87x at
+        # B = 2, 0.47x at B = 8), slower for one row, which keeps the torch ops
+        lib = None if half_gemm_native(x.dtype) or x.shape[0] < 2 else \
+            _driver.native_lib(x.new_empty(0, dtype=torch.float32))
+    else:
+        lib = _driver.native_lib(x)
     if lib is None or torch.jit.is_scripting() or torch.jit.is_tracing() or \
             torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active() or \
             getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
@@ -124,8 +135,12 @@ class _LSTMStep(torch.autograd.Function):
 
 
 def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
-    """``_step.ln_lstm_step`` with the step after the GEMMs in C (every tensor float32, CPU;
-    biases present)."""
+    """``_step.ln_lstm_step`` with the step after the GEMMs in C (CPU tensors of one dtype,
+    ``lib_for``'s; biases present)."""
+    if x.dtype in _HALF:                     # in float32 (GEMMs and all), rounded once
+        h, c = _step_in_float32(lstm_step, x.dtype, lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh,
+                                b_hh, g_c, b_c, eps)
+        return h, c
     xw, hg, c = F.linear(x, w_ih), F.linear(h, w_hh), c.contiguous()
     g_ih, b_ih, g_hh, b_hh, g_c, b_c = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh, g_c, b_c))
     if _needs_graph(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c):
@@ -189,8 +204,20 @@ class _GRUStep(torch.autograd.Function):
 
 def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps):
     """``_step.ln_gru_step`` with the step after the GEMMs in C (as ``lstm_step``)."""
+    if x.dtype in _HALF:
+        return _step_in_float32(gru_step, x.dtype, lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
+                                eps)[0]
     xw, hg, h = F.linear(x, w_ih), F.linear(h, w_hh), h.contiguous()
     g_ih, b_ih, g_hh, b_hh = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh))
     if _needs_graph(xw, hg, h, g_ih, b_ih, g_hh, b_hh):
         return _GRUStep.apply(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib)
     return _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, False)[0]
+
+
+def _step_in_float32(step, dtype, lib, *args):
+    """A half-type step on a CPU without native half GEMMs (torch emulates them, several times
+    slower than float32): every tensor converted to float32 (differentiably), the step in the
+    float32 kernels, the new state rounded to ``dtype`` once -> a tuple of states."""
+    *tensors, eps = args
+    out = step(lib, *(t.float() for t in tensors), eps)
+    return tuple(o.to(dtype) for o in (out if isinstance(out, tuple) else (out,)))
