@@ -198,3 +198,19 @@ def test_half_cells_step_in_float32_and_round_once(monkeypatch, mode, dtype):
                                    rtol=0)
     one = _call(half, x[:1].to(dtype), tuple(s[:1].to(dtype) for s in state))  # one row: ops
     assert len(calls) == 2 and one[0].dtype == dtype
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_c_step_batched_gradients(mode):
+    """Batched output gradients (jacobian(vectorize=True), is_grads_batched) reach the
+    backward as tensors without storage: it differentiates the torch-ops step instead."""
+    cell = _cell(mode, 4, 3, dtype=torch.float32)
+    state = _state(mode, 2, 3, dtype=torch.float32)
+    x = torch.randn(2, 4)
+
+    def h(a):
+        return _call(cell, a, state)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                  # torch's legacy vmap is deprecated
+        fast = torch.autograd.functional.jacobian(h, x, vectorize=True)
+    torch.testing.assert_close(fast, torch.autograd.functional.jacobian(h, x), **TOL)

@@ -64,9 +64,17 @@ def _needs_graph(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def _torch_ops_backward(grad: Tensor) -> bool:
+    """The backward differentiates the torch-ops step instead of calling C: for second order
+    (``create_graph=True``) and for batched gradients (``is_grads_batched``, vmap: tensors
+    without storage)."""
+    return torch.is_grad_enabled() or torch._C._are_functorch_transforms_active() or \
+        not torch._C._has_storage(grad)
+
+
 def _second_order(ctx, step, n_inputs, grads):
-    """The backward as a differentiable function (``create_graph=True``): ``step`` (the
-    torch-ops step from the GEMMs' outputs) re-run on the saved inputs and differentiated."""
+    """The backward as a differentiable function: ``step`` (the torch-ops step from the GEMMs'
+    outputs) re-run on the saved inputs and differentiated."""
     eps = ctx.eps
     return tuple(_ops.differentiable_backward(lambda *xs: step(*xs, eps),
                                               ctx.saved_tensors[:n_inputs],
@@ -114,7 +122,7 @@ class _LSTMStep(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dh, dc):
-        if torch.is_grad_enabled():
+        if _torch_ops_backward(dh) or not torch._C._has_storage(dc):
             return _second_order(ctx, _step.lstm_from_terms, 9, (dh, dc))
         xw, hg, _, g_ih, b_ih, g_hh, b_hh, g_c, b_c, cs, act, tc, stats = ctx.saved_tensors
         B, G = xw.shape
@@ -181,7 +189,7 @@ class _GRUStep(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dh):
-        if torch.is_grad_enabled():
+        if _torch_ops_backward(dh):
             return _second_order(ctx, _gru_from_terms, 7, (dh,))
         xw, hg, h, g_ih, b_ih, g_hh, b_hh, stats = ctx.saved_tensors
         B, G = xw.shape
