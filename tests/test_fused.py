@@ -168,10 +168,12 @@ def _native_or_skip():
 
 
 @pytest.mark.parametrize("M,K,N", [(1, 1, 1), (5, 7, 33), (13, 64, 80), (25, 256, 1024),
-                                   (32, 1024, 256)])
+                                   (32, 1024, 256), (1, 9, 200), (2, 3, 40), (3, 17, 24),
+                                   (4, 128, 512), (4, 5, 72), (7, 9, 56), (8, 512, 128)])
 def test_native_gemm_matches_torch(M, K, N):
     """The C kernel's own recurrent GEMM (register tiles over panels of the packed weight): odd
-    row counts (partial tiles), N not a multiple of the panel width (zero-padded panels)."""
+    row counts (partial tiles), N not a multiple of the panel width (zero-padded panels); a few
+    rows take wider tiles, so N also leaves a narrower tile at the end of a row."""
     lib = _native_or_skip()
     a, w = torch.randn(M, K), torch.randn(N, K)
     panels = fused._panels(w, lib.panel_width())
