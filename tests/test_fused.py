@@ -183,6 +183,16 @@ def test_native_gemm_matches_torch(M, K, N):
     assert (y[:, N:] == 0).all()  # padded columns: zero weights
 
 
+@pytest.mark.parametrize("G,K", [(1, 1), (3, 12), (40, 24), (512, 128)])
+def test_panels_of_the_transpose_from_the_weight(G, K):
+    """The backward's W_hh^T panels made from W_hh itself (and cached with it) are the panels
+    of the transposed copy, zero columns padding K."""
+    w = torch.randn(G, K)
+    for width in (4, 8, 16, 32):
+        torch.testing.assert_close(fused._panels(w, width, transposed=True),
+                                   fused._panels(w.t().contiguous(), width), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_native_same_result_with_any_thread_count(kind):
     """The C forward kernel splits the examples over threads; each example's arithmetic is the

@@ -194,7 +194,7 @@ def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_
     dw_hh = _ops.native_backward(
         lib, "gru_backward_seq", _driver.GRUArgs, "ln_gru_sequence", _contig(h0), out,
         batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
-        wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(), xw=xw,
+        wtp=_panels(w_hh, lib.panel_width(), transposed=True), grad_out=grad_out.contiguous(), xw=xw,
         gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
         bias_h=_contig(bias_h), gain_u=_contig(gain_u), bias_u=_contig(bias_u), hg_all=hg_all,
         stats=stats, dh=dh, dxg=dxg, dparams=dparams)

@@ -201,7 +201,7 @@ def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain
     dw_hh = _ops.native_backward(
         lib, "lstm_backward_seq", _driver.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
         batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
-        wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(), xw=xw,
+        wtp=_panels(w_hh, lib.panel_width(), transposed=True), grad_out=grad_out.contiguous(), xw=xw,
         gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,
         hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh, dc=dc, dxg=dxg,
         dparams=dparams)
