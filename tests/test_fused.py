@@ -194,6 +194,39 @@ def test_panels_of_the_transpose_from_the_weight(G, K):
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("T,B,H", [(5, 3, 3), (2, 1, 1)])
+def test_fused_eager_call_equals_the_registered_operator(kind, T, B, H, monkeypatch):
+    """In eager mode the operators' bodies run without torch's dispatcher, with the operators'
+    autograd: the same outputs and gradients (first and second order) as the registered
+    operators, which fake tensors (torch.compile / export) still reach."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from layernorm.rnn import _ops
+    _native_or_skip()
+    fn = KINDS[kind][0]
+    args = make_args(kind, T, B, H)
+    lens = torch.tensor([T, 1, T - 1][:B])
+    results, seen, real = [], [], _ops.eager
+    for eager in (True, False):
+        monkeypatch.setattr(_ops, "eager", (lambda *a: seen.append(real(*a)) or seen[-1])
+                            if eager else (lambda *a: False))
+        outs = fn(*args, lengths=lens)
+        grads = torch.autograd.grad(outs[0].square().sum(), args, create_graph=True)
+        second = torch.autograd.grad(sum(g.sum() for g in grads), args[0])
+        results.append([*outs, *grads, *second])
+    assert seen and all(seen)  # the forward and the first-order backward ran eagerly
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    monkeypatch.undo()
+    mode = FakeTensorMode()
+    fake = [mode.from_tensor(a.detach()).requires_grad_() for a in args]
+    with mode:
+        outs = fn(*fake)
+        torch.autograd.grad(outs[0].sum(), fake)
+    assert [o.shape for o in outs] == [r.shape for r in results[0][:len(outs)]]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_native_same_result_with_any_thread_count(kind):
     """The C forward kernel splits the examples over threads; each example's arithmetic is the
     same whatever the split, so 1 and 2 threads give identical outputs (gradients sum over
