@@ -183,6 +183,32 @@ def test_native_gemm_matches_torch(M, K, N):
     assert (y[:, N:] == 0).all()  # padded columns: zero weights
 
 
+@pytest.mark.parametrize("T,B,K,N", [(200, 8, 64, 512), (3, 1, 5, 16), (2, 3, 7, 12), (1, 1, 1, 4)])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_input_linear_on_one_thread_matches_float64(T, B, K, N, x_grad):
+    """The input term on one thread through the C kernels' GEMM (N a whole number of panels;
+    else torch's): forward and the gradients of x and w against float64."""
+    lib = _native_or_skip()
+    x = torch.randn(T, B, K).requires_grad_(x_grad)
+    w = torch.randn(N, K, requires_grad=True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        y = fused.input_linear(x, w)
+        native = type(y.grad_fn).__name__ == "_NativeLinearBackward"
+        assert native == (N % lib.panel_width() == 0)
+        g = torch.randn_like(y)
+        grads = torch.autograd.grad(y, [x, w] if x_grad else [w], g)
+    finally:
+        torch.set_num_threads(before)
+    x64, w64 = x.detach().double().requires_grad_(x_grad), w.detach().double().requires_grad_()
+    y64 = torch.nn.functional.linear(x64, w64)
+    grads64 = torch.autograd.grad(y64, [x64, w64] if x_grad else [w64], g.double())
+    torch.testing.assert_close(y.double(), y64, atol=1e-5 * K ** 0.5, rtol=1e-5)
+    for a, b in zip(grads, grads64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * (T * B * N) ** 0.5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("G,K", [(1, 1), (3, 12), (40, 24), (512, 128)])
 def test_panels_of_the_transpose_from_the_weight(G, K):
     """The backward's W_hh^T panels made from W_hh itself (and cached with it) are the panels
