@@ -168,10 +168,12 @@ def _native_or_skip():
 
 
 @pytest.mark.parametrize("M,K,N", [(1, 1, 1), (5, 7, 33), (13, 64, 80), (25, 256, 1024),
-                                   (32, 1024, 256)])
+                                   (32, 1024, 256), (1, 9, 200), (2, 3, 40), (3, 17, 24),
+                                   (4, 128, 512), (4, 5, 72), (7, 9, 56), (8, 512, 128)])
 def test_native_gemm_matches_torch(M, K, N):
     """The C kernel's own recurrent GEMM (register tiles over panels of the packed weight): odd
-    row counts (partial tiles), N not a multiple of the panel width (zero-padded panels)."""
+    row counts (partial tiles), N not a multiple of the panel width (zero-padded panels); a few
+    rows take wider tiles, so N also leaves a narrower tile at the end of a row."""
     lib = _native_or_skip()
     a, w = torch.randn(M, K), torch.randn(N, K)
     panels = fused._panels(w, lib.panel_width())
@@ -179,6 +181,75 @@ def test_native_gemm_matches_torch(M, K, N):
     lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
     torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-4 * K ** 0.5, rtol=1e-5)
     assert (y[:, N:] == 0).all()  # padded columns: zero weights
+
+
+@pytest.mark.parametrize("T,B,K,N", [(200, 8, 64, 512), (3, 1, 5, 16), (2, 3, 7, 12), (1, 1, 1, 4)])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_input_linear_on_one_thread_matches_float64(T, B, K, N, x_grad):
+    """The input term on one thread through the C kernels' GEMM (N a whole number of panels;
+    else torch's): forward and the gradients of x and w against float64."""
+    lib = _native_or_skip()
+    x = torch.randn(T, B, K).requires_grad_(x_grad)
+    w = torch.randn(N, K, requires_grad=True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        y = fused.input_linear(x, w)
+        native = type(y.grad_fn).__name__ == "_NativeLinearBackward"
+        assert native == (N % lib.panel_width() == 0)
+        g = torch.randn_like(y)
+        grads = torch.autograd.grad(y, [x, w] if x_grad else [w], g)
+    finally:
+        torch.set_num_threads(before)
+    x64, w64 = x.detach().double().requires_grad_(x_grad), w.detach().double().requires_grad_()
+    y64 = torch.nn.functional.linear(x64, w64)
+    grads64 = torch.autograd.grad(y64, [x64, w64] if x_grad else [w64], g.double())
+    torch.testing.assert_close(y.double(), y64, atol=1e-5 * K ** 0.5, rtol=1e-5)
+    for a, b in zip(grads, grads64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * (T * B * N) ** 0.5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("G,K", [(1, 1), (3, 12), (40, 24), (512, 128)])
+def test_panels_of_the_transpose_from_the_weight(G, K):
+    """The backward's W_hh^T panels made from W_hh itself (and cached with it) are the panels
+    of the transposed copy, zero columns padding K."""
+    w = torch.randn(G, K)
+    for width in (4, 8, 16, 32):
+        torch.testing.assert_close(fused._panels(w, width, transposed=True),
+                                   fused._panels(w.t().contiguous(), width), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("T,B,H", [(5, 3, 3), (2, 1, 1)])
+def test_fused_eager_call_equals_the_registered_operator(kind, T, B, H, monkeypatch):
+    """In eager mode the operators' bodies run without torch's dispatcher, with the operators'
+    autograd: the same outputs and gradients (first and second order) as the registered
+    operators, which fake tensors (torch.compile / export) still reach."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from layernorm.rnn import _ops
+    _native_or_skip()
+    fn = KINDS[kind][0]
+    args = make_args(kind, T, B, H)
+    lens = torch.tensor([T, 1, T - 1][:B])
+    results, seen, real = [], [], _ops.eager
+    for eager in (True, False):
+        monkeypatch.setattr(_ops, "eager", (lambda *a: seen.append(real(*a)) or seen[-1])
+                            if eager else (lambda *a: False))
+        outs = fn(*args, lengths=lens)
+        grads = torch.autograd.grad(outs[0].square().sum(), args, create_graph=True)
+        second = torch.autograd.grad(sum(g.sum() for g in grads), args[0])
+        results.append([*outs, *grads, *second])
+    assert seen and all(seen)  # the forward and the first-order backward ran eagerly
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    monkeypatch.undo()
+    mode = FakeTensorMode()
+    fake = [mode.from_tensor(a.detach()).requires_grad_() for a in args]
+    with mode:
+        outs = fn(*fake)
+        torch.autograd.grad(outs[0].sum(), fake)
+    assert [o.shape for o in outs] == [r.shape for r in results[0][:len(outs)]]
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

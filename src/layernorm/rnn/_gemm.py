@@ -6,6 +6,8 @@ import weakref
 
 import torch
 
+from . import _driver, _ops
+
 _PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
 
 
@@ -67,15 +69,22 @@ def _packed_weight(w: torch.Tensor, batch: int):
                         lambda wc: torch.ops.mkldnn._reorder_linear_weight(wc, batch))
 
 
-def _panels(w: torch.Tensor, width: int) -> torch.Tensor:
+def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tensor:
     """w (G, K) in the C kernel's layout: (ceil(G / width), K, width) column panels,
-    panels[p, k, c] = w[p * width + c, k], zero rows padding G (``_rnn_steps.c``, gemm_rows)."""
+    panels[p, k, c] = w[p * width + c, k], zero rows padding G (``_rnn_steps.c``, gemm_rows).
+    ``transposed``: the panels of w.t() (the backward's W_hh^T), made from w itself and cached
+    with it. Either is one strided copy of w (measured at w (512, 128), one thread: 0.26 ms for
+    the panels of the view w.t(), made and not cached, against 0.09 ms cached and 0.10 ms when w
+    changed)."""
     def make(wc):
-        G, K = wc.shape
-        pad = -G % width
-        return torch.nn.functional.pad(wc, (0, 0, 0, pad)).reshape(-1, width, K) \
-            .transpose(1, 2).contiguous()
-    return _cached_pack(w, ("panels", width), make)
+        if transposed:  # panels[p, g, c] = w[g, p * width + c]
+            pad = -wc.shape[1] % width
+            wc = torch.nn.functional.pad(wc, (0, pad)) if pad else wc
+            return wc.reshape(wc.shape[0], -1, width).transpose(0, 1).contiguous()
+        pad = -wc.shape[0] % width
+        wc = torch.nn.functional.pad(wc, (0, 0, 0, pad)) if pad else wc
+        return wc.reshape(-1, width, wc.shape[1]).transpose(1, 2).contiguous()
+    return _cached_pack(w, ("panels_t" if transposed else "panels", width), make)
 
 
 _HALF_GEMM: dict[torch.dtype, bool] = {}  # whether oneDNN has a native GEMM for a half type here
@@ -96,13 +105,14 @@ def half_gemm_native(dtype: torch.dtype) -> bool:
 
 
 def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)); without autograd on the
-    CPU in float32 through oneDNN with w packed once and cached (measured ~25-30% faster than
-    F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Under torch.compile it is ``F.linear``
-    (the compiler picks its own kernel). On a CPU without native half GEMMs a bfloat16 / float16
-    product (half tensors, or under autocast) is computed in float32 and rounded to the half type
-    once: the dtype torch's rules give (autocast's for linear), the accuracy of a float32
-    accumulation, and the speed of a float32 GEMM."""
+    """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)). On one thread, in
+    float32 on the CPU, through the C kernels' GEMM (``_NativeLinear``; with more threads MKL's
+    threaded GEMM is faster); else without autograd through oneDNN with w packed once and cached
+    (measured ~25-30% faster than F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Under
+    torch.compile it is ``F.linear`` (the compiler picks its own kernel). On a CPU without
+    native half GEMMs a bfloat16 / float16 product (half tensors, or under autocast) is computed
+    in float32 and rounded to the half type once: the dtype torch's rules give (autocast's for
+    linear), the accuracy of a float32 accumulation, and the speed of a float32 GEMM."""
     if torch.compiler.is_compiling():
         return torch.nn.functional.linear(x, w)
     device = x.device.type
@@ -112,11 +122,50 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             and (autocast or w.dtype == x.dtype):
         with torch.autocast(device, enabled=False):
             return input_linear(x.float(), w.float()).to(half)
+    if not autocast and torch.get_num_threads() == 1 and x.dim() == 3 and _native_applies(x, w):
+        return _NativeLinear.apply(x, w)
     if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and not autocast:
         packed = _packed_weight(w, x.shape[0] * x.shape[1])
         if packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
     return torch.nn.functional.linear(x, w)
+
+
+def _native_applies(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """The C kernels' GEMM can compute x @ w.T: eager float32 CPU tensors (``_ops.eager``),
+    w's rows a whole number of panels."""
+    if x.dtype != torch.float32 or w.dtype != torch.float32 or not _ops.eager(x, w):
+        return False
+    lib = _driver.native_lib(x)
+    return w.shape[0] % lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31
+
+
+class _NativeLinear(torch.autograd.Function):
+    """``F.linear(x, w)`` for x (T, B, K) through the C kernels' GEMM (one thread; measured at
+    (1600, 64) x (64, 512), the input term of T, B = 200, 8 and H = 128: 1.6 ms against 2.5 for
+    MKL's, 2.1 for oneDNN's); the backward in torch ops: dx = dy @ w, dw = dy^T x."""
+
+    @staticmethod
+    def forward(x, w):
+        lib = _driver.native_lib(x)
+        N, K = w.shape
+        a = x.detach().reshape(-1, K).contiguous()
+        wp = _panels(w, lib.panel_width())
+        y = x.new_empty(*x.shape[:-1], N)
+        lib.gemm_packed(a.shape[0], K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr())
+        return y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        flat = dy.reshape(-1, w.shape[0])
+        dx = torch.mm(flat, w).view_as(x) if ctx.needs_input_grad[0] else None
+        dw = torch.mm(flat.t(), x.reshape(-1, w.shape[1])) if ctx.needs_input_grad[1] else None
+        return dx, dw
 
 
 class _Linear:

@@ -194,7 +194,8 @@ def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_
     dw_hh = _ops.native_backward(
         lib, "gru_backward_seq", _driver.GRUArgs, "ln_gru_sequence", _contig(h0), out,
         batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
-        wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(), xw=xw,
+        wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
+        grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
         bias_h=_contig(bias_h), gain_u=_contig(gain_u), bias_u=_contig(bias_u), hg_all=hg_all,
         stats=stats, dh=dh, dxg=dxg, dparams=dparams)
@@ -212,13 +213,16 @@ _BACKWARD_SCHEMA = (
     "Tensor)")
 
 
-@torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)
-def ln_gru_op(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
+def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
               save):
     """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``) and the
     path taken (1,) int8. Rows sorted by decreasing length."""
     return _ops.forward(_forward_native, _forward_ops, 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
                         bias_u, gain_x, bias_x, batch_sizes, eps, save)
+
+
+ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)(
+    _gru_body)
 
 
 @ln_gru_op.register_fake
@@ -230,14 +234,17 @@ def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes,
             torch.empty(1, dtype=torch.int8))
 
 
-@torch.library.custom_op("layernorm::ln_gru_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def ln_gru_backward_op(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
+def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
                        bias_x, out, hg_all, stats, path, batch_sizes):
     """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
             bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes)
     return _ops.backward("ln_gru_backward", path, xw, _backward_native, _backward_ops, args)
+
+
+ln_gru_backward_op = torch.library.custom_op(
+    "layernorm::ln_gru_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)(_gru_backward_body)
 
 
 @ln_gru_backward_op.register_fake
@@ -255,7 +262,8 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
     H = G // 3
     grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
     grad_hn = xw.new_zeros(B, H) if grads[1] is None else grads[1]
-    dxw, dh0, dw_hh, dparams = torch.ops.layernorm.ln_gru_backward(
+    dxw, dh0, dw_hh, dparams = _ops.call(
+        ln_gru_backward_op, _gru_backward_body,
         grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
         *saved, batch_sizes)
     parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
@@ -294,7 +302,8 @@ def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bi
     return _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps)
 
 
-_ops.register_autograd(ln_gru_op, "ln_gru", 2, _loop_with_input_ln, _first_order)
+_run = _ops.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
+                              _first_order)
 
 
 def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
@@ -352,8 +361,8 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
             t is not None and t.requires_grad for t in (xg, h0, *params, gain_x, bias_x))
 
         def run(xg_, h0_):
-            out, h_n, *_ = ln_gru_op(xg_, h0_, *params, gain_x, bias_x, batch_sizes, float(eps),
-                                     save)
+            out, h_n, *_ = _run(xg_, h0_, *params, gain_x, bias_x, batch_sizes, float(eps),
+                                save)
             return out, h_n
     outs = seq.with_order(run, order, xg, (h0,))
     return tuple(o.to(out_dtype) for o in outs)

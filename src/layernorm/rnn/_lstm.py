@@ -201,7 +201,8 @@ def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain
     dw_hh = _ops.native_backward(
         lib, "lstm_backward_seq", _driver.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
         batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
-        wtp=_panels(w_hh.t(), lib.panel_width()), grad_out=grad_out.contiguous(), xw=xw,
+        wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
+        grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,
         hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh, dc=dc, dxg=dxg,
         dparams=dparams)
@@ -223,14 +224,17 @@ _BACKWARD_SCHEMA = (
     "Tensor, Tensor)")
 
 
-@torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)
-def ln_lstm_op(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes,
+def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes,
                eps, save):
     """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
     cs, hg_all, act_all, tc_all, stats (empty without ``save``) and the path taken (1,) int8.
     Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``."""
     return _ops.forward(_forward_native, _forward_ops, 4, xw, h0, c0, w_hh, gain_h, bias_h, gain_c,
                         bias_c, gain_x, bias_x, batch_sizes, eps, save)
+
+
+ln_lstm_op = torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)(
+    _lstm_body)
 
 
 @ln_lstm_op.register_fake
@@ -243,14 +247,17 @@ def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_si
             torch.empty(1, dtype=torch.int8))
 
 
-@torch.library.custom_op("layernorm::ln_lstm_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def ln_lstm_backward_op(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
+def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
                         cs, hg_all, act_all, tc_all, stats, path, batch_sizes):
     """-> grads of xw (T, B, G), h0, c0, w_hh and the LN parameters as one vector [gain_h,
     bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
             gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes)
     return _ops.backward("ln_lstm_backward", path, xw, _backward_native, _backward_ops, args)
+
+
+ln_lstm_backward_op = torch.library.custom_op(
+    "layernorm::ln_lstm_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)(_lstm_backward_body)
 
 
 @ln_lstm_backward_op.register_fake
@@ -269,7 +276,8 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
     H = G // 4
     grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
                                   zip(grads, ((T, B, H), (B, H), (B, H))))
-    dxw, dh0, dc0, dw_hh, dparams = torch.ops.layernorm.ln_lstm_backward(
+    dxw, dh0, dc0, dw_hh, dparams = _ops.call(
+        ln_lstm_backward_op, _lstm_backward_body,
         grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, *saved,
         batch_sizes)
     parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
@@ -307,7 +315,8 @@ def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x
     return _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps)
 
 
-_ops.register_autograd(ln_lstm_op, "ln_lstm", 3, _loop_with_input_ln, _first_order)
+_run = _ops.register_autograd(ln_lstm_op, _lstm_body, "ln_lstm", 3, _loop_with_input_ln,
+                              _first_order)
 
 
 # ---- the entry point -------------------------------------------------------------------------
@@ -366,8 +375,8 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
             t is not None and t.requires_grad for t in (xg, h0, c0, *params, gain_x, bias_x))
 
         def run(xg_, h0_, c0_):
-            out, h_n, c_n, *_ = ln_lstm_op(xg_, h0_, c0_, *params, gain_x, bias_x, batch_sizes,
-                                           float(eps), save)
+            out, h_n, c_n, *_ = _run(xg_, h0_, c0_, *params, gain_x, bias_x, batch_sizes,
+                                     float(eps), save)
             return out, h_n, c_n
     outs = seq.with_order(run, order, xg, (h0, c0))
     return tuple(o.to(out_dtype) for o in outs)
