@@ -214,3 +214,20 @@ def test_c_step_batched_gradients(mode):
         warnings.simplefilter("ignore")                  # torch's legacy vmap is deprecated
         fast = torch.autograd.functional.jacobian(h, x, vectorize=True)
     torch.testing.assert_close(fast, torch.autograd.functional.jacobian(h, x), **TOL)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_dispatch_modes_take_the_torch_ops_step(monkeypatch, mode):
+    """Under a dispatch mode (fake tensors for shape inference, FLOP counting) the step is torch
+    ops the mode can see: fake tensors have no data for C to read."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+    calls = _steps(monkeypatch)
+    with FakeTensorMode():
+        cell = _cell(mode, 4, 3, dtype=torch.float32)
+        out = _call(cell, torch.randn(2, 4), _state(mode, 2, 3, dtype=torch.float32))
+        assert [tuple(o.shape) for o in out] == [(2, 3)] * len(out)
+    cell = _cell(mode, 4, 3, dtype=torch.float32)
+    with FlopCounterMode(display=False) as counter:
+        _call(cell, torch.randn(2, 4), _state(mode, 2, 3, dtype=torch.float32))
+    assert counter.get_total_flops() > 0 and calls == []

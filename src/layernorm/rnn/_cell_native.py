@@ -11,8 +11,8 @@ second derivatives (``create_graph=True``) differentiate ``_step``'s torch-ops s
 every order is exact.
 
 ``lib_for`` says when this path applies; elsewhere (other dtypes and devices, TorchScript,
-tracing, torch.compile, torch.func transforms, forward-mode AD, no bias) the cells take the
-torch-ops step, which computes the same function.
+tracing, torch.compile, dispatch or function modes and tensor subclasses, torch.func transforms,
+forward-mode AD, no bias) the cells take the torch-ops step, which computes the same function.
 """
 from __future__ import annotations
 
@@ -34,20 +34,19 @@ _HALF = (torch.bfloat16, torch.float16)
 
 def lib_for(x: Tensor):
     """The C kernels when they apply to a step on ``x`` (float32 CPU, or a half type on a CPU
-    without native half GEMMs; eager reverse-mode autograd), else None."""
+    without native half GEMMs; ``_ops.eager_mode``, no torch.func transform, reverse-mode
+    autograd), else None."""
+    if not _ops.eager_mode(x) or torch._C._are_functorch_transforms_active() or \
+            getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        return None
     if x.dtype in _HALF:
         # float32 converts the weights at every step (~25 us for 64K values): measured faster
         # than the half-type torch ops from 2 rows up (bfloat16, I 64, H 128, 1 thread: 0.87x at
         # B = 2, 0.47x at B = 8), slower for one row, which keeps the torch ops
-        lib = None if half_gemm_native(x.dtype) or x.shape[0] < 2 else \
-            _driver.native_lib(x.new_empty(0, dtype=torch.float32))
-    else:
-        lib = _driver.native_lib(x)
-    if lib is None or torch.jit.is_scripting() or torch.jit.is_tracing() or \
-            torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active() or \
-            getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
-        return None
-    return lib
+        if half_gemm_native(x.dtype) or x.shape[0] < 2:
+            return None
+        x = x.new_empty(0, dtype=torch.float32)
+    return _driver.native_lib(x)
 
 
 def _run(status: int, who: str) -> None:
@@ -64,12 +63,17 @@ def _needs_graph(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _torch_ops_backward(grad: Tensor) -> bool:
+def _torch_ops_backward(*grads: Tensor) -> bool:
     """The backward differentiates the torch-ops step instead of calling C: for second order
     (``create_graph=True``) and for batched gradients (``is_grads_batched``, vmap: tensors
     without storage)."""
     return torch.is_grad_enabled() or torch._C._are_functorch_transforms_active() or \
-        not torch._C._has_storage(grad)
+        not all(torch._C._has_storage(g) for g in grads)
+
+
+def _after(t: Tensor, n: int) -> int:
+    """The address of t[n:] (t flat and contiguous)."""
+    return t.data_ptr() + n * t.element_size()
 
 
 def _second_order(ctx, step, n_inputs, grads):
@@ -122,7 +126,7 @@ class _LSTMStep(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dh, dc):
-        if _torch_ops_backward(dh) or not torch._C._has_storage(dc):
+        if _torch_ops_backward(dh, dc):
             return _second_order(ctx, _step.lstm_from_terms, 9, (dh, dc))
         xw, hg, _, g_ih, b_ih, g_hh, b_hh, g_c, b_c, cs, act, tc, stats = ctx.saved_tensors
         B, G = xw.shape
@@ -146,9 +150,8 @@ def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
     """``_step.ln_lstm_step`` with the step after the GEMMs in C (CPU tensors of one dtype,
     ``lib_for``'s; biases present)."""
     if x.dtype in _HALF:                     # in float32 (GEMMs and all), rounded once
-        h, c = _step_in_float32(lstm_step, x.dtype, lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh,
+        return _step_in_float32(lstm_step, x.dtype, lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh,
                                 b_hh, g_c, b_c, eps)
-        return h, c
     xw, hg, c = F.linear(x, w_ih), F.linear(h, w_hh), c.contiguous()
     g_ih, b_ih, g_hh, b_hh, g_c, b_c = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh, g_c, b_c))
     if _needs_graph(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c):
@@ -167,8 +170,8 @@ def _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, save):
     kept = {"hg_all": _p(hg), "stats": _p(stats)} if save else {}
     args = GRUArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=eps, xw=_p(xw),
                    gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
-                   gain_u=_p(g_hh) + 8 * H, bias_u=_p(b_hh) + 8 * H, h0=_p(h), out=_p(h_new),
-                   h_n=_p(h_new), **kept)
+                   gain_u=_after(g_hh, 2 * H), bias_u=_after(b_hh, 2 * H), h0=_p(h),
+                   out=_p(h_new), h_n=_p(h_new), **kept)
     _run(lib.gru_step_forward(_byref(args), _p(hg)), "GRUCell")
     return h_new, stats
 
@@ -199,7 +202,7 @@ class _GRUStep(torch.autograd.Function):
         dh, zeros = dh.contiguous(), xw.new_zeros(B, H)   # kept alive through the call
         args = GRUArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps, xw=_p(xw),
                        gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
-                       gain_u=_p(g_hh) + 8 * H, bias_u=_p(b_hh) + 8 * H,
+                       gain_u=_after(g_hh, 2 * H), bias_u=_after(b_hh, 2 * H),
                        grad_out=_p(zeros), h0=_p(h), hg_all=_p(hg),
                        stats=_p(stats), dh=_p(dh), dxg=_p(dxg), dhg=_p(dhg),
                        dparams=_p(dparams))

@@ -23,15 +23,20 @@ TORCH_OPS, NATIVE = 0, 1  # the path a forward took, returned by the operator
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def eager(*args) -> bool:
-    """Whether an operator call may run its body directly: eager mode (not compiling, exporting
-    or tracing; no dispatch or function mode, so no fake tensors), plain tensors (no subclass),
-    and the C kernels apply to the first one (CPU float32). Else the registered operator runs."""
+def eager_mode(*tensors) -> bool:
+    """Eager mode (not compiling, exporting or tracing; no dispatch or function mode, so no fake
+    tensors) on plain tensors (no subclass): where a C kernel may run in place of torch ops."""
     if (torch.compiler.is_compiling() or torch.jit.is_tracing()
             or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()):
         return False
+    return all(type(t) in _PLAIN for t in tensors)
+
+
+def eager(*args) -> bool:
+    """Whether an operator call may run its body directly: ``eager_mode`` and the C kernels
+    apply to the first tensor (CPU float32). Else the registered operator runs."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    return all(type(t) in _PLAIN for t in tensors) and _driver.native_lib(tensors[0]) is not None
+    return eager_mode(*tensors) and _driver.native_lib(tensors[0]) is not None
 
 
 def call(op, body, *args):
