@@ -10,7 +10,7 @@ RNN rows (fwd = no-grad forward, fwd+bwd = one training step), per cell, shape T
 Norm rows, 16384x4096 (bf16, and fp32): GB/s of the bytes each pass must move (fwd: read x, write
 y; fwd+bwd: + read x, dy, write dx) against a device-to-device copy of x measured in the same
 run ("of copy"), and ratio against torch.nn.RMSNorm / nn.LayerNorm.
-Medians of interleaved rounds after warm-up (layernorm.bench.compare).
+Medians of interleaved rounds after warm-up (layernorm_paper.bench.compare).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from torch import nn
 
 import layernorm
 import layernorm.kernels as K
-from layernorm.bench import compare, format_table
+from layernorm_paper.bench import compare, format_table
 
 RNN_SHAPES = ((100, 32, 128, 256), (512, 64, 1024, 1024))
 NORM_SHAPES = ((16384, 4096),)
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
         print(format_table(rows, ["shape", "dtype", "impl", "fwd ms", "fwd GB/s", "fwd of copy",
                                   "fwd+bwd ms", "fwd+bwd GB/s", "fwd+bwd of copy", "ratio"]))
     if args.json:
-        from layernorm._io import atomic_write_json
+        from layernorm_paper._io import atomic_write_json
         atomic_write_json(args.json, result)
         print(f"wrote {args.json}")
     return 0

@@ -6,7 +6,7 @@ Same as ``layernorm bench norms``.
 """
 import sys
 
-from layernorm.cli import main
+from layernorm_paper.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "norms", *sys.argv[1:]]))

@@ -8,11 +8,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from layernorm import functional as LF
-from layernorm.analysis import geometry as G
-from layernorm.analysis.invariance import (PAPER_TABLE, TRANSFORMATIONS, measure_invariance,
+from layernorm_paper.analysis import geometry as G
+from layernorm_paper.analysis.invariance import (PAPER_TABLE, TRANSFORMATIONS, measure_invariance,
                                            run_invariance)
-from layernorm.analysis.layer import METHODS, load_digits_xy, normalized_layer
-from layernorm.cli import main
+from layernorm_paper.analysis.layer import METHODS, load_digits_xy, normalized_layer
+from layernorm_paper.cli import main
 from layernorm.norms import weight_norm
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from layernorm import _io
-from layernorm.cli import main
-from layernorm.experiments import Config, MetricsError, RunDirError, load_checkpoint, read_metrics
-from layernorm.experiments.registry import register_experiment, register_model
-from layernorm.experiments.runner import run_configs, run_dir_for
-from layernorm.experiments.runtime import local_batch_size, read_env
-from layernorm.reproduce.command import LOCK, reproduce
+from layernorm_paper import _io
+from layernorm_paper.cli import main
+from layernorm_paper.experiments import Config, MetricsError, RunDirError, load_checkpoint, read_metrics
+from layernorm_paper.experiments.registry import register_experiment, register_model
+from layernorm_paper.experiments.runner import run_configs, run_dir_for
+from layernorm_paper.experiments.runtime import local_batch_size, read_env
+from layernorm_paper.reproduce.command import LOCK, reproduce
 
 
 def _cfg(**kw):

@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from layernorm.bench import baseline, compare, ratios
-from layernorm.bench.cells import bench_bn_lstm, bench_cells
-from layernorm.bench.rnn import bench_rnn
-from layernorm.cli import main
+from layernorm_paper.bench import baseline, compare, ratios
+from layernorm_paper.bench.cells import bench_bn_lstm, bench_cells
+from layernorm_paper.bench.rnn import bench_rnn
+from layernorm_paper.cli import main
 from tests.reference import ScriptLNLSTM, ref_recurrent
 
 TINY = ["--shapes", "3x2x4x8", "--repeat", "1", "--warmup", "0", "--clock", "process"]
@@ -150,12 +150,12 @@ def test_bench_rnn_without_the_source_checkout(monkeypatch, tmp_path, capsys, wh
 
 
 def test_python_dash_m_layernorm_bench(monkeypatch, capsys):
-    """``python -m layernorm.bench ...`` is ``layernorm bench ...``; a bad value: exit 2, one
+    """``python -m layernorm_paper.bench ...`` is ``layernorm bench ...``; a bad value: exit 2, one
     line."""
     def run(*argv):
-        monkeypatch.setattr(sys, "argv", ["layernorm.bench", *argv])
+        monkeypatch.setattr(sys, "argv", ["layernorm_paper.bench", *argv])
         with pytest.raises(SystemExit) as stop:
-            runpy.run_module("layernorm.bench", run_name="__main__", alter_sys=True)
+            runpy.run_module("layernorm_paper.bench", run_name="__main__", alter_sys=True)
         return stop.value.code
     assert run("norms", "--shapes", "8x4", "--norms", "layer", "--repeat", "1") == 0
     assert "layernorm.LayerNorm" in capsys.readouterr().out
@@ -169,10 +169,10 @@ def test_the_benchmarks_sit_above_the_library():
     import no command of their own layer but the command line's entry point."""
     from tests.test_layers import import_graph
     graph = import_graph()
-    bench = {m for m in graph if m == "layernorm.bench" or m.startswith("layernorm.bench.")}
-    assert {"layernorm.bench.harness", "layernorm.bench.rnn", "layernorm.bench.cells"} <= bench
+    bench = {m for m in graph if m == "layernorm_paper.bench" or m.startswith("layernorm_paper.bench.")}
+    assert {"layernorm_paper.bench.harness", "layernorm_paper.bench.rnn", "layernorm_paper.bench.cells"} <= bench
     for module, targets in graph.items():
         if module not in bench:
             assert not targets & bench, f"{module} imports the benchmarks: {targets & bench}"
-    assert "layernorm.bench.rnn" not in graph["layernorm.rnn"]
-    assert graph["layernorm.bench.harness"] == set(), "the harness needs nothing of the package"
+    assert "layernorm_paper.bench.rnn" not in graph["layernorm.rnn"]
+    assert graph["layernorm_paper.bench.harness"] == set(), "the harness needs nothing of the package"

@@ -2,7 +2,7 @@
 import json
 import os
 
-from layernorm.cli import main
+from layernorm_paper.cli import main
 
 
 def test_demo_shows_ln_independent_of_batch(capsys):
@@ -25,7 +25,7 @@ def test_bench_norms_prints_ratios_and_writes_json(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- reproduce
 def test_reproduce_exits_1_and_names_the_failed_runs(tmp_path, capsys, monkeypatch):
-    from layernorm.experiments import runner
+    from layernorm_paper.experiments import runner
 
     def run_configs(configs, out, **kw):    # every run fails, as a worker killed for memory would
         return [runner.RunResult(c, runner.run_dir_for(c, out), "failed", "worker process died")
@@ -41,9 +41,9 @@ def test_reproduce_exits_1_and_names_the_failed_runs(tmp_path, capsys, monkeypat
 
 def test_a_second_reproduce_on_one_directory_refuses_and_a_stale_lock_is_taken_over(
         tmp_path, capsys, monkeypatch):
-    from layernorm._io import exclusive_lock
-    from layernorm.experiments import runner
-    from layernorm.reproduce.command import LOCK, reproduce
+    from layernorm_paper._io import exclusive_lock
+    from layernorm_paper.experiments import runner
+    from layernorm_paper.reproduce.command import LOCK, reproduce
     with exclusive_lock(tmp_path / LOCK, "held by {pid}"):   # a reproduce running right now
         assert main(["reproduce", "--preset", "tiny", "--only", "analysis", "--out",
                      str(tmp_path)]) == 2
@@ -62,7 +62,7 @@ def test_a_second_reproduce_on_one_directory_refuses_and_a_stale_lock_is_taken_o
 
 def test_exclusive_lock_refuses_a_directory_and_a_live_holder(tmp_path):
     import pytest
-    from layernorm._io import BusyError, exclusive_lock
+    from layernorm_paper._io import BusyError, exclusive_lock
     (tmp_path / "d.lock").mkdir()
     with pytest.raises(BusyError, match="lock file .*d.lock is a directory; expected a plain "
                                         "file.*Remove that directory"):

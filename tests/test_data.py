@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from layernorm.data import (DATASETS, ChecksumError, OfflineError, Resource, cache_dir, fetch,
+from layernorm_paper.data import (DATASETS, ChecksumError, OfflineError, Resource, cache_dir, fetch,
                             load_dataset)
-from layernorm.data import downloadable
-from layernorm.data.embedded import split_indices
+from layernorm_paper.data import downloadable
+from layernorm_paper.data.embedded import split_indices
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +85,7 @@ def test_digits_split_is_deterministic_disjoint_and_seeded():
 
 def test_digits_are_sklearn_load_digits():
     from sklearn.datasets import load_digits
-    from layernorm.data.embedded import _digits_arrays
+    from layernorm_paper.data.embedded import _digits_arrays
     d = load_digits()
     x, y = _digits_arrays()
     assert np.array_equal(x * 16, d.data) and np.array_equal(y, d.target)
@@ -235,7 +235,7 @@ def test_fetch_truncated_download_raises(tmp_path):
 
 
 def test_an_interrupted_download_is_resumed_with_a_range_request_and_verified(tmp_path):
-    from layernorm.data.download import partial_path
+    from layernorm_paper.data.download import partial_path
     body = np.random.default_rng(1).bytes(50_000)
     with _Server({"a.bin": body}, ranges=True) as srv:
         res = _resource("a.bin", body, [srv.url("a.bin")])
@@ -255,7 +255,7 @@ def test_an_interrupted_download_is_resumed_with_a_range_request_and_verified(tm
 
 
 def test_a_server_that_ignores_the_range_replaces_the_part(tmp_path):
-    from layernorm.data.download import partial_path
+    from layernorm_paper.data.download import partial_path
     body = b"0123456789" * 3000
     with _Server({"a.bin": body}) as srv:                   # answers 200 with the whole file
         res = _resource("a.bin", body, [srv.url("a.bin")])
@@ -402,7 +402,7 @@ def test_shakespeare_loader_makes_next_character_targets(monkeypatch, tmp_path):
 
 
 def test_data_cli_fetch_list_and_offline(monkeypatch, tmp_path, capsys):
-    from layernorm.cli import main
+    from layernorm_paper.cli import main
     files = {"input.txt": b"To be, or not to be\n" * 10}
     with _Server(files) as srv:
         _serve_as(monkeypatch, tmp_path, srv, "tiny-shakespeare", files)
@@ -422,8 +422,8 @@ def test_data_cli_fetch_list_and_offline(monkeypatch, tmp_path, capsys):
 
 
 def test_offline_dataset_fails_its_run_with_the_message_and_others_continue(monkeypatch, tmp_path):
-    from layernorm.experiments import Config
-    from layernorm.experiments.runner import run_configs
+    from layernorm_paper.experiments import Config
+    from layernorm_paper.experiments.runner import run_configs
     monkeypatch.setenv("LAYERNORM_DATA", str(tmp_path / "cache"))
     monkeypatch.setitem(downloadable.RESOURCES, "tiny-shakespeare", [
         Resource("tiny-shakespeare", "input.txt", (_refused_url(),), "0" * 64, 3)])
@@ -495,7 +495,7 @@ def _cnn_archive():
 
 
 def test_cnn_questions_download_verify_resume_cache_and_parse(monkeypatch, tmp_path):
-    from layernorm.data.download import partial_path
+    from layernorm_paper.data.download import partial_path
     archive = _cnn_archive()
     files = {"cnn.tgz": archive}
     with _Server(files, ranges=True) as srv:
@@ -531,7 +531,7 @@ def test_cnn_questions_download_verify_resume_cache_and_parse(monkeypatch, tmp_p
     test = load_dataset("cnn-questions", max_passage=12, max_query=6, test_split="test")
     assert test.y_test.tolist() == [4] and test.num_classes == 5
     # the reader of section 6.2 takes it as it takes the generated cloze task
-    import layernorm.reproduce.paper as paper
+    import layernorm_paper.reproduce.paper as paper
     model = paper.reader(ds, "batch", hidden=4, embed=4)
     logits = model(ds.x_train)
     assert logits.shape == (2, E) and torch.isinf(logits[1, 2])   # @entity2 not in b1's passage
@@ -541,7 +541,7 @@ def test_cnn_questions_download_verify_resume_cache_and_parse(monkeypatch, tmp_p
 
 
 def test_cnn_question_files_that_are_not_questions_are_named(tmp_path):
-    from layernorm.data.cnn_questions import parse_question, read_questions
+    from layernorm_paper.data.cnn_questions import parse_question, read_questions
     assert parse_question(_question_file("a b", "c @placeholder", "@entity7", {}).decode()) == (
         ["a", "b"], ["c", "@placeholder"], "@entity7")
     buf = io.BytesIO()

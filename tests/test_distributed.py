@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from layernorm import distributed as D
-from layernorm.cli import main
-from layernorm.experiments import Config, Runtime, read_metrics
-from layernorm.experiments.runner import run_configs
+from layernorm_paper import distributed as D
+from layernorm_paper.cli import main
+from layernorm_paper.experiments import Config, Runtime, read_metrics
+from layernorm_paper.experiments.runner import run_configs
 from layernorm.norms import BatchNorm
 
 GROUP_TIMEOUT_S = 120
@@ -110,7 +110,7 @@ def _cli_worker(rank: int, world_size: int, port: int, outs: list[str], kill_ran
     torch.set_num_threads(1)                         # as torchrun does (OMP_NUM_THREADS=1)
     if kill_rank1_at is not None and rank == 1:
         _die_at_optimizer_step(kill_rank1_at)
-    from layernorm.cli import main
+    from layernorm_paper.cli import main
     rc = main(RUN + ["--out", outs[rank]])
     if rc:
         raise RuntimeError(f"rank {rank}: layernorm run exited with {rc}")
@@ -166,7 +166,7 @@ def test_batch_split_ln_identical_bn_differs_syncbn_identical(runs):
 def test_report_judges_the_real_pairs(runs):
     """The reproduction report's distributed section, on these real runs (they sit in
     ROOT/runs/ddp_batch_split, where the report of ROOT looks): all three facts supported."""
-    from layernorm.report import build_report
+    from layernorm_paper.report import build_report
     root = runs[0].parent.parent
     build_report(root)
     verdicts = {r["claim"]: r["verdict"] for r in

@@ -1,13 +1,16 @@
-"""The package's shape: its import graph (read with ``ast``, nothing imported) has no cycles, the
-runner knows nothing above it, and the names of the norms live in one table."""
+"""The packages' shape: their import graph (read with ``ast``, nothing imported) has no cycles, the
+library never imports the reproduction, the runner knows nothing above it, and the names of the
+norms live in one table."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 import layernorm
+import layernorm_paper
 
-PKG = Path(layernorm.__file__).parent
+PACKAGES = {"layernorm": Path(layernorm.__file__).parent,
+            "layernorm_paper": Path(layernorm_paper.__file__).parent}
 
 # Cycles allowed: none (every import, those inside functions included, points one way).
 ALLOWED_CYCLES: list[set[str]] = []
@@ -15,10 +18,11 @@ ALLOWED_CYCLES: list[set[str]] = []
 
 def _modules() -> dict[str, Path]:
     mods = {}
-    for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG.parent).with_suffix("")
-        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-        mods[".".join(parts)] = path
+    for pkg in PACKAGES.values():
+        for path in pkg.rglob("*.py"):
+            rel = path.relative_to(pkg.parent).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            mods[".".join(parts)] = path
     return mods
 
 
@@ -26,14 +30,14 @@ def _targets(module: str, is_package: bool, node: ast.AST, mods: dict) -> list[s
     """The package modules an import statement loads (``from .x import y``: ``x.y`` where y is a
     module, else ``x``)."""
     if isinstance(node, ast.Import):
-        return [a.name for a in node.names if a.name.split(".")[0] == "layernorm"]
+        return [a.name for a in node.names if a.name.split(".")[0] in PACKAGES]
     if node.level:
         base = module.split(".") if is_package else module.split(".")[:-1]
         base = base[:len(base) - (node.level - 1)]
         target = ".".join(base + ([node.module] if node.module else []))
     else:
         target = node.module or ""
-        if target.split(".")[0] != "layernorm":
+        if target.split(".")[0] not in PACKAGES:
             return []
     return [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
 
@@ -107,26 +111,40 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_import_graph_has_no_cycles():
     graph = import_graph()
     assert "layernorm.functional" in graph["layernorm.norms"]          # the reader reads
-    assert "layernorm.experiments.registry" in graph["layernorm.experiments.config"]
+    assert "layernorm_paper.experiments.registry" in graph["layernorm_paper.experiments.config"]
     cycles = [c for c in strongly_connected(graph) if c not in ALLOWED_CYCLES]
     assert cycles == [], f"import cycles: {[sorted(c) for c in cycles]}"
+
+
+def test_the_library_never_imports_the_reproduction():
+    """``layernorm`` (torch only) imports nothing of ``layernorm_paper``, at the top or inside a
+    function. ``layernorm.__main__`` is the one exception: it is the ``python -m layernorm``
+    program, never imported by ``import layernorm``."""
+    graph = import_graph()
+    library = [m for m in graph if m.split(".")[0] == "layernorm"]
+    assert "layernorm.rnn.modules" in library and "layernorm_paper.cli" in graph
+    for module in library:
+        if module == "layernorm.__main__":
+            continue
+        above = {t for t in graph[module] if t.split(".")[0] == "layernorm_paper"}
+        assert not above, f"{module} imports the reproduction: {sorted(above)}"
 
 
 def test_the_runner_imports_nothing_above_it():
     """experiments/ knows its own floor and the layers below (data, norms, I/O), never the
     commands, the reproduction, the report or the analysis that plug into it."""
     below = {f"layernorm.{m}" for m in ("norms", "functional", "sync_bn", "_io", "_checks",
-                                        "_args", "_vocabulary")}
+                                        "_vocabulary")} | {"layernorm_paper._io", "layernorm_paper._args"}
     graph = import_graph()
-    runner = [m for m in graph if m == "layernorm.experiments" or
-              m.startswith("layernorm.experiments.")]
-    assert "layernorm.experiments.training" in runner
+    runner = [m for m in graph if m == "layernorm_paper.experiments" or
+              m.startswith("layernorm_paper.experiments.")]
+    assert "layernorm_paper.experiments.training" in runner
     for module in runner:
         for target in graph[module]:
             if target == "layernorm":        # rundir's `from .. import __version__`, nothing else
                 assert "__version__" in _modules()[module].read_text(), module
                 continue
-            ok = target in below or target.startswith(("layernorm.experiments", "layernorm.data"))
+            ok = target in below or target.startswith(("layernorm_paper.experiments", "layernorm_paper.data"))
             assert ok, f"{module} imports {target}, which is above the runner"
 
 
@@ -137,8 +155,8 @@ def test_the_vocabulary_imports_nothing_of_the_package():
 def test_one_table_of_norms_read_by_every_layer():
     from layernorm import _vocabulary as V
     from layernorm import norms, rnn
-    from layernorm.analysis import layer
-    from layernorm.report import scoring
+    from layernorm_paper.analysis import layer
+    from layernorm_paper.report import scoring
 
     assert V.RNN_NORMS == rnn.RNN_NORMS == rnn.cells.RNN_NORMS     # the cells accept the RNN column
     assert norms.NORMS == layernorm.NORMS == V.NORMS

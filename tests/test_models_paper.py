@@ -1,4 +1,4 @@
-"""The reusable models of the paper's section 6 experiments (layernorm.models): shapes, finite
+"""The reusable models of the paper's section 6 experiments (layernorm_paper.models): shapes, finite
 losses, a gradient for every parameter, and the structure each section prescribes."""
 import math
 
@@ -6,15 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layernorm.data import load_dataset
-from layernorm.models import DRAW, AttentiveReader, CellNormLSTMCell, HandwritingMDN
+from layernorm_paper.data import load_dataset
+from layernorm_paper.models import DRAW, AttentiveReader, CellNormLSTMCell, HandwritingMDN
 
 
 @pytest.fixture(autouse=True)
 def _paper_data():
     # Registers the paper's datasets when a test runs, not when pytest collects this file, so
     # the dataset registry other test files see at collection is the package's own.
-    import layernorm.reproduce.paper  # noqa: F401
+    import layernorm_paper.reproduce.paper  # noqa: F401
 
 
 def _every_parameter_gets_a_gradient(model, loss):

@@ -324,7 +324,7 @@ def test_norms_on_cuda_match_cpu():
 def test_bench_norms_rows_for_batch_and_rms():
     """`layernorm bench norms` times BatchNorm against nn.BatchNorm1d and RMSNorm against both
     nn.RMSNorm and nn.LayerNorm on the same tensor (tiny shapes: structure only, no speed)."""
-    from layernorm.bench import bench_norms
+    from layernorm_paper.bench import bench_norms
     rows = bench_norms(norms=("batch", "rms"), stat_shapes=((16, 8),), repeat=1)
     by = {(r["norm"], r["impl"]): r for r in rows}
     assert set(by) == {("BatchNorm", "torch.nn.BatchNorm1d"), ("BatchNorm", "layernorm.BatchNorm"),

@@ -1,4 +1,4 @@
-"""Order embeddings (section 6.1, layernorm.models.order), the digit-captions data and the
+"""Order embeddings (section 6.1, layernorm_paper.models.order), the digit-captions data and the
 paper_order experiment: the order-violation penalty, the contrastive loss against a direct
 transcription of Vendrov et al.'s, Recall@K on constructed violation matrices (ties included),
 deterministic captions that say what the image shows, and the tiny preset through the runner."""
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from layernorm.data import load_dataset
-from layernorm.data import captions as C
-from layernorm.models import OrderEmbedding
-from layernorm.models.order import (contrastive_loss, order_violation, retrieval_metrics,
+from layernorm_paper.data import load_dataset
+from layernorm_paper.data import captions as C
+from layernorm_paper.models import OrderEmbedding
+from layernorm_paper.models.order import (contrastive_loss, order_violation, retrieval_metrics,
                                     split_order_loss, violation_matrix)
 
 
@@ -227,9 +227,9 @@ def test_captions_say_what_the_image_shows():
 
 # ----------------------------------------------------------------------------- the experiment
 def test_paper_order_tiny_preset_runs_through_the_runner(tmp_path):
-    from layernorm.experiments import get_experiment, read_metrics
-    from layernorm.experiments.runner import run_configs
-    from layernorm.reproduce.order import SEEDS, best_validation
+    from layernorm_paper.experiments import get_experiment, read_metrics
+    from layernorm_paper.experiments.runner import run_configs
+    from layernorm_paper.reproduce.order import SEEDS, best_validation
 
     exp = get_experiment("paper_order")
     assert exp.section == "6.1"
@@ -257,9 +257,9 @@ def test_paper_order_tiny_preset_runs_through_the_runner(tmp_path):
 
 
 def test_order_model_refuses_other_datasets():
-    from layernorm.experiments import Config
-    from layernorm.experiments.registry import build_model
-    import layernorm.reproduce.order  # noqa: F401
+    from layernorm_paper.experiments import Config
+    from layernorm_paper.experiments.registry import build_model
+    import layernorm_paper.reproduce.order  # noqa: F401
     ds = load_dataset("digits", limit_train=8, limit_test=8)
     with pytest.raises(ValueError, match="digit-captions"):
         build_model(Config(dataset="digits", model="order", norm="layer", batch_size=4,

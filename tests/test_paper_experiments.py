@@ -1,4 +1,4 @@
-"""The paper's section 6 experiments (layernorm.reproduce.paper): every tiny preset trains through
+"""The paper's section 6 experiments (layernorm_paper.reproduce.paper): every tiny preset trains through
 the runner and writes the metrics its claim reads; the embedded data are deterministic."""
 import hashlib
 import json
@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from layernorm.verdicts import MIN_SEEDS
+from layernorm_paper.verdicts import MIN_SEEDS
 import torch
 
-from layernorm.data import load_dataset
-from layernorm.experiments import get_experiment, read_metrics
-from layernorm.experiments.runner import run_configs
+from layernorm_paper.data import load_dataset
+from layernorm_paper.experiments import get_experiment, read_metrics
+from layernorm_paper.experiments.runner import run_configs
 
 NAMES = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
 
@@ -20,7 +20,7 @@ NAMES = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
 @pytest.fixture(scope="module")
 def paper():
     # Imported when a test runs, not when pytest collects this file (see test_models_paper.py).
-    import layernorm.reproduce.paper as module
+    import layernorm_paper.reproduce.paper as module
     assert module.PAPER_EXPERIMENTS == NAMES
     return module
 
@@ -73,11 +73,11 @@ def test_tiny_preset_trains_every_arm_and_writes_its_metrics(tiny_runs, paper, n
                 assert "eval_test_error" not in last
         else:
             assert last["corpus_python"] == sys.version.split()[0]
-            from layernorm.data.docstrings import stdlib_docstrings
+            from layernorm_paper.data.docstrings import stdlib_docstrings
             _, info = stdlib_docstrings(config.data_args["max_chars"])
             assert last["corpus_sha256"] == info["sha256"]
             assert 0 <= last["test_error"] <= 1
-            from layernorm.data.completion import completion_test
+            from layernorm_paper.data.completion import completion_test
             _, test = completion_test(config.data_args["max_chars"], n_questions=10)
             assert last["completion_questions"] == test["questions"] == 10
             assert last["completion_sha256"] == test["sha256"]
@@ -130,7 +130,7 @@ def test_generated_data_are_deterministic_and_well_formed(paper):
 
 
 def test_docstring_corpus_is_deterministic_and_its_hash_names_it(paper):
-    from layernorm.data.docstrings import stdlib_docstrings
+    from layernorm_paper.data.docstrings import stdlib_docstrings
     docs, info = stdlib_docstrings(5000)
     text = "".join(d + "\n\n" for d in docs)
     assert info["sha256"] == hashlib.sha256(text.encode()).hexdigest()
@@ -144,12 +144,12 @@ def test_docstring_corpus_is_deterministic_and_its_hash_names_it(paper):
 # ----------------------------------------------------------------------------- completion test
 @pytest.fixture(scope="module")
 def completion(paper):
-    from layernorm.data import completion as module
+    from layernorm_paper.data import completion as module
     return module
 
 
 def test_completion_test_is_deterministic_held_out_and_banded(completion):
-    from layernorm.data.docstrings import stdlib_docstrings
+    from layernorm_paper.data.docstrings import stdlib_docstrings
     questions, info = completion.completion_test(200_000, n_questions=40)
     completion._completion_test.cache_clear()                 # built again from scratch
     again, info2 = completion.completion_test(200_000, n_questions=40)
@@ -222,7 +222,7 @@ def test_completion_scoring_oracle_gets_everything_and_chance_is_a_fifth(paper, 
 def test_completion_test_is_solvable_from_the_training_text(completion):
     """A character 5-gram fitted on the training split answers most questions; a unigram model
     (it sees no context) answers about a fifth: the test needs what a language model learns."""
-    from layernorm.data.docstrings import stdlib_docstrings
+    from layernorm_paper.data.docstrings import stdlib_docstrings
     questions, _ = completion.completion_test(200_000, n_questions=100)
     docs, _ = stdlib_docstrings(200_000)
     train = "".join(d + "\n\n" for i, d in enumerate(docs) if i % 10)
@@ -254,7 +254,7 @@ def test_completion_test_errors_name_the_fix(paper, completion):
 
 
 def test_full_presets_use_the_papers_downloadable_data(paper):
-    from layernorm.data import DATASETS
+    from layernorm_paper.data import DATASETS
     used = {n: {c.dataset for c in get_experiment(n).configs("full")} for n in NAMES}
     assert used == {"paper_draw": {"binarized-mnist"}, "paper_reader": {"cnn-questions"},
                     "paper_handwriting": {"pen-strokes"}, "paper_charlm": {"docstrings"}}

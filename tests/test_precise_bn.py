@@ -4,8 +4,8 @@ import torch
 from torch import nn
 
 import layernorm
-from layernorm.data import load_dataset
-from layernorm.reproduce.models import rnn_classifier
+from layernorm_paper.data import load_dataset
+from layernorm_paper.reproduce.models import rnn_classifier
 
 
 def _ff_model():

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from layernorm import report as R
-from layernorm.analysis.invariance import PAPER_TABLE
-from layernorm.report import claims as C
-from layernorm.report import scoring as S
-from layernorm.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from layernorm_paper import report as R
+from layernorm_paper.analysis.invariance import PAPER_TABLE
+from layernorm_paper.report import claims as C
+from layernorm_paper.report import scoring as S
+from layernorm_paper.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = (25, 50, 100, 200, 400)
@@ -207,7 +207,7 @@ CURVES = {"layer": [0.5, 0.2, 0.1, 0.1], "none": [0.8, 0.6, 0.4, 0.3],
 
 
 def test_rnn_claims_and_hidden_stability_needs_long_sequences(tmp_path, monkeypatch):
-    import layernorm.report.figures as figures
+    import layernorm_paper.report.figures as figures
     monkeypatch.setattr(figures, "draw", lambda fig, inp, path: None)   # drawn once, below
     write_rnn(tmp_path, "rnn_norms", "mnist1d-seq", 10, CURVES)
     write_rnn(tmp_path, "rnn_norms", "adding", 30, CURVES, dataset="adding")
@@ -289,7 +289,7 @@ def test_analysis_checks_and_the_lr_decay_against_no_norm(tmp_path):
 def test_table1_is_the_analysis_modules_and_claims_draw_nothing():
     assert R.PAPER_TABLE1 is PAPER_TABLE
     assert C.STABLE_MARGIN <= C.SUFFERS_MARGIN
-    code = ("import sys, layernorm.report.claims, layernorm.report.runs; "
+    code = ("import sys, layernorm_paper.report.claims, layernorm_paper.report.runs; "
             "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -300,7 +300,7 @@ def test_table1_is_the_analysis_modules_and_claims_draw_nothing():
 # --- bad input --------------------------------------------------------------------------------
 
 def _cli(args, capsys):
-    from layernorm.cli import main
+    from layernorm_paper.cli import main
     code = main(["report", *map(str, args)])
     return code, capsys.readouterr()
 
@@ -370,7 +370,7 @@ def test_no_tmp_left_after_a_failed_write_and_stale_ones_removed(tmp_path, monke
     write_analysis(tmp_path)
     stale = tmp_path / ".report.md.abc123.tmp"
     stale.write_text("half a report")
-    import layernorm._io as io_mod
+    import layernorm_paper._io as io_mod
 
     def fail(src, dst):
         raise OSError(28, "No space left on device")

@@ -6,9 +6,9 @@ import json
 import torch
 from torch import nn
 
-from layernorm import report as R
-from layernorm.experiments.training import _save_checkpoint
-from layernorm.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from layernorm_paper import report as R
+from layernorm_paper.experiments.training import _save_checkpoint
+from layernorm_paper.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 DDP_CLAIMS = ("ddp-ln", "ddp-bn", "ddp-bn-sync")
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from layernorm.report import build_report
-from layernorm.report.claims import (RECALL_MARGIN, RECALLS, best_row, claim_order_recall,
+from layernorm_paper.report import build_report
+from layernorm_paper.report.claims import (RECALL_MARGIN, RECALLS, best_row, claim_order_recall,
                                      claim_order_sooner, judge, recall_at_best)
-from layernorm.report.runs import Inputs, Run
-from layernorm.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from layernorm_paper.report.runs import Inputs, Run
+from layernorm_paper.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 SEEDS = range(5)
 STEPS = [50 * (i + 1) for i in range(10)]      # evaluations at 50 ... 500 updates
@@ -61,7 +61,7 @@ def test_best_validation_model_is_the_first_maximal_val_rsum():
 
 
 def test_the_experiment_picks_the_same_best_validation_model():
-    order = pytest.importorskip("layernorm.reproduce.order")
+    order = pytest.importorskip("layernorm_paper.reproduce.order")
     for best_at in (50, 200, 500):
         run = order_runs({"none": (best_at, 30.0)}, seeds=[0])[0]
         run.rows[-1]["val_c2i_rsum"] = 150.0               # a tie at the end

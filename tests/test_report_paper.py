@@ -6,15 +6,15 @@ import json
 import math
 from pathlib import Path
 
-from layernorm.report.claims import (PAPER_NOT_RUN, claim_hw_no_worse, claim_loss_faster,
+from layernorm_paper.report.claims import (PAPER_NOT_RUN, claim_hw_no_worse, claim_loss_faster,
                                      claim_loss_lower, judge, paper_claims, CHARLM_SPEC,
                                      DRAW_SPEC, DRAW_MARGIN, BPC_MARGIN)
-from layernorm.report import build_report
-from layernorm.report import claims as C
-from layernorm.report.markdown import render
-from layernorm.report.runs import Inputs, Run
-from layernorm.report.scoring import score
-from layernorm.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from layernorm_paper.report import build_report
+from layernorm_paper.report import claims as C
+from layernorm_paper.report.markdown import render
+from layernorm_paper.report.runs import Inputs, Run
+from layernorm_paper.report.scoring import score
+from layernorm_paper.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 SEEDS = range(5)
 
@@ -249,9 +249,9 @@ def test_not_run_lists_the_papers_data_no_preset_downloads(tmp_path):
     md = render(inp, judge(inp, paper_claims()), {})
     assert "- `paper_handwriting on the paper's data`: IAM-OnDB is for registered users" in md
     try:                                    # the reproduction's own list, where it has one
-        from layernorm.reproduce.paper import NOT_DOWNLOADED
+        from layernorm_paper.reproduce.paper import NOT_DOWNLOADED
     except ImportError:
         return
     (tmp_path / "reproduce.json").write_text("{}")
-    from layernorm.report.runs import read_inputs
+    from layernorm_paper.report.runs import read_inputs
     assert read_inputs(tmp_path).not_downloaded == NOT_DOWNLOADED

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from layernorm.data import load_dataset
-from layernorm.experiments import Config, get_experiment
-from layernorm.reproduce.command import EXPERIMENTS, reproduce
-from layernorm.reproduce.models import convnet, rnn_classifier
+from layernorm_paper.data import load_dataset
+from layernorm_paper.experiments import Config, get_experiment
+from layernorm_paper.reproduce.command import EXPERIMENTS, reproduce
+from layernorm_paper.reproduce.models import convnet, rnn_classifier
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_rerun_reuses_finished_runs_and_report_rebuilds(tiny_out, capsys):
     inv = json.loads((tiny_out / "reproduce.json").read_text())["invocations"]
     assert len(inv) == 2 and inv[0]["trained_runs"] == inv[0]["runs"] > 0
     assert inv[1]["trained_runs"] == 0
-    from layernorm.cli import main
+    from layernorm_paper.cli import main
     assert main(["report", str(tiny_out)]) == 0
     assert "6.6-bn" in capsys.readouterr().out
 
@@ -96,17 +96,17 @@ def _imports_none_of(imports: str, forbidden: tuple[str, ...]) -> None:
 
 
 def test_training_code_never_imports_the_report():
-    _imports_none_of("import layernorm.experiments as e; e.load_registered(); "
-                     "import layernorm.experiments.training, layernorm.experiments.runner, "
-                     "layernorm.reproduce.models, layernorm.reproduce.experiments",
-                     ("layernorm.report", "matplotlib"))
+    _imports_none_of("import layernorm_paper.experiments as e; e.load_registered(); "
+                     "import layernorm_paper.experiments.training, layernorm_paper.experiments.runner, "
+                     "layernorm_paper.reproduce.models, layernorm_paper.reproduce.experiments",
+                     ("layernorm_paper.report", "matplotlib"))
 
 
 def test_the_report_imports_no_training_code():
     """The report reads run directories (the distributed pairs included, via
-    layernorm.batch_split) without loading the runner, torch.distributed's code or reproduce."""
-    _imports_none_of("import layernorm.report", ("layernorm.experiments", "layernorm.distributed",
-                                                 "layernorm.reproduce", "torch.distributed.run"))
+    layernorm_paper.batch_split) without loading the runner, torch.distributed's code or reproduce."""
+    _imports_none_of("import layernorm_paper.report", ("layernorm_paper.experiments", "layernorm_paper.distributed",
+                                                 "layernorm_paper.reproduce", "torch.distributed.run"))
 
 
 def test_every_quick_config_is_valid_and_has_three_seeds():
@@ -148,7 +148,7 @@ def test_rnn_classifier_hidden_stats_and_tokens_with_lengths():
         stats = m.eval().extra_metrics(ds.x_test)
         assert len(stats["hidden_std"]) == 16 and all(s >= 0 for s in stats["hidden_std"])
     # token ids with true lengths (IMDb-like): padded steps do not enter the statistics
-    from layernorm.data import Dataset
+    from layernorm_paper.data import Dataset
     x = torch.randint(2, 50, (4, 7))
     lengths = torch.tensor([7, 3, 5, 2])
     for i, n in enumerate(lengths):
@@ -179,7 +179,7 @@ def test_quick_configs_use_the_unbiased_variance_at_small_batch():
 
 
 def test_quick_budgets_update_counts_log_grid_and_seeded_splits():
-    from layernorm.reproduce.experiments import BUDGETS
+    from layernorm_paper.reproduce.experiments import BUDGETS
     mlp = get_experiment("mlp_batch_size").configs("quick")
     for c in mlp:
         # every arm gives its update count; evaluations hit eval_every * 2**j for all j
@@ -201,7 +201,7 @@ def test_quick_budgets_update_counts_log_grid_and_seeded_splits():
 
 
 def test_bn_models_are_scored_with_population_statistics_and_ema_kept():
-    from layernorm.reproduce.models import repro_mlp
+    from layernorm_paper.reproduce.models import repro_mlp
     ds = load_dataset("digits", limit_train=64, limit_test=32)
     torch.manual_seed(0)
     m = repro_mlp(ds, "batch", hidden=[8], bn_logits=True)

@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 import layernorm
-from layernorm.cli import main
-from layernorm.experiments import (EXPERIMENTS, MODELS, Config, RunDirError, read_metrics,
+from layernorm_paper.cli import main
+from layernorm_paper.experiments import (EXPERIMENTS, MODELS, Config, RunDirError, read_metrics,
                                    register_experiment, register_model, train)
-from layernorm.experiments import training as train_module
-from layernorm.experiments.runner import override, run_configs
+from layernorm_paper.experiments import training as train_module
+from layernorm_paper.experiments.runner import override, run_configs
 
 SRC = str(Path(layernorm.__file__).resolve().parents[1])
 
@@ -156,7 +156,7 @@ _KILL_CFG = dict(dataset="digits", model="mlp", norm="batch", batch_size=8, step
                  checkpoint_every=25, seed=3, device="cpu", model_args={"hidden": [64, 64]})
 _CHILD = f"""
 import sys
-from layernorm.experiments import Config, train
+from layernorm_paper.experiments import Config, train
 train(Config(**{_KILL_CFG!r}), sys.argv[1])
 """
 
@@ -428,7 +428,7 @@ def test_a_dead_worker_fails_only_its_own_run(tmp_path):
 
 
 def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and_line(tmp_path):
-    from layernorm._io import MetricsError
+    from layernorm_paper._io import MetricsError
     cfg = _cfg(steps=30, eval_every=10, checkpoint_every=30)
     run = train(cfg, tmp_path / "r")
     (run / "done").unlink()
@@ -451,11 +451,11 @@ def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and
 def test_experiment_names_are_snake_case_and_old_names_resolve():
     """One naming rule for experiments (datasets keep their dashed names); the dashed names of
     earlier releases still find their experiment."""
-    from layernorm.experiments import EXPERIMENTS, get_experiment, load_registered
-    from layernorm.experiments.registry import EXPERIMENT_ALIASES
-    import layernorm.cli  # noqa: F401  (declares every plugin module)
+    from layernorm_paper.experiments import EXPERIMENTS, get_experiment, load_registered
+    from layernorm_paper.experiments.registry import EXPERIMENT_ALIASES
+    import layernorm_paper.cli  # noqa: F401  (declares every plugin module)
     load_registered()
-    ours = [n for n, e in EXPERIMENTS.items() if e.make_configs.__module__.startswith("layernorm.")]
+    ours = [n for n, e in EXPERIMENTS.items() if e.make_configs.__module__.startswith("layernorm_paper.")]
     assert len(ours) >= 8 and all(re.fullmatch(r"[a-z0-9_]+", n) for n in ours), sorted(ours)
     for old, new in EXPERIMENT_ALIASES.items():
         assert get_experiment(old) is get_experiment(new) is EXPERIMENTS[new]

@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy import stats
 
-from layernorm.verdicts import (INCONCLUSIVE, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED, Sample,
+from layernorm_paper.verdicts import (INCONCLUSIVE, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED, Sample,
                                 all_of, difference, exceeds, in_range, matches, paired_interval,
                                 sample, t_quantile, welch_interval, within)
 

@@ -1,0 +1,109 @@
+"""The three figures of ``layernorm_paper.analysis.geometry`` (matplotlib, Agg): curvature vs weight
+norm, implicit learning-rate decay, and the gain metric under input re-scaling."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .._io import atomic_write_bytes
+from .layer import METHOD_NAMES
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: Path) -> str:
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _plt().close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return str(path)
+
+
+def plot_curvature(curv: dict, path: Path) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    scales = curv["scales"]
+    for method, r in curv["methods"].items():
+        q = r[r["main"]]["quadratic_form"]
+        q1 = q[scales.index(1.0)]
+        what = "w_i" if r["main"] == "w_i" else "W"
+        ax.loglog(scales, [v / q1 for v in q], "o-", label=f"{METHOD_NAMES[method]} "
+                  f"(scale {what}): slope {r['exponent']:+.3f}")
+    ax.loglog(scales, [d ** -2 for d in scales], "k--", lw=1, label="d^-2")
+    _log_ticks(ax, scales)
+    ax.set_xlabel("scale d of the incoming weights")
+    ax.set_ylabel("Fisher quadratic form along w_i, relative to d = 1")
+    ax.set_title("Curvature vs weight norm (softmax GLM on digits)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_training(runs: dict, path: Path) -> str:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.4))
+    for name, run in runs.items():
+        log = run["log"]
+        style = "-" if run["norm"] == "layer" else ":"
+        label = f"{'LN' if run['norm'] == 'layer' else 'no norm'} + {run['optimizer']}"
+        norms, angles = log["norm"][0], log["angle"][0]
+        eff = [a / (n * g) for a, n, g in zip(angles, norms, log["grad_norm"][0])]
+        axes[0].plot(norms, style, label=label)
+        axes[1].semilogy(_smooth(angles), style, label=label)
+        axes[2].loglog(norms, eff, style, label=label)
+        n0 = log["probe_norm"][0]
+        axes[3].loglog([n / n0 for n in log["probe_norm"]],
+                       [a / b for a, b in zip(log["probe_fisher"], log["probe_fisher_at_norm0"])],
+                       style + "o", ms=3, label=label)
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("||W_1|| (first hidden layer)")
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel("angular step of W_1 (rad, smoothed)")
+    axes[2].set_xlabel("||W_1||")
+    axes[2].set_ylabel("effective lr  angle / (||W_1|| ||grad||)")
+    axes[3].set_xlabel("||W_1|| / ||W_1 at step 0||")
+    axes[3].set_ylabel("u'F(W_1)u / u'F(W_1 rescaled to initial norm)u")
+    from matplotlib.ticker import NullFormatter
+    top = max(max(r["log"]["probe_norm"]) / r["log"]["probe_norm"][0] for r in runs.values())
+    axes[3].loglog([1, top], [1, top ** -2], "k--", lw=1, label="(||W_1|| / ||W_1 at 0||)^-2")
+    for ax in axes:
+        ax.legend(fontsize=8)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    fig.suptitle("Implicit learning-rate decay: MLP on digits, with and without layer norm")
+    fig.subplots_adjust(wspace=0.38)
+    return _save(fig, path)
+
+
+def _log_ticks(ax, scales) -> None:
+    """Label the powers of two of a log x-axis only (the default minor labels overlap)."""
+    from matplotlib.ticker import NullFormatter
+    ticks = [d for d in scales if abs(math.log2(d) - round(math.log2(d))) < 1e-9]
+    ax.set_xticks(ticks, [f"{d:g}" for d in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _smooth(v: list[float], k: int = 10) -> list[float]:
+    out, acc = [], 0.0
+    for i, a in enumerate(v):
+        acc += a - (v[i - k] if i >= k else 0.0)
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def plot_gain(gain: dict, path: Path) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    for method, r in gain["methods"].items():
+        ax.loglog(gain["scales"], r["ratio"], "o-", label=f"{METHOD_NAMES[method]}: slope "
+                  f"{r['exponent']:+.3f}")
+    _log_ticks(ax, gain["scales"])
+    ax.set_xlabel("input scale lambda (x -> lambda x)")
+    ax.set_ylabel("metric along the gains, relative to lambda = 1")
+    ax.set_title("Gain learning under input re-scaling (eqs. 32-35)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)

@@ -1,0 +1,278 @@
+"""``layernorm bench rnn``: LN-LSTM / LN-GRU speed and memory against torch.nn.LSTM / GRU.
+
+For each shape (T, B, I, H) and configuration (layers, bidirectional) every implementation runs
+the same forward (no grad) and forward+backward (gradient of the output given, parameters' grads
+set to None first, as ``optimizer.zero_grad()`` does); all candidates of a shape are interleaved
+in each round (``harness.compare``) and the table shows medians and ratios to torch's module
+measured in the same run, with the peak memory of one training step (``memory.peak_memory_mb``).
+Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM.
+
+Implementations:
+    torch.nn.LSTM / torch.nn.GRU       torch's module (oneDNN on CPU, cuDNN on CUDA), no LN
+    layernorm.LSTM / layernorm.GRU     norm="layer", the fused kernel (``layernorm.rnn.fused``)
+    layernorm loop                     norm="layer", ``use_fused = False``: the readable loop
+    TorchScript LN-LSTM                a cell-by-cell scripted LN-LSTM in the style of PyTorch's
+                                       benchmarks/fastrnns/custom_lstms.py (raw c carried;
+                                       ``baseline``: only where the source checkout's tests/ is)
+    layernorm.LSTM compiled            ``torch.compile`` of the layernorm module (first shape):
+                                       "compile s" = its cold compile (first training step and
+                                       first inference call, inductor's on-disk caches as found),
+                                       "vs eager" = steady fwd+bwd time / the eager module's
+    ... autocast-bf16                  both modules under ``torch.autocast("cpu", bfloat16)``
+                                       (first shape); ratios against torch's module under
+                                       autocast (or torch's bf16 module where this CPU's oneDNN
+                                       has no bf16 LSTM, which the row's name then says)
+    ... bf16                           both modules converted to bfloat16 (weights and input),
+                                       first shape; ratios against torch's bf16 module
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+import warnings
+
+import torch
+from torch import nn
+
+from .._io import atomic_write_json, format_table
+from .baseline import MISSING, script_ln_lstm
+from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_cells
+from .harness import CLOCKS, compare, machine, module_steps
+from .memory import peak_memory_mb
+
+# (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
+CONFIGS = (
+    (100, 32, 128, 256, 1, False),
+    (100, 32, 128, 256, 2, True),
+    (50, 64, 256, 512, 1, False),
+    (200, 8, 64, 128, 1, False),
+)
+QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
+COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
+           "peak MB", "mem ratio", "vs eager", "compile s"]
+TABLES = ("modules", "cells", "bn")
+_HALF = torch.bfloat16
+
+
+def _implementations(cell: str, I: int, H: int, layers: int, bidirectional: bool,
+                     device: str, loop: bool) -> dict[str, nn.Module]:
+    import layernorm
+    torch_cls = {"lstm": nn.LSTM, "gru": nn.GRU}[cell]
+    ours_cls = {"lstm": layernorm.LSTM, "gru": layernorm.GRU}[cell]
+    kw = {"num_layers": layers, "bidirectional": bidirectional}
+    impls = {f"torch.nn.{cell.upper()}": torch_cls(I, H, **kw),
+             f"layernorm.{cell.upper()}": ours_cls(I, H, norm="layer", **kw)}
+    if loop:
+        readable = ours_cls(I, H, norm="layer", **kw)
+        readable.use_fused = False
+        impls["layernorm loop"] = readable
+    baseline = script_ln_lstm()
+    if cell == "lstm" and baseline is not None:
+        impls["TorchScript LN-LSTM"] = baseline(I, H, **kw)
+    return {name: m.to(device) for name, m in impls.items()}
+
+
+def _autocast_pair(cell: str, eager: dict, x):
+    """Torch's and our module under autocast bf16: {name: (module, x, autocast dtype or None)};
+    where torch's LSTM has no bf16 autocast kernel here, torch's bf16 module (weights and input in
+    bf16)."""
+    theirs = eager[f"torch.nn.{cell.upper()}"]
+    name = f"torch.nn.{cell.upper()} autocast-bf16"
+    pair = {name: (theirs, x, _HALF)}
+    try:
+        with torch.no_grad(), torch.autocast(x.device.type, _HALF):
+            theirs(x)
+    except RuntimeError:
+        pair = {f"torch.nn.{cell.upper()} bf16 (no autocast LSTM here)":
+                (copy.deepcopy(theirs).to(_HALF), x.to(_HALF), None)}
+    pair[f"layernorm.{cell.upper()} autocast-bf16"] = (eager[f"layernorm.{cell.upper()}"], x, _HALF)
+    return pair
+
+
+def _bf16_pair(cell: str, eager: dict, x):
+    """Both modules converted to bfloat16, on a bfloat16 input."""
+    return {f"{name} bf16": (copy.deepcopy(eager[name]).to(_HALF), x.to(_HALF), None)
+            for name in (f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}")}
+
+
+def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
+              device: str = "cpu", loop_on_first: bool = True, progress: bool = True,
+              clock: str = "wall", extras_on_first: bool = True,
+              compile_backend: str = "inductor") -> list[dict]:
+    """One row per (config, cell, implementation); see the module docstring for what is timed.
+    ``extras_on_first``: the torch.compile (with ``compile_backend``), autocast and bf16 rows on
+    the first config."""
+    from tqdm import tqdm
+    rows = []
+    jobs = [(cfg, cell) for cfg in configs for cell in cells]
+    for i, ((T, B, I, H, layers, bidir), cell) in enumerate(tqdm(jobs, desc="bench rnn",
+                                                                  disable=not progress)):
+        torch.manual_seed(0)
+        impls = _implementations(cell, I, H, layers, bidir, device, loop_on_first and i < 2)
+        x = torch.randn(T, B, I, device=device)
+        grad = torch.randn(T, B, H * (2 if bidir else 1), device=device)
+        anchor, ours = f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}"
+        groups = [{name: (m, x, None) for name, m in impls.items()}]
+        compile_s = {}
+        if extras_on_first and i < len(cells):
+            compiled = f"{ours} compiled"
+            torch._dynamo.reset()
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():  # inductor's imports warn about torch.jit
+                warnings.simplefilter("ignore", DeprecationWarning)
+                cm = torch.compile(impls[ours], backend=compile_backend)
+                fwd, step = module_steps(cm, x, grad)
+                step()
+                fwd()
+            compile_s[compiled] = time.perf_counter() - t0
+            groups[0][compiled] = (cm, x, None)
+            groups.append(_autocast_pair(cell, impls, x))
+            groups.append(_bf16_pair(cell, impls, x))
+        for g, group in enumerate(groups):
+            fns = {}
+            for name, (m, xin, ac) in group.items():
+                fns[(name, "fwd")], fns[(name, "fb")] = module_steps(m, xin, grad, ac)
+            ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+            mem = {name: peak_memory_mb(fns[(name, "fb")], device) for name in group}
+            ref = anchor if g == 0 else next(iter(group))
+            for name in group:
+                row = {
+                    "table": "modules", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I,
+                    "H": H, "layers": layers, "bidir": bidir, "cell": cell, "impl": name,
+                    "fwd ms": ms[(name, "fwd")], "fwd ratio": ms[(name, "fwd")] / ms[(ref, "fwd")],
+                    "fwd+bwd ms": ms[(name, "fb")], "ratio": ms[(name, "fb")] / ms[(ref, "fb")],
+                    "peak MB": mem[name], "mem ratio": mem[name] / mem[ref]}
+                if name in compile_s:
+                    row["compile s"] = compile_s[name]
+                    row["vs eager"] = ms[(name, "fb")] / ms[(ours, "fb")]
+                rows.append(row)
+        torch._dynamo.reset()
+    return rows
+
+
+def kernel_build_seconds() -> float | None:
+    """Seconds to compile the C kernels from scratch (into a temporary cache, as on first use),
+    or None when no C compiler is available (torch ops are used then)."""
+    import tempfile
+    from pathlib import Path
+
+    from layernorm.rnn import _native
+    cc = _native.compiler()
+    if not cc:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        try:
+            _native._build(cc, Path(tmp) / "k.so")
+        except Exception:  # noqa: BLE001 - no working compiler: torch ops are used
+            return None
+        return time.perf_counter() - t0
+
+
+def _parse_shape(s: str) -> tuple[int, int, int, int]:
+    try:
+        T, B, I, H = (int(v) for v in s.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a shape TxBxIxH such as 100x32x128x256, "
+                                         f"received {s!r}") from None
+    if min(T, B, I, H) < 1:
+        raise argparse.ArgumentTypeError(f"expected a shape TxBxIxH of sizes >= 1 such as "
+                                         f"100x32x128x256, received {s!r}")
+    return T, B, I, H
+
+
+def _positive(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {s!r}")
+    return v
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.shapes:
+        configs = tuple((*shape, layers, args.bidirectional) for shape in args.shapes
+                        for layers in args.layers)
+    else:
+        configs = QUICK_CONFIGS if args.quick else CONFIGS
+    repeat = args.repeat or (5 if args.quick else 7)
+    T, B, I, H = configs[0][:4]
+    timing = (f"median of {repeat} interleaved rounds after {args.warmup} warm-up, {args.clock} "
+              f"time ({machine()})")
+    rows = []
+    if "modules" in args.tables:
+        rows += bench_rnn(configs, cells=args.cells, repeat=repeat, warmup=args.warmup,
+                          device=args.device, loop_on_first=not args.no_loop, clock=args.clock,
+                          extras_on_first=not args.no_extras)
+        print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32 unless the row says, "
+              f"{args.device}, {timing}. ratio = fwd+bwd time / torch's (the autocast and bf16 "
+              f"rows: / torch's row of the same group); peak MB = memory allocated during one "
+              f"training step; vs eager = compiled / eager layernorm module.")
+        print(format_table([r for r in rows if r["table"] == "modules"], COLUMNS))
+        if script_ln_lstm() is None and "lstm" in args.cells:
+            print(MISSING)
+    if "cells" in args.tables:
+        cell_rows = bench_cells(T, I, H, batches=args.cell_batches, cells=args.cells,
+                                repeat=repeat, warmup=args.warmup, device=args.device,
+                                clock=args.clock)
+        print(f"\nCells, norm=layer, {T} steps of one call each (I={I}, H={H}), fp32, "
+              f"{args.device}, {timing}. fwd: no grad; fwd+bwd: backward from the last h "
+              f"through every step; ratios to torch's cell.")
+        print(format_table(cell_rows, CELL_COLUMNS))
+        rows += cell_rows
+    if "bn" in args.tables and "lstm" in args.cells:
+        bn_rows = bench_bn_lstm((T, B, I, H), repeat=repeat, warmup=args.warmup,
+                                device=args.device, clock=args.clock)
+        print(f"\nBN-LSTM vs LN-LSTM, one layer, training mode, fp32, {args.device}, {timing}. "
+              f"ratio = fwd+bwd / torch.nn.LSTM's; ms/step = fwd+bwd / T; vs LN-LSTM = fwd+bwd / "
+              f"LN-LSTM's.")
+        print(format_table(bn_rows, BN_COLUMNS))
+        rows += bn_rows
+    build = kernel_build_seconds() if args.device == "cpu" else None
+    print("C kernels: " + ("no C compiler here, torch ops used" if build is None else
+                           f"first-use compile {build:.2f} s (then cached per CPU)"))
+    if args.json:
+        atomic_write_json(args.json, rows)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def add_command(bench_subparsers) -> None:
+    """Register ``rnn`` under ``layernorm bench``."""
+    p = bench_subparsers.add_parser(
+        "rnn", help="LN-LSTM/LN-GRU (fused) vs torch.nn.LSTM/GRU: time, ratios, peak memory; "
+                    "cells at batch 1 and 32; BN-LSTM vs LN-LSTM")
+    p.add_argument("--quick", action="store_true",
+                   help="only the main shape (100x32x128x256, 1 layer), 5 rounds")
+    p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="TxBxIxH",
+                   help="shapes to run instead of the defaults, e.g. 100x32x128x256 (the cell and "
+                        "BN-LSTM tables use the first: T steps, its I and H)")
+    p.add_argument("--layers", nargs="+", type=int, default=[1],
+                   help="with --shapes: numbers of layers (default 1)")
+    p.add_argument("--bidirectional", action="store_true", help="with --shapes: bidirectional")
+    p.add_argument("--cells", nargs="+", choices=["lstm", "gru"], default=["lstm", "gru"])
+    p.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES),
+                   help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
+                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM (default: all)")
+    p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),
+                   metavar="B", help="batch sizes of the cell table (default 1 32)")
+    p.add_argument("--repeat", type=_positive, default=None,
+                   help="timed rounds (default 7; 5 quick)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--no-loop", action="store_true",
+                   help="skip the (slow) readable-loop rows on the first shape")
+    p.add_argument("--no-extras", action="store_true",
+                   help="skip the torch.compile, autocast-bf16 and bf16 rows on the first shape")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                   help="wall (default) or process CPU time: on a machine shared with other "
+                        "jobs, --threads 1 --clock process gives stable ratios")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", help="also write the rows (each with its \"table\") to this JSON "
+                                  "file")
+    p.set_defaults(func=_run)

@@ -1,0 +1,158 @@
+"""The run directory: its files, the checks that a directory belongs to a config, checkpoints and
+the environment record. The metrics reader is ``layernorm_paper._io.read_metrics`` (the one reader
+of the project, also the report's), re-exported here.
+
+    config.json      the resolved Config; a run directory belongs to exactly one config
+    env.json         versions, device, git commit, start time, resumes
+    metrics.jsonl    one JSON object per evaluation: step, epoch, train_loss, test_loss,
+                     test_error, wall_time (+ the model's extra_metrics); appended line by line
+    checkpoint.pt    model, optimizer, RNG states, step (= data order position), written atomically
+    done             written last: the run finished (its content is the final metrics row)
+
+See docs/runner.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .._io import (MetricsError, atomic_write_bytes, clean_stale_temp_files, exclusive_lock,
+                   read_jsonl, read_metrics)
+from .config import Config
+
+CHECKPOINT_FORMAT = 1
+RUN_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "done")
+CHECKPOINT_KEYS = ("format", "config", "step", "model", "optimizer", "rng_torch", "wall_time",
+                   "train_loss_sum", "train_loss_count")
+METRIC_KEYS = ("step", "epoch", "train_loss", "test_loss", "test_error", "wall_time")
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used for this config (another config, a bad checkpoint...)."""
+
+
+def _append_row(path: Path, row: dict) -> None:
+    # One write of one complete line, then fsync: a kill leaves at most a torn last line, which
+    # read_metrics ignores and a resume truncates.
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: torch.device) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from layernorm import __version__
+    try:
+        sklearn_version = version("scikit-learn")
+    except PackageNotFoundError:
+        sklearn_version = None
+    return {"layernorm": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
+            "numpy": np.__version__, "sklearn": sklearn_version,
+            "platform": platform.platform(), "device": str(device),
+            "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "torch_threads": torch.get_num_threads(), "git_commit": git_commit(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "resumes": []}
+
+
+def check_run_dir(config: Config, run_dir: str | os.PathLike) -> str:
+    """"new", "partial" or "done" for ``config`` in ``run_dir``; RunDirError if the directory
+    belongs to another config or holds files that are not a run's."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} exists and is not a directory. Pass another "
+                          f"--out.")
+    cfg_path = run_dir / "config.json"
+    if not cfg_path.exists():
+        foreign = sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".")) \
+            if run_dir.exists() else []
+        if foreign:
+            raise RunDirError(f"run directory {run_dir} is not empty ({', '.join(foreign[:5])}) "
+                              f"and holds no config.json, so it is not a layernorm run. Pass "
+                              f"another --out; nothing there was changed.")
+        return "new"
+    try:
+        stored = json.loads(cfg_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise RunDirError(f"cannot read {cfg_path}: {err}. Delete the run directory to start "
+                          f"over, or pass another --out.") from err
+    if stored != config.to_dict():
+        diff = {k: (stored.get(k), v) for k, v in config.to_dict().items() if stored.get(k) != v}
+        raise RunDirError(f"run directory {run_dir} holds another config; differences "
+                          f"(stored, requested): {diff}. Pass another --out, or delete the "
+                          f"directory to replace that run.")
+    return "done" if (run_dir / "done").exists() else "partial"
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """``torch.save`` of ``state`` to ``path``, atomically."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_checkpoint(path: str | os.PathLike, config: Config) -> dict:
+    """Read ``checkpoint.pt`` and check it belongs to ``config``; clear errors otherwise."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for a damaged file
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise RunDirError(f"cannot read checkpoint {path} ({type(err).__name__}: {first}). It is "
+                          f"damaged or not a layernorm checkpoint. Delete it to restart this run "
+                          f"from step 0 (its metrics rows are then recomputed).") from err
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise RunDirError(f"checkpoint {path} is not a layernorm checkpoint of format "
+                          f"{CHECKPOINT_FORMAT}. Delete it to restart this run from step 0.")
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise RunDirError(f"checkpoint {path} lacks {missing}; expected a layernorm checkpoint "
+                          f"with {list(CHECKPOINT_KEYS)}. Delete it to restart this run from "
+                          f"step 0.")
+    if state.get("config") != config.to_dict():
+        raise RunDirError(f"checkpoint {path} was written for another config than "
+                          f"{path.parent / 'config.json'}. Delete the checkpoint (restart from "
+                          f"step 0) or the whole run directory.")
+    return state
+
+
+@contextlib.contextmanager
+def claim(run_dir: Path, is_writer: bool):
+    """Hold an exclusive lock on ``run_dir`` while training it (two processes writing one run
+    would interleave rows), then clear temporary files a killed writer left behind. The lock file
+    sits next to the run directory; the OS releases it when the process dies, even by kill -9."""
+    if not is_writer:
+        yield
+        return
+    with exclusive_lock(run_dir.parent / f".{run_dir.name}.lock",
+                        f"another process (pid {{pid}}) is training {run_dir} right now. Wait for "
+                        f"it, or use another --out.", error=RunDirError):
+        clean_stale_temp_files(run_dir)       # from atomic writes cut short by a kill
+        yield
+
+
+_save_checkpoint = save_checkpoint      # its former name
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_KEYS", "METRIC_KEYS", "RUN_FILES", "MetricsError",
+           "RunDirError", "check_run_dir", "claim", "environment", "git_commit", "load_checkpoint",
+           "read_jsonl", "read_metrics", "save_checkpoint"]

@@ -1,0 +1,20 @@
+"""Reusable models of the paper's section 6 experiments, in reduced form (docs/reproduce.md).
+
+    from layernorm_paper.models import DRAW, HandwritingMDN, AttentiveReader
+
+    DRAW            6.4: variational auto-encoder with encoder / decoder LSTMs, LN on the cell
+                    only; ``forward(x)`` returns the negative ELBO (nats) of each image
+    HandwritingMDN  6.5: stacked LSTM with a mixture-density output over pen offsets and an
+                    end-of-stroke bit; ``forward(x)`` returns the NLL (nats) of each sequence
+    AttentiveReader 6.2: bidirectional LSTM reader with attention over the passage; returns
+                    logits over the entities of the passage
+    OrderEmbedding  6.1: order embeddings of captions (GRU / LN-GRU) and images (models.order)
+
+Each takes ``norm="none" | "layer"`` (and ``"batch"`` for the reader) for its recurrent parts.
+"""
+from .draw import DRAW, CellNormLSTMCell
+from .mdn import HandwritingMDN
+from .reader import AttentiveReader
+from .order import OrderEmbedding
+
+__all__ = ["DRAW", "CellNormLSTMCell", "HandwritingMDN", "AttentiveReader", "OrderEmbedding"]

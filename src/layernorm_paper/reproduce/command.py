@@ -1,0 +1,318 @@
+"""``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
+table, geometry), and write the report.
+
+    layernorm reproduce --quick              embedded data, reduced scale, 5 seeds (≤ 10 minutes)
+    layernorm reproduce --preset standard    --quick plus the experiments that do not fit its
+                                             budget: the ConvNet and section 6.2-6.5 (≤ 30 min)
+    layernorm reproduce --full               the paper's scale where data can be downloaded (hours)
+    layernorm reproduce --preset tiny        seconds; for tests
+    layernorm reproduce --only rnn_norms --only analysis --out DIR --jobs 2
+
+Output: ``DIR/runs/<experiment>/<run>/`` (the runner's run directories), ``DIR/analysis/``,
+``DIR/reproduce.json`` (what ran, wall time), ``DIR/report.md`` and ``DIR/figures/``. Running the
+same command again reuses every finished run and analysis result, so an interrupted reproduction
+resumes, and ``layernorm report DIR`` rebuilds the report without training.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from .. import _args
+from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
+from ..experiments.registry import EXPERIMENT_ALIASES
+
+EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_order",
+               "paper_reader",
+               "paper_charlm", "mlp_batch_size", "paper_draw", "paper_handwriting",
+               "rnn_downloads")  # the longest first: better packing over --jobs processes
+# Run by --preset standard (at the experiments' quick scale) and not by --quick: with the
+# training each needs for an honest verdict they do not fit --quick's 10 minutes on 2 cores
+# (docs/reproduce.md, "Cost"). Paper experiments not yet registered are skipped.
+STANDARD_ONLY = ("cnn_batch_size", "paper_reader", "paper_charlm", "paper_draw",
+                 "paper_handwriting", "paper_order")
+STANDARD = "standard"   # a reproduction preset: the runner's "quick" configs of every experiment
+ANALYSIS = "analysis"
+LOCK = ".reproduce.lock"     # in the output directory: one reproduction writes it at a time
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the worker processes):
+    the cost of a reproduction independent of how loaded the machine is."""
+    import resource
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF,
+               resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+
+
+def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
+    """Invariance table and geometry into ``out/analysis`` (reused when present). Returns the
+    parts that could not be run, with the reason."""
+    not_run = {}
+    adir = out / "analysis"
+    adir.mkdir(parents=True, exist_ok=True)
+    try:
+        from ..analysis.geometry import run_geometry
+        from ..analysis.invariance import run_invariance
+    except ImportError as err:
+        return {ANALYSIS: f"layernorm_paper.analysis is not available in this build ({err})"}
+    # tiny: a smoke test of the wiring; quick: the analysis' own defaults (seconds), with fewer
+    # training steps for the geometry's implicit-learning-rate runs; full: the defaults.
+    inv_args = {"tiny": {"draws": 1, "real_draws": 1}}.get(preset, {})
+    geo_args = {"tiny": {"steps": 10, "n_examples": 16}, "quick": {"steps": 200}}.get(preset, {})
+    inv = adir / "invariance.json"
+    if not inv.exists():
+        log("analysis: invariance table (Table 1) ...")
+        try:
+            atomic_write_json(inv, run_invariance(**inv_args))
+        except Exception as err:  # report and continue: the rest of the report still stands
+            not_run["invariance"] = f"run_invariance failed: {type(err).__name__}: {err}"
+    gdir = adir / "geometry"
+    if not (gdir / "geometry.json").exists():
+        log("analysis: parameter-space geometry (section 5.2) ...")
+        try:
+            run_geometry(gdir, progress=True, **geo_args)
+        except Exception as err:
+            not_run["geometry"] = f"run_geometry failed: {type(err).__name__}: {err}"
+    return not_run
+
+
+DDP_EXPERIMENT = "ddp_batch_split"
+DDP_WORLD = 2
+
+
+def _ddp_worker(preset: str, runs: str) -> None:
+    """One rank of the batch-split run (started by torch's elastic launcher, which set RANK,
+    WORLD_SIZE, MASTER_ADDR...): ``layernorm run ddp_batch_split`` on this rank."""
+    import socket
+    loopback = next((n for _, n in socket.if_nameindex() if n.startswith("lo")), "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)   # gloo on 127.0.0.1 only
+    from ..cli import main
+    code = main(["run", DDP_EXPERIMENT, "--preset", preset, "--out", runs, "--threads", "1",
+                 "--no-progress"])
+    if code:
+        raise RuntimeError(f"layernorm run {DDP_EXPERIMENT} exited with status {code} on rank "
+                           f"{os.environ.get('RANK')}")
+
+
+def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
+    """Section 3's batch split, measured: ``ddp_batch_split`` trained on 1 process into
+    ``out/runs/ddp_batch_split/NAME`` and on 2 processes (torch's elastic launcher, the library
+    behind torchrun: gloo on 127.0.0.1, a free port) into ``NAME-w2``; both reused when finished.
+    Returns the parts that could not be run, with the reason."""
+    import socket
+    import uuid
+
+    from ..experiments import get_experiment
+    from ..experiments.runner import run_configs
+    runs = out / "runs"
+    configs = get_experiment(DDP_EXPERIMENT).configs(preset)
+    log(f"{DDP_EXPERIMENT}: {len(configs)} runs on 1 process, then on {DDP_WORLD} processes "
+        f"(gloo, 127.0.0.1)")
+    failed = [r for r in run_configs(configs, runs, jobs=1, progress=False, log=log)
+              if r.status == "failed"]
+    if failed:
+        return {DDP_EXPERIMENT: f"the 1-process run failed: {failed[0].error.splitlines()[0]}"}
+    exp_dir = runs / DDP_EXPERIMENT
+    if all((exp_dir / f"{c.run_name()}-w{DDP_WORLD}" / "done").exists() for c in configs):
+        return {}
+    try:
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    except ImportError as err:
+        return {DDP_EXPERIMENT: f"torch.distributed's launcher is not available ({err})"}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=DDP_WORLD,
+                          run_id=f"layernorm-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
+                          rdzv_endpoint=f"127.0.0.1:{port}", max_restarts=0,
+                          monitor_interval=0.5, start_method="spawn", local_addr="127.0.0.1")
+    try:
+        elastic_launch(config, _ddp_worker)(preset, str(runs))
+    except Exception as err:    # the report lists it as not run, with the reason
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        return {DDP_EXPERIMENT: f"the {DDP_WORLD}-process run failed: {first}"}
+    return {}
+
+
+def _read_meta(out: Path) -> dict:
+    import json
+    try:
+        return json.loads((out / "reproduce.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _invocation(meta: dict) -> dict:
+    keys = ("started", "argv", "jobs", "runs", "trained_runs", "wall_time_s", "total_wall_time_s",
+            "cpu_s", "loadavg_start", "loadavg_end", "git_commit")
+    return {k: meta.get(k) for k in keys}
+
+
+def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, only=None,
+              jobs: int | None = None, report: bool = True, log=print) -> Path:
+    """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
+    from ..experiments import EXPERIMENTS as REGISTRY
+    from ..experiments import PRESETS, load_registered
+    from layernorm._checks import check_choice
+
+    check_choice(preset, (*PRESETS, STANDARD), "preset")
+    load_registered()
+    names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
+    if only:
+        only = [EXPERIMENT_ALIASES.get(n, n) for n in only]
+        for n in only:
+            check_choice(n, names, "experiment for --only")
+        names = [n for n in names if n in only]
+    # --quick leaves these to --preset standard, unless --only asks for them by name
+    deferred = set(STANDARD_ONLY) if preset == "quick" and not only else set()
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise ValueError(f"jobs must be an integer >= 1 (or None: 2, or 1 on a single core), "
+                         f"received {jobs!r}. Use --jobs 1 to run one at a time.")
+    out = output_dir(out or f"runs/reproduce-{preset}")
+    jobs = jobs or max(1, min(2, os.cpu_count() or 1))
+    with exclusive_lock(out / LOCK, f"another `layernorm reproduce` (pid {{pid}}) is writing "
+                        f"{out} right now; wait for it to finish, or pass another --out."):
+        for folder in (out, out / "analysis", out / "analysis" / "geometry"):
+            clean_stale_temp_files(folder)     # atomic writes cut short by a kill
+        return _reproduce(preset, out, names, jobs, report, log, deferred)
+
+
+def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool, log,
+               deferred: set[str] = frozenset()) -> Path:
+    from ..experiments import get_experiment
+    from ..experiments.runner import run_configs
+    from ..experiments.rundir import git_commit
+
+    t0, load0, cpu0 = time.time(), _loadavg(), _cpu_seconds()
+    scale = "quick" if preset == STANDARD else preset    # the runner's preset of every config
+    not_run: dict[str, str] = {}
+    configs, datasets = [], set()
+    for n in names:
+        if n in (ANALYSIS, DDP_EXPERIMENT):
+            continue
+        if n in deferred:
+            not_run[n] = ("over --quick's 10-minute budget with the training its verdicts need; "
+                          "run with --preset standard (or --only " + n + ")")
+            continue
+        exp = get_experiment(n)
+        if exp.needs_download and scale != "full":
+            not_run[n] = (f"needs downloaded data ({exp.claim}); run with --full")
+            continue
+        cs = exp.configs(scale)
+        configs += cs
+        datasets |= {c.dataset for c in cs}
+    parts: dict[str, float] = {}
+    log(f"layernorm reproduce --preset {preset}: {len(configs)} training runs in {jobs} "
+        f"process(es) into {out}/runs (finished runs are reused)")
+    failed, trained = [], 0
+    if configs:
+        t = time.time()
+        results = run_configs(configs, out / "runs", jobs=jobs, log=log)
+        parts["training"] = time.time() - t
+        failed = [f"{r.run_dir}: {r.error.splitlines()[0]}" for r in results
+                  if r.status == "failed"]
+        trained = sum(r.status == "done" for r in results)
+    failed_analysis: dict[str, str] = {}
+    if DDP_EXPERIMENT in names:
+        t = time.time()
+        # a distributed run that raised is a failure (exit 1), like an analysis part
+        failed_analysis.update(run_distributed(out, scale, log))
+        not_run.update(failed_analysis)
+        parts["distributed"] = time.time() - t
+    if ANALYSIS in names:
+        t = time.time()
+        for part, why in run_analysis(out, scale, log).items():
+            (failed_analysis if part != ANALYSIS else not_run)[part] = why
+        not_run.update(failed_analysis)
+        parts["analysis"] = time.time() - t
+    meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
+            "runs": len(configs), "failed_runs": failed, "not_run": not_run,
+            "failed_analysis": failed_analysis,
+            "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": git_commit(),
+            "argv": sys.argv[1:], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
+    meta.update(wall_time_s=time.time() - t0, parts_s=parts, loadavg_end=_loadavg(),
+                cpu_s=_cpu_seconds() - cpu0, trained_runs=trained)
+    # Every invocation is kept: a rerun that reuses finished runs must not hide how long the
+    # invocation that trained them took.
+    previous = _read_meta(out)
+    meta["invocations"] = previous.get("invocations", []) + [_invocation(meta)]
+    atomic_write_json(out / "reproduce.json", meta)
+    if report:
+        from ..report import ReportInputError, build_report   # training never imports it
+        t = time.time()
+        try:
+            build_report(out)
+        except ReportInputError as err:
+            if not (failed or failed_analysis):
+                raise
+            # nothing finished to judge because everything failed: the failures are the news
+            log(f"no report: {err}")
+            return out
+        meta["report_s"] = time.time() - t
+        meta["total_wall_time_s"] = time.time() - t0
+        meta["invocations"][-1] = _invocation(meta)
+        atomic_write_json(out / "reproduce.json", meta)
+        log(f"wall time {meta['total_wall_time_s']:.0f} s (training + analysis "
+            f"{meta['wall_time_s']:.0f} s, report {meta['report_s']:.0f} s); CPU time "
+            f"{meta['cpu_s']:.0f} s; load average {load0} at start, {meta['loadavg_end']} at end")
+    if failed:
+        log(f"{len(failed)} run(s) failed (see above); the report judges what finished.")
+    return out
+
+
+def failures(out: str | os.PathLike) -> list[str]:
+    """What failed in the last ``reproduce`` into ``out``: one line per failed training run and
+    per analysis part that raised (parts not run by choice, e.g. downloads outside --full, are
+    not failures)."""
+    meta = _read_meta(Path(out))
+    return list(meta.get("failed_runs", [])) + [
+        f"analysis {k}: {v}" for k, v in meta.get("failed_analysis", {}).items()]
+
+
+def _run(args: argparse.Namespace) -> int:
+    preset = "full" if args.full else args.preset or "quick"
+    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
+    if (out / "summary.json").exists():
+        from ..report import summary_table
+        print("\n" + summary_table(out))
+        print(f"\nreport: {out / 'report.md'}")
+    failed = failures(out)
+    if failed:
+        print(f"layernorm reproduce: {len(failed)} part(s) failed (exit status 1); rerun the same "
+              f"command to retry them (finished runs are reused):", file=sys.stderr)
+        for line in failed:
+            print(f"  FAILED {line}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("reproduce", help="run the experiments of the paper and of the two "
+                                         "summaries it checks (docs/paper.md) and write a report "
+                                         "that judges each claim")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
+                      "5 seeds: under 10 minutes on 2 CPU cores (the default)")
+    mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
+                      "downloaded (hours; resumable)")
+    mode.add_argument("--preset", choices=("tiny", "quick", STANDARD, "full"),
+                      help="tiny: seconds, for tests; standard: --quick plus the ConvNet and the "
+                      "paper's section 6.2-6.5 experiments (about 15-30 minutes on 2 CPU cores)")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
+                        f"{DDP_EXPERIMENT}, {ANALYSIS}")
+    p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
+    p.add_argument("--jobs", type=_args.positive_int,
+                   help="training processes at once (default: 2, or 1 on "
+                   "a single core)")
+    p.set_defaults(func=_run)
