@@ -12,7 +12,7 @@ Layer norm and batch norm run the *same* code (``normalize``) and differ only in
     batch norm: the examples of the mini-batch      dims = every dim except the channel dim 1
     RMS norm:   layer norm's dims without centering (mu = 0)
 
-Numerics (STYLE.md habit 3): statistics in float32 for float16/bfloat16 inputs, variance clamped
+Numerics: statistics in float32 for float16/bfloat16 inputs, variance clamped
 at 0, eps added to the variance inside the square root, output in the input dtype. NaN/Inf in the
 input propagate. eps must be >= 0; eps = 0 is the exact normalization (a constant row gives NaN,
 as in torch). Empty inputs (no examples) give empty outputs, as in torch.
