@@ -8,7 +8,7 @@ Paper section 1 (Ba, Kiros, Hinton 2016). For the summed inputs ``a`` of a layer
 
 Layer norm and batch norm run the *same* code (``normalize``) and differ only in ``dims``:
 
-    layer norm: the hidden units of one example     dims = the trailing ``normalized_shape``
+    layer norm: the hidden units of one example     dims = the trailing normalized_shape
     batch norm: the examples of the mini-batch      dims = every dim except the channel dim 1
     RMS norm:   layer norm's dims without centering (mu = 0)
 
