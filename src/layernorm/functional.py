@@ -34,6 +34,7 @@ from ._checks import (check_channels, check_eps, check_float, check_param_shape,
                       check_trailing_shape)
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+"""The half types: their statistics are computed in float32 (``stats_dtype``)."""
 
 
 def stats_dtype(dtype: torch.dtype) -> torch.dtype:
