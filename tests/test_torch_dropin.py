@@ -252,16 +252,63 @@ def test_weight_lists_as_torch_lays_them_out(proj, bias):
     assert [[tuple(w.shape) for w in ws] for ws in none.all_weights] == \
         [[tuple(w.shape) for w in ws] for ws in theirs.all_weights]
     assert none.proj_size == theirs.proj_size
+    assert none._norm_weights_names == []
     ln = L.LSTM(IN, HID, norm="layer", **kw)
-    k = len(theirs._flat_weights_names)
-    assert ln._flat_weights_names[:k] == theirs._flat_weights_names
+    assert ln._flat_weights_names == theirs._flat_weights_names      # torch's list, exactly
+    assert all(w is getattr(ln, n) for w, n in zip(ln._flat_weights, ln._flat_weights_names))
     extra = ["gain_ih", "gain_hh", "gain_c"] + (["bias_c"] if bias else [])
-    assert ln._flat_weights_names[k:] == [n + s for s in ("_l0", "_l0_reverse", "_l1",
-                                                          "_l1_reverse") for n in extra]
+    assert ln._norm_weights_names == [n + s for s in ("_l0", "_l0_reverse", "_l1",
+                                                      "_l1_reverse") for n in extra]
     per = len(theirs.all_weights[0])
     assert [[n for n in names[:per]] for names in ln._all_weights] == \
         [[n for n in names] for names in theirs._all_weights]
-    assert sorted(ln._flat_weights_names) == sorted(n for n, _ in ln.named_parameters())
+    assert [names[per:] for names in ln._all_weights] == \
+        [[n + s for n in extra] for s in ("_l0", "_l0_reverse", "_l1", "_l1_reverse")]
+    assert sorted(ln._flat_weights_names + ln._norm_weights_names) == \
+        sorted(n for n, _ in ln.named_parameters())
+
+
+def _lib(lib, norm):
+    """torch.nn's class ``name`` or layernorm's with ``norm``: one check runs against both."""
+    if lib == "torch":
+        return lambda name, *args, **kw: getattr(nn, name)(*args, **kw)
+    return lambda name, *args, **kw: getattr(L, name)(*args, norm=norm, **kw)
+
+
+LIBS = [("torch", None), ("layernorm", "none"), ("layernorm", "layer"), ("layernorm", "batch")]
+LIB_IDS = ["torch.nn"] + [f"layernorm-{n}" for _, n in LIBS[1:]]
+
+
+@pytest.mark.parametrize("lib,norm", LIBS, ids=LIB_IDS)
+def test_weight_norm_as_torchs_test_counts_it(lib, norm):
+    """torch's own weight_norm test on an RNN: weight_norm turns one Parameter of
+    ``_flat_weights`` into a tensor, remove_weight_norm restores it (and only it)."""
+    make = _lib(lib, norm)
+
+    def check(module, name, num_params):
+        x = torch.randn(3, 2, 32)
+        before = module(x)[0]
+        module = torch.nn.utils.weight_norm(module, name=name)
+        assert sum(isinstance(p, nn.Parameter) for p in module._flat_weights) == num_params - 1
+        torch.testing.assert_close(module(x)[0], before)     # w = g v / |v| is w at first
+        module = torch.nn.utils.remove_weight_norm(module, name=name)
+        assert sum(isinstance(p, nn.Parameter) for p in module._flat_weights) == num_params
+        params = dict(module.named_parameters())
+        assert name in module._parameters and module._parameters[name] is not None
+        assert name in params and params[name] is not None
+        assert name + "_v" not in params and name + "_g" not in params
+        assert name + "_v" not in module._parameters and name + "_g" not in module._parameters
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # weight_norm's deprecation; oneDNN's proj_size note
+        check(make("LSTM", 32, 32), "weight_ih_l0", 4)
+        check(make("LSTM", 32, 32, proj_size=16), "weight_hr_l0", 5)
+    m = make("GRU", 4, 5)                                      # the parametrization API
+    x = torch.randn(3, 2, 4)
+    before = m(x)[0]
+    torch.nn.utils.parametrizations.weight_norm(m, "weight_hh_l0")
+    torch.testing.assert_close(m(x)[0], before)
+    assert len(m._flat_weights) == len(nn.GRU(4, 5)._flat_weights_names)
 
 
 @pytest.mark.parametrize("norm", ["none", "layer"])

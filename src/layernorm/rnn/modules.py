@@ -210,7 +210,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         parameters and the input (their gradients are zeros), no statistics updated."""
         T = x.shape[1 if self.batch_first else 0]
         width = (self.proj_size or self.hidden_size) * self.num_directions
-        zero = (sum(p.sum() for p in self._flat_weights) + x.sum()) * 0
+        zero = (sum(p.sum() for p in self._flat_weights + self._norm_weights) + x.sum()) * 0
         shape = (0, T, width) if self.batch_first else (T, 0, width)
         return x.new_zeros(shape) + zero, tuple(h + zero for h in hx)
 
