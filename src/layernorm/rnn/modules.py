@@ -73,14 +73,17 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                f"{num_layers!r} ({type(num_layers).__name__}). Pass e.g. "
                                f"num_layers=1.")
         if num_layers < 1:
-            raise ValueError(f"{who} expected num_layers to be a positive int, received "
+            raise ValueError(f"num_layers must be greater than zero: {who} expected num_layers "
+                             f"to be a positive int, received "
                              f"{num_layers!r}. Pass e.g. num_layers=1.")
         if not _real(dropout):
-            raise RNNTypeError(f"{who} expected dropout to be a number in [0, 1], received "
+            raise RNNTypeError(f"dropout should be a number in range [0, 1]: {who} expected "
+                               f"dropout to be a number in [0, 1], received "
                                f"{dropout!r} ({type(dropout).__name__}). Pass a float, e.g. "
                                f"dropout=0.1.")
         if not 0 <= dropout <= 1:
-            raise ValueError(f"{who} expected dropout in [0, 1], received {dropout!r}. It is "
+            raise ValueError(f"dropout should be a number in range [0, 1]: {who} expected "
+                             f"dropout in [0, 1], received {dropout!r}. It is "
                              f"the probability of zeroing an element.")
         if dropout > 0 and num_layers == 1:
             warnings.warn(f"dropout option adds dropout after all but last recurrent layer, so "
