@@ -742,6 +742,55 @@ def test_legacy_onnx_export(norm):
     assert ("LSTM" in ops) == (norm == "none")
 
 
+def _onnx_run(module, args):
+    """Export ``module`` with torch's default exporter (``torch.onnx.export(module, args)``, no
+    options) and run the ONNX model in onnxruntime -> its outputs as tensors."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")                 # what the default exporter needs
+    import contextlib
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")               # the exporter's own deprecation notes
+        program = torch.onnx.export(module, args)
+    session = ort.InferenceSession(program.model_proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    flat = [t for a in args for t in (a if isinstance(a, tuple) else (a,))]
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), flat, strict=True)}
+    return [torch.from_numpy(o) for o in session.run(None, feeds)]
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "none"])
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_default_onnx_export_runs_in_onnxruntime(mode, norm):
+    """torch.onnx.export's default exporter: the LN-LSTM / LN-GRU operators have no ONNX
+    translation, so while it captures the model the stacked modules run the loop of torch ops
+    (rnn/_onnx.py); the ONNX model computes what the module computes. Batch norm: trained on 2
+    steps, run on 4, so the later steps read the last trained step's running statistics."""
+    m = OURS[mode](IN, HID, bidirectional=mode == "LSTM", norm=norm)
+    if norm == "batch":
+        m(torch.randn(2, 4, IN))
+    m.eval()
+    x = torch.randn(4, 2, IN)
+    got = _onnx_run(m, (x,))
+    with torch.no_grad():
+        want = _flat(m(x))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    if norm == "layer" and mode != "RNN":             # a plain torch.export keeps the operator
+        ep = torch.export.export(m, (x,))
+        assert any(f"layernorm.ln_{mode.lower()}" in str(n.target) for n in ep.graph.nodes)
+
+
+def test_default_onnx_export_of_a_cell():
+    cell = L.LSTMCell(IN, HID).eval()
+    x, h, c = torch.randn(2, IN), torch.randn(2, HID), torch.randn(2, HID)
+    got = _onnx_run(cell, (x, (h, c)))
+    with torch.no_grad():
+        want = cell(x, (h, c))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 def test_readable_loop_is_twice_differentiable(mode):
     m = _normalized(mode, {"bidirectional": True}, "layer")

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import fused as _fused
+from ._onnx import exporting_to_onnx
 from ._stack_checks import InputChecks
 from ._torch_layout import TorchLayout
 from .base import RecurrentBase, _copy_from_torch
@@ -52,9 +53,10 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                  "max_length", "nonlinearity", "forget_bias", "device", "dtype")
 
     def _fused_recurrence(self) -> bool:
-        """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``."""
+        """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``,
+        not while torch.onnx.export captures the model (``_onnx``: no ONNX translation)."""
         return (self.use_fused and self.mode in ("LSTM", "GRU") and self.norm == "layer"
-                and self.bias)
+                and self.bias and not exporting_to_onnx())
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
