@@ -597,6 +597,9 @@ def test_torchs_phrase_in_each_message(name, call, kind, phrase, lib, norm):
             call(_lib(lib, norm))
     if lib == "layernorm":
         assert "expected" in str(caught.value), str(caught.value)
+        if "nonlinearity" in name:                  # torch.nn.RNN's type and torch.nn.RNNCell's
+            assert isinstance(caught.value, L.rnn.RNNArgumentError)
+            assert isinstance(caught.value, ValueError) and isinstance(caught.value, RuntimeError)
 
 
 @pytest.mark.parametrize("norm", ["layer", "batch", "none"])
