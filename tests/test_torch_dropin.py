@@ -556,7 +556,8 @@ TORCH_PHRASES = [
         torch.randn(3, IN), torch.zeros(1, 1, HID)),
      RuntimeError, r"For unbatched 2-D input, hx should also be 2-D but got 3-D tensor"),
     ("float64 input", lambda mk: mk("LSTM", IN, HID)(X3().double()),
-     ValueError, r"RNN input dtype \(torch.float64\) does not match weight dtype \(torch.float32\)"),
+     ValueError, r"RNN input dtype \(torch.float64\) does not match weight dtype "
+                 r"\(torch.float32\)"),
     ("integer input", lambda mk: mk("GRU", IN, HID)(X3().long()),
      ValueError, r"does not match weight dtype"),
     ("input on another device", lambda mk: mk("LSTM", IN, HID)(X3().to("meta")),

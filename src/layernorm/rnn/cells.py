@@ -87,8 +87,9 @@ class _Cell(RecurrentBase):
             said = (f"{who}: Expected input to be 1D or 2D, got {x.dim()}D instead"
                     if x.dim() not in (1, 2) else f"input has inconsistent input_size: got "
                     f"{x.shape[-1]} expected {self.input_size}")          # torch's words
-            raise RNNInputError(f"{said}: {who} expected an input of shape (B, {self.input_size}) or "
-                                f"({self.input_size},) (input_size={self.input_size}), received "
+            raise RNNInputError(f"{said}: {who} expected an input of shape "
+                                f"(B, {self.input_size}) or ({self.input_size},) "
+                                f"(input_size={self.input_size}), received "
                                 f"shape {tuple(x.shape)}. Pass one time step, or build the cell "
                                 f"with input_size={x.shape[-1] if x.dim() else '...'}.")
         want = tuple(x.shape[:-1]) + (self.hidden_size,)
