@@ -562,6 +562,12 @@ TORCH_PHRASES = [
      ValueError, r"does not match weight dtype"),
     ("input on another device", lambda mk: mk("LSTM", IN, HID)(X3().to("meta")),
      RuntimeError, r"Input and parameter tensors are not at the same device"),
+    ("hx on another device", lambda mk: mk("LSTM", IN, HID)(
+        X3(), (torch.zeros(1, 2, HID, device="meta"), torch.zeros(1, 2, HID))),
+     RuntimeError, r"Input and hidden tensors are not at the same device"),
+    ("GRU hx on another device", lambda mk: mk("GRU", IN, HID)(
+        X3(), torch.zeros(1, 2, HID, device="meta")),
+     RuntimeError, r"Input and hidden tensors are not at the same device"),
     ("hidden_size 0", lambda mk: mk("LSTM", IN, 0),
      ValueError, r"hidden_size must be greater than zero"),
     ("input_size 0", lambda mk: mk("GRU", 0, HID), ValueError, r"input_size must be greater"),

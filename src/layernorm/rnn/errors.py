@@ -104,8 +104,9 @@ def check_state_dtype(h: torch.Tensor, x: torch.Tensor, name: str, who: str) -> 
         raise RNNInputError(f"{who} expected {name} of dtype {x.dtype} (the input's), received "
                             f"{h.dtype}. Convert it: {name}.to({x.dtype}).")
     if h.device != x.device:
-        raise RNNInputError(f"{who} expected {name} on the input's device {x.device}, received "
-                            f"it on {h.device}. Move it: {name}.to({str(x.device)!r}).")
+        raise RNNInputError(f"Input and hidden tensors are not at the same device: {who} "
+                            f"expected {name} on the input's device {x.device}, received it on "
+                            f"{h.device}. Move it: {name}.to({str(x.device)!r}).")
 
 
 def _no_forget_bias(who: str, kwargs: dict) -> None:
