@@ -352,7 +352,7 @@ def test_bad_input_errors_name_expected_and_received():
         L.LSTMCell(I, H)(torch.randn(2, 3))
     with pytest.raises(TypeError, match="floating-point"):
         m(torch.ones(3, 2, I, dtype=torch.long))
-    with pytest.raises(ValueError, match="proj_size applies to LSTM only"):
+    with pytest.raises(ValueError, match="proj_size argument is only supported for LSTM"):
         L.GRU(I, H, proj_size=2)
     with pytest.raises(TypeError, match=r"expected a torch.nn.GRU, received LSTM"):
         L.GRU.from_torch(nn.LSTM(I, H))

@@ -252,16 +252,63 @@ def test_weight_lists_as_torch_lays_them_out(proj, bias):
     assert [[tuple(w.shape) for w in ws] for ws in none.all_weights] == \
         [[tuple(w.shape) for w in ws] for ws in theirs.all_weights]
     assert none.proj_size == theirs.proj_size
+    assert none._norm_weights_names == []
     ln = L.LSTM(IN, HID, norm="layer", **kw)
-    k = len(theirs._flat_weights_names)
-    assert ln._flat_weights_names[:k] == theirs._flat_weights_names
+    assert ln._flat_weights_names == theirs._flat_weights_names      # torch's list, exactly
+    assert all(w is getattr(ln, n) for w, n in zip(ln._flat_weights, ln._flat_weights_names))
     extra = ["gain_ih", "gain_hh", "gain_c"] + (["bias_c"] if bias else [])
-    assert ln._flat_weights_names[k:] == [n + s for s in ("_l0", "_l0_reverse", "_l1",
-                                                          "_l1_reverse") for n in extra]
+    assert ln._norm_weights_names == [n + s for s in ("_l0", "_l0_reverse", "_l1",
+                                                      "_l1_reverse") for n in extra]
     per = len(theirs.all_weights[0])
     assert [[n for n in names[:per]] for names in ln._all_weights] == \
         [[n for n in names] for names in theirs._all_weights]
-    assert sorted(ln._flat_weights_names) == sorted(n for n, _ in ln.named_parameters())
+    assert [names[per:] for names in ln._all_weights] == \
+        [[n + s for n in extra] for s in ("_l0", "_l0_reverse", "_l1", "_l1_reverse")]
+    assert sorted(ln._flat_weights_names + ln._norm_weights_names) == \
+        sorted(n for n, _ in ln.named_parameters())
+
+
+def _lib(lib, norm):
+    """torch.nn's class ``name`` or layernorm's with ``norm``: one check runs against both."""
+    if lib == "torch":
+        return lambda name, *args, **kw: getattr(nn, name)(*args, **kw)
+    return lambda name, *args, **kw: getattr(L, name)(*args, norm=norm, **kw)
+
+
+LIBS = [("torch", None), ("layernorm", "none"), ("layernorm", "layer"), ("layernorm", "batch")]
+LIB_IDS = ["torch.nn"] + [f"layernorm-{n}" for _, n in LIBS[1:]]
+
+
+@pytest.mark.parametrize("lib,norm", LIBS, ids=LIB_IDS)
+def test_weight_norm_as_torchs_test_counts_it(lib, norm):
+    """torch's own weight_norm test on an RNN: weight_norm turns one Parameter of
+    ``_flat_weights`` into a tensor, remove_weight_norm restores it (and only it)."""
+    make = _lib(lib, norm)
+
+    def check(module, name, num_params):
+        x = torch.randn(3, 2, 32)
+        before = module(x)[0]
+        module = torch.nn.utils.weight_norm(module, name=name)
+        assert sum(isinstance(p, nn.Parameter) for p in module._flat_weights) == num_params - 1
+        torch.testing.assert_close(module(x)[0], before)     # w = g v / |v| is w at first
+        module = torch.nn.utils.remove_weight_norm(module, name=name)
+        assert sum(isinstance(p, nn.Parameter) for p in module._flat_weights) == num_params
+        params = dict(module.named_parameters())
+        assert name in module._parameters and module._parameters[name] is not None
+        assert name in params and params[name] is not None
+        assert name + "_v" not in params and name + "_g" not in params
+        assert name + "_v" not in module._parameters and name + "_g" not in module._parameters
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # weight_norm's deprecation; oneDNN's proj_size note
+        check(make("LSTM", 32, 32), "weight_ih_l0", 4)
+        check(make("LSTM", 32, 32, proj_size=16), "weight_hr_l0", 5)
+    m = make("GRU", 4, 5)                                      # the parametrization API
+    x = torch.randn(3, 2, 4)
+    before = m(x)[0]
+    torch.nn.utils.parametrizations.weight_norm(m, "weight_hh_l0")
+    torch.testing.assert_close(m(x)[0], before)
+    assert len(m._flat_weights) == len(nn.GRU(4, 5)._flat_weights_names)
 
 
 @pytest.mark.parametrize("norm", ["none", "layer"])
@@ -349,7 +396,8 @@ FORWARD_MISTAKES = [
     ("hx a tensor", lambda: torch.randn(3, 2, IN), lambda: torch.zeros(2, 2, HID),
      r"hx = \(h_0, c_0\), a tuple of two tensors, received Tensor"),
     ("float64 input", lambda: torch.randn(3, 2, IN, dtype=torch.float64), None,
-     r"dtype torch.float64 but its weights are torch.float32.*input.to\(torch.float32\)"),
+     r"input of dtype torch.float32 \(its weights'\), received dtype torch.float64.*"
+     r"input.to\(torch.float32\)"),
     ("float64 hx", lambda: torch.randn(3, 2, IN),
      lambda: (torch.zeros(2, 2, HID, dtype=torch.float64), torch.zeros(2, 2, HID)),
      r"hx\[0\] of dtype torch.float32.*received torch.float64.*hx\[0\].to\(torch.float32\)"),
@@ -427,8 +475,9 @@ OUR_OWN_MISTAKES = [   # arguments torch's RNNs do not have
     (L.LSTM, {"momentum": 0}, r"momentum in \(0, 1\].*received 0"),
     (L.LSTM, {"gain_init": float("nan")}, r"gain_init to be a finite number.*received nan"),
     (L.LSTMCell, {"eps": -1}, r"eps to be a finite number > 0"),
-    (L.GRU, {"proj_size": 2}, r"proj_size applies to LSTM only"),
-    (L.RNN, {"nonlinearity": "sigmoid"}, r"unknown nonlinearity 'sigmoid'; expected one of"),
+    (L.GRU, {"proj_size": 2}, r"proj_size argument is only supported for LSTM.*Remove"),
+    (L.RNN, {"nonlinearity": "sigmoid"}, r"Unknown nonlinearity 'sigmoid'.*expected nonlinearity "
+                                         r"'tanh' or 'relu', received 'sigmoid'"),
 ]
 
 
@@ -456,8 +505,158 @@ def test_cell_mistakes_raise_torchs_exception_type():
         assert expected is not None
         with pytest.raises(expected, match="expected"):
             ours(x, hx)
-    with pytest.raises(ValueError, match=r"dtype torch.float64 but its weights are"):
+    with pytest.raises(ValueError, match=r"does not match weight dtype.*received dtype "
+                                         r"torch.float64"):
         ours(torch.randn(2, IN, dtype=torch.float64))
+
+
+X3 = lambda: torch.randn(3, 2, IN)                # noqa: E731  (T, B, I)
+
+# (name, call(make) that makes the mistake with ``make(cls_name, *args, **kw)``, torch's exception
+# type, torch's phrase): each check runs against torch.nn and against layernorm (every norm), as
+# torch's own assertRaisesRegex checks do.
+TORCH_PHRASES = [
+    ("GRU hx size", lambda mk: mk("GRU", IN, HID)(X3(), torch.zeros(2, 2, HID)),
+     RuntimeError, r"Expected hidden size \(1, 2, 3\), got \[2, 2, 3\]"),
+    ("RNN hx size", lambda mk: mk("RNN", IN, HID)(X3(), torch.zeros(1, 5, HID)),
+     RuntimeError, r"Expected hidden size \(1, 2, 3\), got \[1, 5, 3\]"),
+    ("RNN unbatched hx size", lambda mk: mk("RNN", IN, HID)(X3()[:, 0], torch.zeros(2, HID)),
+     RuntimeError, r"Expected hidden size \(1, 1, 3\), got \[2, 1, 3\]"),
+    ("LSTM h0 size", lambda mk: mk("LSTM", IN, HID)(X3(), (torch.zeros(2, 2, HID),
+                                                           torch.zeros(1, 2, HID))),
+     RuntimeError, r"Expected hidden\[0\] size \(1, 2, 3\), got \[2, 2, 3\]"),
+    ("LSTM c0 size", lambda mk: mk("LSTM", IN, HID)(X3(), (torch.zeros(1, 2, HID),
+                                                           torch.zeros(1, 5, HID))),
+     RuntimeError, r"Expected hidden\[1\] size \(1, 2, 3\), got \[1, 5, 3\]"),
+    ("input_size", lambda mk: mk("GRU", IN, HID)(torch.randn(3, 2, 7)),
+     RuntimeError, r"input.size\(-1\) must be equal to input_size. Expected 2, got 7"),
+    ("input_size unbatched", lambda mk: mk("LSTM", IN, HID)(torch.randn(3, 7)),
+     RuntimeError, r"input.size\(-1\) must be equal to input_size. Expected 2, got 7"),
+    ("sequence length 0", lambda mk: mk("LSTM", IN, HID)(torch.randn(0, 2, IN)),
+     RuntimeError, r"Expected sequence length to be larger than 0 in RNN"),
+    ("sequence length 0 batch_first", lambda mk: mk("GRU", IN, HID, batch_first=True)(
+        torch.randn(2, 0, IN)), RuntimeError, r"Expected sequence length to be larger than 0"),
+    ("proj_size on GRU", lambda mk: mk("GRU", IN, HID, proj_size=1),
+     ValueError, r"proj_size argument is only supported for LSTM, not RNN or GRU"),
+    ("proj_size on RNN", lambda mk: mk("RNN", IN, HID, proj_size=1),
+     ValueError, r"proj_size argument is only supported for LSTM"),
+    ("RNN nonlinearity", lambda mk: mk("RNN", IN, HID, nonlinearity="garbage"),
+     ValueError, r"Unknown nonlinearity 'garbage'. Select from 'tanh' or 'relu'"),
+    ("RNNCell nonlinearity", lambda mk: mk("RNNCell", IN, HID, nonlinearity="garbage")(
+        torch.randn(2, IN)), RuntimeError, r"Unknown nonlinearity"),
+    ("LSTM 2-D hx, batched input", lambda mk: mk("LSTM", IN, HID)(
+        X3(), (torch.zeros(1, HID), torch.zeros(1, HID))),
+     RuntimeError, r"For batched 3-D input, hx and cx should also be 3-D but got \(2-D, 2-D\)"),
+    ("LSTM 3-D hx, unbatched input", lambda mk: mk("LSTM", IN, HID)(
+        torch.randn(3, IN), (torch.zeros(1, 1, HID), torch.zeros(1, 1, HID))),
+     RuntimeError, r"For unbatched 2-D input, hx and cx should also be 2-D"),
+    ("GRU 2-D hx, batched input", lambda mk: mk("GRU", IN, HID)(X3(), torch.zeros(1, HID)),
+     RuntimeError, r"For batched 3-D input, hx should also be 3-D but got 2-D tensor"),
+    ("RNN 3-D hx, unbatched input", lambda mk: mk("RNN", IN, HID)(
+        torch.randn(3, IN), torch.zeros(1, 1, HID)),
+     RuntimeError, r"For unbatched 2-D input, hx should also be 2-D but got 3-D tensor"),
+    ("float64 input", lambda mk: mk("LSTM", IN, HID)(X3().double()),
+     ValueError, r"RNN input dtype \(torch.float64\) does not match weight dtype "
+                 r"\(torch.float32\)"),
+    ("integer input", lambda mk: mk("GRU", IN, HID)(X3().long()),
+     ValueError, r"does not match weight dtype"),
+    ("input on another device", lambda mk: mk("LSTM", IN, HID)(X3().to("meta")),
+     RuntimeError, r"Input and parameter tensors are not at the same device"),
+    ("hx on another device", lambda mk: mk("LSTM", IN, HID)(
+        X3(), (torch.zeros(1, 2, HID, device="meta"), torch.zeros(1, 2, HID))),
+     RuntimeError, r"Input and hidden tensors are not at the same device"),
+    ("GRU hx on another device", lambda mk: mk("GRU", IN, HID)(
+        X3(), torch.zeros(1, 2, HID, device="meta")),
+     RuntimeError, r"Input and hidden tensors are not at the same device"),
+    ("hidden_size 0", lambda mk: mk("LSTM", IN, 0),
+     ValueError, r"hidden_size must be greater than zero"),
+    ("input_size 0", lambda mk: mk("GRU", 0, HID), ValueError, r"input_size must be greater"),
+    ("hidden_size a float", lambda mk: mk("RNN", IN, 3.0),
+     TypeError, r"hidden_size should be of type int, got: float"),
+    ("num_layers 0", lambda mk: mk("LSTM", IN, HID, 0),
+     ValueError, r"num_layers must be greater than zero"),
+    ("proj_size -1", lambda mk: mk("LSTM", IN, HID, proj_size=-1),
+     ValueError, r"proj_size should be a positive integer or zero to disable projections"),
+    ("proj_size 3", lambda mk: mk("LSTM", IN, HID, proj_size=HID),
+     ValueError, r"proj_size has to be smaller than hidden_size"),
+    ("dropout 2", lambda mk: mk("LSTM", IN, HID, 2, dropout=2),
+     ValueError, r"dropout should be a number in range \[0, 1\]"),
+    ("cell input_size", lambda mk: mk("LSTMCell", IN, HID)(torch.randn(2, 7)),
+     RuntimeError, r"input has inconsistent input_size: got 7 expected 2"),
+    ("cell hx batch", lambda mk: mk("GRUCell", IN, HID)(torch.randn(2, IN), torch.zeros(5, HID)),
+     RuntimeError, r"Input batch size 2 doesn't match hidden0 batch size 5"),
+    ("cell hx size", lambda mk: mk("LSTMCell", IN, HID)(
+        torch.randn(2, IN), (torch.zeros(2, HID), torch.zeros(2, 4))),
+     RuntimeError, r"hidden1 has inconsistent hidden_size: got 4, expected 3"),
+    ("cell 3-D input", lambda mk: mk("RNNCell", IN, HID)(torch.randn(2, 1, IN)),
+     ValueError, r"RNNCell: Expected input to be 1D or 2D, got 3D instead"),
+]
+
+
+@pytest.mark.parametrize("lib,norm", LIBS, ids=LIB_IDS)
+@pytest.mark.parametrize("name,call,kind,phrase", TORCH_PHRASES, ids=[m[0] for m in TORCH_PHRASES])
+def test_torchs_phrase_in_each_message(name, call, kind, phrase, lib, norm):
+    """torch's exception type and torch's words (what its own tests match), for torch.nn and for
+    layernorm; ours then say what was expected, what was received and the fix."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)        # dropout with one layer
+        with pytest.raises(kind, match=phrase) as caught:
+            call(_lib(lib, norm))
+    if lib == "layernorm":
+        assert "expected" in str(caught.value), str(caught.value)
+        if "nonlinearity" in name:                  # torch.nn.RNN's type and torch.nn.RNNCell's
+            assert isinstance(caught.value, L.rnn.RNNArgumentError)
+            assert isinstance(caught.value, ValueError) and isinstance(caught.value, RuntimeError)
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "none"])
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_cells_with_zero_units_return_empty_states_as_torch(mode, norm):
+    """torch's cells run with hidden_size 0 (and input_size 0); its modules refuse both."""
+    for I, H in ((IN, 0), (0, HID)):
+        theirs = getattr(nn, mode + "Cell")(I, H)
+        ours = getattr(L, mode + "Cell")(I, H, norm=norm)
+        assert [p.shape for p in ours.parameters()][:4] == [p.shape for p in theirs.parameters()]
+        for x in (torch.randn(4, I, requires_grad=True), torch.randn(I)):
+            ours.train(x.dim() == 2)                # batch norm trains on 2 examples or more
+            a, b = ours(x), theirs(x)
+            a, b = (a, b) if mode == "LSTM" else ((a,), (b,))
+            assert [t.shape for t in a] == [t.shape for t in b]
+            if H == 0:
+                assert all(t.numel() == 0 for t in a)
+            if x.requires_grad:                     # connected to the graph, as torch's
+                sum(t.sum() for t in a).backward()
+    for cls in (L.LSTM, L.GRU, L.RNN):
+        with pytest.raises(ValueError, match="hidden_size must be greater than zero"):
+            cls(IN, 0, norm=norm)
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "none"])
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_meta_device_propagates_shapes_as_torch(mode, norm):
+    """A module built on ``meta`` runs meta inputs as torch's does: the shapes, nothing computed
+    (every path: the fused operators' shape functions, the loop, batch norm's running
+    statistics in eval, a PackedSequence, the cells)."""
+    kw = {"num_layers": 2, "bidirectional": True}
+    theirs = THEIRS[mode](IN, HID, device="meta", **kw)
+    ours = OURS[mode](IN, HID, device="meta", norm=norm, **kw)
+    packed = pack_sequence([torch.randn(3, IN), torch.randn(2, IN)], enforce_sorted=False)
+    for train in (True, False):
+        ours.train(train)
+        unbatched = [] if train and norm == "batch" else [torch.randn(5, IN, device="meta")]
+        for x in [torch.randn(5, 2, IN, device="meta"), *unbatched, packed.to("meta")]:
+            a, b = _flat(ours(x)), _flat(theirs(x))
+            assert [t.shape for t in a] == [t.shape for t in b]
+            assert all(t.is_meta for t in a)
+        out = ours(torch.randn(5, 2, IN, device="meta", requires_grad=True))[0]
+        out.sum().backward()
+    cell = getattr(L, mode + "Cell")(IN, HID, device="meta", norm=norm)
+    h = cell(torch.randn(4, IN, device="meta"))
+    assert (h[0] if mode == "LSTM" else h).shape == (4, HID)
+    with pytest.raises(RuntimeError, match=r"Input and parameter tensors are not at the same "
+                                           r"device.*expected an input on its parameters' device "
+                                           r"cpu, received one on meta.*input.to\('cpu'\)"):
+        OURS[mode](IN, HID, norm=norm)(torch.randn(3, 2, IN, device="meta"))
 
 
 def test_autocast_skips_the_dtype_check_as_torch():
@@ -551,6 +750,55 @@ def test_legacy_onnx_export(norm):
     onnx.checker.check_model(graph)
     ops = {n.op_type for n in graph.graph.node}
     assert ("LSTM" in ops) == (norm == "none")
+
+
+def _onnx_run(module, args):
+    """Export ``module`` with torch's default exporter (``torch.onnx.export(module, args)``, no
+    options) and run the ONNX model in onnxruntime -> its outputs as tensors."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")                 # what the default exporter needs
+    import contextlib
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")               # the exporter's own deprecation notes
+        program = torch.onnx.export(module, args)
+    session = ort.InferenceSession(program.model_proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    flat = [t for a in args for t in (a if isinstance(a, tuple) else (a,))]
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), flat, strict=True)}
+    return [torch.from_numpy(o) for o in session.run(None, feeds)]
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "none"])
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_default_onnx_export_runs_in_onnxruntime(mode, norm):
+    """torch.onnx.export's default exporter: the LN-LSTM / LN-GRU operators have no ONNX
+    translation, so while it captures the model the stacked modules run the loop of torch ops
+    (rnn/_onnx.py); the ONNX model computes what the module computes. Batch norm: trained on 2
+    steps, run on 4, so the later steps read the last trained step's running statistics."""
+    m = OURS[mode](IN, HID, bidirectional=mode == "LSTM", norm=norm)
+    if norm == "batch":
+        m(torch.randn(2, 4, IN))
+    m.eval()
+    x = torch.randn(4, 2, IN)
+    got = _onnx_run(m, (x,))
+    with torch.no_grad():
+        want = _flat(m(x))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    if norm == "layer" and mode != "RNN":             # a plain torch.export keeps the operator
+        ep = torch.export.export(m, (x,))
+        assert any(f"layernorm.ln_{mode.lower()}" in str(n.target) for n in ep.graph.nodes)
+
+
+def test_default_onnx_export_of_a_cell():
+    cell = L.LSTMCell(IN, HID).eval()
+    x, h, c = torch.randn(2, IN), torch.randn(2, HID), torch.randn(2, HID)
+    got = _onnx_run(cell, (x, (h, c)))
+    with torch.no_grad():
+        want = cell(x, (h, c))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])

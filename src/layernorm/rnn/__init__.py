@@ -8,7 +8,9 @@ one-step modules in ``cells``, the stacked modules in ``modules``.
 """
 from .cells import (RNN_NORMS, GRUCell, LSTMCell, RNNCell, RNNInputError, RNNTypeError, gru_step,
                     lstm_step, rnn_step)
+from .errors import RNNArgumentError
 from .modules import GRU, LSTM, RNN, run_direction
 
 __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "RNN_NORMS", "lstm_step",
-           "gru_step", "rnn_step", "run_direction", "RNNInputError", "RNNTypeError"]
+           "gru_step", "rnn_step", "run_direction", "RNNInputError", "RNNTypeError",
+           "RNNArgumentError"]

@@ -7,6 +7,7 @@ import weakref
 import torch
 
 from . import _driver, _ops
+from .errors import autocast_on
 
 _PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
 
@@ -116,7 +117,7 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.nn.functional.linear(x, w)
     device = x.device.type
-    autocast = torch.is_autocast_enabled(device)
+    autocast = autocast_on(x)                  # False on a device without autocast (meta)
     half = torch.get_autocast_dtype(device) if autocast else x.dtype
     if device == "cpu" and half in (torch.bfloat16, torch.float16) and not half_gemm_native(half) \
             and (autocast or w.dtype == x.dtype):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .errors import autocast_on
+
 _layer_norm = torch.native_layer_norm
 _layer_norm_backward = torch.ops.aten.native_layer_norm_backward
 _HALF = (torch.float16, torch.bfloat16)
@@ -42,7 +44,7 @@ def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
     tensors = [xg, w_hh, *states.values(), *(v for v, _ in vectors.values())]
     dtypes = {t.dtype for t in tensors}
     if len({t.device for t in tensors}) != 1 or (
-            len(dtypes) != 1 and not torch.is_autocast_enabled(xg.device.type)):
+            len(dtypes) != 1 and not autocast_on(xg)):
         raise ValueError(f"{who} expected all tensors on one device with one dtype, received "
                          f"{sorted({(str(t.device), str(t.dtype)) for t in tensors})}. Move them "
                          f"with .to(xg) (under torch.autocast mixed dtypes are cast for you).")
@@ -54,7 +56,7 @@ def dtypes(xg: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
     autocast dtype, else in xg's. On the CPU half types compute in float32 (converted once per
     call; the statistics are float32 either way), so the C kernels run them."""
     device = xg.device.type
-    autocast = torch.is_autocast_enabled(device) and xg.dtype != torch.float64  # as torch casts
+    autocast = autocast_on(xg) and xg.dtype != torch.float64  # as torch casts
     out = torch.get_autocast_dtype(device) if autocast else xg.dtype
     compute = torch.float32 if device == "cpu" and out in _HALF else out
     return compute, out

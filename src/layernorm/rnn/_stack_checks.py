@@ -24,14 +24,17 @@ class InputChecks:
                                 f"tensor of shape {tuple(x.shape)}. Reshape it to one of those.")
         check_dtype(x, self.weight_ih_l0, who)
         if x.shape[-1] != self.input_size:
-            raise RNNInputError(f"{who} expected input of shape {layout} with input_size="
+            raise RNNInputError(f"input.size(-1) must be equal to input_size. Expected "
+                                f"{self.input_size}, got {x.shape[-1]}: "
+                                f"{who} expected input of shape {layout} with input_size="
                                 f"{self.input_size}, received shape {tuple(x.shape)} (last dim "
                                 f"{x.shape[-1]}). Build it with input_size={x.shape[-1]} or fix "
                                 f"the input's feature dimension.")
         T = x.shape[1] if self.batch_first and x.dim() == 3 else x.shape[0]
         if T == 0:
-            raise RNNInputError(f"{who} expected a sequence length larger than 0, received input "
-                                f"of shape {tuple(x.shape)}. Skip empty sequences.")
+            raise RNNInputError(f"Expected sequence length to be larger than 0 in RNN: {who} "
+                                f"expected a sequence length larger than 0, received input of "
+                                f"shape {tuple(x.shape)}. Skip empty sequences.")
 
     def _check_packed(self, p: PackedSequence) -> None:
         """A PackedSequence as pack_padded_sequence / pack_sequence make it."""
@@ -49,7 +52,9 @@ class InputChecks:
                                 f"input_size), received {getattr(p.data, 'shape', p.data)}.")
         check_dtype(p.data, self.weight_ih_l0, who)
         if p.data.shape[-1] != self.input_size:
-            raise RNNInputError(f"{who} expected a PackedSequence of input_size={self.input_size}, "
+            raise RNNInputError(f"input.size(-1) must be equal to input_size. Expected "
+                                f"{self.input_size}, got {p.data.shape[-1]}: "
+                                f"{who} expected a PackedSequence of input_size={self.input_size}, "
                                 f"received data of shape {tuple(p.data.shape)}. Build it with "
                                 f"input_size={p.data.shape[-1]} or fix the features.")
         sizes = bs.tolist()                      # a few ints: cheaper checked in Python
@@ -65,6 +70,8 @@ class InputChecks:
             return
         ok = s is not None and u is not None and s.dim() == 1 and u.dim() == 1 and \
             s.dtype == torch.int64 and u.dtype == torch.int64 and len(s) == B and len(u) == B
+        if ok and "meta" in (s.device.type, u.device.type):
+            return                               # no values to check (shapes only)
         if ok:
             sl, ul = s.tolist(), u.tolist()
             ok = sorted(sl) == list(range(B)) and all(0 <= j < B and sl[j] == i
@@ -84,6 +91,17 @@ class InputChecks:
         """hx: the states, each (L * D, batch, size), or (L * D, size) when batch is None
         (unbatched input)."""
         who, LD = type(self).__name__, self.num_layers * self.num_directions
+        dims = [h.dim() for h in hx if isinstance(h, torch.Tensor)]
+        want_dim = 2 if batch is None else 3
+        if len(dims) == len(hx) and any(d != want_dim for d in dims):
+            # torch's message for a state of the wrong rank, then ours
+            kind = "unbatched 2-D" if batch is None else "batched 3-D"
+            got = f"({', '.join(f'{d}-D' for d in dims)}) tensors" if len(hx) == 2 else \
+                f"{dims[0]}-D tensor"
+            torch_says = (f"For {kind} input, hx{' and cx' if len(hx) == 2 else ''} should also be "
+                          f"{want_dim}-D but got {got}")
+        else:
+            torch_says = None
         for i, (h, size) in enumerate(zip(hx, self._state_sizes())):
             name = "hx" if len(hx) == 1 else f"hx[{i}]"
             want = (LD, size) if batch is None else (LD, batch, size)
@@ -94,7 +112,13 @@ class InputChecks:
                 what = ("(num_layers * num_directions, hidden_size) for an unbatched 2-D input"
                         if batch is None else "(num_layers * num_directions, batch, " +
                         ("proj_size" if self.proj_size and i == 0 else "hidden_size") + ")")
-                raise RNNInputError(f"{who} expected {name} of shape {want} {what}, received "
-                                    f"{tuple(h.shape)}. Pass hx=None for zeros, or a state "
-                                    f"shaped like the one it returns.")
+                if torch_says is None:           # torch's phrase for a wrong size
+                    # torch compares an unbatched input's state with a batch of one added
+                    torch_want, got = (want, list(h.shape)) if batch is not None else \
+                        ((LD, 1, size), [h.shape[0], 1, *h.shape[1:]])
+                    torch_says = (f"Expected hidden{'' if len(hx) == 1 else f'[{i}]'} size "
+                                  f"{torch_want}, got {got}")
+                raise RNNInputError(f"{torch_says}: {who} expected {name} of shape {want} {what}, "
+                                    f"received {tuple(h.shape)}. Pass hx=None for zeros, or a "
+                                    f"state shaped like the one it returns.")
             check_state_dtype(h, x, name, who)

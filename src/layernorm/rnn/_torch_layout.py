@@ -28,17 +28,30 @@ class TorchLayout:
 
     @property
     def _flat_weights_names(self) -> list[str]:
-        """torch's flat list (every layer and direction, torch's order), then the extra
-        normalization parameters in the same layer order."""
-        per = self._all_weights
+        """torch's flat list, exactly: the tensors torch's op takes (every layer and direction,
+        torch's order), so code that counts or walks torch's weights (``weight_norm``'s tests,
+        weight drop) sees what it sees on torch's module. The normalization's gains and biases
+        are in ``_norm_weights_names``."""
         k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
-        return [n for names in per for n in names[:k]] + [n for names in per for n in names[k:]]
+        return [n for names in self._all_weights for n in names[:k]]
+
+    @property
+    def _norm_weights_names(self) -> list[str]:
+        """The normalization's Parameters (``gain_*``, ``bias_c``) in layer order: what this
+        module has beyond torch's ``_flat_weights_names`` (empty for norm="none")."""
+        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
+        return [n for names in self._all_weights for n in names[k:]]
 
     @property
     def _flat_weights(self) -> list[torch.Tensor | None]:
         """The tensors of ``_flat_weights_names`` (None for one deleted and not yet set, as
         torch)."""
         return [getattr(self, n, None) for n in self._flat_weights_names]
+
+    @property
+    def _norm_weights(self) -> list[torch.Tensor | None]:
+        """The tensors of ``_norm_weights_names``."""
+        return [getattr(self, n, None) for n in self._norm_weights_names]
 
     @property
     def all_weights(self) -> list[list[torch.Tensor]]:

@@ -11,9 +11,9 @@ from torch import _VF, nn
 
 from .._checks import check_choice
 from . import _cell_native, _step
-from .errors import RNNTypeError, _real, autocast_on
+from .errors import _real, autocast_on, check_nonlinearity, check_sizes
 from .steps import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
-from .terms import Term, gate_groups
+from .terms import Term, gate_groups, last_trained_slot
 
 RNN_NORMS = ("layer", "batch", "none")
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -28,6 +28,8 @@ class RecurrentBase(nn.Module):
     # The fast paths (the cells' one-step ops; a stack's fused recurrence). Set it to False (on
     # the class or an instance) to run the readable terms and loop instead.
     use_fused = True
+    # torch's cells take input_size and hidden_size 0 (empty states); its modules refuse them
+    _zero_sizes = False
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, *, bias: bool = True,
                  norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
@@ -36,27 +38,24 @@ class RecurrentBase(nn.Module):
         super().__init__()
         who = type(self).__name__
         check_choice(norm, RNN_NORMS, "norm")
-        check_choice(nonlinearity, NONLINEARITIES, "nonlinearity")
+        check_nonlinearity(nonlinearity, who)
         if mode != "RNN" and nonlinearity != "tanh":
             raise ValueError(f"nonlinearity={nonlinearity!r} applies to RNN and RNNCell only, "
                              f"received it for {who}. Remove the argument.")
-        for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
-                            ("max_length", max_length)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise RNNTypeError(f"{who} expected {name} to be a positive int, received "
-                                   f"{value!r} ({type(value).__name__}). Pass e.g. {name}=16.")
-            if value < 1:
-                raise ValueError(f"{who} expected {name} to be a positive int, received "
-                                 f"{value!r}. Pass e.g. {name}=16.")
+        check_sizes(who, self._zero_sizes, input_size=input_size, hidden_size=hidden_size,
+                    max_length=max_length)
         if not isinstance(proj_size, int) or isinstance(proj_size, bool) or proj_size < 0:
-            raise ValueError(f"{who} expected proj_size to be an int >= 0 (0: no projection), "
-                             f"received {proj_size!r}. Pass e.g. proj_size=0.")
+            raise ValueError(f"proj_size should be a positive integer or zero to disable "
+                             f"projections: {who} expected proj_size to be an int >= 0 (0: no "
+                             f"projection), received {proj_size!r}. Pass e.g. proj_size=0.")
         if proj_size and mode != "LSTM":
-            raise ValueError(f"proj_size applies to LSTM only (as in torch), received "
-                             f"proj_size={proj_size} for {who}. Remove the argument.")
-        if proj_size >= hidden_size:
-            raise ValueError(f"{who} expected proj_size smaller than hidden_size={hidden_size}, "
-                             f"received proj_size={proj_size}. Pass a smaller proj_size.")
+            raise ValueError(f"proj_size argument is only supported for LSTM, not RNN or GRU: "
+                             f"{who} expected no proj_size (a projection of the LSTM's h_t), "
+                             f"received proj_size={proj_size}. Remove the argument.")
+        if proj_size and proj_size >= hidden_size:
+            raise ValueError(f"proj_size has to be smaller than hidden_size: {who} expected "
+                             f"proj_size smaller than hidden_size={hidden_size}, received "
+                             f"proj_size={proj_size}. Pass a smaller proj_size.")
         if not _real(eps) or not math.isfinite(eps) or eps <= 0:
             raise ValueError(f"{who} expected eps to be a finite number > 0 (it is added to the "
                              f"variance inside the square root), received {eps!r}. Pass e.g. "
@@ -128,7 +127,7 @@ class RecurrentBase(nn.Module):
         authors' code (no forget-gate bias). Then an LSTM's ``forget_bias`` is added to the
         forget-gate slice of every ``bias_ih`` (so with a norm the forget gate's total bias is
         exactly ``forget_bias``)."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size else 0.0   # as torch
         H = self.hidden_size
         with torch.no_grad():
             for name, p in self.named_parameters():
@@ -204,8 +203,7 @@ class RecurrentBase(nn.Module):
                   "batch_sizes": batch_sizes, "who": who, "fused": self.use_fused}
         if self.norm == "batch" and (not self.training or min(batch_sizes or [2]) < 2):
             # Eval (or a training step with one active example) reads the running statistics.
-            trained = self.num_batches_tracked.nonzero()
-            common["last_slot"] = int(trained.max()) if len(trained) else 0
+            common["last_slot"] = last_trained_slot(self.num_batches_tracked)
         run = lambda term: ((g("running_mean" + term), g("running_var" + term))  # noqa: E731
                             if self.norm == "batch" else None)
         if self.mode == "RNN":

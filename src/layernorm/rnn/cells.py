@@ -46,6 +46,7 @@ from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401
 
 class _Cell(RecurrentBase):
     _mode = ""
+    _zero_sizes = True
 
     _KEYWORDS = ("input_size", "hidden_size", "bias", "norm", "gain_init", "eps", "momentum",
                  "max_length", "nonlinearity", "forget_bias", "device", "dtype")
@@ -83,8 +84,12 @@ class _Cell(RecurrentBase):
                                f"({self.input_size},), received {type(x).__name__}.")
         check_dtype(x, w, who)
         if x.dim() not in (1, 2) or x.shape[-1] != self.input_size:
-            raise RNNInputError(f"{who} expected an input of shape (B, {self.input_size}) or "
-                                f"({self.input_size},) (input_size={self.input_size}), received "
+            said = (f"{who}: Expected input to be 1D or 2D, got {x.dim()}D instead"
+                    if x.dim() not in (1, 2) else f"input has inconsistent input_size: got "
+                    f"{x.shape[-1]} expected {self.input_size}")          # torch's words
+            raise RNNInputError(f"{said}: {who} expected an input of shape "
+                                f"(B, {self.input_size}) or ({self.input_size},) "
+                                f"(input_size={self.input_size}), received "
                                 f"shape {tuple(x.shape)}. Pass one time step, or build the cell "
                                 f"with input_size={x.shape[-1] if x.dim() else '...'}.")
         want = tuple(x.shape[:-1]) + (self.hidden_size,)
@@ -94,7 +99,13 @@ class _Cell(RecurrentBase):
                 raise RNNTypeError(f"{who} expected {name} to be a tensor of shape {want}, "
                                    f"received {type(h).__name__}. Pass hx=None for zeros.")
             if tuple(h.shape) != want:
-                raise RNNInputError(f"{who} expected {name} of shape {want} (batch, "
+                said = (f"{who}: Expected {name} to be 1D or 2D, got {h.dim()}D instead"
+                        if h.dim() not in (1, 2) else
+                        f"hidden{i} has inconsistent hidden_size: got {h.shape[-1]}, expected "
+                        f"{self.hidden_size}" if h.shape[-1] != self.hidden_size else
+                        f"Input batch size {want[0] if want[:-1] else 1} doesn't match "
+                        f"hidden{i} batch size {h.shape[0] if h.dim() == 2 else 1}")
+                raise RNNInputError(f"{said}: {who} expected {name} of shape {want} (batch, "
                                     f"hidden_size), received {tuple(h.shape)}. Pass a state with "
                                     f"the input's batch size and hidden_size={self.hidden_size}, "
                                     f"or hx=None for zeros.")
@@ -126,7 +137,7 @@ class _Cell(RecurrentBase):
         batched = input.dim() == 2
         if not batched:
             input, hx = input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx)
-        if input.shape[0] == 0:                 # no examples: empty states, as torch's cells
+        if input.shape[0] == 0 or not self.hidden_size:   # empty states, as torch's cells
             zero = (sum(p.sum() for p in self.parameters()) + input.sum()) * 0
             new = tuple(h + zero for h in hx)
             return new if batched else tuple(h.squeeze(0) for h in new)

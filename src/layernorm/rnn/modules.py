@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import fused as _fused
+from ._onnx import exporting_to_onnx
 from ._stack_checks import InputChecks
 from ._torch_layout import TorchLayout
 from .base import RecurrentBase, _copy_from_torch
@@ -52,9 +53,10 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                  "max_length", "nonlinearity", "forget_bias", "device", "dtype")
 
     def _fused_recurrence(self) -> bool:
-        """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``."""
+        """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``,
+        not while torch.onnx.export captures the model (``_onnx``: no ONNX translation)."""
         return (self.use_fused and self.mode in ("LSTM", "GRU") and self.norm == "layer"
-                and self.bias)
+                and self.bias and not exporting_to_onnx())
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -73,14 +75,17 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                f"{num_layers!r} ({type(num_layers).__name__}). Pass e.g. "
                                f"num_layers=1.")
         if num_layers < 1:
-            raise ValueError(f"{who} expected num_layers to be a positive int, received "
+            raise ValueError(f"num_layers must be greater than zero: {who} expected num_layers "
+                             f"to be a positive int, received "
                              f"{num_layers!r}. Pass e.g. num_layers=1.")
         if not _real(dropout):
-            raise RNNTypeError(f"{who} expected dropout to be a number in [0, 1], received "
+            raise RNNTypeError(f"dropout should be a number in range [0, 1]: {who} expected "
+                               f"dropout to be a number in [0, 1], received "
                                f"{dropout!r} ({type(dropout).__name__}). Pass a float, e.g. "
                                f"dropout=0.1.")
         if not 0 <= dropout <= 1:
-            raise ValueError(f"{who} expected dropout in [0, 1], received {dropout!r}. It is "
+            raise ValueError(f"dropout should be a number in range [0, 1]: {who} expected "
+                             f"dropout in [0, 1], received {dropout!r}. It is "
                              f"the probability of zeroing an element.")
         if dropout > 0 and num_layers == 1:
             warnings.warn(f"dropout option adds dropout after all but last recurrent layer, so "
@@ -210,7 +215,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         parameters and the input (their gradients are zeros), no statistics updated."""
         T = x.shape[1 if self.batch_first else 0]
         width = (self.proj_size or self.hidden_size) * self.num_directions
-        zero = (sum(p.sum() for p in self._flat_weights) + x.sum()) * 0
+        zero = (sum(p.sum() for p in self._flat_weights + self._norm_weights) + x.sum()) * 0
         shape = (0, T, width) if self.batch_first else (T, 0, width)
         return x.new_zeros(shape) + zero, tuple(h + zero for h in hx)
 

@@ -37,6 +37,25 @@ def observe_batch_stats(fn: Callable):
         _BATCH_STAT_OBSERVERS.remove(fn)
 
 
+def last_trained_slot(num_batches_tracked: torch.Tensor) -> int | torch.Tensor:
+    """The last step whose running statistics were trained (0 if none). An int read from the
+    buffer; where its values cannot be read (a ``meta`` tensor, the fake tensors of
+    torch.export / torch.onnx.export) the same index as a 0-d tensor computed from it, so the
+    graph stays right for any trained length."""
+    nbt = num_batches_tracked
+    if nbt.device.type == "meta" or torch.compiler.is_exporting():
+        steps = torch.arange(nbt.shape[0], device=nbt.device)
+        return torch.where(nbt > 0, steps, 0).max()
+    trained = nbt.nonzero()
+    return int(trained.max()) if len(trained) else 0
+
+
+def _slot(t: int, last_slot: int | torch.Tensor) -> int | torch.Tensor:
+    """min(t, last_slot) for an int ``last_slot``; for a 0-d tensor one (``last_trained_slot``),
+    the same as a 1-element index (a row of the buffers is then (1, G), which broadcasts)."""
+    return min(t, last_slot) if isinstance(last_slot, int) else last_slot.clamp(max=t).view(1)
+
+
 class Term:
     """``N(a) * gain + bias`` for one summed-input term ``a`` (..., G), built for one forward call.
 
@@ -51,7 +70,7 @@ class Term:
                  bias: torch.Tensor | None, *, eps: float = 1e-5, training: bool = False,
                  running: tuple[torch.Tensor, torch.Tensor] | None = None,
                  momentum: float = 0.1, batch_sizes: Sequence[int] | None = None,
-                 last_slot: int = 0, who: str = "", fused: bool = True) -> None:
+                 last_slot: int | torch.Tensor = 0, who: str = "", fused: bool = True) -> None:
         self.norm, self.groups, self.eps = norm, tuple(groups), eps
         self.gain, self.bias = gain, bias
         self.training, self.running, self.momentum = training, running, momentum
@@ -154,9 +173,9 @@ class Term:
             LF.check_batch_size(a[:n], self.who)
         if n == a.shape[0] and self._fused_bn(a):          # every example active: one kernel
             train = self.training and n >= 2
-            slot = t if train else min(t, self.last_slot)
-            return self._kernel(a, slot if slot < mean_buf.shape[0] else None,  # past
-                                self.gain, self.bias, train)                    # max_length
+            slot = t if train else _slot(t, self.last_slot)    # a tensor: < max_length
+            past = isinstance(slot, int) and slot >= mean_buf.shape[0]     # past max_length
+            return self._kernel(a, None if past else slot, self.gain, self.bias, train)
         if self.training and n >= 2:
             # Statistics of the active examples only: padding never enters them.
             mean, var = LF.moments(a[:n], (0,))                      # (1, G)
@@ -164,6 +183,6 @@ class Term:
         else:
             # Eval, or a training step with a single active example (no batch statistics exist):
             # the running statistics of this step; steps past the trained length reuse the last.
-            slot = min(t, self.last_slot)
+            slot = _slot(t, self.last_slot)
             mean, var = mean_buf[slot], var_buf[slot]
         return LF.apply_moments(a, mean, var, weight=self.gain, bias=self.bias, eps=self.eps)
