@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch import _VF, nn
 
 from .._checks import check_choice
-from . import _cell_native, _step
+from .. import recurrence
+from . import _cell_native
 from .errors import RNNTypeError, _real, autocast_on
-from .steps import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
+from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
 from .terms import Term, gate_groups
 
 RNN_NORMS = ("layer", "batch", "none")
@@ -244,7 +245,7 @@ class RecurrentBase(nn.Module):
         return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t)
 
     def _one_step_path(self, x: torch.Tensor) -> bool:
-        """THE condition for ``_step_once``: norm "layer" (the equations in ``_step``, few ops)
+        """THE condition for ``_step_once``: norm "layer" (``recurrence.ln_*_step``, few ops)
         or "none" (torch's own cell op), ``use_fused``, and no autocast (whose casts the
         readable path's dtype rule covers)."""
         return self.use_fused and self.norm != "batch" and not autocast_on(x)
@@ -269,14 +270,15 @@ class RecurrentBase(nn.Module):
             return (_cell_native.gru_step(lib, x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
                                           g("gain_hh"), b_hh, self.eps),)
         if self.mode == "LSTM":
-            return _step.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"), b_ih,
-                                      g("gain_hh"), b_hh, g("gain_c"), g("bias_c"), self.eps)
+            return recurrence.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"),
+                                           b_ih, g("gain_hh"), b_hh, g("gain_c"), g("bias_c"),
+                                           self.eps)
         if self.mode == "GRU":
-            return (_step.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih, g("gain_hh"),
-                                      b_hh, self.eps),)
+            return (recurrence.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
+                                           g("gain_hh"), b_hh, self.eps),)
         bias = None if b_ih is None else b_ih + b_hh
-        return (_step.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
-                                  self.nonlinearity),)
+        return (recurrence.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
+                                       self.nonlinearity),)
 
     def _count_steps(self, steps: Sequence[int]) -> None:
         """Record that the running statistics of these steps were updated (norm="batch")."""

@@ -7,9 +7,10 @@
 
 ``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``_torch_layout`` with torch's
 weight lists; the input checks are in ``_stack_checks``). For the normalized norms the time
-loop of one layer and one direction lives in ``run_direction`` (the only loop in the package);
-``_run_direction`` prepares its inputs and is the single place where a fused kernel can take over
-(see its docstring); ``_loop_direction`` always runs the loop (proj_size, torch.jit.trace).
+loop of one layer and one direction is ``layernorm.recurrence.run_direction`` (the reference
+loop; the fused operators and kernels run their own, tested against it); ``_run_direction``
+prepares its inputs and is the single place where a fused kernel can take over (see its
+docstring); ``_loop_direction`` always runs the reference loop (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from ._torch_layout import TorchLayout
 from .base import RecurrentBase, _copy_from_torch
 from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real, autocast_on,
                      check_keywords)
-from .steps import run_direction
+from ..recurrence import run_direction
 
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
