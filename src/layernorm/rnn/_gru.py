@@ -2,9 +2,11 @@
 ``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward``; paths,
 second order and torch.func as the LN-LSTM (see ``_lstm``)."""
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .. import kernels as _kernels
+from ..recurrence import gru_step, run_direction
 from . import _driver
 from . import _ops
 from . import _sequence as seq
@@ -273,26 +275,16 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
 
 
 def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps):
-    """The LN-GRU in plain differentiable torch ops."""
-    F = torch.nn.functional
-    T, B, G = xg.shape
-    H = G // 3
-    h, outs = h0, []
-    for t in range(T):
-        bs = B if batch_sizes is None else int(batch_sizes[t])
-        hg = h[:bs] @ w_hh.t()
-        a = F.layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
-        r, z = torch.sigmoid(a + xg[t, :bs, :2 * H]).chunk(2, 1)
-        un = F.layer_norm(hg[:, 2 * H:], (H,), gain_u, bias_u, eps)
-        n = torch.tanh(xg[t, :bs, 2 * H:] + r * un)
-        h_new = (1 - z) * n + z * h[:bs]
-        if bs < B:
-            outs.append(torch.cat([h_new, h.new_zeros(B - bs, H)]))
-            h = torch.cat([h_new, h[bs:]])
-        else:
-            outs.append(h_new)
-            h = h_new
-    return torch.stack(outs), h
+    """The LN-GRU as the reference step in the reference loop (``layernorm.recurrence``): plain
+    differentiable torch ops. The recurrent term's LN: (r, z) jointly, U h on its own."""
+    H = h0.shape[-1]
+
+    def norm_hh(a, t):
+        return torch.cat([F.layer_norm(a[:, :2 * H], (2 * H,), gain_h, bias_h, eps),
+                          F.layer_norm(a[:, 2 * H:], (H,), gain_u, bias_u, eps)], -1)
+    out, (h,) = run_direction(lambda x, s, t: gru_step(x, s[0], w_hh, norm_hh), xg, (h0,),
+                              batch_sizes=batch_sizes)
+    return out, h
 
 
 def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,

@@ -10,9 +10,11 @@ backward re-runs the forward as a differentiable loop of torch ops (``_loop``) a
 that, so double backward is exact; under torch.func transforms that loop runs directly.
 """
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .. import kernels as _kernels
+from ..recurrence import lstm_step, run_direction
 from . import _driver
 from . import _ops
 from . import _sequence as seq
@@ -288,24 +290,14 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
 # ---- the differentiable loop (second order, torch.func) ---------------------------------------
 
 def _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps):
-    """The LN-LSTM in plain differentiable torch ops (the readable form of the kernels)."""
-    F = torch.nn.functional
-    T, B, G = xg.shape
-    H = G // 4
-    h, c, outs = h0, c0, []
-    for t in range(T):
-        bs = B if batch_sizes is None else int(batch_sizes[t])
-        gates = F.layer_norm(h[:bs] @ w_hh.t(), (G,), gain_h, bias_h, eps) + xg[t, :bs]
-        i, f, u, o = gates.chunk(4, 1)
-        c_new = torch.sigmoid(f) * c[:bs] + torch.sigmoid(i) * torch.tanh(u)
-        h_new = torch.sigmoid(o) * torch.tanh(F.layer_norm(c_new, (H,), gain_c, bias_c, eps))
-        if bs < B:
-            outs.append(torch.cat([h_new, h.new_zeros(B - bs, H)]))
-            h, c = torch.cat([h_new, h[bs:]]), torch.cat([c_new, c[bs:]])
-        else:
-            outs.append(h_new)
-            h, c = h_new, c_new
-    return torch.stack(outs), h, c
+    """The LN-LSTM as the reference step in the reference loop (``layernorm.recurrence``):
+    plain differentiable torch ops."""
+    G = xg.shape[-1]
+    norm_hh = lambda a, t: F.layer_norm(a, (G,), gain_h, bias_h, eps)  # noqa: E731
+    norm_c = lambda a, t: F.layer_norm(a, (G // 4,), gain_c, bias_c, eps)  # noqa: E731
+    out, (h, c) = run_direction(lambda x, s, t: lstm_step(x, s[0], s[1], w_hh, norm_hh, norm_c),
+                                xg, (h0, c0), batch_sizes=batch_sizes)
+    return out, h, c
 
 
 def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
