@@ -108,7 +108,7 @@ class _Cell(RecurrentBase):
         ``_check`` and ``_one_step_path`` in a few attribute reads; whatever fails them takes
         ``_one_step``, which raises the error or runs the path that applies."""
         w = self._parameters.get("weight_ih")
-        if w is None or not self.use_fused or self.norm == "batch" or \
+        if w is None or not self.use_fused or self._kind.running_stats or \
                 not isinstance(x, torch.Tensor) or x.dim() != 2:
             return None
         B, I = x.shape
@@ -174,7 +174,7 @@ class LSTMCell(_Cell):
         hx = tuple(hx)
         w_ih = self._fast_weight(input, hx)
         if w_ih is not None:
-            if self.norm == "none":
+            if self._kind.torch_twin:
                 return self._step_once("", input, hx)
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, g_ih, g_hh, g_c = (p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh"),
@@ -203,7 +203,7 @@ class GRUCell(_Cell):
             hx = self._zeros(input)
         w_ih = self._fast_weight(input, (hx,))
         if w_ih is not None:
-            if self.norm == "none":
+            if self._kind.torch_twin:
                 return self._step_once("", input, (hx,))[0]
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, g_ih, g_hh = p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh")
@@ -259,7 +259,7 @@ class RNNCell(_Cell):
             hx = self._zeros(input)
         w_ih = self._fast_weight(input, (hx,))
         if w_ih is not None:
-            if self.norm == "none":
+            if self._kind.torch_twin:
                 return self._step_once("", input, (hx,))[0]
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, gain, b_ih, b_hh = (p.get("weight_hh"), p.get("gain"), p.get("bias_ih"),

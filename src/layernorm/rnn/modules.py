@@ -54,8 +54,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
     def _fused_recurrence(self) -> bool:
         """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``."""
-        return (self.use_fused and self.mode in ("LSTM", "GRU") and self.norm == "layer"
-                and self.bias)
+        return self.use_fused and self._kind.fused and self.mode in ("LSTM", "GRU") and self.bias
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -192,7 +191,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             if packed and input.sorted_indices is not None:
                 hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
 
-        if self.norm == "none":
+        if self._kind.torch_twin:
             output, h_n = self._torch_forward(input, hx, packed)
         elif B == 0:
             output, h_n = self._empty_forward(input, hx)
@@ -258,7 +257,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 layer_input = F.dropout(layer_input, self.dropout, training=True)
-        if self.norm == "batch":  # only BN counts steps (a list over T would fix T in a graph)
+        if self._kind.running_stats:  # only BN counts steps (a list over T would fix T in a graph)
             n_active = batch_sizes if packed else [B] * T
             self._count_steps([t for t in range(T) if n_active[t] >= 2])
 
