@@ -9,6 +9,9 @@ against.
                 ``ln_rnn_step``) and, shared by both, each cell's gate equations
                 (``lstm_gates``, ``gru_gates``)
     ``loop``    THE time loop (``run_direction``): one layer in one direction over a sequence
+    ``lengths`` THE length encoding of a variable-length batch (``batch_sizes``, as
+                ``PackedSequence.batch_sizes``) and its one check, from the modules down to the
+                kernels
 
 Every other form computes these functions and is tested against them: the C kernels of
 ``layernorm.rnn`` (``_rnn_steps.c``: the cells' one-step call and the whole-sequence loop), the

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import kernels as _kernels
+from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
 from . import _driver
 from . import _ops
@@ -331,11 +332,11 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     T, B, H = seq.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
+    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
         return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
-                                        seq.lengths_of(lengths, batch_sizes, B), eps, gain_x,
+                                        _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
                                         bias_x)
-    order, batch_sizes = seq.lengths_or_batch_sizes(who, lengths, batch_sizes, T, B)
     compute, out_dtype = seq.dtypes(xg)
     xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = (
         None if t is None else t.to(compute)

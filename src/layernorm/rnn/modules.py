@@ -112,12 +112,12 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
-                       state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
-                       batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
+                       state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None):
         """One layer, one direction: x (T, B, I) already in processing order (reversed for the
-        backward direction) -> (out (T, B, H), final state). mask (T, B, 1), batch_sizes (list of
-        T ints) and lengths ((B,) int64 on the CPU) describe a variable-length batch (None: all
-        examples have length T).
+        backward direction) -> (out (T, B, H), final state). batch_sizes (list of T ints, as
+        ``PackedSequence.batch_sizes``, the batch sorted by decreasing length) describes a
+        variable-length batch (None: all examples have length T); the one length encoding down
+        to the kernels (``layernorm.recurrence.lengths``).
 
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
         either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
@@ -147,11 +147,10 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
                                             g("bias_hh")[H2:], **inputs)
             return out, (h,)
-        return self._loop_direction(layer, direction, x, state, mask, batch_sizes, lengths)
+        return self._loop_direction(layer, direction, x, state, batch_sizes)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
-                        state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
-                        batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
+                        state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None):
         """``_run_direction`` through THE loop ``run_direction`` (the readable path: any norm,
         proj_size, and torch.jit.trace, which records it step by step). Under autocast the
         output and the final state are in the autocast dtype, as the fused operators return
@@ -162,7 +161,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             xg = RecurrentBase._input_term(self, x, suffix, terms)
         else:
             xg = self._input_term(x, suffix, terms)                      # (T, B, G)
-        out, state = run_direction(self._step_fn(suffix, terms), xg, state, mask)
+        out, state = run_direction(self._step_fn(suffix, terms), xg, state,
+                                   batch_sizes=batch_sizes)
         dtype = _autocast_dtype(x)
         if dtype is not None and out.dtype != dtype:
             out, state = out.to(dtype), tuple(s.to(dtype) for s in state)
@@ -235,12 +235,9 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         # The fused kernels have no projection; a trace records plain torch ops.
         run = self._loop_direction if self.proj_size or tracing else self._run_direction
         if packed:
-            on_device = lengths.to(x.device)
-            mask = (torch.arange(T, device=x.device).unsqueeze(1) < on_device).unsqueeze(-1)
-            rev = _reverse_index(on_device, T).unsqueeze(-1)               # (T, B, 1)
+            rev = _reverse_index(lengths.to(x.device), T).unsqueeze(-1)   # (T, B, 1)
             reverse = lambda y: y.gather(0, rev.expand(-1, -1, y.shape[-1]))  # noqa: E731
         else:
-            mask = None
             reverse = lambda y: y.flip(0)  # noqa: E731
 
         finals = []
@@ -251,7 +248,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                 k = layer * self.num_directions + d
                 state0 = tuple(h[k] for h in hx)
                 xd = reverse(layer_input) if d else layer_input
-                out, state = run(layer, d, xd, state0, mask, batch_sizes, lengths)
+                out, state = run(layer, d, xd, state0, batch_sizes)
                 outs.append(reverse(out) if d else out)
                 finals.append(state)
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
