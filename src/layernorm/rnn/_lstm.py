@@ -6,8 +6,17 @@ Paths, chosen inside the operator (the graph torch.compile / torch.export see is
 the C kernels (``_rnn_steps.c``, CPU float32: the whole time loop in one call) or torch ops (any
 device and dtype). Both save the same buffers, and the operator returns which path ran, so its
 backward reads them the way they were written. Second order: with ``create_graph=True`` the
-backward re-runs the forward as a differentiable loop of torch ops (``_loop``) and differentiates
-that, so double backward is exact; under torch.func transforms that loop runs directly.
+backward re-runs the forward as a differentiable loop of torch ops (``_loop``: the reference step
+in the reference loop, ``layernorm.recurrence``) and differentiates that, so double backward is
+exact; under torch.func transforms that loop runs directly.
+
+The torch-ops path (``_forward_ops`` / ``_backward_ops``) is a fast path like the C kernels, not
+the reference under autograd: the operator's contract (its fake implementation promises
+torch.compile / torch.export the saved buffers, and one backward operator reads them on either
+path) needs a forward that fills them, and its in-place loops measured faster than autograd over
+the reference (float64, T 50, B 32, H 128, one thread: 99 against 167 ms a training step, before
+the second forward that recomputing inside the operator would add). It is tested against the
+reference (tests/test_fused.py runs every comparison on each path).
 """
 import torch
 import torch.nn.functional as F
