@@ -1,14 +1,15 @@
-"""The one-step path (``rnn._step``: the cells, and the stacked modules at T = 1): the paper's
-equations (tests/reference.py) forward and backward over awkward shapes, the readable path,
-autograd of every order, no_grad / inference_mode, unbatched input, half types, autocast,
-torch.func and torch.compile."""
+"""The one-step path (``layernorm.recurrence.ln_*_step``: the cells, and the stacked modules
+at T = 1): the paper's equations (tests/reference.py) forward and backward over awkward shapes,
+the readable path, autograd of every order, no_grad / inference_mode, unbatched input, half
+types, autocast, torch.func and torch.compile."""
 import pytest
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_sequence
 
 import layernorm as L
-from layernorm.rnn import RNNInputError, RNNTypeError, _step, fused
+from layernorm import recurrence
+from layernorm.rnn import RNNInputError, RNNTypeError, fused
 from tests.reference import ref_gru_step, ref_lstm_step, ref_rnn_step
 
 CELLS = {"LSTM": L.LSTMCell, "GRU": L.GRUCell, "RNN": L.RNNCell}
@@ -76,10 +77,10 @@ def test_one_step_matches_reference_and_readable_path(mode, nl, B, I, H, bias):
     state = _state(mode, B, H, requires_grad=True)
     inputs = [x, *state, *cell.parameters()]
     calls = []
-    real = {m: getattr(_step, f"ln_{m.lower()}_step") for m in CELLS}
+    real = {m: getattr(recurrence, f"ln_{m.lower()}_step") for m in CELLS}
     with pytest.MonkeyPatch.context() as mp:
         fn = f"ln_{mode.lower()}_step"
-        mp.setattr(_step, fn, lambda *a: calls.append(1) or real[mode](*a))
+        mp.setattr(recurrence, fn, lambda *a: calls.append(1) or real[mode](*a))
         fast = _call(cell, x, state)
     assert calls == [1]                                      # the one-step path ran
     ref = _reference(mode, cell, x, state, nl)
@@ -220,7 +221,7 @@ def test_stack_at_one_step_matches_the_loop(mode):
 def test_bn_cell_keeps_the_readable_path_and_its_statistics():
     cell = L.LSTMCell(3, 4, norm="batch", max_length=2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_step, "ln_lstm_step", None)                # would fail if called
+        mp.setattr(recurrence, "ln_lstm_step", None)                # would fail if called
         cell(torch.randn(5, 3), time_step=1)
     assert cell.num_batches_tracked.tolist() == [0, 1]
 

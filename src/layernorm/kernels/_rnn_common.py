@@ -7,6 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..recurrence.lengths import check_lengths
+
 
 @triton.jit
 def _tanh(x):
@@ -93,20 +95,12 @@ def _block(H: int) -> tuple[int, int]:
 
 
 def _lengths(lengths, T: int, B: int, device) -> torch.Tensor | None:
-    """(B,) int32 lengths on the device, or None when every example runs all T steps."""
+    """(B,) int32 lengths on the device, or None when every example runs all T steps; checked by
+    the package's one length check (``layernorm.recurrence.lengths``)."""
     if lengths is None:
         return None
-    if not isinstance(lengths, torch.Tensor):
-        lengths = torch.as_tensor(lengths)
-    if lengths.dim() != 1 or lengths.shape[0] != B or lengths.dtype.is_floating_point:
-        raise ValueError(f"lengths must be an integer tensor of shape ({B},) (one true length per "
-                         f"example), received {lengths.dtype} of shape {tuple(lengths.shape)}. "
-                         f"Pass e.g. torch.tensor([len(s) for s in batch]).")
-    lo, hi = int(lengths.min()), int(lengths.max())
-    if lo < 0 or hi > T:
-        raise ValueError(f"lengths must lie in [0, T={T}], received min {lo}, max {hi}. Clip "
-                         f"them to the padded length T.")
-    if lo == T:
+    lengths = check_lengths(lengths, T, B)
+    if not B or int(lengths.min()) == T:
         return None
     return lengths.to(device=device, dtype=torch.int32)
 

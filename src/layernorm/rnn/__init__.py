@@ -2,9 +2,10 @@
 section 3.1; docs/rnn.md).
 
 ``norm="layer"`` (LN-LSTM / LN-GRU / LN-RNN), ``"batch"`` (Cooijmans et al.'s BN-LSTM baseline,
-per-time-step statistics) or ``"none"`` (exactly torch's modules). Cells are step functions in
-``steps`` (``steps.run_direction`` is the one time loop, also ``modules.run_direction``), the
-one-step modules in ``cells``, the stacked modules in ``modules``.
+per-time-step statistics) or ``"none"`` (exactly torch's modules). The equations of every cell
+are the step functions and the time loop of ``layernorm.recurrence`` (``lstm_step``,
+``gru_step``, ``rnn_step``, ``run_direction`` are importable from here too); the one-step
+modules are in ``cells``, the stacked modules in ``modules``.
 """
 from .cells import (RNN_NORMS, GRUCell, LSTMCell, RNNCell, RNNInputError, RNNTypeError, gru_step,
                     lstm_step, rnn_step)

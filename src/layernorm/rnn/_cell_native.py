@@ -5,10 +5,10 @@ A step is two GEMMs and then a few hundred units of layer norms and gates. torch
 GEMMs (xw = W_x x_t and hg = W_hh h_{t-1}, each (B, G), through ``F.linear``, so autograd
 differentiates them as any linear layer); ``_rnn_steps.c``'s ``*_step_forward`` then runs the
 rest of the step (every layer norm, the gates, c_t and h_t) in one pass over each row, where the
-torch-ops step (``_step``) spends a dozen dispatched ops. The backward is one C call as well
-(``*_step_backward``: the gradients of xw, hg, the state and the gains and biases). Its
-second derivatives (``create_graph=True``) differentiate ``_step``'s torch-ops step instead, so
-every order is exact.
+reference step in torch ops (``layernorm.recurrence``) spends a dozen dispatched ops. The
+backward is one C call as well (``*_step_backward``: the gradients of xw, hg, the state and the
+gains and biases). Its second derivatives (``create_graph=True``) differentiate the reference
+step (``recurrence.lstm_from_terms`` / ``gru_from_terms``) instead, so every order is exact.
 
 ``lib_for`` says when this path applies; elsewhere (other dtypes and devices, TorchScript,
 tracing, torch.compile, dispatch or function modes and tensor subclasses, torch.func transforms,
@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _driver, _ops, _step
+from .. import recurrence
+from . import _driver, _ops
 from ._gemm import half_gemm_native
 from ._structs import GRUArgs, LSTMArgs
 
@@ -127,7 +128,7 @@ class _LSTMStep(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh, dc):
         if _torch_ops_backward(dh, dc):
-            return _second_order(ctx, _step.lstm_from_terms, 9, (dh, dc))
+            return _second_order(ctx, recurrence.lstm_from_terms, 9, (dh, dc))
         xw, hg, _, g_ih, b_ih, g_hh, b_hh, g_c, b_c, cs, act, tc, stats = ctx.saved_tensors
         B, G = xw.shape
         H = G // 4
@@ -147,7 +148,7 @@ class _LSTMStep(torch.autograd.Function):
 
 
 def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
-    """``_step.ln_lstm_step`` with the step after the GEMMs in C (CPU tensors of one dtype,
+    """``recurrence.ln_lstm_step`` with the step after the GEMMs in C (CPU tensors of one dtype,
     ``lib_for``'s; biases present)."""
     if x.dtype in _HALF:                     # in float32 (GEMMs and all), rounded once
         return _step_in_float32(lstm_step, x.dtype, lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh,
@@ -177,7 +178,8 @@ def _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, save):
 
 
 def _gru_from_terms(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps):
-    return _step.gru_from_terms(xw, hg, h, _step.gru_affine_parts(g_ih, b_ih, g_hh, b_hh), eps)
+    parts = recurrence.gru_affine_parts(g_ih, b_ih, g_hh, b_hh)
+    return recurrence.gru_from_terms(xw, hg, h, parts, eps)
 
 
 class _GRUStep(torch.autograd.Function):
@@ -214,7 +216,7 @@ class _GRUStep(torch.autograd.Function):
 
 
 def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps):
-    """``_step.ln_gru_step`` with the step after the GEMMs in C (as ``lstm_step``)."""
+    """``recurrence.ln_gru_step`` with the step after the GEMMs in C (as ``lstm_step``)."""
     if x.dtype in _HALF:
         return _step_in_float32(gru_step, x.dtype, lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
                                 eps)[0]

@@ -2,9 +2,12 @@
 ``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward``; paths,
 second order and torch.func as the LN-LSTM (see ``_lstm``)."""
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .. import kernels as _kernels
+from ..recurrence import lengths as _lengths
+from ..recurrence import gru_step, run_direction
 from . import _driver
 from . import _ops
 from . import _sequence as seq
@@ -273,26 +276,16 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
 
 
 def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps):
-    """The LN-GRU in plain differentiable torch ops."""
-    F = torch.nn.functional
-    T, B, G = xg.shape
-    H = G // 3
-    h, outs = h0, []
-    for t in range(T):
-        bs = B if batch_sizes is None else int(batch_sizes[t])
-        hg = h[:bs] @ w_hh.t()
-        a = F.layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
-        r, z = torch.sigmoid(a + xg[t, :bs, :2 * H]).chunk(2, 1)
-        un = F.layer_norm(hg[:, 2 * H:], (H,), gain_u, bias_u, eps)
-        n = torch.tanh(xg[t, :bs, 2 * H:] + r * un)
-        h_new = (1 - z) * n + z * h[:bs]
-        if bs < B:
-            outs.append(torch.cat([h_new, h.new_zeros(B - bs, H)]))
-            h = torch.cat([h_new, h[bs:]])
-        else:
-            outs.append(h_new)
-            h = h_new
-    return torch.stack(outs), h
+    """The LN-GRU as the reference step in the reference loop (``layernorm.recurrence``): plain
+    differentiable torch ops. The recurrent term's LN: (r, z) jointly, U h on its own."""
+    H = h0.shape[-1]
+
+    def norm_hh(a, t):
+        return torch.cat([F.layer_norm(a[:, :2 * H], (2 * H,), gain_h, bias_h, eps),
+                          F.layer_norm(a[:, 2 * H:], (H,), gain_u, bias_u, eps)], -1)
+    out, (h,) = run_direction(lambda x, s, t: gru_step(x, s[0], w_hh, norm_hh), xg, (h0,),
+                              batch_sizes=batch_sizes)
+    return out, h
 
 
 def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
@@ -339,11 +332,11 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     T, B, H = seq.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
+    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
         return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
-                                        seq.lengths_of(lengths, batch_sizes, B), eps, gain_x,
+                                        _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
                                         bias_x)
-    order, batch_sizes = seq.lengths_or_batch_sizes(who, lengths, batch_sizes, T, B)
     compute, out_dtype = seq.dtypes(xg)
     xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = (
         None if t is None else t.to(compute)

@@ -1,9 +1,9 @@
-"""What the fused LN-LSTM and LN-GRU share around their kernels: argument checks, lengths, the
-per-step views of the torch-ops loops, the compute dtype (half types and autocast) and the input
-LN when it runs outside the kernel.
+"""What the fused LN-LSTM and LN-GRU share around their kernels: argument checks, the batch's
+sort order, the per-step views of the torch-ops loops, the compute dtype (half types and
+autocast) and the input LN when it runs outside the kernel.
 
-Lengths travel in ONE encoding from the caller to the kernels: ``batch_sizes`` (T,), int64 on
-the CPU, as ``PackedSequence.batch_sizes``: step t runs the first ``batch_sizes[t]`` examples of a
+Lengths travel in ONE encoding from the caller to the kernels, ``batch_sizes`` (checked and made
+in ``layernorm.recurrence.lengths``): step t runs the first ``batch_sizes[t]`` examples of a
 batch sorted by decreasing length. ``None`` means every example runs all T steps.
 """
 from __future__ import annotations
@@ -72,68 +72,6 @@ def under_functorch() -> bool:
     traces the operators)."""
     return (not torch.compiler.is_compiling()
             and torch._C._functorch.peek_interpreter_stack() is not None)
-
-
-def prepare_lengths(who: str, lengths, T: int, B: int):
-    """Per-example lengths (any order) -> (order or None, batch_sizes or None): ``order`` sorts
-    the batch by decreasing length (None when already sorted), ``batch_sizes`` as in the module
-    docstring (None when every example runs all T steps)."""
-    if lengths is None:
-        return None, None
-    if not isinstance(lengths, torch.Tensor):
-        lengths = torch.as_tensor(lengths)
-    if lengths.dim() != 1 or lengths.shape[0] != B or lengths.dtype.is_floating_point \
-            or lengths.dtype == torch.bool:
-        raise ValueError(f"lengths must be an integer tensor of shape ({B},) (one true length per "
-                         f"example), received {lengths.dtype} of shape {tuple(lengths.shape)}. "
-                         f"Pass e.g. torch.tensor([len(s) for s in batch]).")
-    lengths = lengths.to("cpu", torch.int64)
-    compiling = torch.compiler.is_compiling()
-    if not compiling and B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
-        raise ValueError(f"lengths must lie in [0, T={T}], received min {int(lengths.min())}, "
-                         f"max {int(lengths.max())}. Clip them to the padded length T.")
-    sorted_len, order = torch.sort(lengths, descending=True, stable=True)
-    batch_sizes = (sorted_len.unsqueeze(0) > torch.arange(T).unsqueeze(1)).sum(1)   # (T,)
-    if compiling:  # no data-dependent shortcuts in a graph
-        return order, batch_sizes
-    if torch.equal(order, torch.arange(B)):
-        order = None
-    if bool((batch_sizes == B).all()):
-        batch_sizes = None
-    return order, batch_sizes
-
-
-def lengths_or_batch_sizes(who: str, lengths, batch_sizes, T: int, B: int):
-    """The caller's ``lengths`` (any order) or ``batch_sizes`` (sorted batch) -> (order or
-    None, batch_sizes or None)."""
-    if batch_sizes is None:
-        return prepare_lengths(who, lengths, T, B)
-    if lengths is not None:
-        raise ValueError(f"{who} received both lengths and batch_sizes; pass one of them "
-                         f"(lengths in any order, or batch_sizes for a sorted batch).")
-    if not isinstance(batch_sizes, torch.Tensor):
-        batch_sizes = torch.as_tensor(batch_sizes)
-    if tuple(batch_sizes.shape) != (T,) or batch_sizes.dtype.is_floating_point:
-        raise ValueError(f"{who} expected batch_sizes as an integer tensor of shape ({T},) (as "
-                         f"PackedSequence.batch_sizes), received {batch_sizes.dtype} of shape "
-                         f"{tuple(batch_sizes.shape)}.")
-    batch_sizes = batch_sizes.to("cpu", torch.int64)
-    if torch.compiler.is_compiling():
-        return None, batch_sizes
-    if T and (int(batch_sizes.max()) > B or int(batch_sizes.min()) < 0
-              or bool((batch_sizes[1:] > batch_sizes[:-1]).any())):
-        raise ValueError(f"{who} expected batch_sizes non-increasing in [0, B={B}] (a batch "
-                         f"sorted by decreasing length), received {batch_sizes.tolist()}.")
-    return None, (None if bool((batch_sizes == B).all()) else batch_sizes)
-
-
-def lengths_of(lengths, batch_sizes, B: int):
-    """The (B,) lengths for kernels that take lengths: ``lengths`` itself, or, for a batch sorted by
-    decreasing length, the lengths that ``batch_sizes`` (T,) encodes."""
-    if lengths is not None or batch_sizes is None:
-        return lengths
-    sizes = torch.as_tensor(batch_sizes, device="cpu")
-    return (sizes.unsqueeze(1) > torch.arange(B)).sum(0)
 
 
 def with_order(fn, order, xg: torch.Tensor, states: tuple):

@@ -20,7 +20,7 @@ class TorchLayout:
         keeps its place."""
         torch_names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) \
             + (["weight_hr"] if self.proj_size else [])
-        extra = [] if self.norm == "none" else ["gain"] if self.mode == "RNN" else \
+        extra = [] if not self._kind.gains else ["gain"] if self.mode == "RNN" else \
             ["gain_ih", "gain_hh"] + (["gain_c"] + (["bias_c"] if self.bias else [])
                                       if self.mode == "LSTM" else [])
         return [[n + self._suffix(layer, d) for n in torch_names + extra]
@@ -62,7 +62,7 @@ class TorchLayout:
         torch.nn.RNNBase.flatten_parameters does (called after ``.to()`` / ``.cuda()`` too), so
         torch's op runs without compacting them at every call. A no-op otherwise."""
         weights = self._flat_weights
-        if self.norm != "none" or not weights or not all(
+        if not self._kind.torch_twin or not weights or not all(
                 isinstance(w, torch.Tensor) and w.is_cuda and w.dtype == weights[0].dtype and
                 torch.backends.cudnn.is_acceptable(w) for w in weights):
             return

@@ -10,12 +10,14 @@ import torch.nn.functional as F
 from torch import _VF, nn
 
 from .._checks import check_choice
-from . import _cell_native, _step
-from .errors import _real, autocast_on, check_nonlinearity, check_sizes
-from .steps import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
+from .. import recurrence
+from . import _cell_native
+from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
+from ._norm_kinds import NORM_KINDS
+from .errors import RNNTypeError, _real, autocast_on, check_nonlinearity, check_sizes
 from .terms import Term, gate_groups, last_trained_slot
 
-RNN_NORMS = ("layer", "batch", "none")
+RNN_NORMS = tuple(NORM_KINDS)   # ("layer", "batch", "none")
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
@@ -78,14 +80,19 @@ class RecurrentBase(nn.Module):
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.bias, self.proj_size, self.forget_bias = bias, proj_size, float(forget_bias)
         self.norm, self.eps, self.momentum, self.max_length = norm, eps, momentum, max_length
-        # Cooijmans et al. initialise batch-norm gains at 0.1; the paper's LN gains start at 1.
-        default_gain = 0.1 if norm == "batch" else 1.0
-        self.gain_init = default_gain if gain_init is None else float(gain_init)
+        # what norm= means for this module, resolved once (the only look-up of the string)
+        self._kind = kind = NORM_KINDS[norm]
+        self.gain_init = kind.default_gain if gain_init is None else float(gain_init)
         self.nonlinearity = nonlinearity
         self._factory = {"device": device, "dtype": dtype}
-        if norm == "batch":
+        if kind.running_stats:
             self.register_buffer("num_batches_tracked",
                                  torch.zeros(max_length, dtype=torch.long, device=device))
+
+    def __setstate__(self, state: dict) -> None:
+        if "_kind" not in state and "norm" in state:   # pickled before the kind was kept
+            state["_kind"] = NORM_KINDS[state["norm"]]
+        super().__setstate__(state)
 
     # ---- registration ----------------------------------------------------------------------
     def _add_direction(self, suffix: str, input_size: int) -> None:
@@ -102,7 +109,7 @@ class RecurrentBase(nn.Module):
             param("bias_hh", G)
         if self.proj_size:
             param("weight_hr", self.proj_size, H)   # h_t = W_hr (o * tanh(...)), as torch
-        if self.norm != "none":
+        if self._kind.gains:
             if self.mode == "RNN":
                 param("gain", H)                 # one LN over the sum (eq. 4)
             else:
@@ -112,7 +119,7 @@ class RecurrentBase(nn.Module):
                 param("gain_c", H)
                 if self.bias:
                     param("bias_c", H)
-        if self.norm == "batch":
+        if self._kind.running_stats:
             terms = {"RNN": (("", H),), "GRU": (("_ih", G), ("_hh", G)),
                      "LSTM": (("_ih", G), ("_hh", G), ("_c", H))}[self.mode]
             for term, size in terms:
@@ -133,7 +140,7 @@ class RecurrentBase(nn.Module):
             for name, p in self.named_parameters():
                 if name.startswith("gain"):
                     p.fill_(self.gain_init)
-                elif name.startswith("bias") and self.norm != "none":
+                elif name.startswith("bias") and self._kind.gains:
                     p.zero_()
                 else:
                     p.uniform_(-bound, bound)
@@ -144,7 +151,7 @@ class RecurrentBase(nn.Module):
         self.reset_running_stats()
 
     def reset_running_stats(self) -> None:
-        if self.norm != "batch":
+        if not self._kind.running_stats:
             return
         for name, buf in self.named_buffers():
             if name.startswith("running_mean"):
@@ -164,7 +171,7 @@ class RecurrentBase(nn.Module):
         """The torch.nn module (LSTM, GRU, RNN or their cells) that computes what this
         ``norm="none"`` module computes, holding the *same* Parameter objects (training one
         trains the other). Other norms have no torch equivalent and raise ValueError."""
-        if self.norm != "none":
+        if not self._kind.torch_twin:
             raise ValueError(f"{type(self).__name__}(norm={self.norm!r}) has no torch.nn "
                              f"equivalent; to_torch() needs norm='none'. Build it with "
                              f"norm='none' (from_torch copies torch's weights) to get one.")
@@ -179,7 +186,7 @@ class RecurrentBase(nn.Module):
     def __prepare_scriptable__(self):
         """torch.jit.script: norm="none" scripts as torch's own module (``to_torch()``, same
         Parameters); the normalized recurrences are Python loops TorchScript cannot compile."""
-        if self.norm == "none":
+        if self._kind.torch_twin:
             return self.to_torch()
         raise RuntimeError(
             f"torch.jit.script cannot compile {type(self).__name__}(norm={self.norm!r}): its "
@@ -198,25 +205,24 @@ class RecurrentBase(nn.Module):
     def _terms(self, suffix: str, batch_sizes: Sequence[int] | None = None) -> dict[str, Term]:
         """The normalized terms of one direction for this forward call."""
         H, who = self.hidden_size, f"{type(self).__name__}(norm={self.norm!r})"
-        g = lambda name: self._get(name, suffix)  # noqa: E731
+        kind, g = self._kind, lambda name: self._get(name, suffix)  # noqa: E731
         common = {"eps": self.eps, "training": self.training, "momentum": self.momentum,
                   "batch_sizes": batch_sizes, "who": who, "fused": self.use_fused}
-        if self.norm == "batch" and (not self.training or min(batch_sizes or [2]) < 2):
+        if kind.running_stats and (not self.training or min(batch_sizes or [2]) < 2):
             # Eval (or a training step with one active example) reads the running statistics.
             common["last_slot"] = last_trained_slot(self.num_batches_tracked)
         run = lambda term: ((g("running_mean" + term), g("running_var" + term))  # noqa: E731
-                            if self.norm == "batch" else None)
+                            if kind.running_stats else None)
         if self.mode == "RNN":
             bias = None if not self.bias else g("bias_ih") + g("bias_hh")
-            return {"a": Term(self.norm, (H,), g("gain"), bias, running=run(""), **common)}
+            return {"a": kind.term((H,), g("gain"), bias, running=run(""), **common)}
         groups = gate_groups(self.mode, H)
-        terms = {"ih": Term(self.norm, groups, g("gain_ih"), g("bias_ih"), running=run("_ih"),
-                            **common),
-                 "hh": Term(self.norm, groups, g("gain_hh"), g("bias_hh"), running=run("_hh"),
-                            **common)}
+        terms = {"ih": kind.term(groups, g("gain_ih"), g("bias_ih"), running=run("_ih"),
+                                 **common),
+                 "hh": kind.term(groups, g("gain_hh"), g("bias_hh"), running=run("_hh"),
+                                 **common)}
         if self.mode == "LSTM":
-            terms["c"] = Term(self.norm, (H,), g("gain_c"), g("bias_c"), running=run("_c"),
-                              **common)
+            terms["c"] = kind.term((H,), g("gain_c"), g("bias_c"), running=run("_c"), **common)
         return terms
 
     def _input_term(self, x: torch.Tensor, suffix: str, terms: dict[str, Term],
@@ -242,17 +248,17 @@ class RecurrentBase(nn.Module):
         return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t)
 
     def _one_step_path(self, x: torch.Tensor) -> bool:
-        """THE condition for ``_step_once``: norm "layer" (the equations in ``_step``, few ops)
-        or "none" (torch's own cell op), ``use_fused``, and no autocast (whose casts the
-        readable path's dtype rule covers)."""
-        return self.use_fused and self.norm != "batch" and not autocast_on(x)
+        """THE condition for ``_step_once``: a norm without running statistics ("layer":
+        ``recurrence.ln_*_step``, few ops; "none": torch's own cell op), ``use_fused``, and no
+        autocast (whose casts the readable path's dtype rule covers)."""
+        return self.use_fused and not self._kind.running_stats and not autocast_on(x)
 
     def _step_once(self, suffix: str, x: torch.Tensor, state: tuple) -> tuple:
         """One step of one direction where ``_one_step_path(x)``: x (B, I), state of (B, H)
         -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops."""
         g = lambda name: self._get(name, suffix)  # noqa: E731
         w_ih, w_hh, b_ih, b_hh = g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh")
-        if self.norm == "none":                   # torch's cell ops, as torch.nn.*Cell calls
+        if self._kind.torch_twin:                 # torch's cell ops, as torch.nn.*Cell calls
             if self.mode == "LSTM":
                 return tuple(_VF.lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh))
             fn = {"GRU": _VF.gru_cell, "tanh": _VF.rnn_tanh_cell, "relu": _VF.rnn_relu_cell}[
@@ -267,25 +273,26 @@ class RecurrentBase(nn.Module):
             return (_cell_native.gru_step(lib, x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
                                           g("gain_hh"), b_hh, self.eps),)
         if self.mode == "LSTM":
-            return _step.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"), b_ih,
-                                      g("gain_hh"), b_hh, g("gain_c"), g("bias_c"), self.eps)
+            return recurrence.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"),
+                                           b_ih, g("gain_hh"), b_hh, g("gain_c"), g("bias_c"),
+                                           self.eps)
         if self.mode == "GRU":
-            return (_step.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih, g("gain_hh"),
-                                      b_hh, self.eps),)
+            return (recurrence.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
+                                           g("gain_hh"), b_hh, self.eps),)
         bias = None if b_ih is None else b_ih + b_hh
-        return (_step.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
-                                  self.nonlinearity),)
+        return (recurrence.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
+                                       self.nonlinearity),)
 
     def _count_steps(self, steps: Sequence[int]) -> None:
         """Record that the running statistics of these steps were updated (norm="batch")."""
-        if self.norm == "batch" and self.training:
+        if self._kind.running_stats and self.training:
             slots = [t for t in steps if t < self.max_length]
             if slots:
                 self.num_batches_tracked[slots] += 1
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}, norm={self.norm!r}"
-        if self.norm != "none":
+        if self._kind.gains:
             s += f", gain_init={self.gain_init}"
         if not self.bias:
             s += ", bias=False"
@@ -293,7 +300,7 @@ class RecurrentBase(nn.Module):
             s += f", nonlinearity={self.nonlinearity!r}"
         if self.forget_bias:
             s += f", forget_bias={self.forget_bias}"
-        if self.norm == "batch":
+        if self._kind.running_stats:
             s += f", max_length={self.max_length}, momentum={self.momentum}"
         return s
 

@@ -1,8 +1,8 @@
 """The one-step modules (LSTMCell, GRUCell, RNNCell) and the equations of every recurrent layer.
 
-Files: ``terms`` (the normalized terms ``Term``), ``steps`` (the step functions and THE time
-loop), ``base`` (``RecurrentBase``: parameters shared with the stacked modules), ``errors`` (the
-exception types and checks); their names are importable from here too.
+Files: ``terms`` (the normalized terms ``Term``), ``layernorm.recurrence`` (the step functions
+and THE time loop), ``base`` (``RecurrentBase``: parameters shared with the stacked modules),
+``errors`` (the exception types and checks); their names are importable from here too.
 
 The paper, section 3.1 (docs/rnn.md). Every recurrent layer here computes, at step t, normalized
 *terms* (summed inputs) and then the gates of torch's LSTM / GRU / Elman RNN:
@@ -36,11 +36,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import _cell_native, _step
+from .. import recurrence
+from . import _cell_native
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
 from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
                      autocast_on, check_dtype, check_keywords, check_state_dtype)
-from .steps import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
+from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
 from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401
 
 
@@ -118,7 +119,7 @@ class _Cell(RecurrentBase):
         ``_check`` and ``_one_step_path`` in a few attribute reads; whatever fails them takes
         ``_one_step``, which raises the error or runs the path that applies."""
         w = self._parameters.get("weight_ih")
-        if w is None or not self.use_fused or self.norm == "batch" or \
+        if w is None or not self.use_fused or self._kind.running_stats or \
                 not isinstance(x, torch.Tensor) or x.dim() != 2:
             return None
         B, I = x.shape
@@ -184,7 +185,7 @@ class LSTMCell(_Cell):
         hx = tuple(hx)
         w_ih = self._fast_weight(input, hx)
         if w_ih is not None:
-            if self.norm == "none":
+            if self._kind.torch_twin:
                 return self._step_once("", input, hx)
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, g_ih, g_hh, g_c = (p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh"),
@@ -196,8 +197,8 @@ class LSTMCell(_Cell):
                 if lib is not None:              # the step after its GEMMs in one C call
                     return _cell_native.lstm_step(lib, input, hx[0], hx[1], w_ih, w_hh, g_ih,
                                                   b_ih, g_hh, b_hh, g_c, b_c, self.eps)
-                return _step.ln_lstm_step(input, hx[0], hx[1], w_ih, w_hh, g_ih, b_ih, g_hh,
-                                          b_hh, g_c, b_c, self.eps)
+                return recurrence.ln_lstm_step(input, hx[0], hx[1], w_ih, w_hh, g_ih, b_ih,
+                                               g_hh, b_hh, g_c, b_c, self.eps)
             return self._step_once("", input, hx)    # a tensor in a Parameter's place
         return self._one_step(input, hx, time_step)
 
@@ -213,7 +214,7 @@ class GRUCell(_Cell):
             hx = self._zeros(input)
         w_ih = self._fast_weight(input, (hx,))
         if w_ih is not None:
-            if self.norm == "none":
+            if self._kind.torch_twin:
                 return self._step_once("", input, (hx,))[0]
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, g_ih, g_hh = p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh")
@@ -225,17 +226,17 @@ class GRUCell(_Cell):
                     return _cell_native.gru_step(lib, input, hx, w_ih, w_hh, g_ih, b_ih, g_hh,
                                                  b_hh, self.eps)
                 if torch.is_grad_enabled():
-                    return _step.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
-                                             self.eps)
-                return _step.ln_gru_step_parts(input, hx, w_ih, w_hh,
-                                               self._affine_parts(g_ih, b_ih, g_hh, b_hh),
-                                               self.eps)
+                    return recurrence.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh,
+                                                  b_hh, self.eps)
+                return recurrence.ln_gru_step_parts(input, hx, w_ih, w_hh,
+                                                    self._affine_parts(g_ih, b_ih, g_hh, b_hh),
+                                                    self.eps)
             return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
         return self._one_step(input, (hx,), time_step)[0]
 
     def _affine_parts(self, *tensors) -> tuple:
-        """``_step.gru_affine_parts`` of these tensors, kept from one call to the next without
-        autograd (the splits are a third of a batch-1 step's ops). The parts share the
+        """``recurrence.gru_affine_parts`` of these tensors, kept from one call to the next
+        without autograd (the splits are a third of a batch-1 step's ops). The parts share the
         Parameters' storage, so in-place updates show through; they are kept while the same
         Parameter objects hold the same storage in the same inference mode, and never while
         tracing or compiling or for tensors other than Parameters (torch.func's)."""
@@ -247,7 +248,7 @@ class GRUCell(_Cell):
                 kept[3] is b_hh and kept[4] == key and not (torch.jit.is_tracing() or
                                                             torch.compiler.is_compiling()):
             return kept[5]
-        parts = _step.gru_affine_parts(*tensors)
+        parts = recurrence.gru_affine_parts(*tensors)
         if not (torch.jit.is_tracing() or torch.compiler.is_compiling() or
                 any(t is not None and type(t) is not nn.Parameter for t in tensors)):
             self.__dict__["_kept_parts"] = (g_ih, b_ih, g_hh, b_hh, key, parts)
@@ -269,14 +270,14 @@ class RNNCell(_Cell):
             hx = self._zeros(input)
         w_ih = self._fast_weight(input, (hx,))
         if w_ih is not None:
-            if self.norm == "none":
+            if self._kind.torch_twin:
                 return self._step_once("", input, (hx,))[0]
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, gain, b_ih, b_hh = (p.get("weight_hh"), p.get("gain"), p.get("bias_ih"),
                                       p.get("bias_hh"))
             if not (w_hh is None or gain is None or self.bias and (b_ih is None or b_hh is None)):
                 bias = None if b_ih is None else b_ih + b_hh
-                return _step.ln_rnn_step(input, hx, w_ih, w_hh, gain, bias, self.eps,
-                                         self.nonlinearity)
+                return recurrence.ln_rnn_step(input, hx, w_ih, w_hh, gain, bias, self.eps,
+                                              self.nonlinearity)
             return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
         return self._one_step(input, (hx,), time_step)[0]

@@ -33,10 +33,11 @@ Variable-length batches run like cuDNN packed sequences: examples are ordered by
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
 
 Files: ``_lstm`` / ``_gru`` (each cell's paths, operators and entry point), ``_ops`` (what their
-operators share), ``_sequence`` (checks, lengths, dtypes), ``_driver`` (calling the C kernels),
-``_structs`` (the C structs' ctypes mirrors), ``_native`` (loading the kernels), ``_gemm``
-(packed weights, the input GEMM), ``_workspace`` (the buffer pool). Equations (paper, section
-3.1) and gate order: see ``ln_lstm_sequence`` and ``ln_gru_sequence``.
+operators share), ``_sequence`` (checks, dtypes; lengths in ``layernorm.recurrence.lengths``),
+``_driver`` (calling the C kernels), ``_structs`` (the C structs' ctypes mirrors), ``_native``
+(loading the kernels), ``_gemm`` (packed weights, the input GEMM), ``_workspace`` (the buffer
+pool). Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
+``ln_gru_sequence``; the reference they are tested against is ``layernorm.recurrence``.
 """
 from __future__ import annotations
 

@@ -7,9 +7,10 @@
 
 ``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``_torch_layout`` with torch's
 weight lists; the input checks are in ``_stack_checks``). For the normalized norms the time
-loop of one layer and one direction lives in ``run_direction`` (the only loop in the package);
-``_run_direction`` prepares its inputs and is the single place where a fused kernel can take over
-(see its docstring); ``_loop_direction`` always runs the loop (proj_size, torch.jit.trace).
+loop of one layer and one direction is ``layernorm.recurrence.run_direction`` (the reference
+loop; the fused operators and kernels run their own, tested against it); ``_run_direction``
+prepares its inputs and is the single place where a fused kernel can take over (see its
+docstring); ``_loop_direction`` always runs the reference loop (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ._torch_layout import TorchLayout
 from .base import RecurrentBase, _copy_from_torch
 from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real, autocast_on,
                      check_keywords)
-from .steps import run_direction
+from ..recurrence import run_direction
 
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
@@ -55,7 +56,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
     def _fused_recurrence(self) -> bool:
         """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``,
         not while torch.onnx.export captures the model (``_onnx``: no ONNX translation)."""
-        return (self.use_fused and self.mode in ("LSTM", "GRU") and self.norm == "layer"
+        return (self.use_fused and self._kind.fused and self.mode in ("LSTM", "GRU")
                 and self.bias and not exporting_to_onnx())
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
@@ -117,12 +118,12 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
-                       state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
-                       batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
+                       state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None):
         """One layer, one direction: x (T, B, I) already in processing order (reversed for the
-        backward direction) -> (out (T, B, H), final state). mask (T, B, 1), batch_sizes (list of
-        T ints) and lengths ((B,) int64 on the CPU) describe a variable-length batch (None: all
-        examples have length T).
+        backward direction) -> (out (T, B, H), final state). batch_sizes (list of T ints, as
+        ``PackedSequence.batch_sizes``, the batch sorted by decreasing length) describes a
+        variable-length batch (None: all examples have length T); the one length encoding down
+        to the kernels (``layernorm.recurrence.lengths``).
 
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
         either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
@@ -152,11 +153,10 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
                                             g("bias_hh")[H2:], **inputs)
             return out, (h,)
-        return self._loop_direction(layer, direction, x, state, mask, batch_sizes, lengths)
+        return self._loop_direction(layer, direction, x, state, batch_sizes)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
-                        state: tuple[torch.Tensor, ...], mask: torch.Tensor | None,
-                        batch_sizes: Sequence[int] | None, lengths: torch.Tensor | None):
+                        state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None):
         """``_run_direction`` through THE loop ``run_direction`` (the readable path: any norm,
         proj_size, and torch.jit.trace, which records it step by step). Under autocast the
         output and the final state are in the autocast dtype, as the fused operators return
@@ -167,7 +167,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             xg = RecurrentBase._input_term(self, x, suffix, terms)
         else:
             xg = self._input_term(x, suffix, terms)                      # (T, B, G)
-        out, state = run_direction(self._step_fn(suffix, terms), xg, state, mask)
+        out, state = run_direction(self._step_fn(suffix, terms), xg, state,
+                                   batch_sizes=batch_sizes)
         dtype = _autocast_dtype(x)
         if dtype is not None and out.dtype != dtype:
             out, state = out.to(dtype), tuple(s.to(dtype) for s in state)
@@ -196,7 +197,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             if packed and input.sorted_indices is not None:
                 hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
 
-        if self.norm == "none":
+        if self._kind.torch_twin:
             output, h_n = self._torch_forward(input, hx, packed)
         elif B == 0:
             output, h_n = self._empty_forward(input, hx)
@@ -240,12 +241,9 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         # The fused kernels have no projection; a trace records plain torch ops.
         run = self._loop_direction if self.proj_size or tracing else self._run_direction
         if packed:
-            on_device = lengths.to(x.device)
-            mask = (torch.arange(T, device=x.device).unsqueeze(1) < on_device).unsqueeze(-1)
-            rev = _reverse_index(on_device, T).unsqueeze(-1)               # (T, B, 1)
+            rev = _reverse_index(lengths.to(x.device), T).unsqueeze(-1)   # (T, B, 1)
             reverse = lambda y: y.gather(0, rev.expand(-1, -1, y.shape[-1]))  # noqa: E731
         else:
-            mask = None
             reverse = lambda y: y.flip(0)  # noqa: E731
 
         finals = []
@@ -256,13 +254,13 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                 k = layer * self.num_directions + d
                 state0 = tuple(h[k] for h in hx)
                 xd = reverse(layer_input) if d else layer_input
-                out, state = run(layer, d, xd, state0, mask, batch_sizes, lengths)
+                out, state = run(layer, d, xd, state0, batch_sizes)
                 outs.append(reverse(out) if d else out)
                 finals.append(state)
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 layer_input = F.dropout(layer_input, self.dropout, training=True)
-        if self.norm == "batch":  # only BN counts steps (a list over T would fix T in a graph)
+        if self._kind.running_stats:  # only BN counts steps (a list over T would fix T in a graph)
             n_active = batch_sizes if packed else [B] * T
             self._count_steps([t for t in range(T) if n_active[t] >= 2])
 

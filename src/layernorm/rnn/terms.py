@@ -1,7 +1,9 @@
-"""The normalized terms of the recurrent layers (paper, section 3.1): ``Term`` computes
-``N(a) * gain + bias`` for one summed-input term ``a``, with N layer norm (statistics of each
-example over the units), batch norm (statistics over the examples active at step t, running
-statistics per time step: Cooijmans et al.'s BN-LSTM baseline) or the identity."""
+"""The normalized terms of the recurrent layers (paper, section 3.1): a term computes
+``N(a) * gain + bias`` for one summed-input term ``a``, with N layer norm (``LayerTerm``:
+statistics of each example over the units), batch norm (``BatchTerm``: statistics over the
+examples active at step t, running statistics per time step: Cooijmans et al.'s BN-LSTM
+baseline) or the identity (``BiasTerm``). Which one a module builds is its norm kind's
+(``_norm_kinds``), decided when the module is built."""
 from __future__ import annotations
 
 import contextlib
@@ -57,25 +59,59 @@ def _slot(t: int, last_slot: int | torch.Tensor) -> int | torch.Tensor:
 
 
 class Term:
-    """``N(a) * gain + bias`` for one summed-input term ``a`` (..., G), built for one forward call.
+    """``N(a) * gain + bias`` for one summed-input term ``a`` (..., G), built for one forward call;
+    ``term(a, t)`` for step t's (B, G), ``term.all_steps(a)`` for a (T, B, G) sequence. The
+    subclasses are the normalizations N.
 
-    norm: "layer" | "batch" | "none"; groups: sizes of the unit groups normalized jointly (LN);
-    gain: (G,) or None; bias: (G,) or None. For "batch": ``running`` = (mean, var) buffers of shape
-    (max_length, G), ``batch_sizes`` = examples active at each step (sorted by decreasing length,
-    so the active ones are a prefix) or None when all are, ``last_slot`` = the last step whose
-    running statistics were trained (step t in eval uses slot min(t, last_slot)).
+    groups: sizes of the unit groups normalized jointly (LN); gain: (G,) or None; bias: (G,) or
+    None. For batch norm: ``running`` = (mean, var) buffers of shape (max_length, G),
+    ``batch_sizes`` = examples active at each step (sorted by decreasing length, so the active
+    ones are a prefix) or None when all are, ``last_slot`` = the last step whose running
+    statistics were trained (step t in eval uses slot min(t, last_slot)).
     """
 
-    def __init__(self, norm: str, groups: Sequence[int], gain: torch.Tensor | None,
+    def __init__(self, groups: Sequence[int], gain: torch.Tensor | None,
                  bias: torch.Tensor | None, *, eps: float = 1e-5, training: bool = False,
                  running: tuple[torch.Tensor, torch.Tensor] | None = None,
                  momentum: float = 0.1, batch_sizes: Sequence[int] | None = None,
                  last_slot: int | torch.Tensor = 0, who: str = "", fused: bool = True) -> None:
-        self.norm, self.groups, self.eps = norm, tuple(groups), eps
+        self.groups, self.eps = tuple(groups), eps
         self.gain, self.bias = gain, bias
         self.training, self.running, self.momentum = training, running, momentum
         self.batch_sizes, self.last_slot, self.who = batch_sizes, last_slot, who
         self.fused = fused
+
+    def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def all_steps(self, a: torch.Tensor) -> torch.Tensor:
+        """The term for every step of a (T, B, G) sequence at once."""
+        return self(a)
+
+
+class BiasTerm(Term):
+    """norm="none": the identity, then the bias (torch's own terms)."""
+
+    def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
+        return a if self.bias is None else a + self.bias
+
+
+class LayerTerm(Term):
+    """norm="layer": layer norm of each group of units with its gain and bias."""
+
+    def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
+        if len(self.groups) == 1:
+            return LF.layer_norm(a, self.groups[0], self.gain, self.bias, self.eps)
+        k = len(self.groups)
+        biases = self.bias.split(self.groups) if self.bias is not None else (None,) * k
+        return torch.cat([LF.layer_norm(part, n, g, b, self.eps) for part, g, b, n in
+                          zip(a.split(self.groups, -1), self.gain.split(self.groups), biases,
+                              self.groups)], -1)
+
+
+class BatchTerm(Term):
+    """norm="batch": batch norm over the examples active at step t with the gain and bias,
+    running statistics per time step."""
 
     def _fused_bn(self, a: torch.Tensor) -> bool:
         """Whether torch's batch-norm kernel (``F.batch_norm``: one pass forward and backward)
@@ -87,25 +123,10 @@ class Term:
         return (self.fused and not _BATCH_STAT_OBSERVERS
                 and LF.fused_batch_norm_ok(a, self.gain, self.bias, *self.running))
 
-    def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
-        if self.norm == "none":
-            return a if self.bias is None else a + self.bias
-        if self.norm == "batch":
-            return self._batch(a, t)
-        if len(self.groups) == 1:
-            return LF.layer_norm(a, self.groups[0], self.gain, self.bias, self.eps)
-        k = len(self.groups)
-        biases = self.bias.split(self.groups) if self.bias is not None else (None,) * k
-        return torch.cat([LF.layer_norm(part, n, g, b, self.eps) for part, g, b, n in
-                          zip(a.split(self.groups, -1), self.gain.split(self.groups), biases,
-                              self.groups)], -1)
-
     def all_steps(self, a: torch.Tensor) -> torch.Tensor:
-        """The term for every step of a (T, B, G) sequence at once. Batch norm keeps separate
-        statistics per step: one reduction over the batch dim when every example is active,
-        step by step otherwise."""
-        if self.norm != "batch":
-            return self(a)
+        """The term for every step of a (T, B, G) sequence at once, with separate statistics per
+        step: one reduction over the batch dim when every example is active, step by step
+        otherwise."""
         if self.batch_sizes is not None:
             return torch.stack([self(a[t], t) for t in range(a.shape[0])])
         T, B, G = a.shape
@@ -164,7 +185,7 @@ class Term:
             mean_buf[t0:t0 + k].lerp_(mean[:k].to(mean_buf.dtype), self.momentum)
             var_buf[t0:t0 + k].lerp_((var[:k] * (n / (n - 1))).to(var_buf.dtype), self.momentum)
 
-    def _batch(self, a: torch.Tensor, t: int | None) -> torch.Tensor:
+    def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
         """Batch norm of a (B, G) term at step t over the examples active at t (a prefix)."""
         t = 0 if t is None else t
         mean_buf, var_buf = self.running

@@ -1,0 +1,93 @@
+"""THE length encoding of a variable-length batch, and its one validator.
+
+Lengths travel in one encoding from the modules to the time loops and the C kernels:
+``batch_sizes`` (T,), int64 on the CPU, as ``PackedSequence.batch_sizes``: step t runs the first
+``batch_sizes[t]`` examples of a batch sorted by decreasing length; ``None`` means every example
+runs all T steps (``run_direction`` takes it, ``layernorm.rnn.fused`` passes it to its kernels).
+Callers holding per-example lengths in any order (``ln_*_sequence(lengths=...)``) get the sort
+order and ``batch_sizes`` here; the Triton kernels, which read one length per example, get them
+back with ``to_lengths``. Every length a user passes is checked by ``check_lengths`` or
+``check_batch_sizes`` and nowhere else.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def check_lengths(lengths, T: int, B: int) -> torch.Tensor:
+    """Per-example true lengths (any order) -> (B,) int64 on the CPU, each in [0, T]."""
+    if not isinstance(lengths, torch.Tensor):
+        lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.shape[0] != B or lengths.dtype.is_floating_point \
+            or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be an integer tensor of shape ({B},) (one true length per "
+                         f"example), received {lengths.dtype} of shape {tuple(lengths.shape)}. "
+                         f"Pass e.g. torch.tensor([len(s) for s in batch]).")
+    lengths = lengths.to("cpu", torch.int64)
+    if not torch.compiler.is_compiling() and B and (int(lengths.min()) < 0
+                                                   or int(lengths.max()) > T):
+        raise ValueError(f"lengths must lie in [0, T={T}], received min {int(lengths.min())}, "
+                         f"max {int(lengths.max())}. Clip them to the padded length T.")
+    return lengths
+
+
+def from_lengths(lengths, T: int, B: int):
+    """Per-example lengths (any order) -> (order or None, batch_sizes or None): ``order`` sorts
+    the batch by decreasing length (None when already sorted), ``batch_sizes`` as in the module
+    docstring (None when every example runs all T steps)."""
+    if lengths is None:
+        return None, None
+    lengths = check_lengths(lengths, T, B)
+    sorted_len, order = torch.sort(lengths, descending=True, stable=True)
+    batch_sizes = (sorted_len.unsqueeze(0) > torch.arange(T).unsqueeze(1)).sum(1)   # (T,)
+    if torch.compiler.is_compiling():  # no data-dependent shortcuts in a graph
+        return order, batch_sizes
+    if torch.equal(order, torch.arange(B)):
+        order = None
+    if bool((batch_sizes == B).all()):
+        batch_sizes = None
+    return order, batch_sizes
+
+
+def check_batch_sizes(who: str, batch_sizes, T: int, B: int) -> torch.Tensor | None:
+    """``batch_sizes`` of a batch sorted by decreasing length -> (T,) int64 on the CPU, or None
+    when every example runs all T steps."""
+    if not isinstance(batch_sizes, torch.Tensor):
+        batch_sizes = torch.as_tensor(batch_sizes)
+    if tuple(batch_sizes.shape) != (T,) or batch_sizes.dtype.is_floating_point:
+        raise ValueError(f"{who} expected batch_sizes as an integer tensor of shape ({T},) (as "
+                         f"PackedSequence.batch_sizes), received {batch_sizes.dtype} of shape "
+                         f"{tuple(batch_sizes.shape)}.")
+    batch_sizes = batch_sizes.to("cpu", torch.int64)
+    if torch.compiler.is_compiling():
+        return batch_sizes
+    if T and (int(batch_sizes.max()) > B or int(batch_sizes.min()) < 0
+              or bool((batch_sizes[1:] > batch_sizes[:-1]).any())):
+        raise ValueError(f"{who} expected batch_sizes non-increasing in [0, B={B}] (a batch "
+                         f"sorted by decreasing length), received {batch_sizes.tolist()}.")
+    return None if bool((batch_sizes == B).all()) else batch_sizes
+
+
+def encode(who: str, lengths, batch_sizes, T: int, B: int):
+    """The caller's ``lengths`` (any order) or ``batch_sizes`` (sorted batch), checked -> (order
+    or None, batch_sizes or None)."""
+    if batch_sizes is None:
+        return from_lengths(lengths, T, B)
+    if lengths is not None:
+        raise ValueError(f"{who} received both lengths and batch_sizes; pass one of them "
+                         f"(lengths in any order, or batch_sizes for a sorted batch).")
+    return None, check_batch_sizes(who, batch_sizes, T, B)
+
+
+def to_lengths(order, batch_sizes, B: int) -> torch.Tensor | None:
+    """The (B,) lengths, in the caller's order, that ``encode`` turned into (order,
+    batch_sizes); None when every example runs all steps."""
+    if batch_sizes is None:
+        return None
+    sizes = torch.as_tensor(batch_sizes, device="cpu")
+    lengths = (sizes.unsqueeze(1) > torch.arange(B)).sum(0)              # sorted order
+    if order is None:
+        return lengths
+    unsorted = torch.empty_like(lengths)
+    unsorted[order] = lengths
+    return unsorted
