@@ -5,8 +5,9 @@ wants (``Figure``) and ``figures.py`` draws them. The per-run numbers the rules 
 
     base.py         the margins of every rule, the result types, "not run", how a claim could
                     be wrong (``how_wrong``)
-    sources.py      the paper's side: its settings and numbers per experiment, what runs here
-                    instead, the section 6 experiments not run and why
+    sources.py      the paper's side, gathered from the records (``layernorm_paper.records``):
+                    its settings and numbers per experiment, what runs here instead, the
+                    section 6 experiments not run and why
     feedforward.py  6.6 / 6.7 (and summary B's CNN claim): the batch-size experiments
     rnn.py          LSTM vs BN-LSTM vs LN-LSTM per task (summary B, 6.2), hidden-state
                     stability, 6.2's gain initialisation
@@ -17,7 +18,7 @@ wants (``Figure``) and ``figures.py`` draws them. The per-run numbers the rules 
                     downloaded full forms
     order.py        6.1 order embeddings: recall and updates to the best validation model
     checks.py       Table 1, 5.2's curvature and learning-rate decay, the distributed batch split
-    catalog.py      the one list mapping each claim to its experiment; ``judge``
+    catalog.py      the claim list, assembled from the records' catalog lines; ``judge``
 
 Everything is re-exported here: ``from layernorm_paper.report.claims import judge`` and the rest keep
 working.

@@ -7,7 +7,6 @@ its accuracy; the paper's number is printed beside the measured one (``sources.P
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_ERROR, F_ERROR_FAIR, LAST_K, PP, RNN_LABEL, _fmt_range, _uses_pop, arm,
@@ -15,10 +14,9 @@ from ..scoring import (F_ERROR, F_ERROR_FAIR, LAST_K, PP, RNN_LABEL, _fmt_range,
 from ...verdicts import LEVEL, all_of, exceeds
 from .base import (BEATS_MARGIN, BPC_MARGIN, DRAW_MARGIN, HW_MARGIN, Claim, ClaimResult, Figure,
                    _need, how_wrong, not_run)
-from .losses import (F_NLL_POINT, LossSpec, _need_field, _paper_caveats, arm_key,
-                     claim_loss_faster, claim_loss_lower, final_loss, loss_groups, loss_table,
-                     measured_vs_paper, no_worse, paper_figure)
-from .rnn import claim_rnn_best, claim_rnn_fastest
+from .losses import (F_NLL_POINT, LossSpec, _need_field, _paper_caveats, arm_key, final_loss,
+                     loss_groups, loss_table, measured_vs_paper, no_worse, paper_figure)
+from ...records import RECORDS, Found
 from .sources import FULL_FORMS, PAPER_NOT_RUN
 
 LN2 = math.log(2)
@@ -188,9 +186,6 @@ def claim_completion(inp: Inputs) -> ClaimResult:
 # ---------------------------------------------------------------------------------------------
 # The claims, and the section 6 forms with no runs
 
-FULL_SUFFIX = {"paper_draw": "mnist", "paper_reader": "cnn"}     # claim ids of the full forms
-
-
 def full_forms_run(inp: Inputs) -> tuple[str, ...]:
     """The experiments whose downloaded full form has finished runs here."""
     return tuple(exp for exp, (dataset, _) in FULL_FORMS.items()
@@ -212,58 +207,11 @@ def paper_not_run(inp: Inputs) -> dict[str, str]:
     return out
 
 
-def _draw_claims(spec: LossSpec, suffix: str, section: str) -> list[Claim]:
-    return [
-        Claim(f"6.4-draw-bound{suffix}", "paper 6.4", "“DRAW with LN reaches a lower test "
-              "variational bound” (82.36 -> 82.09 nats)", "paper_draw",
-              claim_loss_lower(spec, DRAW_MARGIN, ("none",)), section),
-        Claim(f"6.4-draw-fast{suffix}", "paper 6.4", "“LN reaches the baseline's bound about 2x "
-              "faster” (DRAW, epochs)", "paper_draw", claim_loss_faster(spec, ("none",)),
-              section),
-    ]
-
-
-def _reader_claims(task: str, suffix: str, section: str) -> list[Claim]:
-    return [
-        Claim(f"6.2-reader-fast{suffix}", "paper 6.2", "“LN-LSTM converges faster than LSTM and "
-              "BN-LSTM” (attentive reader, validation error vs updates)", READER_EXPERIMENT,
-              claim_reader(claim_rnn_fastest, task), section),
-        Claim(f"6.2-reader-best{suffix}", "paper 6.2", "“LN-LSTM reaches a lower validation "
-              "error than LSTM and BN-LSTM” (attentive reader)", READER_EXPERIMENT,
-              claim_reader(claim_rnn_best, task), section),
-    ]
+PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
 
 
 def paper_claims(full: tuple[str, ...] = ()) -> list[Claim]:
     """The section 6 claims on the embedded forms, and on the downloaded full forms of the
-    experiments in ``full`` (``full_forms_run``)."""
-    s64, s62 = "6.4 DRAW (reduced form)", "6.2 attentive reader (reduced form)"
-    s65, scl = "6.5 handwriting generation (reduced form)", \
-        "Summary B: character-level language model (docstrings)"
-    out = _draw_claims(DRAW_SPEC, "", s64)
-    if "paper_draw" in full:
-        dataset = FULL_FORMS["paper_draw"][0]
-        out += _draw_claims(replace(DRAW_SPEC, dataset=dataset), f"-{FULL_SUFFIX['paper_draw']}",
-                            f"6.4 DRAW on {dataset} (full form)")
-    out += _reader_claims(READER_TASK, "", s62)
-    if READER_EXPERIMENT in full:
-        task = FULL_FORMS[READER_EXPERIMENT][0]
-        out += _reader_claims(task, f"-{FULL_SUFFIX[READER_EXPERIMENT]}",
-                              f"6.2 attentive reader on {task} (full form)")
-    return out + [
-        Claim("6.5-hw-fast", "paper 6.5", "“LN-LSTM reaches the LSTM's final log-likelihood "
-              "much faster” (handwriting)", "paper_handwriting",
-              claim_loss_faster(HW_SPEC, ("none",)), s65),
-        Claim("6.5-hw-same", "paper 6.5", "“… to about the same final log-likelihood” (LN's "
-              f"final NLL no worse by {HW_MARGIN:g} nats/point)", "paper_handwriting",
-              claim_hw_no_worse, s65),
-        Claim("charlm-best", "summary B", "“LN-LSTM reaches the best score” (char-level LM: "
-              "lowest test bits/char vs LSTM and BN-LSTM)", "paper_charlm",
-              claim_loss_lower(CHARLM_SPEC, BPC_MARGIN, ("none", "batch")), scl),
-        Claim("charlm-fast", "summary B", "“LN-LSTM converges fastest” (char-level LM: updates "
-              "to the LSTM's final bits/char)", "paper_charlm",
-              claim_loss_faster(CHARLM_SPEC, ("none", "batch")), scl),
-        Claim("charlm-completion", "summary B", "“LN-LSTM reaches the best accuracy” (MSR-format "
-              "5-way sentence completion, scored by the char-level LM)", "paper_charlm",
-              claim_completion, scl),
-    ]
+    experiments in ``full`` (``full_forms_run``): the records' catalog lines."""
+    found = Found(frozenset((exp, FULL_FORMS[exp][0]) for exp in full))
+    return [c for name in PAPER_EXPERIMENTS for c in RECORDS[name].claims(found)]
