@@ -297,6 +297,18 @@ def test_table1_is_the_analysis_modules_and_claims_draw_nothing():
     assert r.returncode == 0, r.stderr
 
 
+def test_no_typed_in_result_in_the_report_generator():
+    """Every sentence of a report is computed from its runs or states the method: the report's
+    code and the records hold no measured observation to print (pilot runs, a value a curve
+    was seen to flatten at, a note of a run measured apart)."""
+    src = ROOT / "src" / "layernorm_paper"
+    texts = {p: p.read_text(encoding="utf-8") for d in ("report", "records")
+             for p in (src / d).rglob("*.py")}
+    for phrase in ("pilot", "flat from", "measured apart", "close to its budget",
+                   "over the 10-minute budget", "READER_BN_NOTE"):
+        assert not [p.name for p, t in texts.items() if phrase in t], phrase
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 def _cli(args, capsys):

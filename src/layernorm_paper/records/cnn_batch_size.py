@@ -62,8 +62,8 @@ RECORD = Record(
           "128 and collapses at batch 1 and 4 while LN stays stable (summary B)",
     tier="standard", pack=4, configs=configs, claims=claims,
     budget={"rule": "to convergence",
-            "text": "batch 128 for 600 updates (55 epochs; flat from ~450), batch 4 for 2400 "
-                    "updates (7 epochs), batch 1 for 2400 updates (as far as the budget allows: "
-                    "1.7 epochs)"},
+            "text": "each batch size gets its own number of updates, set for its test error to "
+                    "stop falling where the tier's time allows, batch 1 possibly short of it (the "
+                    "update counts and each arm's late change below are read from these runs)"},
     paper="paper 6.7: preliminary ConvNet results, settings not given; summary B: a CNN on MNIST "
           "at batch 128, 4 and 1")

@@ -42,7 +42,7 @@ from .losses import (F_NLL, F_NLL_POINT, LossSpec, arm_key, claim_loss_faster, c
 from .order import (ORDER_EXPERIMENT, RECALLS, best_row, claim_order_recall, claim_order_sooner,
                     recall_at_best)
 from .paper import (CHARLM_SPEC, COMPLETION_CHANCE, DRAW_SPEC, F_COMPLETION, F_COMPLETION_EMA,
-                    HW_SPEC, LN2, READER_BN_NOTE, claim_completion, claim_hw_no_worse,
+                    HW_SPEC, LN2, claim_completion, claim_hw_no_worse,
                     claim_reader, full_forms_run, paper_claims, paper_not_run)
 from .rnn import (claim_gain_init, claim_rnn_best, claim_rnn_fastest, claim_rnn_hidden_stable,
                   rnn_figures)
@@ -66,7 +66,7 @@ __all__ = [
     "ORDER_EXPERIMENT", "RECALLS", "best_row", "claim_order_recall", "claim_order_sooner",
     "recall_at_best",
     "CHARLM_SPEC", "COMPLETION_CHANCE", "DRAW_SPEC", "F_COMPLETION", "F_COMPLETION_EMA",
-    "HW_SPEC", "LN2", "READER_BN_NOTE", "claim_completion", "claim_hw_no_worse", "claim_reader",
+    "HW_SPEC", "LN2", "claim_completion", "claim_hw_no_worse", "claim_reader",
     "full_forms_run", "paper_claims", "paper_not_run",
     "claim_gain_init", "claim_rnn_best", "claim_rnn_fastest", "claim_rnn_hidden_stable",
     "rnn_figures",

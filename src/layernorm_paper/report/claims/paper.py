@@ -63,16 +63,18 @@ def claim_reader(rule, task: str = READER_TASK):
             res.notes.insert(0, measured_vs_paper(READER_EXPERIMENT, res.key_number +
                                                   " (test error)", task if full else None))
             bn = select(inp.runs, experiment=READER_EXPERIMENT, task=task, norm="batch")
-            res.caveats.append(reader_bn_note(bn))
+            if (note := reader_bn_note(bn)):
+                res.caveats.append(note)
         return res
     return evaluate
 
 
-def reader_bn_note(bn: list[Run]) -> str:
-    """How the reader's BN-LSTM arm was scored: with population statistics beside the running
-    averages (EMA) where its runs carry both, else what was measured apart."""
+def reader_bn_note(bn: list[Run]) -> str | None:
+    """How the reader's BN-LSTM arm was scored, where its runs carry both scores: with
+    population statistics beside the running averages (EMA), both measured on these runs. None
+    where they carry only the EMA score (``how_wrong`` says so for every BN arm)."""
     if not _uses_pop(bn):
-        return READER_BN_NOTE
+        return None
     pop = arm(bn, lambda r: score(r, F_ERROR_FAIR))
     ema = arm(bn, lambda r: score(r, F_ERROR))
     passages = sorted({r.rows[-1].get("pop_sample") for r in bn} - {None})
@@ -80,28 +82,9 @@ def reader_bn_note(bn: list[Run]) -> str:
             f"`layernorm.recompute_batch_stats` in one pass over "
             + (f"{_fmt_range(passages)} training passages" if passages else "a training sample")
             + f" (`{F_ERROR_FAIR}`): {pop.mean * PP:.1f}% test error (mean of the last {LAST_K} "
-              f"evaluations, {pop.n} seed{'s' * (pop.n != 1)}), against {ema.mean * PP:.1f}% with its running "
-              f"averages (EMA, momentum 0.1, the runner's `{F_ERROR}`). " + READER_BN_CAUSE)
-
-
-READER_BN_NOTE = (
-    "BN-LSTM on the reader, measured apart (seed 0, the quick settings, 1000 updates): it does "
-    "learn, but late — its error with the test batch's own statistics stays near 69% through "
-    "300 updates, then falls to 7% at 600 and 0% at 1000, where the LSTM and LN-LSTM arms learn "
-    "within ~200 — so at this budget its high error is genuine slowness, with BN gains "
-    "initialised at 0.1 or 1.0 alike (the passages carry no padding). Its score with the running "
-    "averages (EMA, momentum 0.1) is much worse still: after 700 updates 56% error, against 1.4% "
-    "in eval mode with population statistics recomputed at the final weights over 2000 training "
-    "passages (and still 51% after refreshing the running averages over 60 more batches at the "
-    "final weights). A likely cause: positions holding the same token in every passage (\".\", "
-    "the query's placeholder) give terms of zero or near-zero batch variance (measured: 0 to "
-    "1e-5), where a small error of the running mean is amplified by up to 1/sqrt(eps). Where the "
-    "runs carry a population-statistics score (`eval_test_error`), the rules above use it; these "
-    "runs score BN with the running averages.")
-READER_BN_CAUSE = (
-    "Where the two differ a lot, a likely cause: positions holding the same token in every "
-    "passage (\".\", the query's placeholder) give terms of zero or near-zero batch variance, "
-    "where a small error of the running mean is amplified by up to 1/sqrt(eps).")
+              f"evaluations, {pop.n} seed{'s' * (pop.n != 1)}), against {ema.mean * PP:.1f}% "
+              f"with its running averages (EMA, momentum 0.1, the runner's `{F_ERROR}`). Why "
+              f"the two can differ on this task: docs/report.md, \"Scoring a run\".")
 
 
 # ---------------------------------------------------------------------------------------------
