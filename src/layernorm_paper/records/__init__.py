@@ -22,8 +22,8 @@ it stands in for, what runs here instead, and the report's catalog lines for its
 (docs/paper.md, section 6).
 
 Importing a record loads neither the runner nor the report: ``configs`` imports the runner's
-``Config`` when it is called (by ``layernorm_paper.reproduce``, which registers the records with
-the runner), ``claims`` imports the report's rules when it is called (by
+``Config`` when it is called (by the runner: ``layernorm_paper.reproduce.experiments`` registers
+every record), ``claims`` imports the report's rules when it is called (by
 ``layernorm_paper.report``, which lists the claims of every record in ``RECORDS`` order). The
 models are the runner's, named by their registry names (``layernorm_paper.reproduce.models``,
 ``.paper``, ``.order``)."""
@@ -63,14 +63,15 @@ def not_downloaded() -> dict[str, str]:
     return {r.name: r.not_downloaded for r in RECORDS.values() if r.not_downloaded}
 
 
-def register(*names: str) -> None:
-    """Register the records ``names`` with the runner (called by ``layernorm_paper.reproduce``)."""
+def register_all() -> None:
+    """Register every record that has configs with the runner (called once, by
+    ``layernorm_paper.reproduce.experiments``, a plugin module of the runner)."""
     from ..experiments.registry import register_experiment
-    for n in names:
-        r = RECORDS[n]
-        register_experiment(r.name, section=r.section, claim=r.claim,
-                            needs_download=r.tier == FULL)(r.configs)
+    for r in RECORDS.values():
+        if r.configs is not None:
+            register_experiment(r.name, section=r.section, claim=r.claim,
+                                needs_download=r.tier == FULL)(r.configs)
 
 
 __all__ = ["FULL", "QUICK", "RECORDS", "STANDARD", "TIERS", "Found", "Record", "budgets",
-           "not_downloaded", "register", "run_order", "with_tier"]
+           "not_downloaded", "register_all", "run_order", "with_tier"]

@@ -15,11 +15,10 @@ from pathlib import Path
 from .._io import atomic_write_json
 from ..batch_split import batch_split_rows
 from .._io import format_table
-from .. import records
 
 
-# The experiment (configs, claims): ``layernorm_paper.records.ddp_batch_split``.
-records.register("ddp_batch_split")
+# The experiment (configs, claims), registered by ``reproduce.experiments``:
+# ``layernorm_paper.records.ddp_batch_split``.
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -32,7 +32,6 @@ from torch import nn
 
 from ..data import captions as _captions  # noqa: F401  (registers "digit-captions")
 from ..data.captions import PIXELS, GREY_LEVELS
-from .. import records
 from ..experiments import register_model
 from ..models.order import OrderEmbedding, retrieval_metrics, split_order_loss, violation_matrix
 from .paper import SEEDS, LossAsRegression  # noqa: F401  (SEEDS: kept importable here)
@@ -127,6 +126,5 @@ def best_validation(rows: list[dict]) -> dict:
     return max(scored, key=lambda r: (r[SELECTION], -r["step"]))
 
 
-# The experiment (configs, tier, claims, the paper's numbers):
-# ``layernorm_paper.records.paper_order``.
-records.register("paper_order")
+# The experiment (configs, tier, claims, the paper's numbers), registered by
+# ``reproduce.experiments``: ``layernorm_paper.records.paper_order``.

@@ -1,6 +1,6 @@
-"""The paper's section 6 experiments in reduced form: their models, registered with the runner,
-and the experiments themselves, registered from their records (``layernorm_paper.records``: the
-configs per preset, tiers, claims and the paper's numbers of each).
+"""The paper's section 6 experiments in reduced form: their models, registered with the runner.
+The experiments themselves (configs per preset, tiers, claims, the paper's numbers) are records,
+``layernorm_paper.records``, registered by ``reproduce.experiments``.
 
     paper_draw         6.4  DRAW, LSTM vs LN on the cell: test negative ELBO (nats) vs epochs
     paper_reader       6.2  attentive reader, LSTM vs BN-LSTM vs LN-LSTM: validation error vs
@@ -246,9 +246,9 @@ def char_lm(dataset, norm: str, hidden: int = 128, embed: int = 32,
 
 # ----------------------------------------------------------------------------- experiments
 
-# The configs, claims, tiers and the paper's numbers of each: ``layernorm_paper.records``.
+# Registered from their records (configs, claims, tiers, the paper's numbers) by
+# ``reproduce.experiments``: ``layernorm_paper.records``.
 PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
-records.register(*PAPER_EXPERIMENTS)
 
 # The papers' data sets that no preset downloads, with the reason (the report lists them as not
 # run; the experiment named runs on a stand-in).
