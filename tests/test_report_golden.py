@@ -72,7 +72,7 @@ def build_tree(root: Path) -> None:
                       "test_nll_per_point", {"test_nll": 99.0, "test_loss": 1e3},
                       dataset="strokes")
                  for n, end in (("none", 1.0), ("layer", 0.95)) for s in SEEDS])
-    # summary B: the char-LM and its completion test
+    # summary B (docs/paper.md, section 6): the char-LM and its completion test
     _dump(root, _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47}, ema=0.25))
     # RNNs: two embedded tasks, one download task (the other not run), stability at T = 120
     write_rnn(root, "rnn_norms", "mnist1d-seq", 10, CURVES)

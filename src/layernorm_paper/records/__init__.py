@@ -2,6 +2,8 @@
 one experiment is — the paper's section and claim it tests, its configs per preset, its tier
 (which ``layernorm reproduce`` preset runs it), its budget rule, the paper's settings and numbers
 it stands in for, what runs here instead, and the report's catalog lines for its claims.
+"summary A" and "summary B" are the two blog summaries the reproduction also checks
+(docs/paper.md, section 6).
 
     mlp_batch_size      6.6   MLP at batch 128 and 4
     cnn_batch_size      6.7 + summary B   ConvNet at batch 128, 4, 1
@@ -17,9 +19,6 @@ it stands in for, what runs here instead, and the report's catalog lines for its
     lstm_gain_init      6.2   LN-LSTM gain initialisation
     analysis            5.1 / 5.2   Table 1, curvature, learning-rate decay
     ddp_batch_split     3     the batch split over processes
-
-"summary A" and "summary B" are the two blog summaries the reproduction also checks
-(docs/paper.md, section 6).
 
 Importing a record loads neither the runner nor the report: ``configs`` imports the runner's
 ``Config`` when it is called (by the runner: ``layernorm_paper.reproduce.experiments`` registers

@@ -26,7 +26,8 @@ class Found:
 @dataclass(frozen=True)
 class Record:
     name: str                        # the experiment's registry name
-    section: str                     # the paper's section, or "summary A" / "summary B"
+    section: str                     # the paper's section, or "summary A" / "summary B" (the
+    #                                  two blog summaries, docs/paper.md section 6)
     claim: str                       # the claim it tests, one line (the runner's registry text)
     tier: str = QUICK                # QUICK | STANDARD | FULL
     pack: int | None = None          # rank in the run order of `layernorm reproduce` (the

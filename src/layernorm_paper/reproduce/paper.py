@@ -7,8 +7,9 @@ The experiments themselves (configs per preset, tiers, claims, the paper's numbe
                             updates on a generated cloze task
     paper_handwriting  6.5  mixture-density LSTM vs LN-LSTM on generated pen strokes: test NLL
                             vs updates
-    paper_charlm       summary B: LSTM vs BN-LSTM vs LN-LSTM character-level language model on
-                            the standard library's docstrings: test bits per character vs updates
+    paper_charlm       summary B (docs/paper.md): LSTM vs BN-LSTM vs LN-LSTM character-level
+                            language model on the standard library's docstrings: test bits per
+                            character vs updates
 
 Presets: ``tiny`` (seconds; tests), ``quick`` (embedded data, 5 seeds, run by ``reproduce
 --preset standard``), ``full`` (the paper's data where it can be downloaded: DRAW on the standard

@@ -8,7 +8,9 @@ wants (``Figure``) and ``figures.py`` draws them. The per-run numbers the rules 
     sources.py      the paper's side, gathered from the records (``layernorm_paper.records``):
                     its settings and numbers per experiment, what runs here instead, the
                     section 6 experiments not run and why
-    feedforward.py  6.6 / 6.7 (and summary B's CNN claim): the batch-size experiments
+    feedforward.py  6.6 / 6.7 (and summary B's CNN claim; summary A and summary B are the two
+                    blog summaries the reproduction checks, docs/paper.md section 6): the
+                    batch-size experiments
     rnn.py          LSTM vs BN-LSTM vs LN-LSTM per task (summary B, 6.2), hidden-state
                     stability, 6.2's gain initialisation
     losses.py       claims scored on a loss per evaluation (``LossSpec``): lower, faster, no

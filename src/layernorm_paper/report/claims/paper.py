@@ -1,7 +1,7 @@
 """The paper's section 6 experiments in reduced form (``layernorm_paper.reproduce.paper``): DRAW (6.4),
-the attentive reader (6.2), handwriting generation (6.5), and summary B's character-level language
-model with its 5-way sentence completion test — and the downloaded full forms of DRAW and the
-reader when their runs exist. DRAW, handwriting and the language model are scored on a loss per
+the attentive reader (6.2), handwriting generation (6.5), and summary B's (docs/paper.md section
+6) character-level language model with its 5-way sentence completion test — and the downloaded
+full forms of DRAW and the reader when their runs exist. DRAW, handwriting and the language model are scored on a loss per
 evaluation (``losses.py``), the reader by the RNN rules on its test error, the completion test on
 its accuracy; the paper's number is printed beside the measured one (``sources.PAPER_NUMBERS``)."""
 from __future__ import annotations
