@@ -281,6 +281,12 @@ def test_analysis_checks_and_the_lr_decay_against_no_norm(tmp_path):
     assert s["5.2-lr-decay"]["verdict"] == SUPPORTED and s["table1"]["verdict"] == SUPPORTED
     assert "Checks (deterministic measurements, no seeds): 2/2 hold" in \
         (tmp_path / "report.md").read_text()
+    # the fit's scales are the geometry run's own, not a number typed into the report
+    geo = json.loads((tmp_path / "analysis" / "geometry" / "geometry.json").read_text())
+    geo["curvature"]["scales"] = [0.5, 1.0, 2.0]
+    (tmp_path / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
+    R.build_report(tmp_path)
+    assert "over 3 scales d from 0.5 to 2." in (tmp_path / "report.md").read_text()
     # a plain GLM whose curvature also fell like d^-2 would refute the contrast
     write_analysis(tmp_path, none_exponent=-2.0)
     assert verdicts(tmp_path)["5.2-curvature"] == NOT_SUPPORTED
