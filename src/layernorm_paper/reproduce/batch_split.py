@@ -18,7 +18,8 @@ from .._io import format_table
 
 
 # The experiment (configs, claims), registered by ``reproduce.experiments``:
-# ``layernorm_paper.records.ddp_batch_split``.
+# ``layernorm_paper.records.ddp_batch_split``; its configs keep their name here.
+from ..records.ddp_batch_split import configs as ddp_batch_split  # noqa: E402,F401
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -21,3 +21,7 @@ FF_SEEDS = SEEDS
 CNN128_SEEDS = _cnn.SEEDS_128
 BUDGETS = records.budgets()      # experiment -> its budget rule ({"rule", "text"})
 rnn_tasks = _rnn.rnn_tasks
+# Each experiment's configs, by its name (as when they were defined here).
+(mlp_batch_size, cnn_batch_size, rnn_norms, rnn_stability, lstm_gain_init, rnn_downloads) = (
+    records.RECORDS[n].configs for n in ("mlp_batch_size", "cnn_batch_size", "rnn_norms",
+                                         "rnn_stability", "lstm_gain_init", "rnn_downloads"))

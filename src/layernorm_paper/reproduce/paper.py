@@ -250,6 +250,8 @@ def char_lm(dataset, norm: str, hidden: int = 128, embed: int = 32,
 # Registered from their records (configs, claims, tiers, the paper's numbers) by
 # ``reproduce.experiments``: ``layernorm_paper.records``.
 PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
+paper_draw, paper_reader, paper_handwriting, paper_charlm = (
+    records.RECORDS[n].configs for n in PAPER_EXPERIMENTS)   # their configs, by name
 
 # The papers' data sets that no preset downloads, with the reason (the report lists them as not
 # run; the experiment named runs on a stand-in).
