@@ -20,12 +20,12 @@ it stands in for, what runs here instead, and the report's catalog lines for its
     analysis            5.1 / 5.2   Table 1, curvature, learning-rate decay
     ddp_batch_split     3     the batch split over processes
 
-Importing a record loads neither the runner nor the report: ``configs`` imports the runner's
-``Config`` when it is called (by the runner: ``layernorm_paper.reproduce.experiments`` registers
-every record), ``claims`` imports the report's rules when it is called (by
-``layernorm_paper.report``, which lists the claims of every record in ``RECORDS`` order). The
-models are the runner's, named by their registry names (``layernorm_paper.reproduce.models``,
-``.paper``, ``.order``)."""
+Importing a record loads neither the runner nor the report, and a record imports nothing of
+the report: ``configs`` imports the runner's ``Config`` when it is called (by the runner:
+``layernorm_paper.reproduce.experiments`` registers every record); ``claims(found, rules)`` is
+called by the report, which hands it its rule library (``layernorm_paper.report.claims.rules``)
+and lists the claims of every record in ``RECORDS`` order. The models are the runner's, named
+by their registry names (``layernorm_paper.reproduce.models``, ``.paper``, ``.order``)."""
 from __future__ import annotations
 
 from ._record import FULL, QUICK, STANDARD, TIERS, Found, Record

@@ -33,7 +33,7 @@ class Record:
     pack: int | None = None          # rank in the run order of `layernorm reproduce` (the
     #                                  longest first); None: not trained by that loop
     configs: Callable | None = None  # preset -> list[Config] (imports Config when called)
-    claims: Callable | None = None   # Found -> list of the report's Claim (imports the report)
+    claims: Callable | None = None   # (Found, the report's rules) -> the report's Claims
     budget: dict | None = None       # {"rule": "to convergence" | "same updates", "text": ...}
     paper: str = ""                  # the paper's (or a summary's) settings it stands in for
     paper_numbers: dict = field(default_factory=dict)   # key -> what the paper reports

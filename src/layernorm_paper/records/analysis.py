@@ -8,19 +8,17 @@ from ._record import Record
 NAME = "analysis"
 
 
-def claims(found) -> list:
-    from ..report.claims.base import CHECK, Claim
-    from ..report.claims.checks import claim_curvature, claim_lr_decay, claim_table1
+def claims(found, R) -> list:
     return [
-        Claim("table1", "paper 5.1 (Table 1); summary A", "“invariance properties of batch, "
-              "weight and layer normalization” (Table 1)", NAME, claim_table1, "Analysis",
-              CHECK),
-        Claim("5.2-curvature", "paper 5.2; summary A", "“the normalization scalar σ implicitly "
+        R.Claim("table1", "paper 5.1 (Table 1); summary A", "“invariance properties of batch, "
+              "weight and layer normalization” (Table 1)", NAME, R.claim_table1, "Analysis",
+              R.CHECK),
+        R.Claim("5.2-curvature", "paper 5.2; summary A", "“the normalization scalar σ implicitly "
               "reduces the learning rate”: curvature along w_i scales as ||w_i||⁻²", NAME,
-              claim_curvature, "Analysis", CHECK),
-        Claim("5.2-lr-decay", "paper 5.2", "“a growing weight norm acts as an implicit "
+              R.claim_curvature, "Analysis", R.CHECK),
+        R.Claim("5.2-lr-decay", "paper 5.2", "“a growing weight norm acts as an implicit "
               "learning-rate decay” (early-stopping effect), beyond an un-normalized network's",
-              NAME, claim_lr_decay, "Analysis"),
+              NAME, R.claim_lr_decay, "Analysis"),
     ]
 
 

@@ -34,24 +34,22 @@ def configs(preset: str) -> list:
     return out
 
 
-def claims(found) -> list:
-    from ..report.claims.base import COMPOSITE, Claim
-    from ..report.claims.feedforward import claim_beats, claim_bn_collapse, claim_ln_stable
+def claims(found, R) -> list:
     return [
-        Claim("6.7-ln-none", "paper 6.7", "“LN beats no normalization” (ConvNets)", NAME,
-              claim_beats(NAME, "layer", "none", 128, "ConvNet"), HEADING),
-        Claim("6.7-bn-ln", "paper 6.7; summary B", "“BN beats LN” (paper) / “at batch 128 BN is "
+        R.Claim("6.7-ln-none", "paper 6.7", "“LN beats no normalization” (ConvNets)", NAME,
+              R.claim_beats(NAME, "layer", "none", 128, "ConvNet"), HEADING),
+        R.Claim("6.7-bn-ln", "paper 6.7; summary B", "“BN beats LN” (paper) / “at batch 128 BN is "
               "slightly better than LN” (summary B)", NAME,
-              claim_beats(NAME, "batch", "layer", 128, "ConvNet"), HEADING),
-        Claim("cnn-bn-collapse", "summary B", "“when the batch size drops to 1 or 4, BN's "
-              "performance falls sharply”", NAME, claim_bn_collapse(NAME), HEADING),
-        Claim("cnn-ln-stable", "summary B", "“… while LN's performance stays stable” (batch 1, 4 "
-              "vs 128)", NAME, claim_ln_stable(NAME, (4, 1), 128, "ConvNet"), HEADING),
-        Claim("6.7-paper", "paper 6.7", "Paper, as a whole: “LN beats no normalization, BN beats "
-              "LN” (ConvNet, batch 128)", NAME, None, HEADING, COMPOSITE,
+              R.claim_beats(NAME, "batch", "layer", 128, "ConvNet"), HEADING),
+        R.Claim("cnn-bn-collapse", "summary B", "“when the batch size drops to 1 or 4, BN's "
+              "performance falls sharply”", NAME, R.claim_bn_collapse(NAME), HEADING),
+        R.Claim("cnn-ln-stable", "summary B", "“… while LN's performance stays stable” (batch 1, 4 "
+              "vs 128)", NAME, R.claim_ln_stable(NAME, (4, 1), 128, "ConvNet"), HEADING),
+        R.Claim("6.7-paper", "paper 6.7", "Paper, as a whole: “LN beats no normalization, BN beats "
+              "LN” (ConvNet, batch 128)", NAME, None, HEADING, R.COMPOSITE,
               ("6.7-ln-none", "6.7-bn-ln")),
-        Claim("cnn-summary-b", "summary B", "Summary B, as a whole: “BN slightly better at 128, "
-              "collapses at 1 and 4, LN stays stable” (ConvNet)", NAME, None, HEADING, COMPOSITE,
+        R.Claim("cnn-summary-b", "summary B", "Summary B, as a whole: “BN slightly better at 128, "
+              "collapses at 1 and 4, LN stays stable” (ConvNet)", NAME, None, HEADING, R.COMPOSITE,
               ("6.7-bn-ln", "cnn-bn-collapse", "cnn-ln-stable")),
     ]
 

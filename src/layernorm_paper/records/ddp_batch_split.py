@@ -24,19 +24,17 @@ def configs(preset: str) -> list:
             config(norm="batch", sync_bn=True, **base)]
 
 
-def claims(found) -> list:
-    from ..report.claims.base import CHECK, Claim
-    from ..report.claims.checks import claim_batch_split
+def claims(found, R) -> list:
     return [
-        Claim("ddp-ln", "paper 3", "“LN: splitting a batch over processes changes nothing” "
+        R.Claim("ddp-ln", "paper 3", "“LN: splitting a batch over processes changes nothing” "
               "(identical parameters within float tolerance)", NAME,
-              claim_batch_split("layer", True), HEADING, CHECK),
-        Claim("ddp-bn", "paper 3", "“BN: each process normalizes over its own slice” "
+              R.claim_batch_split("layer", True), HEADING, R.CHECK),
+        R.Claim("ddp-bn", "paper 3", "“BN: each process normalizes over its own slice” "
               "(measurably different parameters)", NAME,
-              claim_batch_split("batch", False), HEADING, CHECK),
-        Claim("ddp-bn-sync", "docs/distributed.md", "“BN + --sync-bn: statistics over the global "
+              R.claim_batch_split("batch", False), HEADING, R.CHECK),
+        R.Claim("ddp-bn-sync", "docs/distributed.md", "“BN + --sync-bn: statistics over the global "
               "batch” (identical parameters again)", NAME,
-              claim_batch_split("batch + sync", True), HEADING, CHECK),
+              R.claim_batch_split("batch + sync", True), HEADING, R.CHECK),
     ]
 
 

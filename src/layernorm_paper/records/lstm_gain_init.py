@@ -17,11 +17,9 @@ def configs(preset: str) -> list:
             for gain in (1.0, 0.1) for seed in SEEDS[preset]]
 
 
-def claims(found) -> list:
-    from ..report.claims.base import Claim
-    from ..report.claims.rnn import claim_gain_init
-    return [Claim("6.2-gain", "paper 6.2", "“initializing the LN gain to 1.0 is significantly "
-                  "better than 0.1” (LN-LSTM)", NAME, claim_gain_init(NAME),
+def claims(found, R) -> list:
+    return [R.Claim("6.2-gain", "paper 6.2", "“initializing the LN gain to 1.0 is significantly "
+                  "better than 0.1” (LN-LSTM)", NAME, R.claim_gain_init(NAME),
                   "6.2 gain initialisation")]
 
 

@@ -36,17 +36,14 @@ def configs(preset: str) -> list:
     return out
 
 
-def claims(found) -> list:
-    from ..report.claims.base import SUFFERS_MARGIN, Claim
-    from ..report.claims.feedforward import (claim_bn_suffers, claim_ln_faster_than_bn,
-                                             claim_ln_stable)
+def claims(found, R) -> list:
     return [
-        Claim("6.6-bn", "paper 6.6", "“BN suffers at batch 4” (MLP, Adam, batch 128 vs 4)", NAME,
-              claim_bn_suffers(NAME, 4, 128, SUFFERS_MARGIN, "MLP"), HEADING),
-        Claim("6.6-ln", "paper 6.6", "“LN robust to batch size”", NAME,
-              claim_ln_stable(NAME, (4,), 128, "MLP"), HEADING),
-        Claim("6.6-fast", "paper 6.6", "“[LN] faster than BN” (training NLL)", NAME,
-              claim_ln_faster_than_bn(NAME, (128, 4), "MLP"), HEADING),
+        R.Claim("6.6-bn", "paper 6.6", "“BN suffers at batch 4” (MLP, Adam, batch 128 vs 4)", NAME,
+              R.claim_bn_suffers(NAME, 4, 128, R.SUFFERS_MARGIN, "MLP"), HEADING),
+        R.Claim("6.6-ln", "paper 6.6", "“LN robust to batch size”", NAME,
+              R.claim_ln_stable(NAME, (4,), 128, "MLP"), HEADING),
+        R.Claim("6.6-fast", "paper 6.6", "“[LN] faster than BN” (training NLL)", NAME,
+              R.claim_ln_faster_than_bn(NAME, (128, 4), "MLP"), HEADING),
     ]
 
 

@@ -33,20 +33,17 @@ def configs(preset: str) -> list:
                 data_args=data, length=length, lr_full=2e-3)
 
 
-def claims(found) -> list:
-    from ..report.claims.base import BPC_MARGIN, Claim
-    from ..report.claims.losses import claim_loss_faster, claim_loss_lower
-    from ..report.claims.paper import CHARLM_SPEC, claim_completion
+def claims(found, R) -> list:
     return [
-        Claim("charlm-best", "summary B", "“LN-LSTM reaches the best score” (char-level LM: "
+        R.Claim("charlm-best", "summary B", "“LN-LSTM reaches the best score” (char-level LM: "
               "lowest test bits/char vs LSTM and BN-LSTM)", NAME,
-              claim_loss_lower(CHARLM_SPEC, BPC_MARGIN, ("none", "batch")), HEADING),
-        Claim("charlm-fast", "summary B", "“LN-LSTM converges fastest” (char-level LM: updates "
+              R.claim_loss_lower(R.CHARLM_SPEC, R.BPC_MARGIN, ("none", "batch")), HEADING),
+        R.Claim("charlm-fast", "summary B", "“LN-LSTM converges fastest” (char-level LM: updates "
               "to the LSTM's final bits/char)", NAME,
-              claim_loss_faster(CHARLM_SPEC, ("none", "batch")), HEADING),
-        Claim("charlm-completion", "summary B", "“LN-LSTM reaches the best accuracy” (MSR-format "
+              R.claim_loss_faster(R.CHARLM_SPEC, ("none", "batch")), HEADING),
+        R.Claim("charlm-completion", "summary B", "“LN-LSTM reaches the best accuracy” (MSR-format "
               "5-way sentence completion, scored by the char-level LM)", NAME,
-              claim_completion, HEADING),
+              R.claim_completion, HEADING),
     ]
 
 

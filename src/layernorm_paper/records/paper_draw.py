@@ -22,26 +22,23 @@ def configs(preset: str) -> list:
                 data_args={"limit_test": 32} if preset == "tiny" else {}, length=length)
 
 
-def _lines(spec, suffix: str, heading: str) -> list:
-    from ..report.claims.base import DRAW_MARGIN, Claim
-    from ..report.claims.losses import claim_loss_faster, claim_loss_lower
+def _lines(R, spec, suffix: str, heading: str) -> list:
     return [
-        Claim(f"6.4-draw-bound{suffix}", "paper 6.4", "“DRAW with LN reaches a lower test "
+        R.Claim(f"6.4-draw-bound{suffix}", "paper 6.4", "“DRAW with LN reaches a lower test "
               "variational bound” (82.36 -> 82.09 nats)", NAME,
-              claim_loss_lower(spec, DRAW_MARGIN, ("none",)), heading),
-        Claim(f"6.4-draw-fast{suffix}", "paper 6.4", "“LN reaches the baseline's bound about 2x "
-              "faster” (DRAW, epochs)", NAME, claim_loss_faster(spec, ("none",)), heading),
+              R.claim_loss_lower(spec, R.DRAW_MARGIN, ("none",)), heading),
+        R.Claim(f"6.4-draw-fast{suffix}", "paper 6.4", "“LN reaches the baseline's bound about 2x "
+              "faster” (DRAW, epochs)", NAME, R.claim_loss_faster(spec, ("none",)), heading),
     ]
 
 
-def claims(found) -> list:
+def claims(found, R) -> list:
     """On the embedded data; on binarized MNIST too when its runs are here (the full form)."""
     from dataclasses import replace
 
-    from ..report.claims.paper import DRAW_SPEC
-    out = _lines(DRAW_SPEC, "", HEADING)
+    out = _lines(R, R.DRAW_SPEC, "", HEADING)
     if (NAME, FULL_DATASET) in found.pairs:
-        out += _lines(replace(DRAW_SPEC, dataset=FULL_DATASET), "-mnist",
+        out += _lines(R, replace(R.DRAW_SPEC, dataset=FULL_DATASET), "-mnist",
                       f"6.4 DRAW on {FULL_DATASET} (full form)")
     return out
 

@@ -22,15 +22,13 @@ def configs(preset: str) -> list:
                 model_args=model, data_args=data, length=length)
 
 
-def claims(found) -> list:
-    from ..report.claims.base import HW_MARGIN, Claim
-    from ..report.claims.losses import claim_loss_faster
-    from ..report.claims.paper import HW_SPEC, claim_hw_no_worse
+def claims(found, R) -> list:
     return [
-        Claim("6.5-hw-fast", "paper 6.5", "“LN-LSTM reaches the LSTM's final log-likelihood "
-              "much faster” (handwriting)", NAME, claim_loss_faster(HW_SPEC, ("none",)), HEADING),
-        Claim("6.5-hw-same", "paper 6.5", "“… to about the same final log-likelihood” (LN's "
-              f"final NLL no worse by {HW_MARGIN:g} nats/point)", NAME, claim_hw_no_worse,
+        R.Claim("6.5-hw-fast", "paper 6.5", "“LN-LSTM reaches the LSTM's final log-likelihood "
+              "much faster” (handwriting)", NAME, R.claim_loss_faster(R.HW_SPEC, ("none",)),
+              HEADING),
+        R.Claim("6.5-hw-same", "paper 6.5", "“… to about the same final log-likelihood” (LN's "
+              f"final NLL no worse by {R.HW_MARGIN:g} nats/point)", NAME, R.claim_hw_no_worse,
               HEADING),
     ]
 

@@ -25,16 +25,14 @@ def configs(preset: str) -> list:
                 length=length, lr=1e-3, grad_clip=2.0)
 
 
-def claims(found) -> list:
-    from ..report.claims.base import Claim
-    from ..report.claims.order import claim_order_recall, claim_order_sooner
+def claims(found, R) -> list:
     return [
-        Claim("6.1-order-recall", "paper 6.1", "“order embeddings with an LN-GRU caption encoder "
+        R.Claim("6.1-order-recall", "paper 6.1", "“order embeddings with an LN-GRU caption encoder "
               "reach a higher recall” (R@1 and R@10, caption and image retrieval)",
-              NAME, claim_order_recall, HEADING),
-        Claim("6.1-order-sooner", "paper 6.1", "“… and their best validation model in 60% of "
+              NAME, R.claim_order_recall, HEADING),
+        R.Claim("6.1-order-sooner", "paper 6.1", "“… and their best validation model in 60% of "
               "the time” (updates to the best validation model, LN-GRU vs GRU)",
-              NAME, claim_order_sooner, HEADING),
+              NAME, R.claim_order_sooner, HEADING),
     ]
 
 

@@ -28,25 +28,23 @@ def configs(preset: str) -> list:
                 data_args=data, length=length)
 
 
-def _lines(task: str, suffix: str, heading: str) -> list:
-    from ..report.claims.base import Claim
-    from ..report.claims.paper import claim_reader
-    from ..report.claims.rnn import claim_rnn_best, claim_rnn_fastest
+def _lines(R, task: str, suffix: str, heading: str) -> list:
     return [
-        Claim(f"6.2-reader-fast{suffix}", "paper 6.2", "“LN-LSTM converges faster than LSTM and "
+        R.Claim(f"6.2-reader-fast{suffix}", "paper 6.2", "“LN-LSTM converges faster than LSTM and "
               "BN-LSTM” (attentive reader, validation error vs updates)", NAME,
-              claim_reader(claim_rnn_fastest, task), heading),
-        Claim(f"6.2-reader-best{suffix}", "paper 6.2", "“LN-LSTM reaches a lower validation "
+              R.claim_reader(R.claim_rnn_fastest, task), heading),
+        R.Claim(f"6.2-reader-best{suffix}", "paper 6.2", "“LN-LSTM reaches a lower validation "
               "error than LSTM and BN-LSTM” (attentive reader)", NAME,
-              claim_reader(claim_rnn_best, task), heading),
+              R.claim_reader(R.claim_rnn_best, task), heading),
     ]
 
 
-def claims(found) -> list:
+def claims(found, R) -> list:
     """On the generated cloze task; on the CNN questions too when their runs are here."""
-    out = _lines(TASK, "", HEADING)
+    out = _lines(R, TASK, "", HEADING)
     if (NAME, FULL_DATASET) in found.pairs:
-        out += _lines(FULL_DATASET, "-cnn", f"6.2 attentive reader on {FULL_DATASET} (full form)")
+        out += _lines(R, FULL_DATASET, "-cnn",
+                      f"6.2 attentive reader on {FULL_DATASET} (full form)")
     return out
 
 

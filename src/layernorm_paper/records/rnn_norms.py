@@ -83,29 +83,27 @@ def download_configs(preset: str) -> list:
             for t in tasks for norm in ("none", "batch", "layer") for seed in SEEDS[preset]]
 
 
-def task_claims(tasks: list[tuple[str, str]]) -> list:
+def task_claims(tasks: list[tuple[str, str]], R) -> list:
     """"Converges fastest" and "best accuracy" for every (experiment, task)."""
-    from ..report.claims.base import Claim
-    from ..report.claims.rnn import claim_rnn_best, claim_rnn_fastest
     out = []
     for rnn, t in tasks:
         name = TASK_NAMES.get(t, t)
         sec = f"RNNs: LSTM vs BN-LSTM vs LN-LSTM on {name}"
         out += [
-            Claim(f"rnn-fast-{t}", "summary B; paper 6.2/6.5",
-                  f"“LSTM with LN converges fastest” ({name})", rnn, claim_rnn_fastest(rnn, t),
+            R.Claim(f"rnn-fast-{t}", "summary B; paper 6.2/6.5",
+                  f"“LSTM with LN converges fastest” ({name})", rnn, R.claim_rnn_fastest(rnn, t),
                   sec),
-            Claim(f"rnn-best-{t}", "summary B", f"“LN-LSTM reaches the best accuracy” ({name})",
-                  rnn, claim_rnn_best(rnn, t), sec),
+            R.Claim(f"rnn-best-{t}", "summary B", f"“LN-LSTM reaches the best accuracy” ({name})",
+                  rnn, R.claim_rnn_best(rnn, t), sec),
         ]
     return out
 
 
-def claims(found) -> list:
+def claims(found, R) -> list:
     """The claims of both records, for every task found (the download tasks listed even when
     absent)."""
     tasks = found.tasks(*EXPERIMENTS)
-    return task_claims(tasks + [p for p in DOWNLOAD_TASKS if p not in tasks])
+    return task_claims(tasks + [p for p in DOWNLOAD_TASKS if p not in tasks], R)
 
 
 RECORD = Record(

@@ -29,23 +29,21 @@ def configs(preset: str) -> list:
             for norm in norms for seed in SEEDS[preset]]
 
 
-def task_claims(tasks: list[tuple[str, str]]) -> list:
-    from ..report.claims.base import MIN_HIDDEN_T, Claim
-    from ..report.claims.rnn import claim_rnn_hidden_stable
+def task_claims(tasks: list[tuple[str, str]], R) -> list:
     out = []
     for exp, t in tasks:
         name = TASK_NAMES.get(t, t)
-        out.append(Claim(f"rnn-hidden-{t}", "summary B; paper 3.1",
+        out.append(R.Claim(f"rnn-hidden-{t}", "summary B; paper 3.1",
                          f"“LN keeps the hidden-state distribution stable, while the plain "
-                         f"LSTM's changes sharply” ({name}, T ≥ {MIN_HIDDEN_T})", exp,
-                         claim_rnn_hidden_stable(exp, t),
+                         f"LSTM's changes sharply” ({name}, T ≥ {R.MIN_HIDDEN_T})", exp,
+                         R.claim_rnn_hidden_stable(exp, t),
                          f"RNNs: hidden-state stability on {name}"))
     return out
 
 
-def claims(found) -> list:
+def claims(found, R) -> list:
     """For every task of this experiment found (the adding problem listed even when absent)."""
-    return task_claims(found.tasks(NAME) or [(NAME, "adding")])
+    return task_claims(found.tasks(NAME) or [(NAME, "adding")], R)
 
 
 RECORD = Record(

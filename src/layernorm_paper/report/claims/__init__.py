@@ -20,6 +20,7 @@ wants (``Figure``) and ``figures.py`` draws them. The per-run numbers the rules 
                     downloaded full forms
     order.py        6.1 order embeddings: recall and updates to the best validation model
     checks.py       Table 1, 5.2's curvature and learning-rate decay, the distributed batch split
+    rules.py        the rule library handed to the records, which write their catalog lines with it
     catalog.py      the claim list, assembled from the records' catalog lines; ``judge``
 
 Everything is re-exported here: ``from layernorm_paper.report.claims import judge`` and the rest keep
@@ -32,8 +33,9 @@ from .base import (BAD_LOSS, BEATS_MARGIN, BPC_MARGIN, CHECK, CLAIM, COLLAPSE_MA
                    GAIN_MARGIN, HW_MARGIN, LR_DECAY_FACTOR, LR_DECAY_SAME, MIN_HIDDEN_T, NOT_RUN,
                    RECALL_MARGIN, STABLE_MARGIN, STEPS_FRACTION, STILL_FALLING, SUFFERS_MARGIN,
                    Claim, ClaimResult, Figure, absent, how_wrong, not_run)
-from .catalog import (DDP_SECTION, DOWNLOAD_TASKS, RNN_EXPERIMENTS, STABILITY_EXPERIMENT,
-                      TASK_NAMES, claims_for, claims_for_tasks, composite, judge)
+from .catalog import (DDP_SECTION, DOWNLOAD_TASKS, PAPER_EXPERIMENTS, RNN_EXPERIMENTS,
+                      STABILITY_EXPERIMENT, TASK_NAMES, catalog, claims_for, claims_for_tasks,
+                      composite, judge, paper_claims)
 from .checks import (claim_batch_split, claim_curvature, claim_lr_decay, claim_table1,
                      ddp_commands, ddp_tolerance)
 from .feedforward import (BN_VARIANTS, claim_beats, claim_bn_collapse, claim_bn_suffers,
@@ -45,7 +47,7 @@ from .order import (ORDER_EXPERIMENT, RECALLS, best_row, claim_order_recall, cla
                     recall_at_best)
 from .paper import (CHARLM_SPEC, COMPLETION_CHANCE, DRAW_SPEC, F_COMPLETION, F_COMPLETION_EMA,
                     HW_SPEC, LN2, claim_completion, claim_hw_no_worse,
-                    claim_reader, full_forms_run, paper_claims, paper_not_run)
+                    claim_reader, full_forms_run, paper_not_run)
 from .rnn import (claim_gain_init, claim_rnn_best, claim_rnn_fastest, claim_rnn_hidden_stable,
                   rnn_figures)
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NOT_RUN, PAPER_NUMBERS, PAPER_SETTINGS
@@ -56,8 +58,9 @@ __all__ = [
     "GAIN_MARGIN", "HW_MARGIN", "LR_DECAY_FACTOR", "LR_DECAY_SAME", "MIN_HIDDEN_T", "NOT_RUN",
     "RECALL_MARGIN", "STABLE_MARGIN", "STEPS_FRACTION", "STILL_FALLING", "SUFFERS_MARGIN",
     "Claim", "ClaimResult", "Figure", "absent", "how_wrong", "not_run",
-    "DDP_SECTION", "DOWNLOAD_TASKS", "RNN_EXPERIMENTS", "STABILITY_EXPERIMENT", "TASK_NAMES",
-    "claims_for", "claims_for_tasks", "composite", "judge",
+    "DDP_SECTION", "DOWNLOAD_TASKS", "PAPER_EXPERIMENTS", "RNN_EXPERIMENTS",
+    "STABILITY_EXPERIMENT", "TASK_NAMES", "catalog", "claims_for", "claims_for_tasks",
+    "composite", "judge",
     "claim_batch_split", "claim_curvature", "claim_lr_decay", "claim_table1", "ddp_commands",
     "ddp_tolerance",
     "BN_VARIANTS", "claim_beats", "claim_bn_collapse", "claim_bn_suffers",

@@ -10,12 +10,26 @@ from ...records.rnn_norms import DOWNLOAD_TASKS, EXPERIMENTS as RNN_EXPERIMENTS,
 from ...records.rnn_stability import NAME as STABILITY_EXPERIMENT
 from ...verdicts import all_of
 from ..runs import Inputs
+from . import rules
 from .base import COMPOSITE, Claim, ClaimResult, not_run
+from .sources import FULL_FORMS
+
+PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
 
 
-def catalog(found: Found) -> list[Claim]:
-    """Every record's claims, in the records' order (``layernorm_paper.records.RECORDS``)."""
-    return [c for r in RECORDS.values() if r.claims for c in r.claims(found)]
+def catalog(found: Found, names=None) -> list[Claim]:
+    """Every record's claims (or those of the records ``names``), in the records' order
+    (``layernorm_paper.records.RECORDS``); each record writes its catalog lines with ``rules``,
+    which the report hands it."""
+    return [c for r in RECORDS.values() if r.claims and (names is None or r.name in names)
+            for c in r.claims(found, rules)]
+
+
+def paper_claims(full: tuple[str, ...] = ()) -> list[Claim]:
+    """The section 6 claims on the embedded forms, and on the downloaded full forms of the
+    experiments in ``full`` (``paper.full_forms_run``)."""
+    return catalog(Found(frozenset((exp, FULL_FORMS[exp][0]) for exp in full)),
+                   PAPER_EXPERIMENTS)
 
 
 def found_in(inp: Inputs) -> Found:

@@ -1,9 +1,10 @@
-"""The paper's section 6 experiments in reduced form (``layernorm_paper.reproduce.paper``): DRAW (6.4),
-the attentive reader (6.2), handwriting generation (6.5), and summary B's (docs/paper.md section
-6) character-level language model with its 5-way sentence completion test — and the downloaded
-full forms of DRAW and the reader when their runs exist. DRAW, handwriting and the language model are scored on a loss per
-evaluation (``losses.py``), the reader by the RNN rules on its test error, the completion test on
-its accuracy; the paper's number is printed beside the measured one (``sources.PAPER_NUMBERS``)."""
+"""The paper's section 6 experiments in reduced form (``layernorm_paper.reproduce.paper``): DRAW
+(6.4), the attentive reader (6.2), handwriting generation (6.5), and summary B's (docs/paper.md
+section 6) character-level language model with its 5-way sentence completion test — and the
+downloaded full forms of DRAW and the reader when their runs exist. DRAW, handwriting and the
+language model are scored on a loss per evaluation (``losses.py``), the reader by the RNN rules on
+its test error, the completion test on its accuracy; the paper's number is printed beside the
+measured one (``sources.PAPER_NUMBERS``)."""
 from __future__ import annotations
 
 import math
@@ -12,11 +13,10 @@ from ..runs import Inputs, Run, select
 from ..scoring import (F_ERROR, F_ERROR_FAIR, LAST_K, PP, RNN_LABEL, _fmt_range, _uses_pop, arm,
                        score, updates)
 from ...verdicts import LEVEL, all_of, exceeds
-from .base import (BEATS_MARGIN, BPC_MARGIN, DRAW_MARGIN, HW_MARGIN, Claim, ClaimResult, Figure,
-                   _need, how_wrong, not_run)
+from .base import (BEATS_MARGIN, BPC_MARGIN, DRAW_MARGIN, HW_MARGIN, ClaimResult, Figure, _need,
+                   how_wrong, not_run)
 from .losses import (F_NLL_POINT, LossSpec, _need_field, _paper_caveats, arm_key, final_loss,
                      loss_groups, loss_table, measured_vs_paper, no_worse, paper_figure)
-from ...records import RECORDS, Found
 from .sources import FULL_FORMS, PAPER_NOT_RUN
 
 LN2 = math.log(2)
@@ -188,13 +188,3 @@ def paper_not_run(inp: Inputs) -> dict[str, str]:
                 f"needs {what}, which `layernorm reproduce --full` downloads, verifies and "
                 f"caches; no finished runs of it here")
     return out
-
-
-PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
-
-
-def paper_claims(full: tuple[str, ...] = ()) -> list[Claim]:
-    """The section 6 claims on the embedded forms, and on the downloaded full forms of the
-    experiments in ``full`` (``full_forms_run``): the records' catalog lines."""
-    found = Found(frozenset((exp, FULL_FORMS[exp][0]) for exp in full))
-    return [c for name in PAPER_EXPERIMENTS for c in RECORDS[name].claims(found)]
