@@ -303,6 +303,24 @@ def test_table1_is_the_analysis_modules_and_claims_draw_nothing():
     assert r.returncode == 0, r.stderr
 
 
+def test_a_claim_is_one_catalog_line_in_its_record(monkeypatch):
+    """The report lists what the records say: a catalog line added to one record (here a
+    second gain claim) is a claim of the report, in the record's place, with nothing else
+    edited."""
+    import dataclasses
+
+    from layernorm_paper import records
+    rec = records.RECORDS["lstm_gain_init"]
+
+    def claims(found, rules):
+        return rec.claims(found, rules) + [rules.Claim(
+            "6.2-gain-again", "paper 6.2", "“the same, once more”", rec.name,
+            rules.claim_gain_init(rec.name), "6.2 gain initialisation")]
+    monkeypatch.setitem(records.RECORDS, rec.name, dataclasses.replace(rec, claims=claims))
+    ids = [c.id for c, _ in C.judge(R.Inputs(out=Path("/nowhere"), runs=[]))]
+    assert ids[ids.index("6.2-gain") + 1] == "6.2-gain-again"
+
+
 def test_no_typed_in_result_in_the_report_generator():
     """Every sentence of a report is computed from its runs or states the method: the report's
     code and the records hold no measured observation to print (pilot runs, a value a curve
