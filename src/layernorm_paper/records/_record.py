@@ -46,11 +46,10 @@ class Record:
 # Section 6 experiments, quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so
 # that 5 seeds cost what 3 did: measured with /usr/bin/time, `layernorm run NAME --preset quick
 # --jobs 1 --threads 1`, all 5 seeds of every arm: DRAW 35, handwriting 31, reader 104, char-LM
-# 76 CPU-s (user + sys), 246 CPU-s in all (266 s wall on a loaded 2-core machine); the BN-LSTM
-# arms (per-step statistics, a Python loop over time steps) are most of the reader's and the
-# char-LM's. Scoring BN-LSTM with population statistics on the reader and the completion test on
-# the char-LM, measured beside the former code at the same load (8-13): reader 145 -> 160,
-# char-LM 100 -> 118 CPU-s.
+# 76 CPU-s (user + sys), 246 CPU-s in all; the BN-LSTM arms (per-step statistics, a Python loop
+# over time steps) are most of the reader's and the char-LM's. Scoring BN-LSTM with population
+# statistics on the reader and the completion test on the char-LM, measured beside the former
+# code: reader 145 -> 160, char-LM 100 -> 118 CPU-s.
 SEEDS = {"tiny": (0,), "quick": (0, 1, 2, 3, 4), "full": (0, 1, 2, 3, 4)}
 
 
