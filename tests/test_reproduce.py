@@ -105,8 +105,10 @@ def test_training_code_never_imports_the_report():
 def test_the_report_imports_no_training_code():
     """The report reads run directories (the distributed pairs included, via
     layernorm_paper.batch_split) without loading the runner, torch.distributed's code or reproduce."""
-    _imports_none_of("import layernorm_paper.report", ("layernorm_paper.experiments", "layernorm_paper.distributed",
-                                                 "layernorm_paper.reproduce", "torch.distributed.run"))
+    _imports_none_of("import layernorm_paper.report",
+                     ("layernorm_paper.experiments", "layernorm_paper.distributed",
+                      "layernorm_paper.reproduce", "torch.distributed.run",
+                      "torch.distributed.launcher", "torch.distributed.elastic"))
 
 
 def test_building_a_report_imports_no_training_code(tmp_path):
