@@ -281,6 +281,12 @@ def test_analysis_checks_and_the_lr_decay_against_no_norm(tmp_path):
     assert s["5.2-lr-decay"]["verdict"] == SUPPORTED and s["table1"]["verdict"] == SUPPORTED
     assert "Checks (deterministic measurements, no seeds): 2/2 hold" in \
         (tmp_path / "report.md").read_text()
+    # the fit's scales are the geometry run's own, not a number typed into the report
+    geo = json.loads((tmp_path / "analysis" / "geometry" / "geometry.json").read_text())
+    geo["curvature"]["scales"] = [0.5, 1.0, 2.0]
+    (tmp_path / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
+    R.build_report(tmp_path)
+    assert "over 3 scales d from 0.5 to 2." in (tmp_path / "report.md").read_text()
     # a plain GLM whose curvature also fell like d^-2 would refute the contrast
     write_analysis(tmp_path, none_exponent=-2.0)
     assert verdicts(tmp_path)["5.2-curvature"] == NOT_SUPPORTED
@@ -295,6 +301,36 @@ def test_table1_is_the_analysis_modules_and_claims_draw_nothing():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_claim_is_one_catalog_line_in_its_record(monkeypatch):
+    """The report lists what the records say: a catalog line added to one record (here a
+    second gain claim) is a claim of the report, in the record's place, with nothing else
+    edited."""
+    import dataclasses
+
+    from layernorm_paper import records
+    rec = records.RECORDS["lstm_gain_init"]
+
+    def claims(found, rules):
+        return rec.claims(found, rules) + [rules.Claim(
+            "6.2-gain-again", "paper 6.2", "“the same, once more”", rec.name,
+            rules.claim_gain_init(rec.name), "6.2 gain initialisation")]
+    monkeypatch.setitem(records.RECORDS, rec.name, dataclasses.replace(rec, claims=claims))
+    ids = [c.id for c, _ in C.judge(R.Inputs(out=Path("/nowhere"), runs=[]))]
+    assert ids[ids.index("6.2-gain") + 1] == "6.2-gain-again"
+
+
+def test_no_typed_in_result_in_the_report_generator():
+    """Every sentence of a report is computed from its runs or states the method: the report's
+    code and the records hold no measured observation to print (pilot runs, a value a curve
+    was seen to flatten at, a note of a run measured apart)."""
+    src = ROOT / "src" / "layernorm_paper"
+    texts = {p: p.read_text(encoding="utf-8") for d in ("report", "records")
+             for p in (src / d).rglob("*.py")}
+    for phrase in ("pilot", "flat from", "measured apart", "close to its budget",
+                   "over the 10-minute budget", "READER_BN_NOTE"):
+        assert not [p.name for p, t in texts.items() if phrase in t], phrase
 
 
 # --- bad input --------------------------------------------------------------------------------

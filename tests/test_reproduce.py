@@ -105,8 +105,44 @@ def test_training_code_never_imports_the_report():
 def test_the_report_imports_no_training_code():
     """The report reads run directories (the distributed pairs included, via
     layernorm_paper.batch_split) without loading the runner, torch.distributed's code or reproduce."""
-    _imports_none_of("import layernorm_paper.report", ("layernorm_paper.experiments", "layernorm_paper.distributed",
-                                                 "layernorm_paper.reproduce", "torch.distributed.run"))
+    _imports_none_of("import layernorm_paper.report",
+                     ("layernorm_paper.experiments", "layernorm_paper.distributed",
+                      "layernorm_paper.reproduce", "torch.distributed.run",
+                      "torch.distributed.launcher", "torch.distributed.elastic"))
+
+
+def test_building_a_report_imports_no_training_code(tmp_path):
+    """Reading an output directory with runs of every claim family, judging and writing the
+    report loads neither the runner, its training loop nor the reproduction (its records'
+    configs are built only when the runner asks), and no part of torch.distributed beyond what
+    ``import torch`` itself loads (no launcher, no elastic agent)."""
+    from .test_report_golden import build_tree
+    build_tree(tmp_path)
+    code = (f"import sys, torch; "
+            f"base = {{m for m in sys.modules if m.startswith('torch.distributed')}}; "
+            f"from layernorm_paper.report import build_report; build_report({str(tmp_path)!r}); "
+            f"bad = [m for m in sys.modules if m.startswith(('layernorm_paper.experiments', "
+            f"'layernorm_paper.reproduce', 'layernorm_paper.distributed')) or "
+            f"(m.startswith('torch.distributed') and m not in base)]; "
+            f"print(bad); sys.exit(1 if bad else 0)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "report.md").exists()
+
+
+def test_records_hold_the_tier_table_and_register_every_experiment():
+    from layernorm_paper import records
+    from layernorm_paper.reproduce.command import STANDARD_ONLY
+    assert EXPERIMENTS == records.run_order()
+    assert set(STANDARD_ONLY) == {"cnn_batch_size", "paper_reader", "paper_charlm", "paper_draw",
+                                  "paper_handwriting", "paper_order"}
+    for name in (*EXPERIMENTS, "ddp_batch_split"):
+        r, exp = records.RECORDS[name], get_experiment(name)
+        assert (exp.section, exp.claim, exp.needs_download) == \
+            (r.section, r.claim, r.tier == records.FULL)
+        assert r.tier in records.TIERS
 
 
 def test_every_quick_config_is_valid_and_has_three_seeds():

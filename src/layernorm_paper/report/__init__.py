@@ -6,7 +6,8 @@
     scoring.py    the metrics fields read, one number per run (last-k score, updates, ...), arms
     claims/       the claims: pure functions from measured numbers to verdicts (one module per
                   group of claims: feed-forward, RNN, section 6, checks), the margins, and the
-                  one list mapping each claim to the experiment that tests it (``catalog``)
+                  claim list (``catalog``), assembled from the records' catalog lines
+                  (``layernorm_paper.records``: one module per experiment)
     figures.py    matplotlib only
     markdown.py   the text of report.md
     build.py      build_report(DIR) and `layernorm report DIR`

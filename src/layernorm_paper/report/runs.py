@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._io import read_metrics
-
-DDP_EXPERIMENT = "ddp_batch_split"
+from ..records import budgets, not_downloaded
+from ..records.ddp_batch_split import NAME as DDP_EXPERIMENT
 
 
 class ReportInputError(ValueError):
@@ -155,8 +155,8 @@ class Inputs:
     ddp_error: str | None = None                         # two runs of a pair do not match
     unfinished: int = 0                                  # run directories without ``done``
     budgets: dict = field(default_factory=dict)          # experiment -> {"rule", "text"}
-    not_downloaded: dict = field(default_factory=dict)   # experiment -> why its paper's data is
-    #                                                      not downloaded by any preset
+    not_downloaded: dict = field(default_factory=dict)   # experiment -> why no preset downloads
+    #                                                      its paper's data (the records')
 
     @property
     def empty(self) -> bool:
@@ -193,27 +193,11 @@ def _ddp(out: Path) -> tuple[list[dict] | None, str | None]:
 
 def _budgets(meta: dict) -> dict:
     """How each batch-size experiment set its arms' training lengths: ``reproduce.json``'s
-    "budgets" when recorded, else the reproduction's ``BUDGETS`` (imported here, when a report
-    is built, so that importing the report loads no experiment code). The update count of every
-    arm is read from its runs either way."""
+    "budgets" when recorded, else the records' (``layernorm_paper.records``, which load no
+    experiment code). The update count of every arm is read from its runs either way."""
     if isinstance(meta.get("budgets"), dict):
         return meta["budgets"]
-    try:
-        from ..reproduce.experiments import BUDGETS
-    except ImportError:
-        return {}
-    return dict(BUDGETS)
-
-
-def _not_downloaded() -> dict:
-    """The section 6 experiments whose paper's data no preset downloads, with the reason: the
-    reproduction's ``NOT_DOWNLOADED`` (imported when a report is built, as ``BUDGETS``); empty
-    where this version of the reproduction has none."""
-    try:
-        from ..reproduce.paper import NOT_DOWNLOADED
-    except ImportError:
-        return {}
-    return dict(NOT_DOWNLOADED)
+    return budgets()
 
 
 def read_inputs(out: str | Path) -> Inputs:
@@ -243,4 +227,4 @@ def read_inputs(out: str | Path) -> Inputs:
                   geometry=geometry,
                   geometry_figures=sorted(gdir.glob("*.png")) if geometry else [],
                   ddp_rows=ddp_rows, ddp_error=ddp_error, unfinished=unfinished,
-                  budgets=_budgets(meta), not_downloaded=_not_downloaded())
+                  budgets=_budgets(meta), not_downloaded=not_downloaded())

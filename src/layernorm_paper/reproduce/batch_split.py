@@ -15,26 +15,11 @@ from pathlib import Path
 from .._io import atomic_write_json
 from ..batch_split import batch_split_rows
 from .._io import format_table
-from ..experiments.config import Config
-from ..experiments.registry import register_experiment
 
 
-@register_experiment("ddp_batch_split", section="3",
-                     claim="LN statistics are per example, so splitting each batch of 8 over 2 "
-                           "processes (DDP) trains the same parameters; BN's do not, unless "
-                           "SyncBatchNorm (--sync-bn) takes them over the global batch")
-def ddp_batch_split(preset: str) -> list[Config]:
-    """Run it once plainly and once under ``torchrun --nproc-per-node 2``, then
-    ``layernorm ddp-compare OUT/ddp_batch_split``."""
-    hidden = {"tiny": [32], "quick": [64, 64], "full": [256, 256]}[preset]
-    steps, eval_every = {"tiny": (6, 2), "quick": (200, 50), "full": (2000, 250)}[preset]
-    # BN with the n - 1 variance, as the paper at small batches: the count must be the global one
-    # (the mlp ignores `unbiased` for other norms, so --norm overrides collapse duplicates).
-    base = dict(dataset="digits", model="mlp", batch_size=8, optimizer="sgd", lr=0.1,
-                steps=steps, eval_every=eval_every,
-                model_args={"hidden": hidden, "unbiased": True})
-    return [Config(norm="layer", **base), Config(norm="batch", **base),
-            Config(norm="batch", sync_bn=True, **base)]
+# The experiment (configs, claims), registered by ``reproduce.experiments``:
+# ``layernorm_paper.records.ddp_batch_split``; its configs keep their name here.
+from ..records.ddp_batch_split import configs as ddp_batch_split  # noqa: E402,F401
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -22,18 +22,17 @@ import time
 from pathlib import Path
 
 from .. import _args
+from .. import records
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
 from ..experiments.registry import EXPERIMENT_ALIASES
 
-EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_order",
-               "paper_reader",
-               "paper_charlm", "mlp_batch_size", "paper_draw", "paper_handwriting",
-               "rnn_downloads")  # the longest first: better packing over --jobs processes
-# Run by --preset standard (at the experiments' quick scale) and not by --quick: with the
-# training each needs for an honest verdict they do not fit --quick's 10 minutes on 2 cores
+# The experiments and their tiers are the records' (``layernorm_paper.records``): EXPERIMENTS in
+# their run order (the longest first: better packing over --jobs processes); STANDARD_ONLY, run by
+# --preset standard (at the experiments' quick scale) and not by --quick: with the training each
+# needs for an honest verdict they do not fit --quick's time budget on 2 cores
 # (docs/reproduce.md, "Cost"). Paper experiments not yet registered are skipped.
-STANDARD_ONLY = ("cnn_batch_size", "paper_reader", "paper_charlm", "paper_draw",
-                 "paper_handwriting", "paper_order")
+EXPERIMENTS = records.run_order()
+STANDARD_ONLY = records.with_tier(records.STANDARD)
 STANDARD = "standard"   # a reproduction preset: the runner's "quick" configs of every experiment
 ANALYSIS = "analysis"
 LOCK = ".reproduce.lock"     # in the output directory: one reproduction writes it at a time

@@ -1,12 +1,15 @@
-"""The paper's section 6 experiments in reduced form, registered with the runner.
+"""The paper's section 6 experiments in reduced form: their models, registered with the runner.
+The experiments themselves (configs per preset, tiers, claims, the paper's numbers) are records,
+``layernorm_paper.records``, registered by ``reproduce.experiments``.
 
     paper_draw         6.4  DRAW, LSTM vs LN on the cell: test negative ELBO (nats) vs epochs
     paper_reader       6.2  attentive reader, LSTM vs BN-LSTM vs LN-LSTM: validation error vs
                             updates on a generated cloze task
     paper_handwriting  6.5  mixture-density LSTM vs LN-LSTM on generated pen strokes: test NLL
                             vs updates
-    paper_charlm       summary B: LSTM vs BN-LSTM vs LN-LSTM character-level language model on
-                            the standard library's docstrings: test bits per character vs updates
+    paper_charlm       summary B (docs/paper.md): LSTM vs BN-LSTM vs LN-LSTM character-level
+                            language model on the standard library's docstrings: test bits per
+                            character vs updates
 
 Presets: ``tiny`` (seconds; tests), ``quick`` (embedded data, 5 seeds, run by ``reproduce
 --preset standard``), ``full`` (the paper's data where it can be downloaded: DRAW on the standard
@@ -27,8 +30,9 @@ import math
 import torch
 from torch import nn
 
-from ..experiments import Config, register_experiment, register_model
-from ..experiments.registry import by_preset as _pick
+from .. import records
+from ..experiments import register_model
+from ..records._record import SEEDS, arms  # noqa: F401  (shared with order.py)
 from ..data import docstrings as _docstrings  # noqa: F401  (registers "docstrings")
 from ..data import paper_tasks as _paper_tasks  # noqa: F401  (registers the generated tasks)
 from ..data.completion import CANDIDATES, CHANCE, completion_test
@@ -36,16 +40,6 @@ from ..models import DRAW, AttentiveReader, HandwritingMDN
 from layernorm._vocabulary import RNN_NORMS
 from layernorm.rnn import LSTM
 from .models import RNN_TRAIN_SAMPLE, Scored
-
-# quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so that 5 seeds cost what 3
-# did: measured with /usr/bin/time, `layernorm run NAME --preset quick --jobs 1 --threads 1`, all
-# 5 seeds of every arm: DRAW 35, handwriting 31, reader 104, char-LM 76 CPU-s (user + sys), 246
-# CPU-s in all (266 s wall on a loaded 2-core machine); the BN-LSTM arms (per-step statistics, a
-# Python loop over time steps) are most of the reader's and the char-LM's. Scoring BN-LSTM with
-# population statistics on the reader and the completion test on the char-LM, measured beside
-# the former code at the same load (8-13): reader 145 -> 160, char-LM 100 -> 118 CPU-s.
-SEEDS = {"tiny": (0,), "quick": (0, 1, 2, 3, 4), "full": (0, 1, 2, 3, 4)}
-
 
 class LossAsRegression(nn.Module):
     """Wrap a model whose ``forward`` returns a per-example loss (N,) so the runner's regression
@@ -253,106 +247,13 @@ def char_lm(dataset, norm: str, hidden: int = 128, embed: int = 32,
 
 # ----------------------------------------------------------------------------- experiments
 
-def arms(preset: str, dataset: str, model: str, norms: tuple[str, ...], *, batch_size: int,
-          model_args: dict, data_args: dict, length: dict, lr_full: float = 1e-3,
-          lr: float | None = None, grad_clip: float = 10.0) -> list[Config]:
-    """One Config per (norm, seed) with the settings the section 6 experiments share: Adam at
-    1e-3 (tiny; ``lr_full`` for full) or 3e-3 (quick) unless ``lr`` fixes one rate for every
-    preset, gradients clipped at norm ``grad_clip``."""
-    if lr is None:
-        lr = _pick(preset, tiny=1e-3, quick=3e-3, full=lr_full)
-    return [Config(dataset=dataset, model=model, norm=norm, batch_size=batch_size, seed=seed,
-                   optimizer="adam", lr=lr, grad_clip=grad_clip, model_args=dict(model_args),
-                   data_args=dict(data_args), **length)
-            for norm in norms for seed in SEEDS[preset]]
-
-
-@register_experiment("paper_draw", section="6.4",
-                     claim="DRAW with LN on the LSTM cells reaches a lower test variational bound "
-                           "(82.36 -> 82.09 nats, MNIST) about twice as fast as the LSTM")
-def paper_draw(preset: str) -> list[Config]:
-    model = _pick(preset, tiny={"hidden": 8, "z_dim": 2, "glimpses": 2},
-                  quick={"hidden": 64, "z_dim": 8, "glimpses": 8},
-                  full={"hidden": 256, "z_dim": 16, "glimpses": 16})
-    length = _pick(preset, tiny={"steps": 4, "eval_every": 2}, quick={"epochs": 6},
-                   full={"epochs": 100})
-    dataset = "binarized-mnist" if preset == "full" else "digits-binary"   # 28x28 / 8x8
-    return arms(preset, dataset, "draw", ("none", "layer"),
-                 batch_size=_pick(preset, tiny=16, quick=64, full=128), model_args=model,
-                 data_args={"limit_test": 32} if preset == "tiny" else {}, length=length)
-
-
-@register_experiment("paper_reader", section="6.2",
-                     claim="the attentive reader with LN-LSTM trains faster and reaches a lower "
-                           "validation error than with LSTM and BN-LSTM")
-def paper_reader(preset: str) -> list[Config]:
-    # full: the CNN questions (validation split as the test set, as the paper's Figure 2), the
-    # first 100,000 training questions by file name, passages cut at 2,000 tokens
-    data = _pick(preset, tiny={"n_train": 64, "n_test": 32, "n_facts": 3},
-                 quick={"n_train": 4000, "n_test": 500, "n_facts": 3},
-                 full={"max_passage": 2000, "max_query": 50, "vocab_size": 50_000,
-                       "max_train": 100_000})
-    model = _pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 32, "embed": 32},
-                  full={"hidden": 128, "embed": 64})
-    length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
-                   quick={"steps": 250, "eval_every": 25}, full={"steps": 4000, "eval_every": 100})
-    dataset = "cnn-questions" if preset == "full" else "cloze"
-    return arms(preset, dataset, "reader", ("none", "batch", "layer"),
-                 batch_size=_pick(preset, tiny=16, quick=32, full=64), model_args=model,
-                 data_args=data, length=length)
-
-
-@register_experiment("paper_handwriting", section="6.5",
-                     claim="a mixture-density LN-LSTM reaches the LSTM's final log-likelihood "
-                           "much faster (handwriting, IAM-OnDB)")
-def paper_handwriting(preset: str) -> list[Config]:
-    data = _pick(preset, tiny={"length": 12, "n_train": 16, "n_test": 8},
-                 quick={"length": 100, "n_train": 256, "n_test": 64},
-                 full={"length": 300, "n_train": 2048, "n_test": 256})
-    model = _pick(preset, tiny={"hidden": 8, "layers": 2, "mixtures": 2},
-                  quick={"hidden": 48, "layers": 2, "mixtures": 5},
-                  full={"hidden": 128, "layers": 3, "mixtures": 10})
-    length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
-                   quick={"steps": 200, "eval_every": 20}, full={"steps": 3000, "eval_every": 100})
-    return arms(preset, "pen-strokes", "mdn", ("none", "layer"), batch_size=8,
-                 model_args=model, data_args=data, length=length)
-
-
-@register_experiment("paper_charlm", section="summary B",
-                     claim="LN-LSTM language model converges fastest and reaches the best score, "
-                           "vs LSTM and BN-LSTM (character-level, the standard library's "
-                           "docstrings)")
-def paper_charlm(preset: str) -> list[Config]:
-    # tiny reads 20,000 characters so that its held-out split holds completion questions (10)
-    data = _pick(preset, tiny={"seq_len": 16, "max_chars": 20_000, "limit_train": 64,
-                               "limit_test": 16},
-                 quick={"seq_len": 16, "max_chars": 200_000},
-                 full={"seq_len": 100, "max_chars": None})
-    # completion questions: as many as asked where the held-out split has them (Python 3.11.7:
-    # tiny 10, quick 62, full 601)
-    # quick scores BN-LSTM with its running averages only: population statistics, measured at
-    # every evaluation of 5 seeds, gave the same test loss (2.3004 vs 2.3027 nats/char at 250
-    # updates) and completion accuracy (22.2% vs 22.0%) for a third more CPU time
-    model = _pick(preset, tiny={"hidden": 8, "embed": 8, "completion_questions": 10},
-                  quick={"hidden": 64, "embed": 32, "completion_questions": 100,
-                         "population_scoring": False},
-                  full={"hidden": 256, "embed": 64, "completion_questions": 1000})
-    length = _pick(preset, tiny={"steps": 4, "eval_every": 2},
-                   quick={"steps": 250, "eval_every": 25}, full={"steps": 5000, "eval_every": 250})
-    return arms(preset, "docstrings", "char_lm", ("none", "batch", "layer"),
-                 batch_size=_pick(preset, tiny=8, quick=32, full=64), model_args=model,
-                 data_args=data, length=length, lr_full=2e-3)
-
-
+# Registered from their records (configs, claims, tiers, the paper's numbers) by
+# ``reproduce.experiments``: ``layernorm_paper.records``.
 PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
+paper_draw, paper_reader, paper_handwriting, paper_charlm = (
+    records.RECORDS[n].configs for n in PAPER_EXPERIMENTS)   # their configs, by name
 
 # The papers' data sets that no preset downloads, with the reason (the report lists them as not
 # run; the experiment named runs on a stand-in).
-NOT_DOWNLOADED = {
-    "paper_handwriting": "IAM-OnDB (section 6.5's data) is distributed only to registered users "
-                         "of the FKI IAM On-Line Handwriting Database, so no preset downloads "
-                         "it; every preset trains on generated pen strokes",
-    "paper_charlm": "the MSR Sentence Completion Challenge (summary B's data) has no stable public "
-                    "download; its format is rebuilt on the held-out standard-library docstrings",
-}
+NOT_DOWNLOADED = records.not_downloaded()
 BITS_PER_NAT = 1 / math.log(2)     # paper_charlm: bits per character = test_loss * BITS_PER_NAT

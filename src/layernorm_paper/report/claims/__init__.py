@@ -5,9 +5,12 @@ wants (``Figure``) and ``figures.py`` draws them. The per-run numbers the rules 
 
     base.py         the margins of every rule, the result types, "not run", how a claim could
                     be wrong (``how_wrong``)
-    sources.py      the paper's side: its settings and numbers per experiment, what runs here
-                    instead, the section 6 experiments not run and why
-    feedforward.py  6.6 / 6.7 (and summary B's CNN claim): the batch-size experiments
+    sources.py      the paper's side, gathered from the records (``layernorm_paper.records``):
+                    its settings and numbers per experiment, what runs here instead, the
+                    section 6 experiments not run and why
+    feedforward.py  6.6 / 6.7 (and summary B's CNN claim; summary A and summary B are the two
+                    blog summaries the reproduction checks, docs/paper.md section 6): the
+                    batch-size experiments
     rnn.py          LSTM vs BN-LSTM vs LN-LSTM per task (summary B, 6.2), hidden-state
                     stability, 6.2's gain initialisation
     losses.py       claims scored on a loss per evaluation (``LossSpec``): lower, faster, no
@@ -17,7 +20,8 @@ wants (``Figure``) and ``figures.py`` draws them. The per-run numbers the rules 
                     downloaded full forms
     order.py        6.1 order embeddings: recall and updates to the best validation model
     checks.py       Table 1, 5.2's curvature and learning-rate decay, the distributed batch split
-    catalog.py      the one list mapping each claim to its experiment; ``judge``
+    rules.py        the rule library handed to the records, which write their catalog lines with it
+    catalog.py      the claim list, assembled from the records' catalog lines; ``judge``
 
 Everything is re-exported here: ``from layernorm_paper.report.claims import judge`` and the rest keep
 working.
@@ -29,8 +33,9 @@ from .base import (BAD_LOSS, BEATS_MARGIN, BPC_MARGIN, CHECK, CLAIM, COLLAPSE_MA
                    GAIN_MARGIN, HW_MARGIN, LR_DECAY_FACTOR, LR_DECAY_SAME, MIN_HIDDEN_T, NOT_RUN,
                    RECALL_MARGIN, STABLE_MARGIN, STEPS_FRACTION, STILL_FALLING, SUFFERS_MARGIN,
                    Claim, ClaimResult, Figure, absent, how_wrong, not_run)
-from .catalog import (DDP_SECTION, DOWNLOAD_TASKS, RNN_EXPERIMENTS, STABILITY_EXPERIMENT,
-                      TASK_NAMES, claims_for, claims_for_tasks, composite, judge)
+from .catalog import (DDP_SECTION, DOWNLOAD_TASKS, PAPER_EXPERIMENTS, RNN_EXPERIMENTS,
+                      STABILITY_EXPERIMENT, TASK_NAMES, catalog, claims_for, claims_for_tasks,
+                      composite, judge, paper_claims)
 from .checks import (claim_batch_split, claim_curvature, claim_lr_decay, claim_table1,
                      ddp_commands, ddp_tolerance)
 from .feedforward import (BN_VARIANTS, claim_beats, claim_bn_collapse, claim_bn_suffers,
@@ -41,8 +46,8 @@ from .losses import (F_NLL, F_NLL_POINT, LossSpec, arm_key, claim_loss_faster, c
 from .order import (ORDER_EXPERIMENT, RECALLS, best_row, claim_order_recall, claim_order_sooner,
                     recall_at_best)
 from .paper import (CHARLM_SPEC, COMPLETION_CHANCE, DRAW_SPEC, F_COMPLETION, F_COMPLETION_EMA,
-                    HW_SPEC, LN2, READER_BN_NOTE, claim_completion, claim_hw_no_worse,
-                    claim_reader, full_forms_run, paper_claims, paper_not_run)
+                    HW_SPEC, LN2, claim_completion, claim_hw_no_worse,
+                    claim_reader, full_forms_run, paper_not_run)
 from .rnn import (claim_gain_init, claim_rnn_best, claim_rnn_fastest, claim_rnn_hidden_stable,
                   rnn_figures)
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NOT_RUN, PAPER_NUMBERS, PAPER_SETTINGS
@@ -53,8 +58,9 @@ __all__ = [
     "GAIN_MARGIN", "HW_MARGIN", "LR_DECAY_FACTOR", "LR_DECAY_SAME", "MIN_HIDDEN_T", "NOT_RUN",
     "RECALL_MARGIN", "STABLE_MARGIN", "STEPS_FRACTION", "STILL_FALLING", "SUFFERS_MARGIN",
     "Claim", "ClaimResult", "Figure", "absent", "how_wrong", "not_run",
-    "DDP_SECTION", "DOWNLOAD_TASKS", "RNN_EXPERIMENTS", "STABILITY_EXPERIMENT", "TASK_NAMES",
-    "claims_for", "claims_for_tasks", "composite", "judge",
+    "DDP_SECTION", "DOWNLOAD_TASKS", "PAPER_EXPERIMENTS", "RNN_EXPERIMENTS",
+    "STABILITY_EXPERIMENT", "TASK_NAMES", "catalog", "claims_for", "claims_for_tasks",
+    "composite", "judge",
     "claim_batch_split", "claim_curvature", "claim_lr_decay", "claim_table1", "ddp_commands",
     "ddp_tolerance",
     "BN_VARIANTS", "claim_beats", "claim_bn_collapse", "claim_bn_suffers",
@@ -65,7 +71,7 @@ __all__ = [
     "ORDER_EXPERIMENT", "RECALLS", "best_row", "claim_order_recall", "claim_order_sooner",
     "recall_at_best",
     "CHARLM_SPEC", "COMPLETION_CHANCE", "DRAW_SPEC", "F_COMPLETION", "F_COMPLETION_EMA",
-    "HW_SPEC", "LN2", "READER_BN_NOTE", "claim_completion", "claim_hw_no_worse", "claim_reader",
+    "HW_SPEC", "LN2", "claim_completion", "claim_hw_no_worse", "claim_reader",
     "full_forms_run", "paper_claims", "paper_not_run",
     "claim_gain_init", "claim_rnn_best", "claim_rnn_fastest", "claim_rnn_hidden_stable",
     "rnn_figures",

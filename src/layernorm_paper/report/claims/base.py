@@ -82,7 +82,7 @@ CLAIM, COMPOSITE, CHECK = "claim", "composite", "check"
 @dataclass
 class Claim:
     id: str
-    source: str                              # "paper 6.6", "summary B", ...
+    source: str                              # "paper 6.6", "summary B" (docs/paper.md), ...
     quote: str                               # the claim in one line
     experiment: str                          # the registry name of the experiment testing it
     evaluate: Callable[[Inputs], ClaimResult] | None

@@ -85,7 +85,15 @@ def claim_curvature(inp: Inputs) -> ClaimResult:
         "by autograd). For layer norm the whole matrix W is scaled (LN is not invariant to "
         "scaling one row), for batch and weight norm the row w_i."], caveats=[
         "A deterministic computation on one GLM (no training seeds); the exponent is a "
-        "least-squares fit over 9 scales from 1/4 to 4."])
+        "least-squares fit of log curvature against log d over " + _scales(geo) + "."])
+
+
+def _scales(geo: dict) -> str:
+    """The scales d the curvature was measured at, as the geometry results record them."""
+    scales = [float(d) for d in (geo.get("curvature") or {}).get("scales") or []]
+    if not scales:
+        return "the scales of the geometry run (not recorded in geometry.json)"
+    return f"{len(scales)} scales d from {min(scales):g} to {max(scales):g}"
 
 
 def claim_lr_decay(inp: Inputs) -> ClaimResult:

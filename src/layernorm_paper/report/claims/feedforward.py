@@ -1,6 +1,7 @@
-"""Sections 6.6 and 6.7 (and summary B's CNN claim): the feed-forward batch-size experiments,
-MLP and ConvNet at batch 128, 4 and 1 — BN suffers or collapses at small batches, LN stays
-stable, LN beats no normalization, BN beats LN at batch 128, LN trains faster than BN."""
+"""Sections 6.6 and 6.7 (and summary B's CNN claim, docs/paper.md section 6): the feed-forward
+batch-size experiments, MLP and ConvNet at batch 128, 4 and 1 — BN suffers or collapses at small
+batches, LN stays stable, LN beats no normalization, BN beats LN at batch 128, LN trains faster than
+BN."""
 from __future__ import annotations
 
 import math

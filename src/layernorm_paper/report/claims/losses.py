@@ -208,7 +208,6 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...]):
         return ClaimResult(v, key, loss_table(g, spec, target), paper_figure(spec, allr), notes=[
             measured_vs_paper(spec.experiment, key, spec.dataset),
             f"Target: {tgt}, the LSTM's final {spec.what} (mean over its seeds of the mean of "
-            f"each run's last {LAST_K} evaluations): the same target for every arm. An LSTM run "
-            f"crosses it before its end only by noise, so the LSTM's count is close to its "
-            f"budget."], caveats=_paper_caveats(inp, spec, g, v, spec.margin))
+            f"each run's last {LAST_K} evaluations): the same target for every arm, the LSTM's "
+            f"own runs included."], caveats=_paper_caveats(inp, spec, g, v, spec.margin))
     return evaluate

@@ -1,24 +1,22 @@
-"""The paper's section 6 experiments in reduced form (``layernorm_paper.reproduce.paper``): DRAW (6.4),
-the attentive reader (6.2), handwriting generation (6.5), and summary B's character-level language
-model with its 5-way sentence completion test — and the downloaded full forms of DRAW and the
-reader when their runs exist. DRAW, handwriting and the language model are scored on a loss per
-evaluation (``losses.py``), the reader by the RNN rules on its test error, the completion test on
-its accuracy; the paper's number is printed beside the measured one (``sources.PAPER_NUMBERS``)."""
+"""The paper's section 6 experiments in reduced form (``layernorm_paper.reproduce.paper``): DRAW
+(6.4), the attentive reader (6.2), handwriting generation (6.5), and summary B's (docs/paper.md
+section 6) character-level language model with its 5-way sentence completion test — and the
+downloaded full forms of DRAW and the reader when their runs exist. DRAW, handwriting and the
+language model are scored on a loss per evaluation (``losses.py``), the reader by the RNN rules on
+its test error, the completion test on its accuracy; the paper's number is printed beside the
+measured one (``sources.PAPER_NUMBERS``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_ERROR, F_ERROR_FAIR, LAST_K, PP, RNN_LABEL, _fmt_range, _uses_pop, arm,
                        score, updates)
 from ...verdicts import LEVEL, all_of, exceeds
-from .base import (BEATS_MARGIN, BPC_MARGIN, DRAW_MARGIN, HW_MARGIN, Claim, ClaimResult, Figure,
-                   _need, how_wrong, not_run)
-from .losses import (F_NLL_POINT, LossSpec, _need_field, _paper_caveats, arm_key,
-                     claim_loss_faster, claim_loss_lower, final_loss, loss_groups, loss_table,
-                     measured_vs_paper, no_worse, paper_figure)
-from .rnn import claim_rnn_best, claim_rnn_fastest
+from .base import (BEATS_MARGIN, BPC_MARGIN, DRAW_MARGIN, HW_MARGIN, ClaimResult, Figure, _need,
+                   how_wrong, not_run)
+from .losses import (F_NLL_POINT, LossSpec, _need_field, _paper_caveats, arm_key, final_loss,
+                     loss_groups, loss_table, measured_vs_paper, no_worse, paper_figure)
 from .sources import FULL_FORMS, PAPER_NOT_RUN
 
 LN2 = math.log(2)
@@ -65,16 +63,18 @@ def claim_reader(rule, task: str = READER_TASK):
             res.notes.insert(0, measured_vs_paper(READER_EXPERIMENT, res.key_number +
                                                   " (test error)", task if full else None))
             bn = select(inp.runs, experiment=READER_EXPERIMENT, task=task, norm="batch")
-            res.caveats.append(reader_bn_note(bn))
+            if (note := reader_bn_note(bn)):
+                res.caveats.append(note)
         return res
     return evaluate
 
 
-def reader_bn_note(bn: list[Run]) -> str:
-    """How the reader's BN-LSTM arm was scored: with population statistics beside the running
-    averages (EMA) where its runs carry both, else what was measured apart."""
+def reader_bn_note(bn: list[Run]) -> str | None:
+    """How the reader's BN-LSTM arm was scored, where its runs carry both scores: with
+    population statistics beside the running averages (EMA), both measured on these runs. None
+    where they carry only the EMA score (``how_wrong`` says so for every BN arm)."""
     if not _uses_pop(bn):
-        return READER_BN_NOTE
+        return None
     pop = arm(bn, lambda r: score(r, F_ERROR_FAIR))
     ema = arm(bn, lambda r: score(r, F_ERROR))
     passages = sorted({r.rows[-1].get("pop_sample") for r in bn} - {None})
@@ -82,28 +82,9 @@ def reader_bn_note(bn: list[Run]) -> str:
             f"`layernorm.recompute_batch_stats` in one pass over "
             + (f"{_fmt_range(passages)} training passages" if passages else "a training sample")
             + f" (`{F_ERROR_FAIR}`): {pop.mean * PP:.1f}% test error (mean of the last {LAST_K} "
-              f"evaluations, {pop.n} seed{'s' * (pop.n != 1)}), against {ema.mean * PP:.1f}% with its running "
-              f"averages (EMA, momentum 0.1, the runner's `{F_ERROR}`). " + READER_BN_CAUSE)
-
-
-READER_BN_NOTE = (
-    "BN-LSTM on the reader, measured apart (seed 0, the quick settings, 1000 updates): it does "
-    "learn, but late — its error with the test batch's own statistics stays near 69% through "
-    "300 updates, then falls to 7% at 600 and 0% at 1000, where the LSTM and LN-LSTM arms learn "
-    "within ~200 — so at this budget its high error is genuine slowness, with BN gains "
-    "initialised at 0.1 or 1.0 alike (the passages carry no padding). Its score with the running "
-    "averages (EMA, momentum 0.1) is much worse still: after 700 updates 56% error, against 1.4% "
-    "in eval mode with population statistics recomputed at the final weights over 2000 training "
-    "passages (and still 51% after refreshing the running averages over 60 more batches at the "
-    "final weights). A likely cause: positions holding the same token in every passage (\".\", "
-    "the query's placeholder) give terms of zero or near-zero batch variance (measured: 0 to "
-    "1e-5), where a small error of the running mean is amplified by up to 1/sqrt(eps). Where the "
-    "runs carry a population-statistics score (`eval_test_error`), the rules above use it; these "
-    "runs score BN with the running averages.")
-READER_BN_CAUSE = (
-    "Where the two differ a lot, a likely cause: positions holding the same token in every "
-    "passage (\".\", the query's placeholder) give terms of zero or near-zero batch variance, "
-    "where a small error of the running mean is amplified by up to 1/sqrt(eps).")
+              f"evaluations, {pop.n} seed{'s' * (pop.n != 1)}), against {ema.mean * PP:.1f}% "
+              f"with its running averages (EMA, momentum 0.1, the runner's `{F_ERROR}`). Why "
+              f"the two can differ on this task: docs/report.md, \"Scoring a run\".")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,9 +169,6 @@ def claim_completion(inp: Inputs) -> ClaimResult:
 # ---------------------------------------------------------------------------------------------
 # The claims, and the section 6 forms with no runs
 
-FULL_SUFFIX = {"paper_draw": "mnist", "paper_reader": "cnn"}     # claim ids of the full forms
-
-
 def full_forms_run(inp: Inputs) -> tuple[str, ...]:
     """The experiments whose downloaded full form has finished runs here."""
     return tuple(exp for exp, (dataset, _) in FULL_FORMS.items()
@@ -210,60 +188,3 @@ def paper_not_run(inp: Inputs) -> dict[str, str]:
                 f"needs {what}, which `layernorm reproduce --full` downloads, verifies and "
                 f"caches; no finished runs of it here")
     return out
-
-
-def _draw_claims(spec: LossSpec, suffix: str, section: str) -> list[Claim]:
-    return [
-        Claim(f"6.4-draw-bound{suffix}", "paper 6.4", "“DRAW with LN reaches a lower test "
-              "variational bound” (82.36 -> 82.09 nats)", "paper_draw",
-              claim_loss_lower(spec, DRAW_MARGIN, ("none",)), section),
-        Claim(f"6.4-draw-fast{suffix}", "paper 6.4", "“LN reaches the baseline's bound about 2x "
-              "faster” (DRAW, epochs)", "paper_draw", claim_loss_faster(spec, ("none",)),
-              section),
-    ]
-
-
-def _reader_claims(task: str, suffix: str, section: str) -> list[Claim]:
-    return [
-        Claim(f"6.2-reader-fast{suffix}", "paper 6.2", "“LN-LSTM converges faster than LSTM and "
-              "BN-LSTM” (attentive reader, validation error vs updates)", READER_EXPERIMENT,
-              claim_reader(claim_rnn_fastest, task), section),
-        Claim(f"6.2-reader-best{suffix}", "paper 6.2", "“LN-LSTM reaches a lower validation "
-              "error than LSTM and BN-LSTM” (attentive reader)", READER_EXPERIMENT,
-              claim_reader(claim_rnn_best, task), section),
-    ]
-
-
-def paper_claims(full: tuple[str, ...] = ()) -> list[Claim]:
-    """The section 6 claims on the embedded forms, and on the downloaded full forms of the
-    experiments in ``full`` (``full_forms_run``)."""
-    s64, s62 = "6.4 DRAW (reduced form)", "6.2 attentive reader (reduced form)"
-    s65, scl = "6.5 handwriting generation (reduced form)", \
-        "Summary B: character-level language model (docstrings)"
-    out = _draw_claims(DRAW_SPEC, "", s64)
-    if "paper_draw" in full:
-        dataset = FULL_FORMS["paper_draw"][0]
-        out += _draw_claims(replace(DRAW_SPEC, dataset=dataset), f"-{FULL_SUFFIX['paper_draw']}",
-                            f"6.4 DRAW on {dataset} (full form)")
-    out += _reader_claims(READER_TASK, "", s62)
-    if READER_EXPERIMENT in full:
-        task = FULL_FORMS[READER_EXPERIMENT][0]
-        out += _reader_claims(task, f"-{FULL_SUFFIX[READER_EXPERIMENT]}",
-                              f"6.2 attentive reader on {task} (full form)")
-    return out + [
-        Claim("6.5-hw-fast", "paper 6.5", "“LN-LSTM reaches the LSTM's final log-likelihood "
-              "much faster” (handwriting)", "paper_handwriting",
-              claim_loss_faster(HW_SPEC, ("none",)), s65),
-        Claim("6.5-hw-same", "paper 6.5", "“… to about the same final log-likelihood” (LN's "
-              f"final NLL no worse by {HW_MARGIN:g} nats/point)", "paper_handwriting",
-              claim_hw_no_worse, s65),
-        Claim("charlm-best", "summary B", "“LN-LSTM reaches the best score” (char-level LM: "
-              "lowest test bits/char vs LSTM and BN-LSTM)", "paper_charlm",
-              claim_loss_lower(CHARLM_SPEC, BPC_MARGIN, ("none", "batch")), scl),
-        Claim("charlm-fast", "summary B", "“LN-LSTM converges fastest” (char-level LM: updates "
-              "to the LSTM's final bits/char)", "paper_charlm",
-              claim_loss_faster(CHARLM_SPEC, ("none", "batch")), scl),
-        Claim("charlm-completion", "summary B", "“LN-LSTM reaches the best accuracy” (MSR-format "
-              "5-way sentence completion, scored by the char-level LM)", "paper_charlm",
-              claim_completion, scl),
-    ]

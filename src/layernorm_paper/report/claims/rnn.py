@@ -1,6 +1,6 @@
-"""The RNN claims (summary B; paper 6.2 and 3.1): LSTM vs BN-LSTM vs LN-LSTM on each task —
-LN-LSTM converges fastest and reaches the best accuracy, keeps the hidden-state distribution
-stable on long sequences — and 6.2's gain initialisation (1.0 better than 0.1)."""
+"""The RNN claims (summary B, docs/paper.md section 6; paper 6.2 and 3.1): LSTM vs BN-LSTM vs
+LN-LSTM on each task — LN-LSTM converges fastest and reaches the best accuracy, keeps the hidden-state
+distribution stable on long sequences — and 6.2's gain initialisation (1.0 better than 0.1)."""
 from __future__ import annotations
 
 from ..runs import Inputs, Run, select

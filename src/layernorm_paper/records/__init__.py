@@ -1,0 +1,76 @@
+"""One record per experiment of the reproduction: each module below holds, side by side, what
+one experiment is — the paper's section and claim it tests, its configs per preset, its tier
+(which ``layernorm reproduce`` preset runs it), its budget rule, the paper's settings and numbers
+it stands in for, what runs here instead, and the report's catalog lines for its claims.
+"summary A" and "summary B" are the two blog summaries the reproduction also checks
+(docs/paper.md, section 6).
+
+    mlp_batch_size      6.6   MLP at batch 128 and 4
+    cnn_batch_size      6.7 + summary B   ConvNet at batch 128, 4, 1
+    skip_thoughts       6.3   not run (no stand-in)
+    paper_order         6.1   order embeddings
+    paper_draw          6.4   DRAW (and its full form on binarized MNIST)
+    paper_reader        6.2   the attentive reader (and its full form on the CNN questions)
+    paper_handwriting   6.5   handwriting generation
+    paper_charlm        summary B   character-level LM and its 5-way completion test
+    rnn_norms           summary B; 6.2 / 6.5   LSTM vs BN-LSTM vs LN-LSTM (rnn_norms and
+                        rnn_downloads: the same claims on embedded and on downloaded data)
+    rnn_stability       summary B; 3.1   hidden-state stability on long sequences
+    lstm_gain_init      6.2   LN-LSTM gain initialisation
+    analysis            5.1 / 5.2   Table 1, curvature, learning-rate decay
+    ddp_batch_split     3     the batch split over processes
+
+Importing a record loads neither the runner nor the report, and a record imports nothing of
+the report: ``configs`` imports the runner's ``Config`` when it is called (by the runner:
+``layernorm_paper.reproduce.experiments`` registers every record); ``claims(found, rules)`` is
+called by the report, which hands it its rule library (``layernorm_paper.report.claims.rules``)
+and lists the claims of every record in ``RECORDS`` order. The models are the runner's, named
+by their registry names (``layernorm_paper.reproduce.models``, ``.paper``, ``.order``)."""
+from __future__ import annotations
+
+from ._record import FULL, QUICK, STANDARD, TIERS, Found, Record
+from . import (analysis, cnn_batch_size, ddp_batch_split, lstm_gain_init, mlp_batch_size,
+               paper_charlm, paper_draw, paper_handwriting, paper_order, paper_reader,
+               rnn_norms, rnn_stability, skip_thoughts)
+
+# In the order of the report: its claims, its sections and its "not run" list follow this list.
+RECORDS: dict[str, Record] = {r.name: r for r in (
+    mlp_batch_size.RECORD, cnn_batch_size.RECORD, skip_thoughts.RECORD, paper_order.RECORD,
+    paper_draw.RECORD, paper_reader.RECORD, paper_handwriting.RECORD, paper_charlm.RECORD,
+    rnn_norms.RECORD, rnn_norms.DOWNLOADS, rnn_stability.RECORD, lstm_gain_init.RECORD,
+    analysis.RECORD, ddp_batch_split.RECORD)}
+
+
+def run_order() -> tuple[str, ...]:
+    """The experiments ``layernorm reproduce`` trains, the longest first (``Record.pack``)."""
+    return tuple(r.name for r in sorted((r for r in RECORDS.values() if r.pack is not None),
+                                        key=lambda r: r.pack))
+
+
+def with_tier(tier: str) -> tuple[str, ...]:
+    """The experiments of one tier, in ``run_order``."""
+    return tuple(n for n in run_order() if RECORDS[n].tier == tier)
+
+
+def budgets() -> dict[str, dict]:
+    """Experiment -> its budget rule ({"rule", "text"}), for the experiments that state one."""
+    return {r.name: dict(r.budget) for r in RECORDS.values() if r.budget}
+
+
+def not_downloaded() -> dict[str, str]:
+    """Experiment -> why no preset downloads its paper's data (it runs on a stand-in)."""
+    return {r.name: r.not_downloaded for r in RECORDS.values() if r.not_downloaded}
+
+
+def register_all() -> None:
+    """Register every record that has configs with the runner (called once, by
+    ``layernorm_paper.reproduce.experiments``, a plugin module of the runner)."""
+    from ..experiments.registry import register_experiment
+    for r in RECORDS.values():
+        if r.configs is not None:
+            register_experiment(r.name, section=r.section, claim=r.claim,
+                                needs_download=r.tier == FULL)(r.configs)
+
+
+__all__ = ["FULL", "QUICK", "RECORDS", "STANDARD", "TIERS", "Found", "Record", "budgets",
+           "not_downloaded", "register_all", "run_order", "with_tier"]

@@ -1,0 +1,85 @@
+"""The record type (``Record``), the tiers, what the report found (``Found``) and the helpers
+the records' configs share. Imports neither the runner nor the report."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Tiers: which `layernorm reproduce` preset runs an experiment (docs/reproduce.md, "Cost").
+QUICK = "quick"         # --quick and every larger preset
+STANDARD = "standard"   # --preset standard and --full, not --quick: with the training its
+#                         verdicts need it does not fit --quick's time budget
+FULL = "full"           # --full only: needs downloaded data
+TIERS = (QUICK, STANDARD, FULL)
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the report found in an output directory that decides which claims it lists: the
+    (experiment, task) pair of every finished run."""
+    pairs: frozenset = frozenset()
+
+    def tasks(self, *experiments: str) -> list[tuple[str, str]]:
+        return sorted(p for p in self.pairs if p[0] in experiments)
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str                        # the experiment's registry name
+    section: str                     # the paper's section, or "summary A" / "summary B" (the
+    #                                  two blog summaries, docs/paper.md section 6)
+    claim: str                       # the claim it tests, one line (the runner's registry text)
+    tier: str = QUICK                # QUICK | STANDARD | FULL
+    pack: int | None = None          # rank in the run order of `layernorm reproduce` (the
+    #                                  longest first); None: not trained by that loop
+    configs: Callable | None = None  # preset -> list[Config] (imports Config when called)
+    claims: Callable | None = None   # (Found, the report's rules) -> the report's Claims
+    budget: dict | None = None       # {"rule": "to convergence" | "same updates", "text": ...}
+    paper: str = ""                  # the paper's (or a summary's) settings it stands in for
+    paper_numbers: dict = field(default_factory=dict)   # key -> what the paper reports
+    data_here: dict = field(default_factory=dict)       # key -> what runs here instead
+    full_form: tuple[str, str] | None = None   # (dataset, what it is): its downloaded form
+    not_downloaded: str = ""         # why no preset downloads its paper's data
+    not_run: dict = field(default_factory=dict)   # the paper's forms with no runs here -> why
+
+
+# Section 6 experiments, quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so
+# that 5 seeds cost what 3 did: measured with /usr/bin/time, `layernorm run NAME --preset quick
+# --jobs 1 --threads 1`, all 5 seeds of every arm: DRAW 35, handwriting 31, reader 104, char-LM
+# 76 CPU-s (user + sys), 246 CPU-s in all; the BN-LSTM arms (per-step statistics, a Python loop
+# over time steps) are most of the reader's and the char-LM's. Scoring BN-LSTM with population
+# statistics on the reader and the completion test on the char-LM, measured beside the former
+# code: reader 145 -> 160, char-LM 100 -> 118 CPU-s.
+SEEDS = {"tiny": (0,), "quick": (0, 1, 2, 3, 4), "full": (0, 1, 2, 3, 4)}
+
+
+def pick(preset: str, **values):
+    """The value for ``preset`` among ``tiny=..., quick=..., full=...`` (the runner's
+    ``by_preset``, imported when a config is built)."""
+    from ..experiments.registry import by_preset
+    return by_preset(preset, **values)
+
+
+def config(**kwargs):
+    """The runner's ``Config`` (imported here, when a record's configs are built)."""
+    from ..experiments.config import Config
+    return Config(**kwargs)
+
+
+def split(dataset: str, seed: int) -> dict:
+    """The test split varies with the seed where the data allows (digits: a seeded split)."""
+    return {"split_seed": seed} if dataset.startswith("digits") else {}
+
+
+def arms(preset: str, dataset: str, model: str, norms: tuple[str, ...], *, batch_size: int,
+         model_args: dict, data_args: dict, length: dict, lr_full: float = 1e-3,
+         lr: float | None = None, grad_clip: float = 10.0) -> list:
+    """One Config per (norm, seed) with the settings the section 6 experiments share: Adam at
+    1e-3 (tiny; ``lr_full`` for full) or 3e-3 (quick) unless ``lr`` fixes one rate for every
+    preset, gradients clipped at norm ``grad_clip``."""
+    if lr is None:
+        lr = pick(preset, tiny=1e-3, quick=3e-3, full=lr_full)
+    return [config(dataset=dataset, model=model, norm=norm, batch_size=batch_size, seed=seed,
+                   optimizer="adam", lr=lr, grad_clip=grad_clip, model_args=dict(model_args),
+                   data_args=dict(data_args), **length)
+            for norm in norms for seed in SEEDS[preset]]

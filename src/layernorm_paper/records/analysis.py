@@ -1,0 +1,29 @@
+"""Sections 5.1 and 5.2 (and summary A, docs/paper.md section 6): Table 1's invariances, the
+curvature along w_i, the implicit learning-rate decay — measured by ``layernorm_paper.analysis``
+(``layernorm reproduce``'s analysis part, not a registered experiment)."""
+from __future__ import annotations
+
+from ._record import Record
+
+NAME = "analysis"
+
+
+def claims(found, R) -> list:
+    return [
+        R.Claim("table1", "paper 5.1 (Table 1); summary A", "“invariance properties of batch, "
+              "weight and layer normalization” (Table 1)", NAME, R.claim_table1, "Analysis",
+              R.CHECK),
+        R.Claim("5.2-curvature", "paper 5.2; summary A", "“the normalization scalar σ implicitly "
+              "reduces the learning rate”: curvature along w_i scales as ||w_i||⁻²", NAME,
+              R.claim_curvature, "Analysis", R.CHECK),
+        R.Claim("5.2-lr-decay", "paper 5.2", "“a growing weight norm acts as an implicit "
+              "learning-rate decay” (early-stopping effect), beyond an un-normalized network's",
+              NAME, R.claim_lr_decay, "Analysis"),
+    ]
+
+
+RECORD = Record(
+    NAME, section="5.1; 5.2; summary A",
+    claim="Table 1's invariances hold; the curvature along w_i scales as ||w_i||^-2; a growing "
+          "weight norm acts as an implicit learning-rate decay",
+    claims=claims)

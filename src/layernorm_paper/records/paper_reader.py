@@ -1,0 +1,63 @@
+"""Section 6.2: the attentive reader, LSTM vs BN-LSTM vs LN-LSTM — LN-LSTM converges faster and
+reaches a lower validation error. The model is ``layernorm_paper.reproduce.paper``'s ``reader``;
+judged by the RNN rules (``report.claims.rnn``) through ``report.claims.paper.claim_reader``."""
+from __future__ import annotations
+
+from ._record import Record, arms, pick
+
+NAME = "paper_reader"
+HEADING = "6.2 attentive reader (reduced form)"
+TASK = "cloze"
+FULL_DATASET = "cnn-questions"
+
+
+def configs(preset: str) -> list:
+    # full: the CNN questions (validation split as the test set, as the paper's Figure 2), the
+    # first 100,000 training questions by file name, passages cut at 2,000 tokens
+    data = pick(preset, tiny={"n_train": 64, "n_test": 32, "n_facts": 3},
+                quick={"n_train": 4000, "n_test": 500, "n_facts": 3},
+                full={"max_passage": 2000, "max_query": 50, "vocab_size": 50_000,
+                      "max_train": 100_000})
+    model = pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 32, "embed": 32},
+                 full={"hidden": 128, "embed": 64})
+    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+                  quick={"steps": 250, "eval_every": 25}, full={"steps": 4000, "eval_every": 100})
+    dataset = FULL_DATASET if preset == "full" else TASK
+    return arms(preset, dataset, "reader", ("none", "batch", "layer"),
+                batch_size=pick(preset, tiny=16, quick=32, full=64), model_args=model,
+                data_args=data, length=length)
+
+
+def _lines(R, task: str, suffix: str, heading: str) -> list:
+    return [
+        R.Claim(f"6.2-reader-fast{suffix}", "paper 6.2", "“LN-LSTM converges faster than LSTM and "
+              "BN-LSTM” (attentive reader, validation error vs updates)", NAME,
+              R.claim_reader(R.claim_rnn_fastest, task), heading),
+        R.Claim(f"6.2-reader-best{suffix}", "paper 6.2", "“LN-LSTM reaches a lower validation "
+              "error than LSTM and BN-LSTM” (attentive reader)", NAME,
+              R.claim_reader(R.claim_rnn_best, task), heading),
+    ]
+
+
+def claims(found, R) -> list:
+    """On the generated cloze task; on the CNN questions too when their runs are here."""
+    out = _lines(R, TASK, "", HEADING)
+    if (NAME, FULL_DATASET) in found.pairs:
+        out += _lines(R, FULL_DATASET, "-cnn",
+                      f"6.2 attentive reader on {FULL_DATASET} (full form)")
+    return out
+
+
+RECORD = Record(
+    NAME, section="6.2",
+    claim="the attentive reader with LN-LSTM trains faster and reaches a lower validation error "
+          "than with LSTM and BN-LSTM",
+    tier="standard", pack=6, configs=configs, claims=claims,
+    paper="paper 6.2: attentive reader, 240 units, CNN QA corpus (380k questions), Adam 8e-5, "
+          "batch 64, gradient clipping 10",
+    paper_numbers={NAME: "paper (Figure 2): LN-LSTM reaches a lower validation error than LSTM "
+                         "and BN-LSTM and gets there in fewer updates, CNN corpus (~0.38 -> "
+                         "~0.34 validation error read off the figure, 400k-1M updates)"},
+    data_here={NAME: "a generated cloze task"},
+    full_form=(FULL_DATASET, "the CNN questions of the DeepMind Q&A corpus (Hermann et al. "
+                             "2015)"))

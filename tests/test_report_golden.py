@@ -1,0 +1,121 @@
+"""The golden report: one output directory, built by hand, with runs of every claim family the
+report knows (6.6 MLP, 6.7 ConvNet, 6.1 order embeddings, 6.4 DRAW and its full form, 6.2 reader
+and its full form, 6.5 handwriting, the char-LM and its completion test, the RNN tasks, the
+download tasks, hidden-state stability, 6.2 gain, the analysis checks, the distributed pairs);
+its report.md and summary.json must equal the files under tests/golden/ byte for byte (the
+build time and the temporary directory's path replaced by fixed words).
+
+A change of the report's text shows here as a diff. When the change is meant, rewrite the files
+with ``LAYERNORM_UPDATE_GOLDEN=1 python -m pytest tests/test_report_golden.py`` and commit them
+with the diff explained. The runs are built with the other report tests' helpers."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from layernorm_paper import report as R
+
+from .test_report import CURVES, five, rnn_rows, write_analysis, write_batch_experiment, \
+    write_rnn, write_run
+from .test_report_ddp import write_pair
+from .test_report_order import order_runs
+from .test_report_paper import SEEDS, _arms, _completion_runs, _curve, _reader_runs, _run
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+ENV = {"python": "3.11.7", "torch": "2.3.0", "numpy": "1.26.4", "layernorm": "0.0-golden",
+       "device": "cpu", "platform": "Linux-golden-x86_64", "torch_threads": 1,
+       "git_commit": "0123456789abcdef"}
+META = {"preset": "quick", "cpu_count": 2, "git_commit": "0123456789abcdef",
+        "not_run": {"rnn_downloads": "needs downloaded data; run with --full"},
+        "invocations": [{"started": "2026-01-01T00:00:00Z", "argv": ["reproduce", "--quick"],
+                         "jobs": 2, "runs": 400, "trained_runs": 400, "wall_time_s": 540.0,
+                         "total_wall_time_s": 560.0, "cpu_s": 1000.0, "loadavg_start": "1.00",
+                         "loadavg_end": "2.00", "git_commit": "0123456789abcdef"}]}
+
+
+def _dump(root: Path, runs) -> None:
+    """Runs made in memory (``report.runs.Run``) as run directories."""
+    for r in runs:
+        write_run(root, f"{r.experiment}/{r.task}-{r.path.name}", r.config, r.rows)
+
+
+def build_tree(root: Path) -> None:
+    # 6.6: BN on every layer and on the hidden layers only, LN, no norm, batch 128 and 4
+    b128, b4 = five(0.010, 0.025)
+    write_batch_experiment(root, "mlp_batch_size", {
+        ("batch-all", 128): b128, ("batch-all", 4): b4, ("batch", 128): b128,
+        ("batch", 4): five(0.0105)[0], ("layer", 128): five(0.012)[0],
+        ("layer", 4): five(0.013)[0], ("none", 128): five(0.02)[0], ("none", 4): five(0.02)[0]},
+        layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
+    # 6.7: the ConvNet at batch 128, 4, 1
+    write_batch_experiment(root, "cnn_batch_size", {
+        ("batch", 128): five(0.030)[0], ("batch", 4): five(0.035)[0],
+        ("batch", 1): five(0.10)[0], ("layer", 128): five(0.040)[0],
+        ("layer", 4): [0.02, 0.10, 0.30, 0.05, 0.04], ("layer", 1): five(0.04)[0],
+        ("none", 128): five(0.08)[0]})
+    # 6.1: order embeddings
+    _dump(root, order_runs({"none": (400, 30.0), "layer": (200, 33.0)}))
+    # 6.4: DRAW, embedded and on binarized MNIST (the full form)
+    _dump(root, _arms("paper_draw", "test_loss", {"none": 22.0, "layer": 21.0},
+                      dataset="digits-binary"))
+    _dump(root, _arms("paper_draw", "test_loss", {"none": 82.4, "layer": 82.5},
+                      {"none": 95.0, "layer": 95.0}, dataset="binarized-mnist"))
+    # 6.2: the reader, embedded (BN scored with its running averages) and on the CNN questions
+    # (BN with population statistics)
+    _dump(root, _reader_runs({"none": 0.15, "batch": 0.7, "layer": 0.05}))
+    _dump(root, _reader_runs({"none": 0.3, "batch": 0.5, "layer": 0.2}, task="cnn-questions",
+                             pop=0.25))
+    # 6.5: handwriting, scored on the NLL per point
+    _dump(root, [_run("paper_handwriting", n, s, _curve(3.0, end, jitter=0.001 * s),
+                      "test_nll_per_point", {"test_nll": 99.0, "test_loss": 1e3},
+                      dataset="strokes")
+                 for n, end in (("none", 1.0), ("layer", 0.95)) for s in SEEDS])
+    # summary B (docs/paper.md, section 6): the char-LM and its completion test
+    _dump(root, _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47}, ema=0.25))
+    # RNNs: two embedded tasks, one download task (the other not run), stability at T = 120
+    write_rnn(root, "rnn_norms", "mnist1d-seq", 10, CURVES)
+    write_rnn(root, "rnn_norms", "adding", 30, CURVES, dataset="adding")
+    write_rnn(root, "rnn_downloads", "imdb", 10, CURVES)
+    write_rnn(root, "rnn_stability", "adding", 120, CURVES, dataset="adding")
+    # 6.2: gain initialisation
+    for gain, errs in ((1.0, [0.5, 0.2, 0.1, 0.1]), (0.1, [0.8, 0.6, 0.3, 0.2])):
+        for seed in range(5):
+            cfg = {"experiment": "lstm_gain_init", "task": "mnist1d-seq", "norm": "layer",
+                   "batch_size": 32, "seed": seed, "model_args": {"gain_init": gain}}
+            write_run(root, f"lstm_gain_init/{gain}-{seed}", cfg,
+                      rnn_rows([e + 0.002 * seed for e in errs], [[0.0, 0.3]] * 4))
+    # analysis: Table 1 (one cell differs from the paper's), curvature, the lr decay
+    write_analysis(root)
+    (root / "analysis" / "geometry" / "curvature.png").write_bytes(b"a figure, copied as is")
+    # distributed: 1 process x 8 vs 2 processes x 4
+    write_pair(root, "layer", "layer", 3e-8)
+    write_pair(root, "batch", "batch", 0.1)
+    write_pair(root, "batch-sync", "batch", 5e-8, sync=True)
+    for cfg in (root / "runs").rglob("config.json"):
+        (cfg.parent / "env.json").write_text(json.dumps(ENV))
+    (root / "reproduce.json").write_text(json.dumps(META))
+
+
+def _fixed(text: str, root: Path) -> str:
+    text = text.replace(str(root), "DIR")
+    return re.sub(r"Report built \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "Report built TIME", text)
+
+
+def test_report_is_the_golden_report(tmp_path):
+    build_tree(tmp_path)
+    R.build_report(tmp_path)
+    got = {name: _fixed((tmp_path / name).read_text(encoding="utf-8"), tmp_path)
+           for name in ("report.md", "summary.json")}
+    if os.environ.get("LAYERNORM_UPDATE_GOLDEN"):
+        GOLDEN.mkdir(exist_ok=True)
+        for name, text in got.items():
+            (GOLDEN / name).write_text(text, encoding="utf-8")
+    for name, text in got.items():
+        want = (GOLDEN / name).read_text(encoding="utf-8")
+        assert text == want, f"{name} differs from tests/golden/{name}"
+    # every claim family has measured runs here, apart from the one download task left out
+    status = {r["claim"]: r["verdict"] for r in json.loads(got["summary.json"])}
+    assert [c for c, v in status.items() if v == R.NOT_RUN] == ["rnn-fast-tiny-shakespeare",
+                                                                "rnn-best-tiny-shakespeare"]
