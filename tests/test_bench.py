@@ -1,6 +1,6 @@
 """``layernorm bench``: the harness's interleaving, the rows and ratio columns of every table (tiny
 shapes, one round: structure only, never a speed), the TorchScript baseline's equations, and the
-command from an installation without the source checkout's tests/."""
+command."""
 from __future__ import annotations
 
 import json
@@ -11,11 +11,12 @@ import sys
 import pytest
 import torch
 
-from layernorm_paper.bench import baseline, compare, ratios
+from layernorm_paper.bench import compare, ratios
+from layernorm_paper.bench.baseline import ScriptLNLSTM
 from layernorm_paper.bench.cells import bench_bn_lstm, bench_cells
 from layernorm_paper.bench.rnn import bench_rnn
 from layernorm_paper.cli import main
-from tests.reference import ScriptLNLSTM, ref_recurrent
+from tests.reference import ref_recurrent
 
 TINY = ["--shapes", "3x2x4x8", "--repeat", "1", "--warmup", "0", "--clock", "process"]
 
@@ -133,20 +134,6 @@ def test_the_torchscript_baseline_is_the_ln_lstm_of_the_reference():
         ref = ref_recurrent("LSTM", x[:, b].detach(), [[{k: v.detach() for k, v in p.items()}
                                                        for p in dirs] for dirs in layers])[0]
         torch.testing.assert_close(out[:, b], ref, atol=1e-10, rtol=1e-10)
-
-
-@pytest.mark.parametrize("where", ["installed", "no tests folder"])
-def test_bench_rnn_without_the_source_checkout(monkeypatch, tmp_path, capsys, where):
-    """Installed (no checkout around the package) or a checkout without tests/: no TorchScript
-    rows, and one line saying why."""
-    monkeypatch.setattr(baseline, "REFERENCE",
-                        None if where == "installed" else tmp_path / "absent" / "reference.py")
-    monkeypatch.delitem(sys.modules, baseline._MODULE, raising=False)
-    assert main(["bench", "rnn", *TINY, "--no-loop", "--no-extras", "--cells", "lstm",
-                 "--tables", "modules", "--json", str(tmp_path / "r.json")]) == 0
-    rows = json.loads((tmp_path / "r.json").read_text())
-    assert {r["impl"] for r in rows} == {"torch.nn.LSTM", "layernorm.LSTM"}
-    assert baseline.MISSING in capsys.readouterr().out
 
 
 def test_python_dash_m_layernorm_bench(monkeypatch, capsys):
