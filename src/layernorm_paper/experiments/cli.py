@@ -5,12 +5,11 @@ import argparse
 import sys
 
 from .. import _args
-from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment, load_registered
+from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment
 
 
 def _list(args: argparse.Namespace) -> int:
     from ..data import DATASETS
-    load_registered()
     print("Experiments (layernorm run NAME [--preset tiny|quick|full]):")
     for name, exp in sorted(EXPERIMENTS.items()):
         sizes = []

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from .names import check_choice, check_name
+from .registry import MODEL_NORMS, MODELS
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 DEVICES = ("auto", "cpu", "cuda")
@@ -37,8 +38,6 @@ class Config:
         """Check every field against what exists; raise a ValueError that names the fix."""
         from ..data import DATASETS
         from layernorm._vocabulary import NORMS
-        from .registry import MODEL_NORMS, MODELS, load_registered
-        load_registered()
         check_name(self.experiment, "experiment", empty=True)
         check_name(self.tag, "tag", empty=True)
         check_choice(self.dataset, DATASETS, "dataset")

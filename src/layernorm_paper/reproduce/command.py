@@ -21,9 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from .. import _args
+from .. import _args, catalog  # noqa: F401  (catalog: every experiment registered)
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
-from ..experiments.registry import EXPERIMENT_ALIASES
 
 EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_order",
                "paper_reader",
@@ -92,16 +91,29 @@ DDP_WORLD = 2
 
 def _ddp_worker(preset: str, runs: str) -> None:
     """One rank of the batch-split run (started by torch's elastic launcher, which set RANK,
-    WORLD_SIZE, MASTER_ADDR...): ``layernorm run ddp_batch_split`` on this rank."""
+    WORLD_SIZE, MASTER_ADDR...): the runner trains every config of ``ddp_batch_split`` together
+    with the other rank, one torch thread each, as ``layernorm run`` does under torchrun."""
     import socket
+
+    import torch
+
+    from ..experiments import get_experiment
+    from ..experiments import runtime as distributed
+    from ..experiments.runner import run_configs
     loopback = next((n for _, n in socket.if_nameindex() if n.startswith("lo")), "lo")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)   # gloo on 127.0.0.1 only
-    from ..cli import main
-    code = main(["run", DDP_EXPERIMENT, "--preset", preset, "--out", runs, "--threads", "1",
-                 "--no-progress"])
-    if code:
-        raise RuntimeError(f"layernorm run {DDP_EXPERIMENT} exited with status {code} on rank "
-                           f"{os.environ.get('RANK')}")
+    torch.set_num_threads(1)
+    configs = get_experiment(DDP_EXPERIMENT).configs(preset)
+    runtime = distributed.runtime(configs[0].device)
+    try:
+        # under torchrun a failed run raises on its rank (run_configs), which stops the group
+        results = run_configs(configs, runs, progress=False, runtime=runtime)
+    finally:
+        distributed.shutdown()
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise RuntimeError(f"{DDP_EXPERIMENT}: {len(failed)} run(s) failed on rank "
+                           f"{runtime.rank}: {failed[0].error.splitlines()[0]}")
 
 
 def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
@@ -162,14 +174,12 @@ def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, on
               jobs: int | None = None, report: bool = True, log=print) -> Path:
     """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
     from ..experiments import EXPERIMENTS as REGISTRY
-    from ..experiments import PRESETS, load_registered
+    from ..experiments import PRESETS
     from layernorm._checks import check_choice
 
     check_choice(preset, (*PRESETS, STANDARD), "preset")
-    load_registered()
     names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
     if only:
-        only = [EXPERIMENT_ALIASES.get(n, n) for n in only]
         for n in only:
             check_choice(n, names, "experiment for --only")
         names = [n for n in names if n in only]
