@@ -42,9 +42,22 @@ def _targets(module: str, is_package: bool, node: ast.AST, mods: dict) -> list[s
     return [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
 
 
+def _named_modules(tree: ast.AST, mods: dict) -> set[str]:
+    """The package modules a file names in a string (``"layernorm_paper.reproduce.paper"``), not in
+    a docstring: what ``importlib.import_module`` or a list of module names handed to a loader
+    would import by name. Dotted names only (the bare ``"layernorm"`` is the project's name in
+    messages and metadata)."""
+    docstrings = {id(n.value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and "." in n.value
+            and n.value in mods and id(n) not in docstrings}
+
+
 def import_graph() -> dict[str, set[str]]:
     """module -> the package modules it imports, at the top or inside a function (a lazy import is
-    still a dependency); imports under ``if TYPE_CHECKING:`` are for type checkers only."""
+    still a dependency), or by name (a module's dotted name in a string, as importlib takes it);
+    imports under ``if TYPE_CHECKING:`` are for type checkers only."""
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for module, path in mods.items():
@@ -59,6 +72,7 @@ def import_graph() -> dict[str, set[str]]:
                         t = t.rsplit(".", 1)[0]
                     if t != module:
                         graph[module].add(t)
+        graph[module] |= _named_modules(tree, mods) - {module}
     return graph
 
 
@@ -100,6 +114,13 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
                 if len(comp) > 1:
                     out.append(comp)
     return out
+
+
+def test_an_import_by_name_is_an_import():
+    tree = ast.parse('"""layernorm_paper.cli in a docstring is no import."""\n'
+                     'import importlib\nimportlib.import_module("layernorm_paper.cli")\n'
+                     'NAMES = ("layernorm_paper.demo", "layernorm")')
+    assert _named_modules(tree, _modules()) == {"layernorm_paper.cli", "layernorm_paper.demo"}
 
 
 def test_the_cycle_finder_finds_a_cycle():
