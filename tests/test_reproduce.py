@@ -96,7 +96,7 @@ def _imports_none_of(imports: str, forbidden: tuple[str, ...]) -> None:
 
 
 def test_training_code_never_imports_the_report():
-    _imports_none_of("import layernorm_paper.catalog; "
+    _imports_none_of("import layernorm_paper.reproduce; "
                      "import layernorm_paper.experiments.training, layernorm_paper.experiments.runner, "
                      "layernorm_paper.reproduce.models, layernorm_paper.reproduce.experiments",
                      ("layernorm_paper.report", "matplotlib"))

@@ -451,7 +451,7 @@ def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and
 def test_experiment_names_are_snake_case():
     """One naming rule for experiments (datasets keep their dashed names)."""
     from layernorm_paper.experiments import EXPERIMENTS
-    import layernorm_paper.catalog  # noqa: F401  (registers every experiment)
+    import layernorm_paper.reproduce  # noqa: F401  (registers every experiment)
     ours = [n for n, e in EXPERIMENTS.items() if e.make_configs.__module__.startswith("layernorm_paper.")]
     assert len(ours) >= 8 and all(re.fullmatch(r"[a-z0-9_]+", n) for n in ours), sorted(ours)
 
@@ -460,9 +460,9 @@ def test_experiment_names_are_snake_case():
 def test_spawned_workers_know_every_model_the_parent_knows(tmp_path):
     """A ``--jobs`` worker is a fresh interpreter (spawn) with empty registries: it receives each
     config's model builder by reference, so a model of the reproduction (registered when
-    ``layernorm_paper.catalog`` imports its module) and a model registered by a call (not at
+    ``layernorm_paper.reproduce`` imports its module) and a model registered by a call (not at
     import) both train there."""
-    import layernorm_paper.catalog  # noqa: F401
+    import layernorm_paper.reproduce  # noqa: F401
     from layernorm_paper.experiments import register_model
     from layernorm_paper.experiments.models import mlp
 

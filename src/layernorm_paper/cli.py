@@ -1,13 +1,13 @@
 """The ``layernorm`` command. Each subcommand lives next to its code in a module with
 ``add_commands(subparsers)``; this file imports those modules (``COMMANDS``, in the order of
-``layernorm --help``) and the catalog of experiments (``layernorm_paper.catalog``)."""
+``layernorm --help``). Importing ``layernorm_paper.reproduce`` registers every experiment."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 
-from . import bench, catalog, demo, report  # noqa: F401  (catalog: registers every experiment)
+from . import bench, demo, report
 from ._io import BusyError
 from .analysis import geometry, invariance
 from .data import cli as data_cli

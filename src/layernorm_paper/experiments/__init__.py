@@ -6,7 +6,8 @@
 Layers: ``config`` (and ``names``), ``registry``, ``rundir`` (the run directory), ``runtime``
 (torchrun), ``training`` (the loop), ``runner`` (many configs), ``builtin`` (the runner's example
 experiment; ``models``, the mlp). See docs/runner.md for the layout and how to register models and
-experiments; ``layernorm_paper.catalog`` registers every experiment of the reproduction.
+experiments; importing ``layernorm_paper.reproduce`` registers every experiment of the
+reproduction.
 """
 from __future__ import annotations
 

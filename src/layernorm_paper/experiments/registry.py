@@ -6,10 +6,10 @@
     @register_experiment("digits_mlp", claim="6.6: ...", section="6.6")
     def digits_mlp(preset) -> list[Config]: ...     # preset: a scale, "tiny" | "quick" | "full"
 
-A module registers its own when imported; ``layernorm_paper.catalog`` imports every module of the
-reproduction that does. The config checks its names against these registries, never the reverse:
-this module imports no config (an experiment's configs are whatever objects its function returns,
-each with ``validate()`` and ``run_name()``).
+A module registers its own when imported; importing ``layernorm_paper.reproduce`` imports every
+module of the reproduction that does. The config checks its names against these registries, never
+the reverse: this module imports no config (an experiment's configs are whatever objects its
+function returns, each with ``validate()`` and ``run_name()``).
 """
 from __future__ import annotations
 
@@ -115,6 +115,6 @@ def get_experiment(name: str) -> Experiment:
     try:
         check_choice(name, EXPERIMENTS, "experiment")
     except ValueError as err:
-        raise ValueError(f"{err} (The paper's experiments register when layernorm_paper.catalog is "
+        raise ValueError(f"{err} (The paper's experiments register when layernorm_paper.reproduce is "
                          f"imported; the `layernorm` command imports it.)") from None
     return EXPERIMENTS[name]

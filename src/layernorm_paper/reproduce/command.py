@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import _args, catalog  # noqa: F401  (catalog: every experiment registered)
+from .. import _args
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
 
 EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_order",
