@@ -10,7 +10,7 @@ from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment
 
 def _list(args: argparse.Namespace) -> int:
     from ..data import DATASETS
-    print("Experiments (layernorm run NAME [--preset tiny|quick|full]):")
+    print("Experiments (layernorm run NAME [--preset SCALE], SCALE: tiny, quick or full):")
     for name, exp in sorted(EXPERIMENTS.items()):
         sizes = []
         for preset in PRESETS:
@@ -101,8 +101,9 @@ def add_commands(sub) -> None:
                        "or, for a value it does not use, set it in every config (several values: "
                        "the union).")
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
-    p.add_argument("--preset", choices=PRESETS, default="quick",
-                   help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
+    p.add_argument("--preset", choices=PRESETS, default="quick", metavar="SCALE",
+                   help="the scale of the experiment's runs: tiny (seconds), quick (minutes, "
+                   "the default), full (the paper's); `layernorm reproduce` has tiers instead")
     from layernorm._vocabulary import NORMS
     p.add_argument("--norm", nargs="+", metavar="NORM", choices=NORMS,
                    help=f"one or more of {', '.join(NORMS)} (a model may support fewer)")
@@ -118,7 +119,7 @@ def add_commands(sub) -> None:
                    help="parallel processes (default 1)")
     p.add_argument("--threads", type=_args.positive_int,
                    help="torch threads per process (default: torch's, or "
-                   "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
+                   "cpu_count // jobs with --jobs); 1 is fastest for the small scales on a "
                    "busy machine")
     p.add_argument("--sync-bn", action="store_true",
                    help="under torchrun: batch-norm statistics over the global batch "

@@ -1,5 +1,7 @@
 """``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
-table, geometry), and write the report.
+table, geometry), and write the report. A tier (``--quick``, ``--preset standard``, ``--full``,
+``--preset tiny``) picks which experiments run and at which of the runner's scales
+(``layernorm run --preset tiny|quick|full``):
 
     layernorm reproduce --quick              embedded data, reduced scale, 5 seeds (≤ 10 minutes)
     layernorm reproduce --preset standard    --quick plus the experiments that do not fit its
@@ -289,8 +291,18 @@ def failures(out: str | os.PathLike) -> list[str]:
         f"analysis {k}: {v}" for k, v in meta.get("failed_analysis", {}).items()]
 
 
+def tier(args: argparse.Namespace) -> str:
+    """The tier of the reproduction that the command line asks for: ``--quick``, ``--full`` or
+    ``--preset NAME`` (one of them at most); ``quick`` when none is given."""
+    if args.full:
+        return "full"
+    if args.quick:
+        return "quick"
+    return args.preset or "quick"
+
+
 def _run(args: argparse.Namespace) -> int:
-    preset = "full" if args.full else args.preset or "quick"
+    preset = tier(args)
     out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
     if (out / "summary.json").exists():
         from ..report import summary_table
@@ -310,18 +322,23 @@ def add_commands(sub) -> None:
     p = sub.add_parser("reproduce", help="run the experiments of the paper and of the two "
                                          "summaries it checks (docs/paper.md) and write a report "
                                          "that judges each claim")
+    # A tier of the reproduction picks which experiments run and at which of the runner's scales
+    # (`layernorm run --preset tiny|quick|full`); the tier "quick" runs the quick scale.
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
-                      "5 seeds: under 10 minutes on 2 CPU cores (the default)")
-    mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
-                      "downloaded (hours; resumable)")
-    mode.add_argument("--preset", choices=("tiny", "quick", STANDARD, "full"),
-                      help="tiny: seconds, for tests; standard: --quick plus the ConvNet and the "
-                      "paper's section 6.2-6.5 experiments (about 15-30 minutes on 2 CPU cores)")
+    mode.add_argument("--quick", action="store_true", help="the tier quick (the default): embedded "
+                      "data, each experiment at the runner's quick scale, 5 seeds, the "
+                      "experiments that fit under 10 minutes on 2 CPU cores")
+    mode.add_argument("--full", action="store_true", help="the tier full: the paper's scale where "
+                      "the data can be downloaded (hours; resumable)")
+    mode.add_argument("--preset", choices=("tiny", "quick", STANDARD, "full"), metavar="TIER",
+                      help="the tier by name: tiny (seconds, for tests), quick (= --quick), "
+                      "standard (--quick plus the ConvNet and the paper's section 6.1-6.5 "
+                      "experiments at the same scale: about 15-30 minutes on 2 CPU cores), "
+                      "full (= --full)")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{DDP_EXPERIMENT}, {ANALYSIS}")
-    p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
+    p.add_argument("--out", help="output directory (default runs/reproduce-<tier>)")
     p.add_argument("--jobs", type=_args.positive_int,
                    help="training processes at once (default: 2, or 1 on "
                    "a single core)")
