@@ -6,12 +6,12 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
+from .._args import SEED_MAX
 from .names import check_choice, check_name
 from .registry import MODEL_NORMS, MODELS
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 DEVICES = ("auto", "cpu", "cuda")
-SEED_MAX = 2**32 - 1     # the runner derives each epoch's data order seed from it
 @dataclass
 class Config:
     experiment: str = ""            # the registry name that produced it ("" for ad-hoc runs)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .. import _args
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
+from ..batch_split import DDP_EXPERIMENT
 
 EXPERIMENTS = ("rnn_norms", "rnn_stability", "lstm_gain_init", "cnn_batch_size", "paper_order",
                "paper_reader",
@@ -87,7 +88,6 @@ def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
     return not_run
 
 
-DDP_EXPERIMENT = "ddp_batch_split"
 DDP_WORLD = 2
 
 
