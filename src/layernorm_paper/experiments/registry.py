@@ -74,7 +74,7 @@ def build_model(config, dataset):
 @dataclass(frozen=True)
 class Experiment:
     name: str
-    claim: str          # the sentence of the paper (or of summary A / B) it tests, one line
+    claim: str          # the sentence of the paper (or of summary A / B, docs/paper.md) it tests
     section: str        # the paper's section ("6.6", ...), or "summary A" / "summary B"
     make_configs: Callable[[str], list]     # scale -> the experiment's Configs
     needs_download: bool = False
