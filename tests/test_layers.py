@@ -198,3 +198,37 @@ def test_one_table_of_norms_read_by_every_layer():
                 raise AssertionError(f"make_norm({name!r}, conv=True) should refuse")
         assert V.BY_NAME[name].feedforward
         norms.make_norm(name, 4)
+
+
+def _reachable(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    seen, todo = set(), list(roots)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph[m]
+    return seen
+
+
+def test_every_module_that_registers_is_imported_by_its_package():
+    """Registration is explicit and in one place: each module that registers an experiment or a
+    model builder is reached by the imports of ``layernorm_paper.reproduce`` (the reproduction's
+    list) or of ``layernorm_paper.experiments`` (the runner's own), never loaded by name."""
+    graph, mods = import_graph(), _modules()
+    registering = {m for m, path in mods.items() if m.startswith("layernorm_paper.")
+                   and ("@register_experiment(" in path.read_text()
+                        or "@register_model(" in path.read_text())}
+    assert {"layernorm_paper.experiments.builtin", "layernorm_paper.reproduce.paper"} <= registering
+    reached = _reachable(graph, {"layernorm_paper.reproduce", "layernorm_paper.experiments"})
+    assert registering - reached == set()
+
+
+def test_the_command_imports_every_module_with_commands():
+    """Each module that defines ``add_commands`` is one of ``cli.COMMANDS``: a command module
+    cannot be written and forgotten."""
+    from layernorm_paper import cli
+    mods = _modules()
+    with_commands = {m for m, path in mods.items() if m.startswith("layernorm_paper.")
+                     and any(isinstance(n, ast.FunctionDef) and n.name == "add_commands"
+                             for n in ast.parse(path.read_text()).body)}
+    assert with_commands == {m.__name__ for m in cli.COMMANDS}

@@ -7,11 +7,12 @@ import argparse
 import os
 import sys
 
-from . import bench, demo, report
+from . import bench, demo
 from ._io import BusyError
 from .analysis import geometry, invariance
 from .data import cli as data_cli
 from .experiments import cli as experiments_cli
+from .report import build as report
 from .reproduce import batch_split, command as reproduce_command
 
 COMMANDS = (demo, bench, invariance, geometry, experiments_cli, data_cli, batch_split, report,
