@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from .. import _args
+from .config import DEVICES
 from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment
 
 
@@ -113,7 +114,7 @@ def add_commands(sub) -> None:
     length.add_argument("--steps", type=_args.positive_int, help="train this many steps instead")
     length.add_argument("--epochs", type=_args.positive_float,
                         help="train this many epochs instead")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", choices=DEVICES)
     p.add_argument("--out", default="runs", help="output folder (default: runs)")
     p.add_argument("--jobs", type=_args.positive_int, default=1,
                    help="parallel processes (default 1)")

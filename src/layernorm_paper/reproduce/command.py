@@ -174,7 +174,8 @@ def _invocation(meta: dict) -> dict:
 
 def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, only=None,
               jobs: int | None = None, report: bool = True, log=print) -> Path:
-    """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
+    """Run the reproduction's tier ``preset`` (tiny, quick, standard or full) into ``out``;
+    returns the output directory."""
     from ..experiments import EXPERIMENTS as REGISTRY
     from ..experiments import PRESETS
     from layernorm._checks import check_choice
