@@ -12,6 +12,8 @@ from .registry import MODEL_NORMS, MODELS
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 DEVICES = ("auto", "cpu", "cuda")
+
+
 @dataclass
 class Config:
     experiment: str = ""            # the registry name that produced it ("" for ad-hoc runs)
