@@ -23,6 +23,5 @@ from .training import evaluate, train
 
 __all__ = ["Config", "EXPERIMENTS", "MODEL_NORMS", "MODELS", "PRESETS", "Experiment",
            "build_model", "check_name", "get_experiment", "register_experiment", "register_model",
-           "METRIC_KEYS",
-           "MetricsError", "RunDirError", "Runtime", "check_run_dir", "evaluate",
+           "METRIC_KEYS", "MetricsError", "RunDirError", "Runtime", "check_run_dir", "evaluate",
            "load_checkpoint", "read_metrics", "train"]
