@@ -1,6 +1,6 @@
 """``layernorm bench``: the harness's interleaving, the rows and ratio columns of every table (tiny
 shapes, one round: structure only, never a speed), the TorchScript baseline's equations, and the
-command from an installation without the source checkout's tests/."""
+command."""
 from __future__ import annotations
 
 import json
@@ -11,11 +11,12 @@ import sys
 import pytest
 import torch
 
-from layernorm_paper.bench import baseline, compare, ratios
+from layernorm_paper.bench import compare, ratios
+from layernorm_paper.bench.baseline import ScriptLNLSTM
 from layernorm_paper.bench.cells import bench_bn_lstm, bench_cells
 from layernorm_paper.bench.rnn import bench_rnn
 from layernorm_paper.cli import main
-from tests.reference import ScriptLNLSTM, ref_recurrent
+from tests.reference import ref_recurrent
 
 TINY = ["--shapes", "3x2x4x8", "--repeat", "1", "--warmup", "0", "--clock", "process"]
 
@@ -135,20 +136,6 @@ def test_the_torchscript_baseline_is_the_ln_lstm_of_the_reference():
         torch.testing.assert_close(out[:, b], ref, atol=1e-10, rtol=1e-10)
 
 
-@pytest.mark.parametrize("where", ["installed", "no tests folder"])
-def test_bench_rnn_without_the_source_checkout(monkeypatch, tmp_path, capsys, where):
-    """Installed (no checkout around the package) or a checkout without tests/: no TorchScript
-    rows, and one line saying why."""
-    monkeypatch.setattr(baseline, "REFERENCE",
-                        None if where == "installed" else tmp_path / "absent" / "reference.py")
-    monkeypatch.delitem(sys.modules, baseline._MODULE, raising=False)
-    assert main(["bench", "rnn", *TINY, "--no-loop", "--no-extras", "--cells", "lstm",
-                 "--tables", "modules", "--json", str(tmp_path / "r.json")]) == 0
-    rows = json.loads((tmp_path / "r.json").read_text())
-    assert {r["impl"] for r in rows} == {"torch.nn.LSTM", "layernorm.LSTM"}
-    assert baseline.MISSING in capsys.readouterr().out
-
-
 def test_python_dash_m_layernorm_bench(monkeypatch, capsys):
     """``python -m layernorm_paper.bench ...`` is ``layernorm bench ...``; a bad value: exit 2, one
     line."""
@@ -165,14 +152,15 @@ def test_python_dash_m_layernorm_bench(monkeypatch, capsys):
 
 
 def test_the_benchmarks_sit_above_the_library():
-    """Nothing below the benchmarks imports them (the command line loads them by name), and they
-    import no command of their own layer but the command line's entry point."""
+    """Nothing imports the benchmarks but the command line (which imports every command module),
+    and they import no command of their own layer but the command line's entry point."""
     from tests.test_layers import import_graph
     graph = import_graph()
     bench = {m for m in graph if m == "layernorm_paper.bench" or m.startswith("layernorm_paper.bench.")}
     assert {"layernorm_paper.bench.harness", "layernorm_paper.bench.rnn", "layernorm_paper.bench.cells"} <= bench
+    assert graph["layernorm_paper.cli"] & bench == {"layernorm_paper.bench"}
     for module, targets in graph.items():
-        if module not in bench:
+        if module not in bench and module != "layernorm_paper.cli":
             assert not targets & bench, f"{module} imports the benchmarks: {targets & bench}"
     assert "layernorm_paper.bench.rnn" not in graph["layernorm.rnn"]
     assert graph["layernorm_paper.bench.harness"] == set(), "the harness needs nothing of the package"

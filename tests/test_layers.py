@@ -42,9 +42,22 @@ def _targets(module: str, is_package: bool, node: ast.AST, mods: dict) -> list[s
     return [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
 
 
+def _named_modules(tree: ast.AST, mods: dict) -> set[str]:
+    """The package modules a file names in a string (``"layernorm_paper.reproduce.paper"``), not in
+    a docstring: what ``importlib.import_module`` or a list of module names handed to a loader
+    would import by name. Dotted names only (the bare ``"layernorm"`` is the project's name in
+    messages and metadata)."""
+    docstrings = {id(n.value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and "." in n.value
+            and n.value in mods and id(n) not in docstrings}
+
+
 def import_graph() -> dict[str, set[str]]:
     """module -> the package modules it imports, at the top or inside a function (a lazy import is
-    still a dependency); imports under ``if TYPE_CHECKING:`` are for type checkers only."""
+    still a dependency), or by name (a module's dotted name in a string, as importlib takes it);
+    imports under ``if TYPE_CHECKING:`` are for type checkers only."""
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for module, path in mods.items():
@@ -59,6 +72,7 @@ def import_graph() -> dict[str, set[str]]:
                         t = t.rsplit(".", 1)[0]
                     if t != module:
                         graph[module].add(t)
+        graph[module] |= _named_modules(tree, mods) - {module}
     return graph
 
 
@@ -102,6 +116,13 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
+def test_an_import_by_name_is_an_import():
+    tree = ast.parse('"""layernorm_paper.cli in a docstring is no import."""\n'
+                     'import importlib\nimportlib.import_module("layernorm_paper.cli")\n'
+                     'NAMES = ("layernorm_paper.demo", "layernorm")')
+    assert _named_modules(tree, _modules()) == {"layernorm_paper.cli", "layernorm_paper.demo"}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert strongly_connected(g) == [{"a", "b", "c"}]
@@ -134,7 +155,8 @@ def test_the_runner_imports_nothing_above_it():
     """experiments/ knows its own floor and the layers below (data, norms, I/O), never the
     commands, the reproduction, the report or the analysis that plug into it."""
     below = {f"layernorm.{m}" for m in ("norms", "functional", "sync_bn", "_io", "_checks",
-                                        "_vocabulary")} | {"layernorm_paper._io", "layernorm_paper._args"}
+                                        "_vocabulary")} | {"layernorm_paper._io", "layernorm_paper._args",
+                                           "layernorm_paper.models.mlp"}
     graph = import_graph()
     runner = [m for m in graph if m == "layernorm_paper.experiments" or
               m.startswith("layernorm_paper.experiments.")]
@@ -176,3 +198,37 @@ def test_one_table_of_norms_read_by_every_layer():
                 raise AssertionError(f"make_norm({name!r}, conv=True) should refuse")
         assert V.BY_NAME[name].feedforward
         norms.make_norm(name, 4)
+
+
+def _reachable(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    seen, todo = set(), list(roots)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph[m]
+    return seen
+
+
+def test_every_module_that_registers_is_imported_by_its_package():
+    """Registration is explicit and in one place: each module that registers an experiment or a
+    model builder is reached by the imports of ``layernorm_paper.reproduce`` (the reproduction's
+    list) or of ``layernorm_paper.experiments`` (the runner's own), never loaded by name."""
+    graph, mods = import_graph(), _modules()
+    registering = {m for m, path in mods.items() if m.startswith("layernorm_paper.")
+                   and ("@register_experiment(" in path.read_text()
+                        or "@register_model(" in path.read_text())}
+    assert {"layernorm_paper.experiments.builtin", "layernorm_paper.reproduce.paper"} <= registering
+    reached = _reachable(graph, {"layernorm_paper.reproduce", "layernorm_paper.experiments"})
+    assert registering - reached == set()
+
+
+def test_the_command_imports_every_module_with_commands():
+    """Each module that defines ``add_commands`` is one of ``cli.COMMANDS``: a command module
+    cannot be written and forgotten."""
+    from layernorm_paper import cli
+    mods = _modules()
+    with_commands = {m for m, path in mods.items() if m.startswith("layernorm_paper.")
+                     and any(isinstance(n, ast.FunctionDef) and n.name == "add_commands"
+                             for n in ast.parse(path.read_text()).body)}
+    assert with_commands == {m.__name__ for m in cli.COMMANDS}

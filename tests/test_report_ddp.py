@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from layernorm_paper import report as R
-from layernorm_paper.experiments.training import _save_checkpoint
+from layernorm_paper.experiments.rundir import save_checkpoint
 from layernorm_paper.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
 DDP_CLAIMS = ("ddp-ln", "ddp-bn", "ddp-bn-sync")
@@ -34,7 +34,7 @@ def write_pair(root, name, norm, diff, *, sync=False, steps=6, steps_multi=None,
         d = exp / run
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps(config))
-        _save_checkpoint(d / "checkpoint.pt", {"config": config, "step": n,
+        save_checkpoint(d / "checkpoint.pt", {"config": config, "step": n,
                                                "model": model.state_dict()})
         (d / "done").write_text("{}")
 

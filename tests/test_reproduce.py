@@ -96,7 +96,7 @@ def _imports_none_of(imports: str, forbidden: tuple[str, ...]) -> None:
 
 
 def test_training_code_never_imports_the_report():
-    _imports_none_of("import layernorm_paper.experiments as e; e.load_registered(); "
+    _imports_none_of("import layernorm_paper.reproduce; "
                      "import layernorm_paper.experiments.training, layernorm_paper.experiments.runner, "
                      "layernorm_paper.reproduce.models, layernorm_paper.reproduce.experiments",
                      ("layernorm_paper.report", "matplotlib"))
@@ -274,3 +274,28 @@ def test_rnn_summed_input_statistics_per_step():
         with torch.no_grad():
             a0 = m.embed(ds.x_test)[:, 0] @ m.lstm.weight_ih_l0.t()
         assert abs(float(a0.std(unbiased=False)) - stats["summed_std"][0]) < 1e-4
+
+
+@pytest.mark.parametrize("argv, tier", [([], "quick"), (["--quick"], "quick"), (["--full"], "full"),
+                                        (["--preset", "standard"], "standard"),
+                                        (["--preset", "tiny"], "tiny")])
+def test_the_command_line_picks_the_tier(monkeypatch, tmp_path, argv, tier):
+    """``layernorm reproduce --quick`` (the README's command) is read as the tier quick, as are
+    --full and --preset NAME; the tier reaches ``reproduce``."""
+    from layernorm_paper.cli import main
+    from layernorm_paper.reproduce import command
+
+    asked = []
+
+    def fake_reproduce(preset, out, **kwargs):
+        asked.append(preset)
+        return tmp_path
+    monkeypatch.setattr(command, "reproduce", fake_reproduce)
+    assert main(["reproduce", *argv, "--out", str(tmp_path)]) == 0
+    assert asked == [tier]
+
+
+def test_quick_and_preset_exclude_each_other(capsys):
+    from layernorm_paper.cli import main
+    assert main(["reproduce", "--quick", "--preset", "tiny"]) == 2
+    assert "not allowed with argument --quick" in capsys.readouterr().err

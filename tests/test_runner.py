@@ -448,14 +448,27 @@ def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and
     assert [r["step"] for r in read_metrics(run)] == [10, 20]
 
 
-def test_experiment_names_are_snake_case_and_old_names_resolve():
-    """One naming rule for experiments (datasets keep their dashed names); the dashed names of
-    earlier releases still find their experiment."""
-    from layernorm_paper.experiments import EXPERIMENTS, get_experiment, load_registered
-    from layernorm_paper.experiments.registry import EXPERIMENT_ALIASES
-    import layernorm_paper.cli  # noqa: F401  (declares every plugin module)
-    load_registered()
+def test_experiment_names_are_snake_case():
+    """One naming rule for experiments (datasets keep their dashed names)."""
+    from layernorm_paper.experiments import EXPERIMENTS
+    import layernorm_paper.reproduce  # noqa: F401  (registers every experiment)
     ours = [n for n, e in EXPERIMENTS.items() if e.make_configs.__module__.startswith("layernorm_paper.")]
     assert len(ours) >= 8 and all(re.fullmatch(r"[a-z0-9_]+", n) for n in ours), sorted(ours)
-    for old, new in EXPERIMENT_ALIASES.items():
-        assert get_experiment(old) is get_experiment(new) is EXPERIMENTS[new]
+
+
+@pytest.mark.slow
+def test_spawned_workers_know_every_model_the_parent_knows(tmp_path):
+    """A ``--jobs`` worker is a fresh interpreter (spawn) with empty registries: it receives each
+    config's model builder by reference, so a model of the reproduction (registered when
+    ``layernorm_paper.reproduce`` imports its module) and a model registered by a call (not at
+    import) both train there."""
+    import layernorm_paper.reproduce  # noqa: F401
+    from layernorm_paper.experiments import register_model
+    from layernorm_paper.experiments.models import mlp
+
+    if "test-mlp-by-call" not in MODELS:
+        register_model("test-mlp-by-call", norms=("layer",))(mlp)
+    configs = [_cfg(model="repro_mlp", steps=4, eval_every=2, tag="reproduction"),
+               _cfg(model="test-mlp-by-call", steps=4, eval_every=2, tag="by-call")]
+    results = run_configs(configs, tmp_path, jobs=2, progress=False, threads=1, log=lambda *_: None)
+    assert [r.status for r in results] == ["done", "done"], [r.error for r in results]

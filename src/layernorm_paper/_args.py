@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-SEED_MAX = 2**32 - 1     # numpy's range too; the runner derives per-epoch seeds from it
+# The one bound of a seed, for --seed and for the runner's Config: numpy's range too; the runner
+# derives per-epoch seeds from it.
+SEED_MAX = 2**32 - 1
 
 
 def _int(text: str, what: str) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+DDP_EXPERIMENT = "ddp_batch_split"   # the experiment whose run directories these are
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 

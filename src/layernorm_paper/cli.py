@@ -1,27 +1,22 @@
 """The ``layernorm`` command. Each subcommand lives next to its code in a module with
-``add_commands(subparsers)``; this file lists those modules and the modules that register
-experiments (the plugins of the runner)."""
+``add_commands(subparsers)``; this file imports those modules (``COMMANDS``, in the order of
+``layernorm --help``). Importing ``layernorm_paper.reproduce`` registers every experiment."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
+from . import bench, demo
 from ._io import BusyError
-from .experiments.registry import add_plugins
+from .analysis import geometry, invariance
+from .data import cli as data_cli
+from .experiments import cli as experiments_cli
+from .report import build as report
+from .reproduce import batch_split, command as reproduce_command
 
-COMMAND_MODULES = (
-    "layernorm_paper.demo",
-    "layernorm_paper.bench",
-    "layernorm_paper.analysis.invariance",
-    "layernorm_paper.analysis.geometry",
-    "layernorm_paper.experiments.cli",
-    "layernorm_paper.data.cli",
-    "layernorm_paper.reproduce.batch_split",
-    "layernorm_paper.report",
-    "layernorm_paper.reproduce.command",
-)
+COMMANDS = (demo, bench, invariance, geometry, experiments_cli, data_cli, batch_split, report,
+            reproduce_command)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,23 +27,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-# Modules whose import registers models and experiments for `layernorm list / run / reproduce`
-# (the runner's registry knows only its own built-in ones).
-EXPERIMENT_MODULES = (
-    "layernorm_paper.experiments.builtin",
-    "layernorm_paper.reproduce.experiments",
-    "layernorm_paper.reproduce.batch_split",
-    "layernorm_paper.reproduce.order",
-)
-add_plugins(*EXPERIMENT_MODULES)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="layernorm", description="Layer Normalization "
                                      "(Ba, Kiros, Hinton 2016): layers, theory and reproduction.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).add_commands(sub)
+    for module in COMMANDS:
+        module.add_commands(sub)
     return parser
 
 

@@ -17,12 +17,10 @@ from .batch_split import batch_split_rows
 from .experiments.runtime import (ENV_VARS, Context, DistributedRuntime, Runtime, barrier,
                                   broadcast_object, device_for_rank, init, local_batch_size,
                                   read_env, runtime, shutdown, unwrap, wrap_model)
-from .experiments.runtime import device_for_rank as resolve_device
-from .reproduce.batch_split import _compare, add_commands, ddp_batch_split
+from .reproduce.batch_split import ddp_batch_split
 from layernorm.sync_bn import SyncBatchNorm, all_reduce_moments, convert_sync_batchnorm
 
 __all__ = ["ENV_VARS", "Context", "DistributedRuntime", "Runtime", "SyncBatchNorm",
-           "add_commands", "all_reduce_moments", "barrier", "batch_split_rows", "broadcast_object",
+           "all_reduce_moments", "barrier", "batch_split_rows", "broadcast_object",
            "convert_sync_batchnorm", "ddp_batch_split", "device_for_rank", "init",
-           "local_batch_size", "read_env", "resolve_device", "runtime", "shutdown", "unwrap",
-           "wrap_model", "_compare"]
+           "local_batch_size", "read_env", "runtime", "shutdown", "unwrap", "wrap_model"]

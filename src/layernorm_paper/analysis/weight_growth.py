@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from layernorm.norms import norm_block
+from ..models.mlp import mlp_layers
 from .fisher import _load_forward_ad, fit_exponent
 from .layer import check_data, single_thread
 
@@ -18,14 +18,10 @@ OPTIMIZERS = {"sgd": 0.5, "adam": 0.01}                         # optimizer -> l
 
 
 def _mlp(norm: str, sizes: tuple[int, ...], seed: int) -> nn.Sequential:
-    """Hidden layers Linear -> norm -> ReLU (no bias before a norm: it would be removed by the
-    centering), then a plain Linear to the logits (never normalized, as in the paper)."""
+    """``models.mlp``'s MLP through the widths ``sizes``, with no bias before a norm (it would be
+    removed by the centering) and plain Linear logits (never normalized, as in the paper)."""
     torch.manual_seed(seed)
-    layers = []
-    for din, dout in zip(sizes[:-2], sizes[1:-1]):
-        layers += [*norm_block(nn.Linear(din, dout, bias=norm == "none"), norm), nn.ReLU()]
-    layers.append(nn.Linear(sizes[-2], sizes[-1]))
-    return nn.Sequential(*layers)
+    return nn.Sequential(*mlp_layers(sizes[0], sizes[1:-1], sizes[-1], norm, bias=norm == "none"))
 
 
 def _cos(u: torch.Tensor, v: torch.Tensor) -> float:
@@ -59,7 +55,7 @@ def train_mlp(x: torch.Tensor, y: torch.Tensor, *, norm: str, optimizer: str, st
                          f"{steps}.")
     lr = OPTIMIZERS[optimizer] if lr is None else lr
     model = _mlp(norm, (x.shape[1],) + (hidden,) * depth + (int(y.max()) + 1,), seed)
-    hidden_weights = [m.weight for m in model if isinstance(m, nn.Linear)][:-1]
+    hidden_weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)][:-1]
     opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     log = {"loss": [], **{k: [[] for _ in hidden_weights]

@@ -7,7 +7,7 @@ docs/rnnfast.md). Never used by tests to assert a speed.
     rnn        ``bench rnn``: LN-LSTM / LN-GRU sequences vs torch.nn.LSTM / GRU
     cells      ``bench rnn``'s step tables: the cells at batch 1 and 32, BN-LSTM vs LN-LSTM
     memory     peak memory of one call
-    baseline   the TorchScript LN-LSTM baseline, read from the source checkout's tests/
+    baseline   the TorchScript LN-LSTM that ``bench rnn`` times beside torch's and ours
 
 Tables are printed with ``layernorm_paper._io.format_table`` (re-exported here).
 """

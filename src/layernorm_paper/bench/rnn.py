@@ -13,7 +13,7 @@ Implementations:
     layernorm loop                     norm="layer", ``use_fused = False``: the readable loop
     TorchScript LN-LSTM                a cell-by-cell scripted LN-LSTM in the style of PyTorch's
                                        benchmarks/fastrnns/custom_lstms.py (raw c carried;
-                                       ``baseline``: only where the source checkout's tests/ is)
+                                       ``baseline``)
     layernorm.LSTM compiled            ``torch.compile`` of the layernorm module (first shape):
                                        "compile s" = its cold compile (first training step and
                                        first inference call, inductor's on-disk caches as found),
@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from .._io import atomic_write_json, format_table
-from .baseline import MISSING, script_ln_lstm
+from .baseline import ScriptLNLSTM
 from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_cells
 from .harness import CLOCKS, compare, machine, module_steps
 from .memory import peak_memory_mb
@@ -67,9 +67,8 @@ def _implementations(cell: str, I: int, H: int, layers: int, bidirectional: bool
         readable = ours_cls(I, H, norm="layer", **kw)
         readable.use_fused = False
         impls["layernorm loop"] = readable
-    baseline = script_ln_lstm()
-    if cell == "lstm" and baseline is not None:
-        impls["TorchScript LN-LSTM"] = baseline(I, H, **kw)
+    if cell == "lstm":
+        impls["TorchScript LN-LSTM"] = ScriptLNLSTM(I, H, **kw)
     return {name: m.to(device) for name, m in impls.items()}
 
 
@@ -214,8 +213,6 @@ def _run(args: argparse.Namespace) -> int:
               f"rows: / torch's row of the same group); peak MB = memory allocated during one "
               f"training step; vs eager = compiled / eager layernorm module.")
         print(format_table([r for r in rows if r["table"] == "modules"], COLUMNS))
-        if script_ln_lstm() is None and "lstm" in args.cells:
-            print(MISSING)
     if "cells" in args.tables:
         cell_rows = bench_cells(T, I, H, batches=args.cell_batches, cells=args.cells,
                                 repeat=repeat, warmup=args.warmup, device=args.device,

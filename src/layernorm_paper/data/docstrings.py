@@ -1,7 +1,8 @@
 """A character-level corpus that ships with every Python: the standard library's docstrings.
 
     docstrings   (N, seq_len) character ids -> the next character at every step (summary B's
-                 language-modelling experiment, run here as a character-level language model)
+                 language-modelling experiment, run here as a character-level language model;
+                 summary B: one of the two blog summaries of the paper, docs/paper.md)
 
 The running interpreter's standard library (``sysconfig``'s "stdlib" path) is read in sorted
 order of relative file path, skipping test packages, ``site-packages`` and files that do not

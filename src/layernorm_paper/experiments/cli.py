@@ -5,13 +5,13 @@ import argparse
 import sys
 
 from .. import _args
-from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment, load_registered
+from .config import DEVICES
+from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment
 
 
 def _list(args: argparse.Namespace) -> int:
     from ..data import DATASETS
-    load_registered()
-    print("Experiments (layernorm run NAME [--preset tiny|quick|full]):")
+    print("Experiments (layernorm run NAME [--preset SCALE], SCALE: tiny, quick or full):")
     for name, exp in sorted(EXPERIMENTS.items()):
         sizes = []
         for preset in PRESETS:
@@ -102,8 +102,9 @@ def add_commands(sub) -> None:
                        "or, for a value it does not use, set it in every config (several values: "
                        "the union).")
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
-    p.add_argument("--preset", choices=PRESETS, default="quick",
-                   help="scale: tiny (seconds), quick (minutes, default), full (the paper's)")
+    p.add_argument("--preset", choices=PRESETS, default="quick", metavar="SCALE",
+                   help="the scale of the experiment's runs: tiny (seconds), quick (minutes, "
+                   "the default), full (the paper's); `layernorm reproduce` has tiers instead")
     from layernorm._vocabulary import NORMS
     p.add_argument("--norm", nargs="+", metavar="NORM", choices=NORMS,
                    help=f"one or more of {', '.join(NORMS)} (a model may support fewer)")
@@ -113,13 +114,13 @@ def add_commands(sub) -> None:
     length.add_argument("--steps", type=_args.positive_int, help="train this many steps instead")
     length.add_argument("--epochs", type=_args.positive_float,
                         help="train this many epochs instead")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", choices=DEVICES)
     p.add_argument("--out", default="runs", help="output folder (default: runs)")
     p.add_argument("--jobs", type=_args.positive_int, default=1,
                    help="parallel processes (default 1)")
     p.add_argument("--threads", type=_args.positive_int,
                    help="torch threads per process (default: torch's, or "
-                   "cpu_count // jobs with --jobs); 1 is fastest for the small presets on a "
+                   "cpu_count // jobs with --jobs); 1 is fastest for the small scales on a "
                    "busy machine")
     p.add_argument("--sync-bn", action="store_true",
                    help="under torchrun: batch-norm statistics over the global batch "

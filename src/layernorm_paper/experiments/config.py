@@ -6,11 +6,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
+from .._args import SEED_MAX
 from .names import check_choice, check_name
+from .registry import MODEL_NORMS, MODELS
 
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 DEVICES = ("auto", "cpu", "cuda")
-SEED_MAX = 2**32 - 1     # the runner derives each epoch's data order seed from it
+
+
 @dataclass
 class Config:
     experiment: str = ""            # the registry name that produced it ("" for ad-hoc runs)
@@ -37,8 +40,6 @@ class Config:
         """Check every field against what exists; raise a ValueError that names the fix."""
         from ..data import DATASETS
         from layernorm._vocabulary import NORMS
-        from .registry import MODEL_NORMS, MODELS, load_registered
-        load_registered()
         check_name(self.experiment, "experiment", empty=True)
         check_name(self.tag, "tag", empty=True)
         check_choice(self.dataset, DATASETS, "dataset")

@@ -4,20 +4,24 @@
     def mlp(dataset, norm, hidden=(1000, 1000)) -> nn.Module: ...
 
     @register_experiment("digits_mlp", claim="6.6: ...", section="6.6")
-    def digits_mlp(preset) -> list[Config]: ...     # preset: "tiny" | "quick" | "full"
+    def digits_mlp(preset) -> list[Config]: ...     # preset: a scale, "tiny" | "quick" | "full"
+
+A module registers its own when imported; importing ``layernorm_paper.reproduce`` imports every
+module of the reproduction that does. The config checks its names against these registries, never
+the reverse: this module imports no config (an experiment's configs are whatever objects its
+function returns, each with ``validate()`` and ``run_name()``).
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from .names import check_choice, check_name
 
-if TYPE_CHECKING:      # the config checks its names against this registry, never the reverse
-    from .config import Config
-
+# The scales of one experiment (``layernorm run --preset``): how long and how many seeds each of
+# its configs trains. ``layernorm reproduce`` has tiers of its own (docs/reproduce.md) that pick
+# which experiments run, each at one of these scales.
 PRESETS = ("tiny", "quick", "full")
 
 
@@ -27,25 +31,6 @@ def by_preset(preset: str, **values):
     check_choice(preset, values, "preset")
     return values[preset]
 
-# Modules whose import registers models and experiments. The runner knows only its own; the
-# modules above it declare theirs with ``add_plugins`` (``layernorm_paper.cli`` lists every plugin of
-# the command; ``layernorm_paper.reproduce`` declares the reproduction's when imported). Loaded on first
-# use, so `import layernorm` stays light.
-PLUGIN_MODULES: list[str] = ["layernorm_paper.experiments.builtin"]
-EXPERIMENT_MODULES = PLUGIN_MODULES     # its former name
-
-
-def add_plugins(*modules: str) -> None:
-    """Declare modules whose import registers models or experiments (imported on first use)."""
-    for name in modules:
-        if name not in PLUGIN_MODULES:
-            PLUGIN_MODULES.append(name)
-
-
-def load_registered() -> None:
-    """Import every declared plugin module (each registers its models and experiments)."""
-    for name in list(PLUGIN_MODULES):
-        importlib.import_module(name)
 
 MODELS: dict[str, Callable] = {}
 MODEL_NORMS: dict[str, tuple[str, ...]] = {}    # the norms a model supports, where it says so
@@ -72,8 +57,8 @@ def register_model(name: str, *, norms: tuple[str, ...] | None = None):
     return deco
 
 
-def build_model(config: "Config", dataset):
-    load_registered()
+def build_model(config, dataset):
+    """The model of ``config`` (a ``Config``) for ``dataset``, from its registered builder."""
     check_choice(config.model, MODELS, "model")
     fn = MODELS[config.model]
     params = inspect.signature(fn).parameters
@@ -89,16 +74,17 @@ def build_model(config: "Config", dataset):
 @dataclass(frozen=True)
 class Experiment:
     name: str
-    claim: str          # the sentence of the paper (or of summary A / B) it tests, one line
+    claim: str          # the sentence of the paper (or of summary A / B, docs/paper.md) it tests
     section: str        # the paper's section ("6.6", ...), or "summary A" / "summary B"
-    make_configs: Callable[[str], list["Config"]]
+    make_configs: Callable[[str], list]     # scale -> the experiment's Configs
     needs_download: bool = False
 
-    def configs(self, preset: str = "quick") -> list["Config"]:
-        """The experiment's configs for ``preset``, validated, with unique run names."""
+    def configs(self, preset: str = "quick") -> list:
+        """The experiment's configs (``Config``) at the scale ``preset``, validated, with unique
+        run names."""
         check_choice(preset, PRESETS, "preset")
         configs = list(self.make_configs(preset))
-        seen: dict[str, Config] = {}
+        seen = {}
         for c in configs:
             if not c.experiment:
                 c.experiment = self.name
@@ -110,10 +96,7 @@ class Experiment:
         return configs
 
 
-EXPERIMENTS: dict[str, Experiment] = {}
-# Experiment names are snake_case, like the Python functions that define them; the dashed names of
-# earlier releases still resolve.
-EXPERIMENT_ALIASES = {"digits-mlp": "digits_mlp", "ddp-batch-split": "ddp_batch_split"}
+EXPERIMENTS: dict[str, Experiment] = {}    # named in snake_case, like the functions that define them
 
 
 def register_experiment(name: str, *, claim: str, section: str, needs_download: bool = False):
@@ -129,11 +112,9 @@ def register_experiment(name: str, *, claim: str, section: str, needs_download: 
 
 
 def get_experiment(name: str) -> Experiment:
-    load_registered()
-    name = EXPERIMENT_ALIASES.get(name, name)
     try:
         check_choice(name, EXPERIMENTS, "experiment")
     except ValueError as err:
         raise ValueError(f"{err} (The paper's experiments register when layernorm_paper.reproduce is "
-                         f"imported; the `layernorm` command loads them all.)") from None
+                         f"imported; the `layernorm` command imports it.)") from None
     return EXPERIMENTS[name]

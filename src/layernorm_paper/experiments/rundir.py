@@ -152,7 +152,6 @@ def claim(run_dir: Path, is_writer: bool):
         yield
 
 
-_save_checkpoint = save_checkpoint      # its former name
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_KEYS", "METRIC_KEYS", "RUN_FILES", "MetricsError",
            "RunDirError", "check_run_dir", "claim", "environment", "git_commit", "load_checkpoint",
            "read_jsonl", "read_metrics", "save_checkpoint"]

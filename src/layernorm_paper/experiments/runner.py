@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .config import Config
 from .names import check_name
-from .registry import PLUGIN_MODULES
+from .registry import MODEL_NORMS, MODELS, register_model
 from .rundir import check_run_dir, read_metrics
 from .runtime import Runtime
 from .training import train
@@ -144,14 +144,19 @@ def _exit_with_parent(parent_pid: int, interval: float = 0.5) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def _run_in_child(config_dict: dict, run_dir: str, threads: int,
-                  plugins: tuple[str, ...] = ()) -> RunResult:
+def _run_in_child(config_dict: dict, run_dir: str, threads: int, builder,
+                  norms: tuple[str, ...] | None) -> RunResult:
+    """One run in a spawned worker process, which starts with empty registries. ``builder`` is the
+    config's model builder, sent by reference: unpickling it imported the module that defines
+    it, and with it that module's registrations; a builder that was registered by a call rather
+    than at import is registered here under the parent's name and norms."""
     import torch
 
-    from .registry import add_plugins
-    add_plugins(*plugins)     # a spawned process knows only what the parent declared
+    config = Config.from_dict(config_dict)
+    if builder is not None and config.model not in MODELS:
+        register_model(config.model, norms=norms)(builder)
     torch.set_num_threads(threads)
-    return _run_one(Config.from_dict(config_dict), Path(run_dir), False)
+    return _run_one(config, Path(run_dir), False)
 
 
 def _describe(i: int, n: int, r: RunResult) -> str:
@@ -241,8 +246,9 @@ def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, 
             while (queue or in_flight) and not broken:
                 while queue and len(in_flight) < width:
                     k = queue.popleft()
-                    in_flight[pool.submit(_run_in_child, configs[k].to_dict(), str(dirs[k]),
-                                          threads, tuple(PLUGIN_MODULES))] = k
+                    c = configs[k]
+                    in_flight[pool.submit(_run_in_child, c.to_dict(), str(dirs[k]), threads,
+                                          MODELS.get(c.model), MODEL_NORMS.get(c.model))] = k
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for fut in done:
                     k = in_flight.pop(fut)

@@ -28,13 +28,9 @@ from .._io import atomic_write_json, atomic_write_text
 from ..data import Dataset, load_dataset
 from .config import Config
 from .registry import build_model
-from .rundir import (CHECKPOINT_FORMAT, CHECKPOINT_KEYS, METRIC_KEYS, RUN_FILES,  # noqa: F401
-                     MetricsError, RunDirError, _append_row, check_run_dir, claim, environment,
-                     git_commit, load_checkpoint, read_metrics, save_checkpoint)
-from .runtime import Runtime, local_batch_size, resolve_device  # noqa: F401 (their former home)
-
-_save_checkpoint = save_checkpoint
-_claim = claim
+from .rundir import (CHECKPOINT_FORMAT, RunDirError, _append_row, check_run_dir, claim,
+                     environment, load_checkpoint, read_metrics, save_checkpoint)
+from .runtime import Runtime, local_batch_size, resolve_device
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:

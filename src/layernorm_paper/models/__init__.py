@@ -9,12 +9,16 @@
     AttentiveReader 6.2: bidirectional LSTM reader with attention over the passage; returns
                     logits over the entities of the passage
     OrderEmbedding  6.1: order embeddings of captions (GRU / LN-GRU) and images (models.order)
+    mlp_layers      6.6: the layers of the reproduction's one MLP (models.mlp)
 
-Each takes ``norm="none" | "layer"`` (and ``"batch"`` for the reader) for its recurrent parts.
+Each recurrent model takes ``norm="none" | "layer"`` (and ``"batch"`` for the reader) for its
+recurrent parts; ``mlp_layers`` takes any norm name.
 """
 from .draw import DRAW, CellNormLSTMCell
 from .mdn import HandwritingMDN
 from .reader import AttentiveReader
 from .order import OrderEmbedding
+from .mlp import mlp_layers
 
-__all__ = ["DRAW", "CellNormLSTMCell", "HandwritingMDN", "AttentiveReader", "OrderEmbedding"]
+__all__ = ["DRAW", "CellNormLSTMCell", "HandwritingMDN", "AttentiveReader", "OrderEmbedding",
+           "mlp_layers"]

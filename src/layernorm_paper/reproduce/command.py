@@ -1,5 +1,7 @@
 """``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
-table, geometry), and write the report.
+table, geometry), and write the report. A tier (``--quick``, ``--preset standard``, ``--full``,
+``--preset tiny``) picks which experiments run and at which of the runner's scales
+(``layernorm run --preset tiny|quick|full``):
 
     layernorm reproduce --quick              embedded data, reduced scale, 5 seeds (≤ 10 minutes)
     layernorm reproduce --preset standard    --quick plus the experiments that do not fit its
@@ -24,7 +26,7 @@ from pathlib import Path
 from .. import _args
 from .. import records
 from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
-from ..experiments.registry import EXPERIMENT_ALIASES
+from ..batch_split import DDP_EXPERIMENT
 
 # The experiments and their tiers are the records' (``layernorm_paper.records``): EXPERIMENTS in
 # their run order (the longest first: better packing over --jobs processes); STANDARD_ONLY, run by
@@ -85,22 +87,34 @@ def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
     return not_run
 
 
-DDP_EXPERIMENT = "ddp_batch_split"
 DDP_WORLD = 2
 
 
 def _ddp_worker(preset: str, runs: str) -> None:
     """One rank of the batch-split run (started by torch's elastic launcher, which set RANK,
-    WORLD_SIZE, MASTER_ADDR...): ``layernorm run ddp_batch_split`` on this rank."""
+    WORLD_SIZE, MASTER_ADDR...): the runner trains every config of ``ddp_batch_split`` together
+    with the other rank, one torch thread each, as ``layernorm run`` does under torchrun."""
     import socket
+
+    import torch
+
+    from ..experiments import get_experiment
+    from ..experiments import runtime as distributed
+    from ..experiments.runner import run_configs
     loopback = next((n for _, n in socket.if_nameindex() if n.startswith("lo")), "lo")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)   # gloo on 127.0.0.1 only
-    from ..cli import main
-    code = main(["run", DDP_EXPERIMENT, "--preset", preset, "--out", runs, "--threads", "1",
-                 "--no-progress"])
-    if code:
-        raise RuntimeError(f"layernorm run {DDP_EXPERIMENT} exited with status {code} on rank "
-                           f"{os.environ.get('RANK')}")
+    torch.set_num_threads(1)
+    configs = get_experiment(DDP_EXPERIMENT).configs(preset)
+    runtime = distributed.runtime(configs[0].device)
+    try:
+        # under torchrun a failed run raises on its rank (run_configs), which stops the group
+        results = run_configs(configs, runs, progress=False, runtime=runtime)
+    finally:
+        distributed.shutdown()
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise RuntimeError(f"{DDP_EXPERIMENT}: {len(failed)} run(s) failed on rank "
+                           f"{runtime.rank}: {failed[0].error.splitlines()[0]}")
 
 
 def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
@@ -159,16 +173,15 @@ def _invocation(meta: dict) -> dict:
 
 def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, only=None,
               jobs: int | None = None, report: bool = True, log=print) -> Path:
-    """Run the reproduction for ``preset`` into ``out``; returns the output directory."""
+    """Run the reproduction's tier ``preset`` (tiny, quick, standard or full) into ``out``;
+    returns the output directory."""
     from ..experiments import EXPERIMENTS as REGISTRY
-    from ..experiments import PRESETS, load_registered
+    from ..experiments import PRESETS
     from layernorm._checks import check_choice
 
     check_choice(preset, (*PRESETS, STANDARD), "preset")
-    load_registered()
     names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
     if only:
-        only = [EXPERIMENT_ALIASES.get(n, n) for n in only]
         for n in only:
             check_choice(n, names, "experiment for --only")
         names = [n for n in names if n in only]
@@ -278,8 +291,18 @@ def failures(out: str | os.PathLike) -> list[str]:
         f"analysis {k}: {v}" for k, v in meta.get("failed_analysis", {}).items()]
 
 
+def tier(args: argparse.Namespace) -> str:
+    """The tier of the reproduction that the command line asks for: ``--quick``, ``--full`` or
+    ``--preset NAME`` (one of them at most); ``quick`` when none is given."""
+    if args.full:
+        return "full"
+    if args.quick:
+        return "quick"
+    return args.preset or "quick"
+
+
 def _run(args: argparse.Namespace) -> int:
-    preset = "full" if args.full else args.preset or "quick"
+    preset = tier(args)
     out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
     if (out / "summary.json").exists():
         from ..report import summary_table
@@ -299,18 +322,23 @@ def add_commands(sub) -> None:
     p = sub.add_parser("reproduce", help="run the experiments of the paper and of the two "
                                          "summaries it checks (docs/paper.md) and write a report "
                                          "that judges each claim")
+    # A tier of the reproduction picks which experiments run and at which of the runner's scales
+    # (`layernorm run --preset tiny|quick|full`); the tier "quick" runs the quick scale.
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="embedded data, reduced scale, "
-                      "5 seeds: under 10 minutes on 2 CPU cores (the default)")
-    mode.add_argument("--full", action="store_true", help="the paper's scale where the data can be "
-                      "downloaded (hours; resumable)")
-    mode.add_argument("--preset", choices=("tiny", "quick", STANDARD, "full"),
-                      help="tiny: seconds, for tests; standard: --quick plus the ConvNet and the "
-                      "paper's section 6.2-6.5 experiments (about 15-30 minutes on 2 CPU cores)")
+    mode.add_argument("--quick", action="store_true", help="the tier quick (the default): embedded "
+                      "data, each experiment at the runner's quick scale, 5 seeds, the "
+                      "experiments that fit under 10 minutes on 2 CPU cores")
+    mode.add_argument("--full", action="store_true", help="the tier full: the paper's scale where "
+                      "the data can be downloaded (hours; resumable)")
+    mode.add_argument("--preset", choices=("tiny", "quick", STANDARD, "full"), metavar="TIER",
+                      help="the tier by name: tiny (seconds, for tests), quick (= --quick), "
+                      "standard (--quick plus the ConvNet and the paper's section 6.1-6.5 "
+                      "experiments at the same scale: about 15-30 minutes on 2 CPU cores), "
+                      "full (= --full)")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{DDP_EXPERIMENT}, {ANALYSIS}")
-    p.add_argument("--out", help="output directory (default runs/reproduce-<preset>)")
+    p.add_argument("--out", help="output directory (default runs/reproduce-<tier>)")
     p.add_argument("--jobs", type=_args.positive_int,
                    help="training processes at once (default: 2, or 1 on "
                    "a single core)")
