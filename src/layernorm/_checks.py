@@ -1,5 +1,5 @@
 """Input checks shared by every public function: each error says what was expected, what was
-received, and what to do (STYLE.md habit 8)."""
+received, and what to do."""
 from __future__ import annotations
 
 import difflib

@@ -1,6 +1,7 @@
 """Normalization as pure functions: statistics over some dimensions, then an affine map.
 
-Paper section 1 (Ba, Kiros, Hinton 2016). For the summed inputs ``a`` of a layer:
+Paper section 3 (Ba, Kiros, Hinton 2016; docs/paper.md section 1). For the summed inputs ``a``
+of a layer:
 
     mu    = mean(a)                   over the reduced dimensions
     sigma = sqrt(mean((a - mu)^2) + eps)

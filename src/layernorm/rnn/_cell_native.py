@@ -23,14 +23,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import recurrence
+from ..functional import HALF_DTYPES as _HALF
 from . import _driver, _ops
 from ._gemm import half_gemm_native
 from ._structs import GRUArgs, LSTMArgs
 
 _byref = ctypes.byref
-
-
-_HALF = (torch.bfloat16, torch.float16)
 
 
 def lib_for(x: Tensor):

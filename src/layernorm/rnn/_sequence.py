@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from .errors import autocast_on
 
 _layer_norm = torch.native_layer_norm
 _layer_norm_backward = torch.ops.aten.native_layer_norm_backward
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
@@ -60,11 +60,6 @@ def dtypes(xg: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
     out = torch.get_autocast_dtype(device) if autocast else xg.dtype
     compute = torch.float32 if device == "cpu" and out in _HALF else out
     return compute, out
-
-
-def stats_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of saved LN statistics: float32 for half types."""
-    return torch.float32 if dtype in _HALF else dtype
 
 
 def under_functorch() -> bool:

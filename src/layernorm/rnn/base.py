@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import _VF, nn
 
 from .._checks import check_choice
+from .._vocabulary import RNN_NORMS
 from .. import recurrence
 from . import _cell_native
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
@@ -17,7 +18,7 @@ from ._norm_kinds import NORM_KINDS
 from .errors import RNNTypeError, _real, autocast_on, check_nonlinearity, check_sizes
 from .terms import Term, gate_groups, last_trained_slot
 
-RNN_NORMS = tuple(NORM_KINDS)   # ("layer", "batch", "none")
+assert set(NORM_KINDS) == set(RNN_NORMS), "every norm the cells accept has its kind"
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
