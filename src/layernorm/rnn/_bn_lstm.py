@@ -7,10 +7,11 @@ docs/rnnfast.md, "The fused BN-LSTM")::
     c_t   = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g)
     h_t   = sigmoid(o) tanh(BN_t(c_t; gain_c, bias_c))
 
-The input term depends on x only: ``BatchTerm.all_steps`` computes it for every step at once
-(torch's batch norm, with ordinary autograd), before the loop. The recurrent term and the cell
-need the statistics of step t over the examples active at t: the kernels reduce them over the
-batch inside the time loop, forward and backward. A step uses batch statistics in training when
+Every batch norm takes the statistics of step t over the examples active at t: the kernels
+reduce them over the batch inside the time loop, forward and backward, for the recurrent term
+and the cell, and for the input term too (its statistics depend on x only, but folding it into
+the step saves the passes over (T, B, 4H) that torch's batch norm and its layout copies cost, as
+the LN-LSTM folds its input LN); W_x x itself is one GEMM over all steps before the loop. A step uses batch statistics in training when
 at least two examples are active; otherwise (eval, or one active example) the running statistics
 of slot min(t, last trained slot), as the readable path. The kernels return every batch step's
 mean and biased variance; the running statistics are then updated (and reported to
@@ -33,6 +34,7 @@ from torch import Tensor
 
 from ..recurrence import lstm_step, run_direction
 from . import _driver, _ops
+from . import fused as _fused
 from . import _sequence as seq
 from ._gemm import _panels
 from ._ops import contig as _contig
@@ -75,14 +77,14 @@ def bn_lstm_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, Tenso
     -> (out (T, B, H), (h_n, c_n)); the running statistics updated in training."""
     g = lambda name: module._get(name, suffix)  # noqa: E731
     terms = module._terms(suffix, batch_sizes)
-    xg = module._input_term(x, suffix, terms)                         # (T, B, G)
+    xg = _fused.input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
     T, B, G = xg.shape
     H = G // 4
     sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
     flags = [bool(module.training and n >= 2) for n in sizes]
     fixed = [t for t in range(T) if not flags[t]]
     stats = []
-    for term, width in ((terms["hh"], G), (terms["c"], H)):
+    for term, width in ((terms["hh"], G), (terms["c"], H), (terms["ih"], G)):
         for buf in term.running:                 # the fixed steps' rows: running statistics
             rows = xg.new_empty(T, width)
             if fixed:
@@ -93,88 +95,94 @@ def bn_lstm_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, Tenso
     sizes_t = None if batch_sizes is None else torch.as_tensor(sizes)
     out, h_n, c_n, *found = _BNLSTM.apply(
         xg, state[0], state[1], g("weight_hh"), g("gain_hh"), g("bias_hh"), g("gain_c"),
-        g("bias_c"), *stats, sizes_t, flags, float(module.eps))
+        g("bias_c"), g("gain_ih"), g("bias_ih"), *stats, sizes_t, flags, float(module.eps))
     if module.training:
-        for term, (mean, var) in ((terms["hh"], found[:2]), (terms["c"], found[2:])):
+        for term, (mean, var) in ((terms["ih"], found[4:]), (terms["hh"], found[:2]),
+                                  (terms["c"], found[2:4])):
             for t0, t1, n in _runs(sizes, flags):
                 term._update(t0, mean[t0:t1], var[t0:t1], n)
     return out, (h_n, c_n)
 
 
 class _BNLSTM(torch.autograd.Function):
-    """The recurrence on the C kernels: (xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, then
-    the (T, G) / (T, H) mean_h, var_h, mean_c, var_c with the fixed steps' rows, batch_sizes,
-    flags, eps) -> out, h_n, c_n and the four statistics with every step's rows (the batch steps'
-    batch mean and biased variance; not differentiable)."""
+    """The recurrence on the C kernels: (xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
+    gain_x, bias_x, then the (T, G) / (T, H) mean_h, var_h, mean_c, var_c, mean_x, var_x with the
+    fixed steps' rows, batch_sizes, flags, eps) -> out, h_n, c_n and the six statistics with
+    every step's rows (the batch steps' batch mean and biased variance; not differentiable)."""
 
     @staticmethod
-    def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, mean_h, var_h, mean_c,
-                var_c, batch_sizes, flags, eps):
+    def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, mean_h,
+                var_h, mean_c, var_c, mean_x, var_x, batch_sizes, flags, eps):
         lib = _driver.native_lib(xg)
         xg = xg.contiguous()
         T, B, G = xg.shape
         H = G // 4
-        save = any(ctx.needs_input_grad[:8])
+        save = any(ctx.needs_input_grad[:10])
         saved = [None] * 4
         if save:  # cs, hg_all, act_all, tc_all
             saved = [_WORKSPACE.get(shape, like=xg) for shape in (
                 (T + 1, B, H), (T, B, G), (T, B, G), (T, B, H))]
             saved[0][0] = c0
-        stats = [s.clone() for s in (mean_h, var_h, mean_c, var_c)]
+        stats = [s.clone() for s in (mean_h, var_h, mean_c, var_c, mean_x, var_x)]
         out = _buffer(T, B, H, like=xg, zero=batch_sizes is not None)
         h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
         flags_t = torch.tensor(flags, dtype=torch.int32)
         _driver.call(lib, "bn_lstm_forward_seq", _driver.BNLSTMArgs, WHO, T=T, B=B, H=H,
                      nthreads=_driver.threads(B), eps=eps,
-                     batch_sizes=_driver.int32(batch_sizes), batch_stats=flags_t, xg=xg,
+                     batch_sizes=_driver.int32(batch_sizes), batch_stats=flags_t, xw=xg,
+                     gain_x=_contig(gain_x), bias_x=_contig(bias_x),
                      wp=_panels(w_hh, lib.panel_width()), gain_h=_contig(gain_h),
                      bias_h=_contig(bias_h), gain_c=_contig(gain_c), bias_c=_contig(bias_c),
                      h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0], hg_all=saved[1],
                      act_all=saved[2], tc_all=saved[3], mean_h=stats[0], var_h=stats[1],
-                     mean_c=stats[2], var_c=stats[3])
+                     mean_c=stats[2], var_c=stats[3], mean_x=stats[4], var_x=stats[5])
         ctx.mark_non_differentiable(*stats)
         ctx.flags, ctx.eps, ctx.save = flags, eps, save
         ctx.batch_sizes = batch_sizes
         if save:
-            ctx.save_for_backward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, out,
+            ctx.save_for_backward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x,
+                                  bias_x, out,
                                   *saved, *stats)
         return out, h_n, c_n, *stats
 
     @staticmethod
     def backward(ctx, grad_out, grad_hn, grad_cn, *_):
         kept = ctx.saved_tensors
-        inputs, out, saved, stats = kept[:8], kept[8], kept[9:13], kept[13:]
+        inputs, out, saved, stats = kept[:10], kept[10], kept[11:15], kept[15:]
         sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
         if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
             found = _ops.differentiable_backward(
                 lambda *xs: _loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
-                ctx.needs_input_grad[:8], (grad_out, grad_hn, grad_cn))
-            return (*found, *(None,) * 7)
-        xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c = inputs
+                ctx.needs_input_grad[:10], (grad_out, grad_hn, grad_cn))
+            return (*found, *(None,) * 9)
+        xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, _ = inputs
         T, B, G = xg.shape
         H = G // 4
         lib = _driver.native_lib(xg)
         dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
         dh, dc = (gr.detach().clone(memory_format=torch.contiguous_format)
                   for gr in (grad_hn, grad_cn))
-        dparams = torch.zeros(2 * G + 2 * H, dtype=torch.float64)
+        dparams = torch.zeros(4 * G + 2 * H, dtype=torch.float64)
         cs, hg_all, act_all, tc_all = saved
         dw_hh = _ops.native_backward(
             lib, "bn_lstm_backward_seq", _driver.BNLSTMArgs, WHO, _contig(h0), out,
             ctx.batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps,
             batch_stats=torch.tensor(ctx.flags, dtype=torch.int32),
             wtp=_panels(w_hh, lib.panel_width(), transposed=True), gain_h=_contig(gain_h),
-            gain_c=_contig(gain_c), grad_out=grad_out.contiguous(), cs=cs, hg_all=hg_all,
+            gain_c=_contig(gain_c), gain_x=_contig(gain_x), xw=xg,
+            grad_out=grad_out.contiguous(), cs=cs, hg_all=hg_all,
             act_all=act_all, tc_all=tc_all, mean_h=stats[0], var_h=stats[1], mean_c=stats[2],
-            var_c=stats[3], dh=dh, dc=dc, dxg=dxg, dparams=dparams)
-        dgain_h, dbias_h, dgain_c, dbias_c = dparams.to(xg.dtype).split([G, G, H, H])
-        return (dxg, dh, dc, dw_hh, dgain_h, dbias_h, dgain_c, dbias_c, *(None,) * 7)
+            var_c=stats[3], mean_x=stats[4], var_x=stats[5], dh=dh, dc=dc, dxg=dxg,
+            dparams=dparams)
+        dparams = dparams.to(xg.dtype).split([G, G, H, H, G, G])
+        return (dxg, dh, dc, dw_hh, *dparams, *(None,) * 9)
 
 
-def _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, sizes, flags, stats, eps):
+def _loop(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, sizes, flags, stats,
+          eps):
     """The same recurrence in plain differentiable torch ops (the reference step in THE loop):
     batch statistics of the active rows at the flagged steps, the given ones elsewhere."""
-    mean_h, var_h, mean_c, var_c = stats
+    mean_h, var_h, mean_c, var_c, mean_x, var_x = stats
 
     def norm(gain, bias, mean, var):
         def f(a, t):
@@ -187,7 +195,8 @@ def _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, sizes, flags, stats,
         return f
 
     norm_hh, norm_c = norm(gain_h, bias_h, mean_h, var_h), norm(gain_c, bias_c, mean_c, var_c)
+    norm_x = norm(gain_x, bias_x, mean_x, var_x)
     out, (h, c) = run_direction(
-        lambda x, s, t: lstm_step(x, s[0], s[1], w_hh, norm_hh, norm_c, t), xg, (h0, c0),
-        batch_sizes=sizes)
+        lambda x, s, t: lstm_step(norm_x(x, t), s[0], s[1], w_hh, norm_hh, norm_c, t), xw,
+        (h0, c0), batch_sizes=sizes)
     return out, h, c

@@ -668,7 +668,7 @@ int gru_step_backward(const struct gru *R, float *direct) {
 
 /* ---- BN-LSTM (Cooijmans et al. 2016, "Recurrent Batch Normalization"; docs/rnnfast.md) -------
  *   hg   = W_h h_{t-1}                                        (the GEMM above)
- *   pre  = BN_t(hg; gain_h, bias_h) + xg                      xg = BN_t(W_x x) + b, given
+ *   pre  = BN_t(hg; gain_h, bias_h) + BN_t(xw; gain_x, bias_x)       xw = W_x x_t
  *   c    = sigmoid(f) c_prev + sigmoid(i) tanh(u)
  *   h    = sigmoid(o) tanh(BN_t(c; gain_c, bias_c))
  * BN_t normalizes each column (unit) with statistics over the rows (examples) active at step t,
@@ -682,18 +682,20 @@ int gru_step_backward(const struct gru *R, float *direct) {
  * forward (hg's statistics, then c's) and two backward (the column sums of the two batch-norm
  * backwards); the two terms' slots are separate arrays, so a thread that runs ahead writes one
  * term's slots only after the barrier that all readers of that term's previous sums passed.
+ * The input term's statistics are summed with hg's, before the same barrier.
  *
  * Saved when cs != NULL: cs (T + 1, B, H) with cs[0] = c0, hg_all, act_all (T, B, G) (act as the
  * LN-LSTM's), tc_all (T, B, H); mean_h, var_h (T, G) and mean_c, var_c (T, H): in, the fixed
  * steps' statistics; out, the batch steps' batch mean and biased variance (always written: the
- * caller updates the running statistics from them). */
+ * caller updates the running statistics from them); mean_x, var_x (T, G) likewise for xw. */
 struct bn_lstm {
     int T, B, H, nthreads;
     int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
     float eps;
     const int *batch_sizes;          /* (T,) decreasing, or NULL: all B rows run T steps */
     const int *batch_stats;          /* (T,) 1: batch statistics at step t, 0: mean / var given */
-    const float *xg;                 /* (T, B, G) the normalized input term with its bias */
+    const float *xw;                 /* (T, B, G) W_x x_t */
+    const float *gain_x, *bias_x;    /* (G,) the input term's batch norm */
     const float *wp;                 /* forward: W_hh (G, H) in panels */
     const float *wtp;                /* backward: W_hh^T (H, G) in panels */
     const float *gain_h, *bias_h;    /* (G,) */
@@ -707,10 +709,11 @@ struct bn_lstm {
     float *tc_all;                   /* (T, B, H) saved */
     float *mean_h, *var_h;           /* (T, G) */
     float *mean_c, *var_c;           /* (T, H) */
+    float *mean_x, *var_x;           /* (T, G) */
     float *dh, *dc;                  /* backward (B, H) in: grads of h_{t1}, c_{t1}; out: at t0 */
-    float *dxg;                      /* backward (T, B, G) out: gradient of xg */
+    float *dxg;                      /* backward (T, B, G) out: gradient of xw */
     float *dhg;                      /* backward (t1 - t0, B, G) out */
-    double *dparams;                 /* backward (2 G + 2 H,) accumulated */
+    double *dparams;                 /* backward (4 G + 2 H,) accumulated */
 };
 size_t bn_lstm_struct_size(void) { return sizeof(struct bn_lstm); }
 size_t bn_lstm_struct_last(void) { return offsetof(struct bn_lstm, dparams); }
@@ -777,7 +780,7 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int nt = L->nthreads < 1 ? 1 : L->nthreads, failed = 0;
     if (nt > B) nt = B;
-    const long stride = 2L * (G + H);  /* a thread's slot: sum, square of hg (G), of c (H) */
+    const long stride = 4L * G + 2L * H;  /* a thread's slot: sum, square of hg, xw (G), c (H) */
     double *part = malloc(sizeof(double) * (size_t)(nt * stride + 2 * G));
     if (!part) return -1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -786,7 +789,7 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
     /* hg (rows x Gp), act and tc without save, mu / rs of G and H columns, gather sums */
-    float *hg = malloc(sizeof(float) * (rows * (Gp + G + H) + 2 * (G + H) + 1));
+    float *hg = malloc(sizeof(float) * (rows * (Gp + G + H) + 4 * G + 2 * H + 1));
     double *sq = malloc(sizeof(double) * 2 * G);
     if (!hg || !sq) {
 #pragma omp atomic write
@@ -799,30 +802,34 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
     ok = !ok;
     double *mine = part + thread_id() * stride;
     float *act_s = hg + rows * Gp, *tc_s = act_s + rows * G, *mu = tc_s + rows * H;
-    float *rs = mu + G, *muc = rs + G, *rsc = muc + H;
+    float *rs = mu + G, *muc = rs + G, *rsc = muc + H, *mux = rsc + H, *rsx = mux + G;
     for (int t = 0; t < T && ok; t++) {
         const int n = L->batch_sizes ? L->batch_sizes[t] : B, batch = L->batch_stats[t];
         const int e = n < r1 ? n : r1;
         const float *hp = prev_h(L->h0, L->out, t, B, H, r0);
         if (e > r0) gemm_rows(e - r0, H, hp, H, L->wp, npanels, hg, Gp);
         if (batch) {
-            memset(mine, 0, sizeof(double) * 2 * G);
+            memset(mine, 0, sizeof(double) * 4 * G);
             for (int b = r0; b < e; b++) {
-                const float *x = hg + (long)(b - r0) * Gp;
+                const float *x = hg + (long)(b - r0) * Gp, *xb = L->xw + ((long)t * B + b) * G;
                 col_sums(x, x, G, mine, mine + G);
+                col_sums(xb, xb, G, mine + 2 * G, mine + 3 * G);
             }
         }
         team_barrier(nt);  /* (batch steps only need it; a fixed step: uniform, harmless) */
         step_stats(batch, part, stride, nt, G, n, L->eps, sq, sq + G, L->mean_h + (long)t * G,
                    L->var_h + (long)t * G, mu, rs);
-        double *mine_c = mine + 2 * G;
+        step_stats(batch, part + 2 * G, stride, nt, G, n, L->eps, sq, sq + G,
+                   L->mean_x + (long)t * G, L->var_x + (long)t * G, mux, rsx);
+        double *mine_c = mine + 4 * G;
         if (batch) memset(mine_c, 0, sizeof(double) * 2 * H);
         for (int b = r0; b < e; b++) {
             const long tb = (long)t * B + b;
-            const float *hgb = hg + (long)(b - r0) * Gp, *xb = L->xg + tb * G;
+            const float *hgb = hg + (long)(b - r0) * Gp, *xb = L->xw + tb * G;
             float *a = save ? L->act_all + tb * G : act_s + (long)(b - r0) * G;
             for (int j = 0; j < G; j++)
-                a[j] = (hgb[j] - mu[j]) * rs[j] * L->gain_h[j] + L->bias_h[j] + xb[j];
+                a[j] = (hgb[j] - mu[j]) * rs[j] * L->gain_h[j] + L->bias_h[j]
+                       + (xb[j] - mux[j]) * rsx[j] * L->gain_x[j] + L->bias_x[j];
             for (int j = 0; j < 2 * H; j++) a[j] = sigmoidf_(a[j]);
             for (int j = 2 * H; j < 3 * H; j++) a[j] = tanhf_(a[j]);
             for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
@@ -834,7 +841,7 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
             if (save) copy_(L->hg_all + tb * G, hgb, G);
         }
         team_barrier(nt);
-        step_stats(batch, part + 2 * G, stride, nt, H, n, L->eps, sq, sq + H,
+        step_stats(batch, part + 4 * G, stride, nt, H, n, L->eps, sq, sq + H,
                    L->mean_c + (long)t * H, L->var_c + (long)t * H, muc, rsc);
         for (int b = r0; b < e; b++) {
             const long tb = (long)t * B + b;
@@ -862,8 +869,9 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
  *   dx = gain rstd (dy - (sum dy + xhat sum dy xhat) / m)     batch statistics
  *   dx = gain rstd dy                                          fixed statistics
  * the sums over the rows (per column) being also the bias and gain gradients of the step.
- * dxg (T, B, G) out: gradient of xg (= of the gates' pre-activations); dhg: of W_h h_{t-1};
- * dparams (double, accumulated, by thread 0): dgain_h, dbias_h (G each), dgain_c, dbias_c (H). */
+ * The input term's backward shares the sums of dy (the gates' pre-activation gradient) with hg's.
+ * dxg (T, B, G) out: gradient of xw; dhg: of W_h h_{t-1}; dparams (double, accumulated, by
+ * thread 0): dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */
 int bn_lstm_backward_seq(const struct bn_lstm *L) {
     int lo, hi;
     if (step_range(L->T, L->t0, L->t1, &lo, &hi)) return -2;
@@ -871,7 +879,7 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
     const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
     int nt = L->nthreads < 1 ? 1 : L->nthreads, failed = 0;
     if (nt > B) nt = B;
-    const long stride = 2L * (G + H);
+    const long stride = 4L * G + 2L * H;
     double *part = malloc(sizeof(double) * (size_t)(nt * stride));
     if (!part) return -1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -879,8 +887,8 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
-    float *y = malloc(sizeof(float) * (rows * Hp + 2 * (G + H) + 1));
-    double *sq = malloc(sizeof(double) * 2 * G);
+    float *y = malloc(sizeof(float) * (rows * Hp + 4 * G + 2 * H + 1));
+    double *sq = malloc(sizeof(double) * 4 * G);
     if (!y || !sq) {
 #pragma omp atomic write
         failed = 1;
@@ -891,8 +899,9 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
     ok = failed;
     ok = !ok;
     const int id = thread_id();
-    double *mine = part + id * stride, *mine_c = mine + 2 * G;
-    float *mu = y + rows * Hp, *rs = mu + G, *muc = rs + G, *rsc = muc + H;
+    double *mine = part + id * stride, *mine_c = mine + 4 * G;
+    float *mu = y + rows * Hp, *rs = mu + G, *muc = rs + G, *rsc = muc + H, *mux = rsc + H;
+    float *rsx = mux + G;
     for (int t = hi - 1; t >= lo && ok; t--) {
         const int n = L->batch_sizes ? L->batch_sizes[t] : B, batch = L->batch_stats[t];
         const int e = n < r1 ? n : r1;
@@ -900,6 +909,8 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
                    L->var_h + (long)t * G, mu, rs);
         step_stats(0, NULL, 0, 0, H, 0, L->eps, NULL, NULL, L->mean_c + (long)t * H,
                    L->var_c + (long)t * H, muc, rsc);
+        step_stats(0, NULL, 0, 0, G, 0, L->eps, NULL, NULL, L->mean_x + (long)t * G,
+                   L->var_x + (long)t * G, mux, rsx);
         /* h = o tc, tc = tanh(BN(c)): d BN(c) (kept in du's place) and d o */
         memset(mine_c, 0, sizeof(double) * 2 * H);
         for (int b = r0; b < e; b++) {
@@ -917,16 +928,17 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
             col_sums(dcn, xh, H, mine_c, mine_c + H);
         }
         team_barrier(nt);
-        gather(part + 2 * G, stride, nt, H, sq, sq + H);
+        gather(part + 4 * G, stride, nt, H, sq, sq + H);
         if (id == 0)
             for (int j = 0; j < H; j++) {
                 L->dparams[2 * G + j] += sq[H + j];      /* dgain_c: sum dy xhat */
                 L->dparams[2 * G + H + j] += sq[j];      /* dbias_c: sum dy */
             }
-        memset(mine, 0, sizeof(double) * 2 * G);
+        memset(mine, 0, sizeof(double) * 4 * G);
         for (int b = r0; b < e; b++) {
             const long tb = (long)t * B + b;
             const float *a = L->act_all + tb * G, *cp = L->cs + tb * H, *hgb = L->hg_all + tb * G;
+            const float *xb = L->xw + tb * G;
             const float *ig = a, *fg = a + H, *ug = a + 2 * H;
             float *dcb = L->dc + (long)b * H, *dp = L->dxg + tb * G;
             float *di = dp, *df = dp + H, *du = dp + 2 * H;
@@ -940,29 +952,35 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
                 du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
                 dcb[j] = dct * fg[j];
             }
-            /* sums of dpre and dpre * xhat of hg over the rows */
+            /* sums of dpre, dpre * xhat of hg and dpre * xhat of xw over the rows */
             for (int j = 0; j < G; j++) {
-                const float xh = (hgb[j] - mu[j]) * rs[j];
+                const float xh = (hgb[j] - mu[j]) * rs[j], xx = (xb[j] - mux[j]) * rsx[j];
                 mine[j] += dp[j];
                 mine[G + j] += (double)dp[j] * xh;
+                mine[3 * G + j] += (double)dp[j] * xx;
             }
         }
         team_barrier(nt);
         gather(part, stride, nt, G, sq, sq + G);
+        gather(part + 2 * G, stride, nt, G, sq + 2 * G, sq + 3 * G);  /* [3G, 4G): x's */
         if (id == 0)
             for (int j = 0; j < G; j++) {
                 L->dparams[j] += sq[G + j];              /* dgain_h */
                 L->dparams[G + j] += sq[j];              /* dbias_h */
+                L->dparams[2 * G + 2 * H + j] += sq[3 * G + j];  /* dgain_x */
+                L->dparams[3 * G + 2 * H + j] += sq[j];          /* dbias_x */
             }
         float *d = L->dhg + ((long)(t - lo) * B + r0) * G;
         for (int b = r0; b < e; b++) {
             const long tb = (long)t * B + b;
-            const float *hgb = L->hg_all + tb * G, *dp = L->dxg + tb * G;
-            float *dhgb = d + (long)(b - r0) * G;
+            const float *hgb = L->hg_all + tb * G, *xb = L->xw + tb * G;
+            float *dhgb = d + (long)(b - r0) * G, *dp = L->dxg + tb * G;
             for (int j = 0; j < G; j++) {
-                const float xh = (hgb[j] - mu[j]) * rs[j];
+                const float xh = (hgb[j] - mu[j]) * rs[j], xx = (xb[j] - mux[j]) * rsx[j];
                 dhgb[j] = L->gain_h[j] * rs[j]
                           * (batch ? dp[j] - (float)((sq[j] + xh * sq[G + j]) / n) : dp[j]);
+                dp[j] = L->gain_x[j] * rsx[j]
+                        * (batch ? dp[j] - (float)((sq[j] + xx * sq[3 * G + j]) / n) : dp[j]);
             }
         }
         if (e > r0) {

@@ -70,7 +70,8 @@ class BNLSTMArgs(ctypes.Structure):
         ("eps", _float),
         ("batch_sizes", _ptr),                 # (T,) int32, decreasing, or NULL
         ("batch_stats", _ptr),                 # (T,) int32: 1 batch statistics, 0 given ones
-        ("xg", _ptr),                          # (T, B, G) normalized input term
+        ("xw", _ptr),                          # (T, B, G) W_x x
+        ("gain_x", _ptr), ("bias_x", _ptr),    # (G,) the input term's batch norm
         ("wp", _ptr), ("wtp", _ptr),           # W_hh, W_hh^T in panels
         ("gain_h", _ptr), ("bias_h", _ptr),    # (G,)
         ("gain_c", _ptr), ("bias_c", _ptr),    # (H,)
@@ -83,10 +84,11 @@ class BNLSTMArgs(ctypes.Structure):
         ("tc_all", _ptr),                      # (T, B, H) saved
         ("mean_h", _ptr), ("var_h", _ptr),     # (T, G) step statistics
         ("mean_c", _ptr), ("var_c", _ptr),     # (T, H)
+        ("mean_x", _ptr), ("var_x", _ptr),     # (T, G)
         ("dh", _ptr), ("dc", _ptr),            # (B, H) backward
         ("dxg", _ptr),                         # (T, B, G) backward
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
-        ("dparams", _ptr),                     # (2 G + 2 H,) float64 backward
+        ("dparams", _ptr),                     # (4 G + 2 H,) float64 backward
     ]
 
 
