@@ -32,6 +32,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from .. import functional as LF
 from ..recurrence import lstm_step, run_direction
 from . import _driver, _ops
 from . import fused as _fused
@@ -74,11 +75,36 @@ def _runs(sizes: Sequence[int], flags: Sequence[bool]):
 def bn_lstm_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, Tensor],
                       batch_sizes: Sequence[int] | None):
     """``_Stack._run_direction`` of a BN-LSTM where ``applies``: x (T, B, I) in processing order
-    -> (out (T, B, H), (h_n, c_n)); the running statistics updated in training."""
+    -> (out (T, B, H), (h_n, c_n)); the running statistics updated in training.
+
+    A packed training batch whose last steps have one active example runs in two calls: the
+    readable path's single-example steps read running statistics that its earlier steps of the
+    same call have just updated (slot min(t, last trained slot)), so those steps (one example:
+    row 0) run after the first call's updates."""
     g = lambda name: module._get(name, suffix)  # noqa: E731
     terms = module._terms(suffix, batch_sizes)
-    xg = _fused.input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
-    T, B, G = xg.shape
+    xw = _fused.input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
+    T, B, _ = xw.shape
+    sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
+    if module.training:  # the readable input term's check: batch statistics need two examples
+        LF.check_batch_size(xw[0, :sizes[0]], terms["ih"].who)
+    params = tuple(g(n) for n in ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c",
+                                  "gain_ih", "bias_ih"))
+    split = next((t for t, n in enumerate(sizes) if n < 2), T) if module.training else T
+    if split == T:
+        return _segment(module, terms, params, xw, state, batch_sizes, 0)
+    out, (h, c) = _segment(module, terms, params, xw[:split], state, sizes[:split], 0)
+    tail, (h1, c1) = _segment(module, terms, params, xw[split:, :1],
+                              (h[:1], c[:1]), None, split)
+    out = torch.cat([out, torch.cat([tail, tail.new_zeros(T - split, B - 1, tail.shape[-1])],
+                                    1)])
+    return out, (torch.cat([h1, h[1:]]), torch.cat([c1, c[1:]]))
+
+
+def _segment(module, terms, params, xw, state, batch_sizes, t0: int):
+    """Steps t0 .. t0 + len(xw) - 1 of a direction in one kernel call (``batch_sizes`` of those
+    steps, or None), then their running statistics' update in training."""
+    T, B, G = xw.shape
     H = G // 4
     sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
     flags = [bool(module.training and n >= 2) for n in sizes]
@@ -86,21 +112,20 @@ def bn_lstm_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, Tenso
     stats = []
     for term, width in ((terms["hh"], G), (terms["c"], H), (terms["ih"], G)):
         for buf in term.running:                 # the fixed steps' rows: running statistics
-            rows = xg.new_empty(T, width)
+            rows = xw.new_empty(T, width)
             if fixed:
                 steps = torch.tensor(fixed)
-                slots = steps.clamp(max=term.last_slot)
+                slots = (steps + t0).clamp(max=term.last_slot)
                 rows[steps] = buf.detach()[slots]
             stats.append(rows)
     sizes_t = None if batch_sizes is None else torch.as_tensor(sizes)
-    out, h_n, c_n, *found = _BNLSTM.apply(
-        xg, state[0], state[1], g("weight_hh"), g("gain_hh"), g("bias_hh"), g("gain_c"),
-        g("bias_c"), g("gain_ih"), g("bias_ih"), *stats, sizes_t, flags, float(module.eps))
+    out, h_n, c_n, *found = _BNLSTM.apply(xw, state[0], state[1], *params, *stats, sizes_t,
+                                          flags, float(module.eps))
     if module.training:
         for term, (mean, var) in ((terms["ih"], found[4:]), (terms["hh"], found[:2]),
                                   (terms["c"], found[2:4])):
-            for t0, t1, n in _runs(sizes, flags):
-                term._update(t0, mean[t0:t1], var[t0:t1], n)
+            for lo, hi, n in _runs(sizes, flags):
+                term._update(t0 + lo, mean[lo:hi], var[lo:hi], n)
     return out, (h_n, c_n)
 
 
