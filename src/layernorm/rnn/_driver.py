@@ -7,11 +7,11 @@ import ctypes
 import torch
 
 from . import _native
-from ._structs import (STRUCTS as _STRUCTS, BNLSTMArgs, GRUArgs, LSTMArgs,  # noqa: F401
-                       check_layout)
+from ._structs import (STRUCTS as _STRUCTS, BNGRUArgs, BNLSTMArgs, GRUArgs,  # noqa: F401
+                       LSTMArgs, check_layout)
 
 __all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
-           "USE_NATIVE"]
+           "BNGRUArgs", "USE_NATIVE"]
 
 # Set to False to force the torch-ops path (tests run both); ``layernorm.rnn.fused.USE_NATIVE``
 # reads and sets this switch.

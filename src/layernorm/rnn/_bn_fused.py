@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .. import functional as LF
-from ..recurrence import lstm_step, run_direction
+from ..recurrence import gru_step, lstm_step, run_direction
 from . import _driver, _ops
 from . import fused as _fused
 from . import _sequence as seq
@@ -42,7 +42,7 @@ from ._ops import contig as _contig
 from ._workspace import _WORKSPACE, _buffer
 from .errors import autocast_on
 
-WHO = "LSTM(norm='batch')"
+WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
 
 
 def applies(*tensors: Tensor) -> bool:
@@ -72,10 +72,10 @@ def _runs(sizes: Sequence[int], flags: Sequence[bool]):
         t = t1
 
 
-def bn_lstm_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, Tensor],
-                      batch_sizes: Sequence[int] | None):
-    """``_Stack._run_direction`` of a BN-LSTM where ``applies``: x (T, B, I) in processing order
-    -> (out (T, B, H), (h_n, c_n)); the running statistics updated in training.
+def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
+                 batch_sizes: Sequence[int] | None):
+    """``_Stack._run_direction`` of a BN-LSTM / BN-GRU where ``applies``: x (T, B, I) in
+    processing order -> (out (T, B, H), final state); the running statistics updated in training.
 
     A packed training batch whose last steps have one active example runs in two calls: the
     readable path's single-example steps read running statistics that its earlier steps of the
@@ -88,45 +88,53 @@ def bn_lstm_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, Tenso
     sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
     if module.training:  # the readable input term's check: batch statistics need two examples
         LF.check_batch_size(xw[0, :sizes[0]], terms["ih"].who)
-    params = tuple(g(n) for n in ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c",
-                                  "gain_ih", "bias_ih"))
+    params = tuple(g(n) for n in _PARAMS[module.mode])
     split = next((t for t, n in enumerate(sizes) if n < 2), T) if module.training else T
     if split == T:
         return _segment(module, terms, params, xw, state, batch_sizes, 0)
-    out, (h, c) = _segment(module, terms, params, xw[:split], state, sizes[:split], 0)
-    tail, (h1, c1) = _segment(module, terms, params, xw[split:, :1],
-                              (h[:1], c[:1]), None, split)
+    out, states = _segment(module, terms, params, xw[:split], state, sizes[:split], 0)
+    tail, last = _segment(module, terms, params, xw[split:, :1], tuple(s[:1] for s in states),
+                          None, split)
     out = torch.cat([out, torch.cat([tail, tail.new_zeros(T - split, B - 1, tail.shape[-1])],
                                     1)])
-    return out, (torch.cat([h1, h[1:]]), torch.cat([c1, c[1:]]))
+    return out, tuple(torch.cat([a, s[1:]]) for a, s in zip(last, states))
+
+
+# per mode: the direction's parameters after the states, the batch-norm terms in the order of
+# the kernel's statistics (each (T, width): mean then var) and the autograd Function
+_PARAMS = {"LSTM": ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c", "gain_ih", "bias_ih"),
+           "GRU": ("weight_hh", "gain_hh", "bias_hh", "gain_ih", "bias_ih")}
 
 
 def _segment(module, terms, params, xw, state, batch_sizes, t0: int):
     """Steps t0 .. t0 + len(xw) - 1 of a direction in one kernel call (``batch_sizes`` of those
     steps, or None), then their running statistics' update in training."""
     T, B, G = xw.shape
-    H = G // 4
+    H = module.hidden_size
+    names = ("hh", "c", "ih") if module.mode == "LSTM" else ("hh", "ih")
     sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
     flags = [bool(module.training and n >= 2) for n in sizes]
     fixed = [t for t in range(T) if not flags[t]]
     stats = []
-    for term, width in ((terms["hh"], G), (terms["c"], H), (terms["ih"], G)):
+    for name in names:
+        term = terms[name]
         for buf in term.running:                 # the fixed steps' rows: running statistics
-            rows = xw.new_empty(T, width)
+            rows = xw.new_empty(T, H if name == "c" else G)
             if fixed:
                 steps = torch.tensor(fixed)
                 slots = (steps + t0).clamp(max=term.last_slot)
                 rows[steps] = buf.detach()[slots]
             stats.append(rows)
     sizes_t = None if batch_sizes is None else torch.as_tensor(sizes)
-    out, h_n, c_n, *found = _BNLSTM.apply(xw, state[0], state[1], *params, *stats, sizes_t,
-                                          flags, float(module.eps))
+    fn = _BNLSTM if module.mode == "LSTM" else _BNGRU
+    out, *rest = fn.apply(xw, *state, *params, *stats, sizes_t, flags, float(module.eps))
+    states, found = rest[:len(state)], rest[len(state):]
     if module.training:
-        for term, (mean, var) in ((terms["ih"], found[4:]), (terms["hh"], found[:2]),
-                                  (terms["c"], found[2:4])):
+        for k, name in enumerate(names):
+            mean, var = found[2 * k], found[2 * k + 1]
             for lo, hi, n in _runs(sizes, flags):
-                term._update(t0 + lo, mean[lo:hi], var[lo:hi], n)
-    return out, (h_n, c_n)
+                terms[name]._update(t0 + lo, mean[lo:hi], var[lo:hi], n)
+    return out, tuple(states)
 
 
 class _BNLSTM(torch.autograd.Function):
@@ -203,25 +211,100 @@ class _BNLSTM(torch.autograd.Function):
         return (dxg, dh, dc, dw_hh, *dparams, *(None,) * 9)
 
 
+def _norm(gain, bias, mean, var, flags, eps):
+    """A batch-norm term of the differentiable loops: batch statistics of the active rows at the
+    flagged steps, the given mean / var (rows of step t) elsewhere."""
+    def f(a, t):
+        if flags[t]:
+            m = a.mean(0)
+            v = (a - m).square().mean(0)
+        else:
+            m, v = mean[t], var[t]
+        return (a - m) * torch.rsqrt(v + eps) * gain + bias
+    return f
+
+
 def _loop(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, sizes, flags, stats,
           eps):
     """The same recurrence in plain differentiable torch ops (the reference step in THE loop):
     batch statistics of the active rows at the flagged steps, the given ones elsewhere."""
     mean_h, var_h, mean_c, var_c, mean_x, var_x = stats
-
-    def norm(gain, bias, mean, var):
-        def f(a, t):
-            if flags[t]:
-                m = a.mean(0)
-                v = (a - m).square().mean(0)
-            else:
-                m, v = mean[t], var[t]
-            return (a - m) * torch.rsqrt(v + eps) * gain + bias
-        return f
-
-    norm_hh, norm_c = norm(gain_h, bias_h, mean_h, var_h), norm(gain_c, bias_c, mean_c, var_c)
-    norm_x = norm(gain_x, bias_x, mean_x, var_x)
+    norm_hh = _norm(gain_h, bias_h, mean_h, var_h, flags, eps)
+    norm_c = _norm(gain_c, bias_c, mean_c, var_c, flags, eps)
+    norm_x = _norm(gain_x, bias_x, mean_x, var_x, flags, eps)
     out, (h, c) = run_direction(
         lambda x, s, t: lstm_step(norm_x(x, t), s[0], s[1], w_hh, norm_hh, norm_c, t), xw,
         (h0, c0), batch_sizes=sizes)
     return out, h, c
+
+
+class _BNGRU(torch.autograd.Function):
+    """The BN-GRU recurrence on the C kernels: (xw, h0, w_hh, gain_h, bias_h, gain_x, bias_x,
+    then the (T, G) mean_h, var_h, mean_x, var_x with the fixed steps' rows, batch_sizes, flags,
+    eps) -> out, h_n and the four statistics (as ``_BNLSTM``)."""
+
+    @staticmethod
+    def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, mean_h, var_h, mean_x, var_x,
+                batch_sizes, flags, eps):
+        lib = _driver.native_lib(xg)
+        xg = xg.contiguous()
+        T, B, G = xg.shape
+        H = G // 3
+        save = any(ctx.needs_input_grad[:7])
+        saved = [_WORKSPACE.get((T, B, G), like=xg) for _ in range(2)] if save else [None] * 2
+        stats = [s.clone() for s in (mean_h, var_h, mean_x, var_x)]
+        out = _buffer(T, B, H, like=xg, zero=batch_sizes is not None)
+        h_n = h0.detach().clone(memory_format=torch.contiguous_format)
+        flags_t = torch.tensor(flags, dtype=torch.int32)
+        _driver.call(lib, "bn_gru_forward_seq", _driver.BNGRUArgs, WHO_GRU, T=T, B=B, H=H,
+                     nthreads=_driver.threads(B), eps=eps,
+                     batch_sizes=_driver.int32(batch_sizes), batch_stats=flags_t, xw=xg,
+                     gain_x=_contig(gain_x), bias_x=_contig(bias_x),
+                     wp=_panels(w_hh, lib.panel_width()), gain_h=_contig(gain_h),
+                     bias_h=_contig(bias_h), h0=_contig(h0), out=out, h_n=h_n,
+                     hg_all=saved[0], act_all=saved[1], mean_h=stats[0], var_h=stats[1],
+                     mean_x=stats[2], var_x=stats[3])
+        ctx.mark_non_differentiable(*stats)
+        ctx.flags, ctx.eps, ctx.batch_sizes = flags, eps, batch_sizes
+        if save:
+            ctx.save_for_backward(xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, out, *saved,
+                                  *stats)
+        return out, h_n, *stats
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_hn, *_):
+        kept = ctx.saved_tensors
+        inputs, out, saved, stats = kept[:7], kept[7], kept[8:10], kept[10:]
+        sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
+            found = _ops.differentiable_backward(
+                lambda *xs: _gru_loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
+                ctx.needs_input_grad[:7], (grad_out, grad_hn))
+            return (*found, *(None,) * 7)
+        xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
+        T, B, G = xg.shape
+        lib = _driver.native_lib(xg)
+        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
+        dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
+        dparams = torch.zeros(4 * G, dtype=torch.float64)
+        dw_hh = _ops.native_backward(
+            lib, "bn_gru_backward_seq", _driver.BNGRUArgs, WHO_GRU, _contig(h0), out,
+            ctx.batch_sizes, G, T=T, B=B, H=G // 3, nthreads=_driver.threads(B), eps=ctx.eps,
+            batch_stats=torch.tensor(ctx.flags, dtype=torch.int32),
+            wtp=_panels(w_hh, lib.panel_width(), transposed=True), gain_h=_contig(gain_h),
+            bias_h=_contig(bias_h), gain_x=_contig(gain_x), xw=xg,
+            grad_out=grad_out.contiguous(), hg_all=saved[0],
+            act_all=saved[1], mean_h=stats[0], var_h=stats[1], mean_x=stats[2],
+            var_x=stats[3], dh=dh, dxg=dxg, dparams=dparams)
+        dgain_h, dbias_h, dgain_x, dbias_x = dparams.to(xg.dtype).split([G] * 4)
+        return (dxg, dh, dw_hh, dgain_h, dbias_h, dgain_x, dbias_x, *(None,) * 7)
+
+
+def _gru_loop(xw, h0, w_hh, gain_h, bias_h, gain_x, bias_x, sizes, flags, stats, eps):
+    """The BN-GRU in plain differentiable torch ops (``gru_step`` in THE loop), as ``_loop``."""
+    mean_h, var_h, mean_x, var_x = stats
+    norm_hh, norm_x = _norm(gain_h, bias_h, mean_h, var_h, flags, eps), _norm(
+        gain_x, bias_x, mean_x, var_x, flags, eps)
+    out, (h,) = run_direction(lambda x, s, t: gru_step(norm_x(x, t), s[0], w_hh, norm_hh, t),
+                              xw, (h0,), batch_sizes=sizes)
+    return out, h
