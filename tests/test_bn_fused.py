@@ -1,7 +1,7 @@
 """The fused BN-LSTM and BN-GRU (``layernorm.rnn._bn_fused``: the C kernels' time loop with
-per-step batch statistics) against the readable path (``BatchTerm`` in THE loop) in float64: outputs, states,
-every gradient, running statistics, eval mode, packed sequences, stacks; second order; population
-statistics; and that the fused path is the one that runs."""
+per-step batch statistics) against the readable path (``BatchTerm`` in THE loop) in float64:
+outputs, states, every gradient, running statistics, eval mode, packed sequences, stacks; second
+order; population statistics; and that the fused path is the one that runs."""
 import copy
 
 import pytest

@@ -1,25 +1,28 @@
-"""The BN-LSTM of one layer and one direction (Cooijmans et al. 2016, "Recurrent Batch
-Normalization"; the readable path is ``layernorm.rnn.terms.BatchTerm`` in THE loop) with its
-recurrence in the C kernels ``bn_lstm_forward_seq`` / ``bn_lstm_backward_seq`` (``_rnn_steps.c``;
-docs/rnnfast.md, "The fused BN-LSTM")::
+"""The BN-LSTM and BN-GRU of one layer and one direction (Cooijmans et al. 2016, "Recurrent
+Batch Normalization"; the readable path is ``layernorm.rnn.terms.BatchTerm`` in THE loop) with
+their recurrence in the C kernels ``bn_lstm_*`` / ``bn_gru_*`` (``_rnn_steps.c``;
+docs/rnnfast.md, "The fused BN-LSTM and BN-GRU")::
 
-    gates = BN_t(W_x x_t; gain_ih, bias_ih) + BN_t(W_h h_{t-1}; gain_hh, bias_hh)
-    c_t   = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g)
-    h_t   = sigmoid(o) tanh(BN_t(c_t; gain_c, bias_c))
+    LSTM  gates = BN_t(W_x x_t; gain_ih, bias_ih) + BN_t(W_h h_{t-1}; gain_hh, bias_hh)
+          c_t   = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g)
+          h_t   = sigmoid(o) tanh(BN_t(c_t; gain_c, bias_c))
+    GRU   a_x, a_h = BN_t(W_x x_t; gain_ih, bias_ih), BN_t(W_hh h_{t-1}; gain_hh, bias_hh)
+          r, z = sigmoid(a_x + a_h) over 2H,  n = tanh(a_x,n + r a_h,n),  h_t = n + z (h_{t-1} - n)
 
 Every batch norm takes the statistics of step t over the examples active at t: the kernels
 reduce them over the batch inside the time loop, forward and backward, for the recurrent term
-and the cell, and for the input term too (its statistics depend on x only, but folding it into
-the step saves the passes over (T, B, 4H) that torch's batch norm and its layout copies cost, as
-the LN-LSTM folds its input LN); W_x x itself is one GEMM over all steps before the loop. A step uses batch statistics in training when
-at least two examples are active; otherwise (eval, or one active example) the running statistics
-of slot min(t, last trained slot), as the readable path. The kernels return every batch step's
-mean and biased variance; the running statistics are then updated (and reported to
-``observe_batch_stats``' observers) by ``BatchTerm._update``, as the readable path does.
+(and the LSTM's cell), and for the input term too (its statistics depend on x only, but folding
+it into the step saves the passes over (T, B, G) that torch's batch norm and its layout copies
+cost, as the LN-LSTM folds its input LN); W_x x itself is one GEMM over all steps before the
+loop. A step uses batch statistics in training when at least two examples are active; otherwise
+(eval, or one active example) the running statistics of slot min(t, last trained slot), as the
+readable path. The kernels return every batch step's mean and biased variance; the running
+statistics are then updated (and reported to ``observe_batch_stats``' observers) by
+``BatchTerm._update``, as the readable path does.
 
 Second order (``create_graph=True``): the backward re-runs the recurrence as a differentiable loop
-of torch ops (the reference step ``lstm_step`` in THE loop, with the statistics of the forward's
-fixed steps), as the LN operators do (``_ops.differentiable_backward``).
+of torch ops (the reference step ``lstm_step`` / ``gru_step`` in THE loop, with the statistics
+of the forward's fixed steps), as the LN operators do (``_ops.differentiable_backward``).
 
 Where it applies is ``applies`` (called by ``_Stack._fused_bn_recurrence``, next to the LN
 operators' condition): eager mode, plain CPU float32 tensors, the C kernels loaded, no autocast,
