@@ -49,8 +49,8 @@ WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
 
 
 def applies(*tensors: Tensor) -> bool:
-    """Whether the C kernels may run the BN-LSTM recurrence for these tensors (the input, the
-    states, the direction's parameters and running statistics)."""
+    """Whether the C kernels may run the BN-LSTM / BN-GRU recurrence for these tensors (the
+    input, the states, the direction's parameters and running statistics)."""
     if (autocast_on(tensors[0]) or seq.under_functorch()
             or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0):
         return False
@@ -103,15 +103,15 @@ def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
     return out, tuple(torch.cat([a, s[1:]]) for a, s in zip(last, states))
 
 
-# per mode: the direction's parameters after the states, the batch-norm terms in the order of
-# the kernel's statistics (each (T, width): mean then var) and the autograd Function
+# per mode: the direction's parameters, in the autograd Functions' order after the states
 _PARAMS = {"LSTM": ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c", "gain_ih", "bias_ih"),
            "GRU": ("weight_hh", "gain_hh", "bias_hh", "gain_ih", "bias_ih")}
 
 
 def _segment(module, terms, params, xw, state, batch_sizes, t0: int):
     """Steps t0 .. t0 + len(xw) - 1 of a direction in one kernel call (``batch_sizes`` of those
-    steps, or None), then their running statistics' update in training."""
+    steps, or None), then their running statistics' update in training. The kernel's statistics
+    come in the order of ``names`` (each term's (T, width) mean, then var)."""
     T, B, G = xw.shape
     H = module.hidden_size
     names = ("hh", "c", "ih") if module.mode == "LSTM" else ("hh", "ih")

@@ -17,6 +17,9 @@
  * Saved for the backward: act = [sigmoid(i), sigmoid(f), tanh(u), sigmoid(o)], tc = tanh(LN(c)),
  * c, the LN statistics (mean, rstd) of hg and of c. Biased variance, eps inside the square root,
  * as torch.nn.functional.layer_norm.
+ *
+ * At the end: the BN-LSTM and BN-GRU (Cooijmans et al. 2016; docs/rnnfast.md), whose batch norms
+ * reduce each step's columns over the batch, with their own structs and time loops.
  */
 #include <math.h>
 #include <stddef.h>
