@@ -74,7 +74,8 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
             assert r["ratio"] == r["fwd ratio"] == 1.0
 
     bn = {r["impl"]: r for r in rows if r["table"] == "bn"}
-    assert set(bn) == {"torch.nn.LSTM", "LN-LSTM (norm=layer)", "BN-LSTM (norm=batch)"}
+    assert set(bn) == {"torch.nn.LSTM", "LN-LSTM (norm=layer)", "BN-LSTM (norm=batch)",
+                       "BN-LSTM loop (use_fused=False)"}
     for r in bn.values():
         assert _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"], r["ms/step"], r["vs LN-LSTM"])
         assert r["ms/step"] == pytest.approx(r["fwd+bwd ms"] / 3)
@@ -108,7 +109,10 @@ def test_cell_and_bn_tables_alone():
     rows = bench_cells(2, 3, 5, batches=(1,), cells=("gru",), repeat=1, warmup=0)
     assert [r["impl"] for r in rows] == ["torch.nn.GRUCell", "layernorm.GRUCell"]
     rows = bench_bn_lstm((2, 3, 4, 5), repeat=1, warmup=0)
-    assert [r["impl"] for r in rows][0] == "torch.nn.LSTM" and len(rows) == 3
+    assert [r["impl"] for r in rows][0] == "torch.nn.LSTM" and len(rows) == 4
+    assert rows[-1]["impl"] == "BN-LSTM loop (use_fused=False)"
+    rows = bench_bn_lstm((2, 3, 4, 5), repeat=1, warmup=0, loop=False)
+    assert len(rows) == 3
 
 
 def test_the_torchscript_baseline_is_the_ln_lstm_of_the_reference():

@@ -7,9 +7,11 @@ import ctypes
 import torch
 
 from . import _native
-from ._structs import STRUCTS as _STRUCTS, GRUArgs, LSTMArgs, check_layout  # noqa: F401
+from ._structs import (STRUCTS as _STRUCTS, BNGRUArgs, BNLSTMArgs, GRUArgs,  # noqa: F401
+                       LSTMArgs, check_layout)
 
-__all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "USE_NATIVE"]
+__all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
+           "BNGRUArgs", "USE_NATIVE"]
 
 # Set to False to force the torch-ops path (tests run both); ``layernorm.rnn.fused.USE_NATIVE``
 # reads and sets this switch.

@@ -39,6 +39,11 @@ def _declare(lib) -> None:
             f = getattr(lib, f"{cell}_{what}")
             f.argtypes = []
             f.restype = size
+    for cell in ("bn_lstm", "bn_gru"):
+        for kernel in ("forward_seq", "backward_seq", "struct_size", "struct_last"):
+            f = getattr(lib, f"{cell}_{kernel}")
+            f.argtypes = [] if kernel.startswith("struct") else [p]
+            f.restype = size if kernel.startswith("struct") else i
     check_layout(lib)
 
 

@@ -62,7 +62,63 @@ class GRUArgs(ctypes.Structure):
     ]
 
 
-STRUCTS = {"lstm": LSTMArgs, "gru": GRUArgs}
+class BNLSTMArgs(ctypes.Structure):
+    """``struct bn_lstm``: G = 4H; float32, contiguous (the BN-LSTM of docs/rnnfast.md)."""
+    _fields_ = [
+        ("T", _int), ("B", _int), ("H", _int), ("nthreads", _int),
+        ("t0", _int), ("t1", _int),            # backward: steps t0 <= t < t1 (both 0: all)
+        ("eps", _float),
+        ("batch_sizes", _ptr),                 # (T,) int32, decreasing, or NULL
+        ("batch_stats", _ptr),                 # (T,) int32: 1 batch statistics, 0 given ones
+        ("xw", _ptr),                          # (T, B, G) W_x x
+        ("gain_x", _ptr), ("bias_x", _ptr),    # (G,) the input term's batch norm
+        ("wp", _ptr), ("wtp", _ptr),           # W_hh, W_hh^T in panels
+        ("gain_h", _ptr), ("bias_h", _ptr),    # (G,)
+        ("gain_c", _ptr), ("bias_c", _ptr),    # (H,)
+        ("grad_out", _ptr),                    # (T, B, H) backward
+        ("h0", _ptr),                          # (B, H)
+        ("out", _ptr),                         # (T, B, H) h_1 .. h_T
+        ("h_n", _ptr), ("c_n", _ptr),          # (B, H)
+        ("cs", _ptr),                          # (T + 1, B, H) saved, NULL: save nothing
+        ("hg_all", _ptr), ("act_all", _ptr),   # (T, B, G) saved
+        ("tc_all", _ptr),                      # (T, B, H) saved
+        ("mean_h", _ptr), ("var_h", _ptr),     # (T, G) step statistics
+        ("mean_c", _ptr), ("var_c", _ptr),     # (T, H)
+        ("mean_x", _ptr), ("var_x", _ptr),     # (T, G)
+        ("dh", _ptr), ("dc", _ptr),            # (B, H) backward
+        ("dxg", _ptr),                         # (T, B, G) backward
+        ("dhg", _ptr),                         # (t1 - t0, B, G) backward
+        ("dparams", _ptr),                     # (4 G + 2 H,) float64 backward
+    ]
+
+
+class BNGRUArgs(ctypes.Structure):
+    """``struct bn_gru``: G = 3H; float32, contiguous (the BN-GRU of docs/rnnfast.md)."""
+    _fields_ = [
+        ("T", _int), ("B", _int), ("H", _int), ("nthreads", _int),
+        ("t0", _int), ("t1", _int),            # backward: steps t0 <= t < t1 (both 0: all)
+        ("eps", _float),
+        ("batch_sizes", _ptr),                 # (T,) int32, decreasing, or NULL
+        ("batch_stats", _ptr),                 # (T,) int32: 1 batch statistics, 0 given ones
+        ("xw", _ptr),                          # (T, B, G) W_x x
+        ("gain_x", _ptr), ("bias_x", _ptr),    # (G,)
+        ("wp", _ptr), ("wtp", _ptr),           # W_hh, W_hh^T in panels
+        ("gain_h", _ptr), ("bias_h", _ptr),    # (G,)
+        ("grad_out", _ptr),                    # (T, B, H) backward
+        ("h0", _ptr),                          # (B, H)
+        ("out", _ptr),                         # (T, B, H) h_1 .. h_T
+        ("h_n", _ptr),                         # (B, H)
+        ("hg_all", _ptr), ("act_all", _ptr),   # (T, B, G) saved, NULL: save nothing
+        ("mean_h", _ptr), ("var_h", _ptr),     # (T, G) step statistics
+        ("mean_x", _ptr), ("var_x", _ptr),     # (T, G)
+        ("dh", _ptr),                          # (B, H) backward
+        ("dxg", _ptr),                         # (T, B, G) backward
+        ("dhg", _ptr),                         # (t1 - t0, B, G) backward
+        ("dparams", _ptr),                     # (4 G,) float64 backward
+    ]
+
+
+STRUCTS = {"lstm": LSTMArgs, "gru": GRUArgs, "bn_lstm": BNLSTMArgs, "bn_gru": BNGRUArgs}
 
 
 def check_layout(lib) -> None:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from . import _bn_fused
 from . import fused as _fused
 from ._onnx import exporting_to_onnx
 from ._stack_checks import InputChecks
@@ -58,6 +59,21 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         not while torch.onnx.export captures the model (``_onnx``: no ONNX translation)."""
         return (self.use_fused and self._kind.fused and self.mode in ("LSTM", "GRU")
                 and self.bias and not exporting_to_onnx())
+
+    def _fused_bn_recurrence(self, x: torch.Tensor, state: tuple, suffix: str) -> bool:
+        """THE condition for the fused BN-LSTM / BN-GRU (``_bn_fused``: the batch norms reduced
+        over the batch inside the C time loop): norm="batch" LSTM or GRU with biases and no
+        projection, ``use_fused``, not under torch.onnx.export, and ``_bn_fused.applies`` (eager
+        mode, plain CPU float32 tensors, C kernels loaded, no autocast, torch.func or
+        forward-mode AD). Elsewhere the readable terms and loop run."""
+        if not (self.use_fused and self._kind.running_stats and self.mode in ("LSTM", "GRU")
+                and self.bias and not self.proj_size and not exporting_to_onnx()):
+            return False
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "gain_ih", "gain_hh",
+                 "running_mean_ih", "running_var_ih", "running_mean_hh", "running_var_hh")
+        if self.mode == "LSTM":
+            names += ("gain_c", "bias_c", "running_mean_c", "running_var_c")
+        return _bn_fused.applies(x, *state, *(self._get(n, suffix) for n in names))
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -153,6 +169,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
                                             g("bias_hh")[H2:], **inputs)
             return out, (h,)
+        if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
+            return _bn_fused.bn_direction(self, suffix, x, state, batch_sizes)
         return self._loop_direction(layer, direction, x, state, batch_sizes)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,

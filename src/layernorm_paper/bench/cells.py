@@ -4,9 +4,9 @@ cells   ``layernorm.LSTMCell`` / ``GRUCell`` (norm="layer") against ``torch.nn.L
         ``GRUCell``: ``steps`` calls of the cell in a Python loop, as an online learner or an RL
         rollout makes them, at each batch size (1 and 32 by default); forward without grad, and
         forward+backward (the gradient of the last h given, through every step)
-bn      BN-LSTM (``layernorm.LSTM(norm="batch")``, training mode: per-step batch statistics)
-        against LN-LSTM (``norm="layer"``) and ``torch.nn.LSTM`` on one sequence shape, with the
-        time per step
+bn      BN-LSTM (``layernorm.LSTM(norm="batch")``, training mode: per-step batch statistics;
+        the fused C time loop, and the readable loop with ``use_fused = False``) against LN-LSTM
+        (``norm="layer"``) and ``torch.nn.LSTM`` on each sequence shape, with the time per step
 
 Candidates of one row group are interleaved in every round (``harness.compare``); ratios are to
 torch's module measured in the same run.
@@ -76,15 +76,21 @@ def bench_cells(steps: int = 100, input_size: int = 128, hidden_size: int = 256,
 
 
 def bench_bn_lstm(shape=(100, 32, 128, 256), *, repeat: int = 7, warmup: int = 2,
-                  device: str = "cpu", clock: str = "wall") -> list[dict]:
+                  device: str = "cpu", clock: str = "wall", loop: bool = True) -> list[dict]:
     """BN-LSTM vs LN-LSTM vs torch.nn.LSTM on one (T, B, I, H), training mode; ``ms/step`` is
-    the forward+backward time over T, ``vs LN-LSTM`` the forward+backward time over LN-LSTM's."""
+    the forward+backward time over T, ``vs LN-LSTM`` the forward+backward time over LN-LSTM's.
+    The BN-LSTM row is the fused path (the C time loop, where it applies); ``loop`` adds the
+    readable path (``use_fused = False``: ``BatchTerm`` in THE loop) to the same rounds."""
     import layernorm
     T, B, I, H = shape
     torch.manual_seed(0)
     impls = {"torch.nn.LSTM": nn.LSTM(I, H),
              "LN-LSTM (norm=layer)": layernorm.LSTM(I, H, norm="layer"),
              "BN-LSTM (norm=batch)": layernorm.LSTM(I, H, norm="batch", max_length=T)}
+    if loop:
+        readable = layernorm.LSTM(I, H, norm="batch", max_length=T)
+        readable.use_fused = False
+        impls["BN-LSTM loop (use_fused=False)"] = readable
     x = torch.randn(T, B, I, device=device)
     grad = torch.randn(T, B, H, device=device)
     fns = {}

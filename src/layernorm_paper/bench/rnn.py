@@ -223,11 +223,13 @@ def _run(args: argparse.Namespace) -> int:
         print(format_table(cell_rows, CELL_COLUMNS))
         rows += cell_rows
     if "bn" in args.tables and "lstm" in args.cells:
-        bn_rows = bench_bn_lstm((T, B, I, H), repeat=repeat, warmup=args.warmup,
-                                device=args.device, clock=args.clock)
+        bn_rows = []
+        for shape in dict.fromkeys(cfg[:4] for cfg in configs):   # each shape once, in order
+            bn_rows += bench_bn_lstm(shape, repeat=repeat, warmup=args.warmup,
+                                     device=args.device, clock=args.clock, loop=not args.no_loop)
         print(f"\nBN-LSTM vs LN-LSTM, one layer, training mode, fp32, {args.device}, {timing}. "
               f"ratio = fwd+bwd / torch.nn.LSTM's; ms/step = fwd+bwd / T; vs LN-LSTM = fwd+bwd / "
-              f"LN-LSTM's.")
+              f"LN-LSTM's; BN-LSTM = the fused C time loop, loop = the readable path.")
         print(format_table(bn_rows, BN_COLUMNS))
         rows += bn_rows
     build = kernel_build_seconds() if args.device == "cpu" else None
@@ -247,8 +249,8 @@ def add_command(bench_subparsers) -> None:
     p.add_argument("--quick", action="store_true",
                    help="only the main shape (100x32x128x256, 1 layer), 5 rounds")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="TxBxIxH",
-                   help="shapes to run instead of the defaults, e.g. 100x32x128x256 (the cell and "
-                        "BN-LSTM tables use the first: T steps, its I and H)")
+                   help="shapes to run instead of the defaults, e.g. 100x32x128x256 (the cell "
+                        "table uses the first: T steps, its I and H; the BN-LSTM table each)")
     p.add_argument("--layers", nargs="+", type=int, default=[1],
                    help="with --shapes: numbers of layers (default 1)")
     p.add_argument("--bidirectional", action="store_true", help="with --shapes: bidirectional")
@@ -262,7 +264,7 @@ def add_command(bench_subparsers) -> None:
                    help="timed rounds (default 7; 5 quick)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--no-loop", action="store_true",
-                   help="skip the (slow) readable-loop rows on the first shape")
+                   help="skip the (slow) readable-loop rows (first shape; BN-LSTM table)")
     p.add_argument("--no-extras", action="store_true",
                    help="skip the torch.compile, autocast-bf16 and bf16 rows on the first shape")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")

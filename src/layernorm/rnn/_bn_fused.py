@@ -1,0 +1,313 @@
+"""The BN-LSTM and BN-GRU of one layer and one direction (Cooijmans et al. 2016, "Recurrent
+Batch Normalization"; the readable path is ``layernorm.rnn.terms.BatchTerm`` in THE loop) with
+their recurrence in the C kernels ``bn_lstm_*`` / ``bn_gru_*`` (``_rnn_steps.c``;
+docs/rnnfast.md, "The fused BN-LSTM and BN-GRU")::
+
+    LSTM  gates = BN_t(W_x x_t; gain_ih, bias_ih) + BN_t(W_h h_{t-1}; gain_hh, bias_hh)
+          c_t   = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g)
+          h_t   = sigmoid(o) tanh(BN_t(c_t; gain_c, bias_c))
+    GRU   a_x, a_h = BN_t(W_x x_t; gain_ih, bias_ih), BN_t(W_hh h_{t-1}; gain_hh, bias_hh)
+          r, z = sigmoid(a_x + a_h) over 2H,  n = tanh(a_x,n + r a_h,n),  h_t = n + z (h_{t-1} - n)
+
+Every batch norm takes the statistics of step t over the examples active at t: the kernels
+reduce them over the batch inside the time loop, forward and backward, for the recurrent term
+(and the LSTM's cell), and for the input term too (its statistics depend on x only, but folding
+it into the step saves the passes over (T, B, G) that torch's batch norm and its layout copies
+cost, as the LN-LSTM folds its input LN); W_x x itself is one GEMM over all steps before the
+loop. A step uses batch statistics in training when at least two examples are active; otherwise
+(eval, or one active example) the running statistics of slot min(t, last trained slot), as the
+readable path. The kernels return every batch step's mean and biased variance; the running
+statistics are then updated (and reported to ``observe_batch_stats``' observers) by
+``BatchTerm._update``, as the readable path does.
+
+Second order (``create_graph=True``): the backward re-runs the recurrence as a differentiable loop
+of torch ops (the reference step ``lstm_step`` / ``gru_step`` in THE loop, with the statistics
+of the forward's fixed steps), as the LN operators do (``_ops.differentiable_backward``).
+
+Where it applies is ``applies`` (called by ``_Stack._fused_bn_recurrence``, next to the LN
+operators' condition): eager mode, plain CPU float32 tensors, the C kernels loaded, no autocast,
+no torch.func transform, no forward-mode AD; elsewhere the readable path runs.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from .. import functional as LF
+from ..recurrence import gru_step, lstm_step, run_direction
+from . import _driver, _ops
+from . import fused as _fused
+from . import _sequence as seq
+from ._gemm import _panels
+from ._ops import contig as _contig
+from ._workspace import _WORKSPACE, _buffer
+from .errors import autocast_on
+
+WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
+
+
+def applies(*tensors: Tensor) -> bool:
+    """Whether the C kernels may run the BN-LSTM / BN-GRU recurrence for these tensors (the
+    input, the states, the direction's parameters and running statistics)."""
+    if (autocast_on(tensors[0]) or seq.under_functorch()
+            or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0):
+        return False
+    if not _ops.eager_mode(*tensors):
+        return False
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+        return False
+    return _driver.native_lib(tensors[0]) is not None
+
+
+def _runs(sizes: Sequence[int], flags: Sequence[bool]):
+    """(t0, t1, n): maximal ranges of batch-statistics steps with the same active count n."""
+    t = 0
+    while t < len(sizes):
+        if not flags[t]:
+            t += 1
+            continue
+        t1 = t
+        while t1 < len(sizes) and flags[t1] and sizes[t1] == sizes[t]:
+            t1 += 1
+        yield t, t1, int(sizes[t])
+        t = t1
+
+
+def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
+                 batch_sizes: Sequence[int] | None):
+    """``_Stack._run_direction`` of a BN-LSTM / BN-GRU where ``applies``: x (T, B, I) in
+    processing order -> (out (T, B, H), final state); the running statistics updated in training.
+
+    A packed training batch whose last steps have one active example runs in two calls: the
+    readable path's single-example steps read running statistics that its earlier steps of the
+    same call have just updated (slot min(t, last trained slot)), so those steps (one example:
+    row 0) run after the first call's updates."""
+    g = lambda name: module._get(name, suffix)  # noqa: E731
+    terms = module._terms(suffix, batch_sizes)
+    xw = _fused.input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
+    T, B, _ = xw.shape
+    sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
+    if module.training:  # the readable input term's check: batch statistics need two examples
+        LF.check_batch_size(xw[0, :sizes[0]], terms["ih"].who)
+    params = tuple(g(n) for n in _PARAMS[module.mode])
+    split = next((t for t, n in enumerate(sizes) if n < 2), T) if module.training else T
+    if split == T:
+        return _segment(module, terms, params, xw, state, batch_sizes, 0)
+    out, states = _segment(module, terms, params, xw[:split], state, sizes[:split], 0)
+    tail, last = _segment(module, terms, params, xw[split:, :1], tuple(s[:1] for s in states),
+                          None, split)
+    out = torch.cat([out, torch.cat([tail, tail.new_zeros(T - split, B - 1, tail.shape[-1])],
+                                    1)])
+    return out, tuple(torch.cat([a, s[1:]]) for a, s in zip(last, states))
+
+
+# per mode: the direction's parameters, in the autograd Functions' order after the states
+_PARAMS = {"LSTM": ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c", "gain_ih", "bias_ih"),
+           "GRU": ("weight_hh", "gain_hh", "bias_hh", "gain_ih", "bias_ih")}
+
+
+def _segment(module, terms, params, xw, state, batch_sizes, t0: int):
+    """Steps t0 .. t0 + len(xw) - 1 of a direction in one kernel call (``batch_sizes`` of those
+    steps, or None), then their running statistics' update in training. The kernel's statistics
+    come in the order of ``names`` (each term's (T, width) mean, then var)."""
+    T, B, G = xw.shape
+    H = module.hidden_size
+    names = ("hh", "c", "ih") if module.mode == "LSTM" else ("hh", "ih")
+    sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
+    flags = [bool(module.training and n >= 2) for n in sizes]
+    fixed = [t for t in range(T) if not flags[t]]
+    stats = []
+    for name in names:
+        term = terms[name]
+        for buf in term.running:                 # the fixed steps' rows: running statistics
+            rows = xw.new_empty(T, H if name == "c" else G)
+            if fixed:
+                steps = torch.tensor(fixed)
+                slots = (steps + t0).clamp(max=term.last_slot)
+                rows[steps] = buf.detach()[slots]
+            stats.append(rows)
+    sizes_t = None if batch_sizes is None else torch.as_tensor(sizes)
+    fn = _BNLSTM if module.mode == "LSTM" else _BNGRU
+    out, *rest = fn.apply(xw, *state, *params, *stats, sizes_t, flags, float(module.eps))
+    states, found = rest[:len(state)], rest[len(state):]
+    if module.training:
+        for k, name in enumerate(names):
+            mean, var = found[2 * k], found[2 * k + 1]
+            for lo, hi, n in _runs(sizes, flags):
+                terms[name]._update(t0 + lo, mean[lo:hi], var[lo:hi], n)
+    return out, tuple(states)
+
+
+class _BNLSTM(torch.autograd.Function):
+    """The recurrence on the C kernels: (xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
+    gain_x, bias_x, then the (T, G) / (T, H) mean_h, var_h, mean_c, var_c, mean_x, var_x with the
+    fixed steps' rows, batch_sizes, flags, eps) -> out, h_n, c_n and the six statistics with
+    every step's rows (the batch steps' batch mean and biased variance; not differentiable)."""
+
+    @staticmethod
+    def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, mean_h,
+                var_h, mean_c, var_c, mean_x, var_x, batch_sizes, flags, eps):
+        lib = _driver.native_lib(xg)
+        xg = xg.contiguous()
+        T, B, G = xg.shape
+        H = G // 4
+        save = any(ctx.needs_input_grad[:10])
+        saved = [None] * 4
+        if save:  # cs, hg_all, act_all, tc_all
+            saved = [_WORKSPACE.get(shape, like=xg) for shape in (
+                (T + 1, B, H), (T, B, G), (T, B, G), (T, B, H))]
+            saved[0][0] = c0
+        stats = [s.clone() for s in (mean_h, var_h, mean_c, var_c, mean_x, var_x)]
+        out = _buffer(T, B, H, like=xg, zero=batch_sizes is not None)
+        h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
+        flags_t = torch.tensor(flags, dtype=torch.int32)
+        _driver.call(lib, "bn_lstm_forward_seq", _driver.BNLSTMArgs, WHO, T=T, B=B, H=H,
+                     nthreads=_driver.threads(B), eps=eps,
+                     batch_sizes=_driver.int32(batch_sizes), batch_stats=flags_t, xw=xg,
+                     gain_x=_contig(gain_x), bias_x=_contig(bias_x),
+                     wp=_panels(w_hh, lib.panel_width()), gain_h=_contig(gain_h),
+                     bias_h=_contig(bias_h), gain_c=_contig(gain_c), bias_c=_contig(bias_c),
+                     h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0], hg_all=saved[1],
+                     act_all=saved[2], tc_all=saved[3], mean_h=stats[0], var_h=stats[1],
+                     mean_c=stats[2], var_c=stats[3], mean_x=stats[4], var_x=stats[5])
+        ctx.mark_non_differentiable(*stats)
+        ctx.flags, ctx.eps, ctx.save = flags, eps, save
+        ctx.batch_sizes = batch_sizes
+        if save:
+            ctx.save_for_backward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x,
+                                  bias_x, out,
+                                  *saved, *stats)
+        return out, h_n, c_n, *stats
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_hn, grad_cn, *_):
+        kept = ctx.saved_tensors
+        inputs, out, saved, stats = kept[:10], kept[10], kept[11:15], kept[15:]
+        sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
+            found = _ops.differentiable_backward(
+                lambda *xs: _loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
+                ctx.needs_input_grad[:10], (grad_out, grad_hn, grad_cn))
+            return (*found, *(None,) * 9)
+        xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, _ = inputs
+        T, B, G = xg.shape
+        H = G // 4
+        lib = _driver.native_lib(xg)
+        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
+        dh, dc = (gr.detach().clone(memory_format=torch.contiguous_format)
+                  for gr in (grad_hn, grad_cn))
+        dparams = torch.zeros(4 * G + 2 * H, dtype=torch.float64)
+        cs, hg_all, act_all, tc_all = saved
+        dw_hh = _ops.native_backward(
+            lib, "bn_lstm_backward_seq", _driver.BNLSTMArgs, WHO, _contig(h0), out,
+            ctx.batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps,
+            batch_stats=torch.tensor(ctx.flags, dtype=torch.int32),
+            wtp=_panels(w_hh, lib.panel_width(), transposed=True), gain_h=_contig(gain_h),
+            gain_c=_contig(gain_c), gain_x=_contig(gain_x), xw=xg,
+            grad_out=grad_out.contiguous(), cs=cs, hg_all=hg_all,
+            act_all=act_all, tc_all=tc_all, mean_h=stats[0], var_h=stats[1], mean_c=stats[2],
+            var_c=stats[3], mean_x=stats[4], var_x=stats[5], dh=dh, dc=dc, dxg=dxg,
+            dparams=dparams)
+        dparams = dparams.to(xg.dtype).split([G, G, H, H, G, G])
+        return (dxg, dh, dc, dw_hh, *dparams, *(None,) * 9)
+
+
+def _norm(gain, bias, mean, var, flags, eps):
+    """A batch-norm term of the differentiable loops: batch statistics of the active rows at the
+    flagged steps, the given mean / var (rows of step t) elsewhere."""
+    def f(a, t):
+        if flags[t]:
+            m = a.mean(0)
+            v = (a - m).square().mean(0)
+        else:
+            m, v = mean[t], var[t]
+        return (a - m) * torch.rsqrt(v + eps) * gain + bias
+    return f
+
+
+def _loop(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, sizes, flags, stats,
+          eps):
+    """The same recurrence in plain differentiable torch ops (the reference step in THE loop):
+    batch statistics of the active rows at the flagged steps, the given ones elsewhere."""
+    mean_h, var_h, mean_c, var_c, mean_x, var_x = stats
+    norm_hh = _norm(gain_h, bias_h, mean_h, var_h, flags, eps)
+    norm_c = _norm(gain_c, bias_c, mean_c, var_c, flags, eps)
+    norm_x = _norm(gain_x, bias_x, mean_x, var_x, flags, eps)
+    out, (h, c) = run_direction(
+        lambda x, s, t: lstm_step(norm_x(x, t), s[0], s[1], w_hh, norm_hh, norm_c, t), xw,
+        (h0, c0), batch_sizes=sizes)
+    return out, h, c
+
+
+class _BNGRU(torch.autograd.Function):
+    """The BN-GRU recurrence on the C kernels: (xw, h0, w_hh, gain_h, bias_h, gain_x, bias_x,
+    then the (T, G) mean_h, var_h, mean_x, var_x with the fixed steps' rows, batch_sizes, flags,
+    eps) -> out, h_n and the four statistics (as ``_BNLSTM``)."""
+
+    @staticmethod
+    def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, mean_h, var_h, mean_x, var_x,
+                batch_sizes, flags, eps):
+        lib = _driver.native_lib(xg)
+        xg = xg.contiguous()
+        T, B, G = xg.shape
+        H = G // 3
+        save = any(ctx.needs_input_grad[:7])
+        saved = [_WORKSPACE.get((T, B, G), like=xg) for _ in range(2)] if save else [None] * 2
+        stats = [s.clone() for s in (mean_h, var_h, mean_x, var_x)]
+        out = _buffer(T, B, H, like=xg, zero=batch_sizes is not None)
+        h_n = h0.detach().clone(memory_format=torch.contiguous_format)
+        flags_t = torch.tensor(flags, dtype=torch.int32)
+        _driver.call(lib, "bn_gru_forward_seq", _driver.BNGRUArgs, WHO_GRU, T=T, B=B, H=H,
+                     nthreads=_driver.threads(B), eps=eps,
+                     batch_sizes=_driver.int32(batch_sizes), batch_stats=flags_t, xw=xg,
+                     gain_x=_contig(gain_x), bias_x=_contig(bias_x),
+                     wp=_panels(w_hh, lib.panel_width()), gain_h=_contig(gain_h),
+                     bias_h=_contig(bias_h), h0=_contig(h0), out=out, h_n=h_n,
+                     hg_all=saved[0], act_all=saved[1], mean_h=stats[0], var_h=stats[1],
+                     mean_x=stats[2], var_x=stats[3])
+        ctx.mark_non_differentiable(*stats)
+        ctx.flags, ctx.eps, ctx.batch_sizes = flags, eps, batch_sizes
+        if save:
+            ctx.save_for_backward(xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, out, *saved,
+                                  *stats)
+        return out, h_n, *stats
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_hn, *_):
+        kept = ctx.saved_tensors
+        inputs, out, saved, stats = kept[:7], kept[7], kept[8:10], kept[10:]
+        sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
+            found = _ops.differentiable_backward(
+                lambda *xs: _gru_loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
+                ctx.needs_input_grad[:7], (grad_out, grad_hn))
+            return (*found, *(None,) * 7)
+        xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
+        T, B, G = xg.shape
+        lib = _driver.native_lib(xg)
+        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
+        dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
+        dparams = torch.zeros(4 * G, dtype=torch.float64)
+        dw_hh = _ops.native_backward(
+            lib, "bn_gru_backward_seq", _driver.BNGRUArgs, WHO_GRU, _contig(h0), out,
+            ctx.batch_sizes, G, T=T, B=B, H=G // 3, nthreads=_driver.threads(B), eps=ctx.eps,
+            batch_stats=torch.tensor(ctx.flags, dtype=torch.int32),
+            wtp=_panels(w_hh, lib.panel_width(), transposed=True), gain_h=_contig(gain_h),
+            bias_h=_contig(bias_h), gain_x=_contig(gain_x), xw=xg,
+            grad_out=grad_out.contiguous(), hg_all=saved[0],
+            act_all=saved[1], mean_h=stats[0], var_h=stats[1], mean_x=stats[2],
+            var_x=stats[3], dh=dh, dxg=dxg, dparams=dparams)
+        dgain_h, dbias_h, dgain_x, dbias_x = dparams.to(xg.dtype).split([G] * 4)
+        return (dxg, dh, dw_hh, dgain_h, dbias_h, dgain_x, dbias_x, *(None,) * 7)
+
+
+def _gru_loop(xw, h0, w_hh, gain_h, bias_h, gain_x, bias_x, sizes, flags, stats, eps):
+    """The BN-GRU in plain differentiable torch ops (``gru_step`` in THE loop), as ``_loop``."""
+    mean_h, var_h, mean_x, var_x = stats
+    norm_hh, norm_x = _norm(gain_h, bias_h, mean_h, var_h, flags, eps), _norm(
+        gain_x, bias_x, mean_x, var_x, flags, eps)
+    out, (h,) = run_direction(lambda x, s, t: gru_step(norm_x(x, t), s[0], w_hh, norm_hh, t),
+                              xw, (h0,), batch_sizes=sizes)
+    return out, h
