@@ -27,9 +27,11 @@ def _run(exp, norm, seed, curve, key, extra=None, steps=10, dataset="x"):
     return Run(Path(f"/nowhere/{exp}/{norm}-{seed}"), cfg, rows)
 
 
-def _curve(start, end, n=8, jitter=0.0):
-    return [start + (end - start) * (1 - math.exp(-3 * i / (n - 1))) / (1 - math.exp(-3)) + jitter
-            for i in range(n)]
+def _curve(start, end, n=8, jitter=0.0, rate=12.0):
+    """From ``start`` to ``end`` exponentially, flat over its last half (the guards need flattened
+    arms for a final-value verdict); ``rate`` 3: still falling at the end."""
+    return [start + (end - start) * (1 - math.exp(-rate * i / (n - 1))) / (1 - math.exp(-rate))
+            + jitter for i in range(n)]
 
 
 def _inputs(runs):
@@ -220,7 +222,7 @@ def test_full_forms_judged_apart_when_their_runs_exist():
     assert results["6.4-draw-bound"].status == SUPPORTED          # embedded runs only
     assert "8x8 binarized digits" in results["6.4-draw-bound"].notes[0]
     full = results["6.4-draw-bound-mnist"]
-    assert full.status == NOT_SUPPORTED and "LN-LSTM 82.9" in full.key_number   # MNIST runs
+    assert full.status == NOT_SUPPORTED and "LN-LSTM 82.5" in full.key_number   # MNIST runs
     assert "Salakhutdinov & Murray" in full.notes[0]
     assert "6.2-reader-best-cnn" not in results and "6.4-draw-fast-mnist" in results
     md = render(inp, judge(inp), {})

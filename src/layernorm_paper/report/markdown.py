@@ -6,7 +6,8 @@ from __future__ import annotations
 import platform
 import time
 
-from ..verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED
+from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NO_LEARNING, NOT_SUPPORTED, SUPPORTED,
+                        UNDERTRAINED)
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
                      DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
                      ClaimResult, paper_not_run)
@@ -14,8 +15,10 @@ from .scoring import LAST_K, PP
 from .runs import Inputs
 
 VERDICT_MARK = {SUPPORTED: "✅ supported", NOT_SUPPORTED: "❌ not supported",
-                INCONCLUSIVE: "❔ inconclusive", NOT_RUN: "⏸ not run"}
+                INCONCLUSIVE: "❔ inconclusive", UNDERTRAINED: "⏳ undertrained",
+                NO_LEARNING: "🚫 baseline did not learn", NOT_RUN: "⏸ not run"}
 CHECK_MARK = {SUPPORTED: "✅ holds", NOT_SUPPORTED: "❌ fails", INCONCLUSIVE: "❔ inconclusive",
+              UNDERTRAINED: "⏳ undertrained", NO_LEARNING: "🚫 baseline did not learn",
               NOT_RUN: "⏸ not run"}
 
 
@@ -47,7 +50,14 @@ def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
         rs = [r.status for c, r in results if c.kind == kind]
         return {v: rs.count(v) for v in VERDICT_MARK if rs.count(v)}, len(rs)
     claims, n = count(CLAIM)
-    lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in claims.items())]
+    judged = {k: v for k, v in claims.items() if k not in (UNDERTRAINED, NO_LEARNING)}
+    apart = {k: v for k, v in claims.items() if k in (UNDERTRAINED, NO_LEARNING)}
+    lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in judged.items())]
+    if apart:
+        lines.append("Claims the experiment could not judge as run (counted apart: an arm did "
+                     "not beat its task's trivial predictor, or was still improving by the "
+                     "claim's margin; each section says what would fix it): "
+                     + ", ".join(f"{k}: {v}" for k, v in apart.items()))
     comp = [(c, r) for c, r in results if c.kind == COMPOSITE]
     if comp:
         lines.append("Statements made of the claims above (not counted again): " + "; ".join(

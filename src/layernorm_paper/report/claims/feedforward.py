@@ -10,9 +10,10 @@ from typing import Callable
 from ..runs import Inputs, Run, select
 from ..scoring import (F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL, PP, _increase, arm, err_sample,
                        err_table, has, log_area, updates)
-from ...verdicts import LEVEL, all_of, exceeds, within
+from ...verdicts import LEVEL, all_of, equivalent, exceeds
 from .base import (BEATS_MARGIN, COLLAPSE_MARGIN, FASTER_MARGIN, STABLE_MARGIN, ClaimResult,
                    Figure, _need, how_wrong, not_run)
+from .guards import gate
 
 BN_VARIANTS = {"batch-all": "on every layer, the logits too (the paper's wording)",
                "batch": "on the hidden layers only"}
@@ -57,6 +58,22 @@ def ff_figures(experiment: str, title: str) -> list[Figure]:
             Figure(f"{experiment}_error_vs_batch", "error_bars", w, title)]
 
 
+def _gate_batch(v, g: dict, large: int, margin: float):
+    """The guards of a batch-size claim: the large-batch arms must learn (a small-batch arm that
+    does not is what "suffers" / "collapses" predicts, so it is not required to), and every arm
+    must have flattened by the claim's margin."""
+    w = gate(v, _arm_names({k: rs for k, rs in g.items() if k.endswith(f"@{large}")}), margin,
+             final=False)
+    return w if w is not v else gate(v, _arm_names(g), margin, learn=False, unit=" pp", scale=PP)
+
+
+def _control(runs, experiment: str, smalls: tuple[int, ...], large: int) -> dict | None:
+    """The un-normalized arms at the same batch sizes (the control of a batch-size claim), or
+    None where the experiment did not run them all."""
+    g = _bs_groups(runs, experiment, ("none",), smalls + (large,))
+    return g if all(g.values()) else None
+
+
 def claim_bn_suffers(experiment: str, small: int, large: int, margin: float, what: str):
     def evaluate(inp: Inputs, bn: str) -> ClaimResult:
         g = _bs_groups(inp.runs, experiment, (bn, "layer"), (small, large))
@@ -72,6 +89,7 @@ def claim_bn_suffers(experiment: str, small: int, large: int, margin: float, wha
         v = all_of([v1, v2], f"both must hold: (1) BN's test error at batch {small} exceeds its "
                              f"error at batch {large} and (2) BN's increase exceeds LN's, each by "
                              f"≥ {margin * PP:g} pp over the whole {LEVEL:.0%} interval")
+        v = _gate_batch(v, g, large, margin)
         key = (f"BN {small} vs {large}: {bn_up.mean * PP:+.2f} pp; "
                f"LN: {ln_up.mean * PP:+.2f} pp")
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
@@ -85,15 +103,31 @@ def claim_ln_stable(experiment: str, smalls: tuple[int, ...], large: int, what: 
         g = _bs_groups(inp.runs, experiment, ("layer",), smalls + (large,))
         if (note := _need(g)):
             return not_run(note)
-        parts = [within(err_sample(g[f"layer@{s}"]), err_sample(g[f"layer@{large}"]),
-                        STABLE_MARGIN, a_name=f"LN error at batch {s}",
-                        b_name=f"LN error at batch {large}", unit=" pp", scale=PP)
-                 for s in smalls]
-        v = all_of(parts, f"LN's test error at batch {', '.join(map(str, smalls))} must be within "
-                          f"±{STABLE_MARGIN * PP:g} pp of its error at batch {large} (the whole "
-                          f"{LEVEL:.0%} interval of the difference inside the band)")
-        key = "; ".join(f"LN {s} vs {large}: {p.interval.d * PP:+.2f} pp "
-                        f"[{p.interval.lo * PP:+.2f}, {p.interval.hi * PP:+.2f}]"
+        ctl = _control(inp.runs, experiment, smalls, large)
+        if ctl:
+            parts = [equivalent(_increase(g[f"layer@{s}"], g[f"layer@{large}"]),
+                                _increase(ctl[f"none@{s}"], ctl[f"none@{large}"]), STABLE_MARGIN,
+                                a_name=f"LN's change from batch {large} to {s}",
+                                b_name="no normalization's", unit=" pp", scale=PP)
+                     for s in smalls]
+            how = (f"LN's change in test error from batch {large} to batch "
+                   f"{', '.join(map(str, smalls))}, beyond the un-normalized network's change "
+                   f"(the control: a difference in differences, paired by seed), must be within "
+                   f"±{STABLE_MARGIN * PP:g} pp (TOST: the 90% interval inside the band)")
+        else:
+            parts = [equivalent(err_sample(g[f"layer@{s}"]), err_sample(g[f"layer@{large}"]),
+                                STABLE_MARGIN, a_name=f"LN error at batch {s}",
+                                b_name=f"LN error at batch {large}", unit=" pp", scale=PP)
+                     for s in smalls]
+            how = (f"LN's test error at batch {', '.join(map(str, smalls))} must be within "
+                   f"±{STABLE_MARGIN * PP:g} pp of its error at batch {large} (TOST: the 90% "
+                   f"interval of the difference inside the band); no un-normalized arm ran at "
+                   f"these batch sizes, so there is no control")
+        v = all_of(parts, how)
+        v = _gate_batch(v, {**g, **(ctl or {})}, large, STABLE_MARGIN)
+        key = "; ".join(f"LN {s} vs {large}{' − control' if ctl else ''}: "
+                        f"{p.interval.d * PP:+.2f} pp "
+                        f"[{p.interval.lo * PP:+.2f}, {p.interval.hi * PP:+.2f}] (90%)"
                         for s, p in zip(smalls, parts))
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
                            ff_figures(experiment, what),
@@ -140,6 +174,7 @@ def claim_beats(experiment: str, winner: str, loser: str, batch: int, what: str)
         w, lo = err_sample(g[f"{winner}@{batch}"]), err_sample(g[f"{loser}@{batch}"])
         v = exceeds(lo, w, BEATS_MARGIN, a_name=f"{NORM_LABEL[loser]} error",
                     b_name=f"{NORM_LABEL[winner]} error (batch {batch})", unit=" pp", scale=PP)
+        v = gate(v, _arm_names(g), BEATS_MARGIN, unit=" pp", scale=PP)
         key = (f"{NORM_LABEL[winner]} {w.mean * PP:.2f}% vs {NORM_LABEL[loser]} "
                f"{lo.mean * PP:.2f}% at batch {batch}")
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
@@ -153,12 +188,24 @@ def claim_bn_collapse(experiment: str, smalls: tuple[int, ...] = (4, 1), large: 
         g = _bs_groups(inp.runs, experiment, ("batch",), smalls + (large,))
         if (note := _need(g)):
             return not_run(note)
-        parts = [exceeds(err_sample(g[f"batch@{s}"]), err_sample(g[f"batch@{large}"]),
-                         COLLAPSE_MARGIN, a_name=f"BN error at batch {s}",
-                         b_name=f"at batch {large}", unit=" pp", scale=PP) for s in smalls]
+        ctl = _control(inp.runs, experiment, smalls, large)
+        if ctl:
+            parts = [exceeds(_increase(g[f"batch@{s}"], g[f"batch@{large}"]),
+                             _increase(ctl[f"none@{s}"], ctl[f"none@{large}"]), COLLAPSE_MARGIN,
+                             a_name=f"BN's rise in error from batch {large} to {s}",
+                             b_name="no normalization's", unit=" pp", scale=PP) for s in smalls]
+            ctl_words = (" beyond the un-normalized network's rise (the control: a difference in "
+                         "differences, paired by seed)")
+        else:
+            parts = [exceeds(err_sample(g[f"batch@{s}"]), err_sample(g[f"batch@{large}"]),
+                             COLLAPSE_MARGIN, a_name=f"BN error at batch {s}",
+                             b_name=f"at batch {large}", unit=" pp", scale=PP) for s in smalls]
+            ctl_words = " (no un-normalized arm ran at these batch sizes: no control)"
         v = all_of(parts, f"BN's test error at batch {' and at batch '.join(map(str, smalls))} "
                           f"each exceed its error at batch {large} by ≥ {COLLAPSE_MARGIN * PP:g} "
-                          f"pp (a collapse, not a wobble) over the whole {LEVEL:.0%} interval")
+                          f"pp (a collapse, not a wobble){ctl_words} over the whole "
+                          f"{LEVEL:.0%} interval")
+        v = _gate_batch(v, {**g, **(ctl or {})}, large, COLLAPSE_MARGIN)
         key = "; ".join(f"BN {s} vs {large}: {p.interval.d * PP:+.1f} pp"
                         for s, p in zip(smalls, parts))
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
