@@ -56,7 +56,7 @@ def build_tree(root: Path) -> None:
         ("layer", 4): [0.02, 0.10, 0.30, 0.05, 0.04], ("layer", 1): five(0.04)[0],
         ("none", 128): five(0.08)[0]})
     # 6.1: order embeddings
-    _dump(root, order_runs({"none": (400, 30.0), "layer": (200, 33.0)}))
+    _dump(root, order_runs({"none": (300, 30.0), "layer": (200, 33.0)}))
     # 6.4: DRAW, embedded and on binarized MNIST (the full form)
     _dump(root, _arms("paper_draw", "test_loss", {"none": 22.0, "layer": 21.0},
                       dataset="digits-binary"))
