@@ -182,7 +182,13 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
         if res.caveats:
             md += ["How this could be wrong:", ""] + [f"- {c}" for c in res.caveats] + [""]
         md += [f"**Verdict: {mark(claim, res)}.** Rule: {res.verdict.rule}.", ""]
-        for p in res.verdict.parts or (res.verdict,):
+        v = res.verdict
+        if v.verdict in (UNDERTRAINED, NO_LEARNING) and len(v.parts) == 1:
+            inner = v.parts[0]
+            md += [f"- {v.detail}.", "", f"The claim's own rule, shown and not counted: "
+                   f"**{inner.verdict}** — {inner.rule}.", ""]
+            v = inner
+        for p in v.parts or (v,):
             md += [f"- [{p.verdict}] {p.rule}: {p.detail}"]
         md += [""]
 

@@ -16,7 +16,8 @@
     is not guarded by (a); the claim's section says so.
 
 (b) For a claim about final values: no arm still improving, on the claim's own field, by the
-    claim's margin or more from the third to the last quarter of its updates (mean over seeds),
+    claim's margin or more from the third to the last quarter of its updates (mean over seeds;
+    where evaluations are log-spaced and a quarter holds none, over the last two evaluations),
     else the outcome is "undertrained" (``verdicts.UNDERTRAINED``): more updates (a higher
     budget) would fix it.
 
@@ -102,6 +103,19 @@ def did_not_learn(arms: dict[str, list[Run]], key: str | KeyOf | None = None) ->
     return out
 
 
+def _late(run: Run, key: str) -> float | None:
+    """``late_change`` (last quarter of updates minus the third), or where no evaluation falls in
+    one of those quarters (log-spaced evaluations) the change over the last two evaluations."""
+    c = late_change(run, key)
+    if c is not None:
+        return c
+    vals = [r.get(key) for r in run.rows if r.get(key) is not None]
+    if len(vals) < 2:
+        return None
+    a, b = float(vals[-2]), float(vals[-1])
+    return None if math.isnan(a) or math.isnan(b) else b - a
+
+
 def still_improving(arms: dict[str, list[Run]], margin: float, key: str | KeyOf | None = None,
                     rising: bool = False, scale: float = 1.0, unit: str = "") -> list[str]:
     """One phrase per arm still improving by >= ``margin`` on ``key`` from the third to the last
@@ -111,7 +125,7 @@ def still_improving(arms: dict[str, list[Run]], margin: float, key: str | KeyOf 
         if not rs:
             continue
         k = _key(key, rs)
-        ch = [late_change(r, k) for r in rs]
+        ch = [_late(r, k) for r in rs]
         if any(c is None for c in ch):
             continue
         c = sum(ch) / len(ch)
