@@ -26,13 +26,13 @@ def configs(preset: str) -> list:
 
 def claims(found, R) -> list:
     return [
-        R.Claim("ddp-ln", "paper 3", "“LN: splitting a batch over processes changes nothing” "
+        R.Claim("ddp-ln", "check of this implementation", "“LN: splitting a batch over processes changes nothing” "
               "(identical parameters within float tolerance)", NAME,
               R.claim_batch_split("layer", True), HEADING, R.CHECK),
-        R.Claim("ddp-bn", "paper 3", "“BN: each process normalizes over its own slice” "
+        R.Claim("ddp-bn", "check of this implementation", "“BN: each process normalizes over its own slice” "
               "(measurably different parameters)", NAME,
               R.claim_batch_split("batch", False), HEADING, R.CHECK),
-        R.Claim("ddp-bn-sync", "docs/distributed.md", "“BN + --sync-bn: statistics over the global "
+        R.Claim("ddp-bn-sync", "check of this implementation", "“BN + --sync-bn: statistics over the global "
               "batch” (identical parameters again)", NAME,
               R.claim_batch_split("batch + sync", True), HEADING, R.CHECK),
     ]

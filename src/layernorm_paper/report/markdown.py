@@ -127,6 +127,29 @@ HOW = (
     f"different if more than {DDP_DIFF_FACTOR:g} times that), counted apart.")
 
 
+SUMMARIES = ("Summary A: a Chinese digest of the paper by Neil Zhu (University AI, published on "
+             "Jianshu), following its sections 1-5. Summary B: “from batch norm to layer norm”, a "
+             "Chinese blog article by “Fairy Girl”, with two experiments it attributes to the "
+             "paper. Both are described, with what each says, in the project's `docs/paper.md`; "
+             "where a summary and the paper disagree, the paper wins.")
+IMPLEMENTATION = "check of this implementation"
+
+
+def summary_groups(results):
+    """The summary's three tables: the paper's claims (the paper named among the sources), the
+    summaries' claims (only a summary names them), the checks of this implementation."""
+    impl = [(c, r) for c, r in results if c.source.startswith(IMPLEMENTATION)]
+    paper = [(c, r) for c, r in results if "paper" in c.source and (c, r) not in impl]
+    rest = [(c, r) for c, r in results if (c, r) not in impl and (c, r) not in paper]
+    out = [("The paper's claims", "Ba, Kiros, Hinton (2016), arXiv:1607.06450; the sections "
+                                  "are the paper's.", paper),
+           ("The summaries' claims", SUMMARIES, rest),
+           ("Checks of this implementation", "Not claims of the paper: deterministic checks that "
+                                             "this implementation's layers behave as its docs say "
+                                             "under a batch split over processes (DDP).", impl)]
+    return [g for g in out if g[2]]
+
+
 def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
            figure_paths: dict[str, str]) -> str:
     meta, runs = inp.meta, inp.runs
@@ -138,12 +161,16 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                f"embedded data only ({', '.join(map(str, data))}) — not the paper's datasets or "
                f"scale. Verdicts say what these runs show, nothing more. `layernorm reproduce "
                f"--full` runs the paper's scale where the data can be downloaded.", ""]
-    md += ["## Summary", "", "| claim | source | verdict | key number |", "|---|---|---|---|"]
-    for claim, res in results:
-        quote = claim.quote if claim.kind != CHECK else f"check: {claim.quote}"
-        md.append(f"| [{cell(quote)}](#{claim.id}) | {claim.source} | {mark(claim, res)} | "
-                  f"{cell(res.key_number)} |")
-    md += [""] + [f"{line}  " for line in totals(results)] + [""]
+    md += ["## Summary", ""]
+    for title, intro, rows in summary_groups(results):
+        md += [f"### {title}", ""] + ([intro, ""] if intro else [])
+        md += ["| claim | source | verdict | key number |", "|---|---|---|---|"]
+        for claim, res in rows:
+            quote = claim.quote if claim.kind != CHECK else f"check: {claim.quote}"
+            md.append(f"| [{cell(quote)}](#{claim.id}) | {claim.source} | {mark(claim, res)} | "
+                      f"{cell(res.key_number)} |")
+        md += [""]
+    md += [f"{line}  " for line in totals(results)] + [""]
     md += ["## Environment", ""] + environment(inp) + [""]
     md += ["## How verdicts are computed", "", HOW, ""]
 

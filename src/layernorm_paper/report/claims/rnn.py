@@ -38,11 +38,40 @@ def _mse_note(g) -> list[str]:
     return []
 
 
+# Values per sequence of each sequence task, from its definition (layernorm_paper.data): the
+# 8x8 digits read pixel by pixel, MNIST-1D's 40-value signals; the adding problem's length is
+# its data_args "length" (default 50).
+SEQ_VALUES = {"digits-pixels": (64, "pixels"), "mnist1d-seq": (40, "values")}
+
+
+def task_text(rs: list[Run]) -> str | None:
+    """What the sequence task is, read from the runs' configs: T steps of how many values."""
+    c = rs[0].config
+    d = str(c.get("dataset") or rs[0].task)
+    chunk = int((c.get("model_args") or {}).get("chunk") or 1)
+    if d == "adding":
+        n, what = int((c.get("data_args") or {}).get("length") or 50), "(value, marker) pairs"
+        chunk = 1
+    elif d in SEQ_VALUES:
+        n, what = SEQ_VALUES[d]
+    else:
+        return None
+    T = -(-n // chunk)
+    unit = what if chunk > 1 else what[:-1]
+    return (f"Task as run: `{d}`, sequences of T = {T} steps, {chunk} {unit} per step ({n} in "
+            f"all; from the runs' configs)")
+
+
 def _learn_key(rs: list[Run]) -> str:
     """The field an RNN arm must beat its trivial predictor on: the test MSE of a regression task
     (the adding problem), the test error otherwise."""
     regress = rs[0].task in REGRESSION_TASKS or rs[0].config.get("dataset") in REGRESSION_TASKS
     return loss_key(rs) if regress else error_key(rs)
+
+
+def _task_note(rs: list[Run]) -> list[str]:
+    t = task_text(rs) if rs else None
+    return [t + "."] if t else []
 
 
 def claim_rnn_fastest(experiment: str, task: str):
@@ -77,7 +106,7 @@ def claim_rnn_fastest(experiment: str, task: str):
                            notes=[f"Target: {target * PP:.1f}% test error — halfway between the "
                                   f"mean error at the first evaluation (step "
                                   f"{allr[0].rows[0][F_STEP]}) and the best method's final "
-                                  f"score."] + _mse_note(g),
+                                  f"score."] + _mse_note(g) + _task_note(allr),
                            caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
     return evaluate
 
@@ -96,7 +125,8 @@ def claim_rnn_best(experiment: str, task: str):
         key = ", ".join(f"{RNN_LABEL[n]} {err_sample(g[n]).mean * PP:.1f}%" for n in RNN_NORMS)
         allr = [r for v_ in g.values() for r in v_]
         return ClaimResult(v, key, rnn_table(g, target_error(g)),
-                           rnn_figures(experiment, task, allr), notes=_mse_note(g),
+                           rnn_figures(experiment, task, allr),
+                           notes=_mse_note(g) + _task_note(allr),
                            caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
     return evaluate
 
