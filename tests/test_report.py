@@ -503,3 +503,18 @@ def test_training_error_decides_ln_faster_than_bn(tmp_path):
     assert s["6.6-fast"]["verdict"] == NOT_SUPPORTED
     md = (tmp_path / "report.md").read_text()
     assert "Training NLL, shown and not counted" in md and "training error decides" in md
+
+
+def test_an_arm_where_some_runs_did_not_learn_is_reported_as_a_fraction(tmp_path):
+    # four LN runs at 4% error and one at chance: the arm learned on average, bimodally
+    errs = {("layer", 128): [0.04, 0.04, 0.04, 0.04, 0.90], ("none", 128): five(0.90)[0]}
+    write_batch_experiment(tmp_path, "cnn_batch_size", errs)
+    s = summary(tmp_path)
+    assert s["6.7-ln-none"]["verdict"] == "baseline did not learn"
+    errs[("none", 128)] = five(0.30)[0]
+    other = tmp_path / "b"
+    write_batch_experiment(other, "cnn_batch_size", errs)
+    summary(other)
+    md = (other / "report.md").read_text()
+    assert "bimodal: runs that beat the trivial predictor by 10%: layer norm @ batch 128 4/5 runs" \
+        in md

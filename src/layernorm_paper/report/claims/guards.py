@@ -79,9 +79,11 @@ def _key(key: str | KeyOf | None, rs: list[Run]) -> str:
     return error_key(rs) if key is None else key(rs) if callable(key) else key
 
 
-def did_not_learn(arms: dict[str, list[Run]], key: str | KeyOf | None = None) -> list[str]:
+def did_not_learn(arms: dict[str, list[Run]], key: str | KeyOf | None = None,
+                  split: list | None = None) -> list[str]:
     """One phrase per arm that does not beat its task's trivial predictor by LEARN_FRACTION, on
-    ``key`` where the task defines a trivial score for it, else on its test error."""
+    ``key`` where the task defines a trivial score for it, else on its test error. ``split``
+    collects a phrase per arm that learned on average but not in every run (a bimodal arm)."""
     out = []
     for name, rs in arms.items():
         if not rs:
@@ -100,6 +102,8 @@ def did_not_learn(arms: dict[str, list[Run]], key: str | KeyOf | None = None) ->
         if mean > bar:
             out.append(f"{name}: `{k}` {mean:.4g} (mean of the last {LAST_K} evaluations) against "
                        f"{t:.4g} for {what}, needs ≤ {bar:.4g}; {learned}/{len(vals)} runs learned")
+        elif learned < len(vals) and split is not None:
+            split.append(f"{name} {learned}/{len(vals)} runs")
     return out
 
 
@@ -140,7 +144,8 @@ def gate(v: Verdict, arms: dict[str, list[Run]], margin: float, *,
          learn: bool = True) -> Verdict:
     """``v`` when every arm learned (``learn``) and (``final``) has flattened; else the guard's
     outcome, with what would fix it and ``v`` shown as its one part (not counted)."""
-    dnl = did_not_learn(arms, learn_key if learn_key is not None else key) if learn else []
+    split: list[str] = []
+    dnl = did_not_learn(arms, learn_key if learn_key is not None else key, split) if learn else []
     if dnl:
         return Verdict(NO_LEARNING, f"before the rule: every arm must beat its task's trivial "
                                     f"predictor by ≥ {LEARN_FRACTION:.0%} of its score",
@@ -156,4 +161,9 @@ def gate(v: Verdict, arms: dict[str, list[Run]], margin: float, *,
                                          f"quarter of its updates",
                            "still improving: " + "; ".join(imp) + ". More updates (a higher "
                            "budget) would show where these arms end", parts=(v,))
+    if split:
+        from dataclasses import replace
+        return replace(v, detail=(v.detail + "; " if v.detail else "") + "bimodal: runs that beat "
+                       "the trivial predictor by " f"{LEARN_FRACTION:.0%}: " + ", ".join(split)
+                       + " (the others did not learn: the mean mixes two outcomes)")
     return v
