@@ -24,15 +24,18 @@ def configs(preset: str) -> list:
             config(norm="batch", sync_bn=True, **base)]
 
 
+CHECKED = "check of this implementation"     # not a claim of the paper (docs/distributed.md)
+
+
 def claims(found, R) -> list:
     return [
-        R.Claim("ddp-ln", "check of this implementation", "“LN: splitting a batch over processes changes nothing” "
+        R.Claim("ddp-ln", CHECKED, "“LN: splitting a batch over processes changes nothing” "
               "(identical parameters within float tolerance)", NAME,
               R.claim_batch_split("layer", True), HEADING, R.CHECK),
-        R.Claim("ddp-bn", "check of this implementation", "“BN: each process normalizes over its own slice” "
+        R.Claim("ddp-bn", CHECKED, "“BN: each process normalizes over its own slice” "
               "(measurably different parameters)", NAME,
               R.claim_batch_split("batch", False), HEADING, R.CHECK),
-        R.Claim("ddp-bn-sync", "check of this implementation", "“BN + --sync-bn: statistics over the global "
+        R.Claim("ddp-bn-sync", CHECKED, "“BN + --sync-bn: statistics over the global "
               "batch” (identical parameters again)", NAME,
               R.claim_batch_split("batch + sync", True), HEADING, R.CHECK),
     ]
