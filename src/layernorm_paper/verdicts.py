@@ -440,9 +440,10 @@ def ratio_at_least(a: Sample, b: Sample, k: float, *, a_name: str = "a", b_name:
     if iv.defined and math.isfinite(iv.se):
         half = iv.t * iv.se
         detail += f"; power: the interval spans ×{math.exp(half):.3g} either side of its centre"
-        if v == INCONCLUSIVE:
-            detail += ("; inconclusive: underpowered" if half > abs(math.log(bar) - iv.d)
-                       and half > math.log(math.sqrt(2)) else "; inconclusive: a straddle")
+        if v == INCONCLUSIVE:     # the margin here is the factor √2 between k/√2 and k
+            detail += ("; inconclusive: underpowered (the interval spans more than ×√2 either "
+                       "side)" if half > math.log(math.sqrt(2)) else
+                       "; inconclusive: a straddle (the ratio sits at k/√2)")
     return Verdict(v, rule, detail, interval=iv)
 
 
