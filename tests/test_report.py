@@ -35,7 +35,7 @@ def ff_rows(final_err, *, nll_final=0.01, ema_err=None, fair=True, bn=False, spi
     rows = []
     for i, s in enumerate(STEPS):
         f = (i + 1) / len(STEPS)
-        err = 0.5 + (final_err - 0.5) * f
+        err = 0.5 + (final_err - 0.5) * min(1.0, f / 0.6)    # flat over the last evaluations
         row = {"step": s, "epoch": s / 100, "train_loss": 1.0 - 0.5 * f, "test_loss": 1.0,
                "test_error": err if ema_err is None else 0.5 + (ema_err - 0.5) * f,
                "wall_time": float(i)}
@@ -136,7 +136,7 @@ def test_bn_is_scored_with_population_statistics_not_the_ema(tmp_path):
     write_batch_experiment(tmp_path, "mlp_batch_size", errs, batch={"ema_err": 0.42})
     s = summary(tmp_path)
     assert s["6.6-bn"]["verdict"] == NOT_SUPPORTED
-    assert s["6.6-bn"]["key"].startswith("BN 4 vs 128: +0.0")
+    assert s["6.6-bn"]["key"].startswith("BN 4 vs 128: +0.10 pp")
 
 
 def test_a_final_spike_does_not_decide_a_run():
@@ -188,8 +188,9 @@ def rnn_rows(errs, hidden_std, mse=None):
 
 
 def write_rnn(root, exp, task, T, curves, drifting_norms=("none", "batch"), dataset=None):
-    flat = [[0.0] + [0.3] * (T - 1)] * 4
-    drifting = [[0.0] + [0.05 * (k + 1) * 3 ** (t / T) for t in range(T - 1)] for k in range(4)]
+    n = max(len(e) for e in curves.values())
+    flat = [[0.0] + [0.3] * (T - 1)] * n
+    drifting = [[0.0] + [0.05 * (k + 1) * 3 ** (t / T) for t in range(T - 1)] for k in range(n)]
     for norm, errs in curves.items():
         for seed in range(5):
             jitter = 0.002 * seed
@@ -202,8 +203,10 @@ def write_rnn(root, exp, task, T, curves, drifting_norms=("none", "batch"), data
                                mse=0.01 if dataset == "adding" else None))
 
 
-CURVES = {"layer": [0.5, 0.2, 0.1, 0.1], "none": [0.8, 0.6, 0.4, 0.3],
-          "batch": [0.8, 0.5, 0.3, 0.2]}
+# every arm flat over its last half (the guards need flattened arms for a final-value verdict)
+CURVES = {"layer": [0.5, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+          "none": [0.8, 0.7, 0.6, 0.3, 0.3, 0.3, 0.3, 0.3],
+          "batch": [0.8, 0.5, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2]}
 
 
 def test_rnn_claims_and_hidden_stability_needs_long_sequences(tmp_path, monkeypatch):
@@ -424,3 +427,94 @@ def test_cli_prints_the_summary(tmp_path, capsys):
     write_analysis(tmp_path)
     code, io = _cli([tmp_path], capsys)
     assert code == 0 and "table1" in io.out and "check" in io.out
+
+
+# --- the guards: a verdict only where the experiment can give one ---------------------------
+
+def test_an_arm_still_falling_by_the_margin_is_undertrained(tmp_path):
+    # the un-normalized ConvNet still falls by ~5 pp between its last two evaluations
+    errs = {("layer", 128): five(0.04)[0], ("none", 128): five(0.08)[0]}
+    write_batch_experiment(tmp_path, "cnn_batch_size", errs)
+    for d in (tmp_path / "runs" / "cnn_batch_size").iterdir():
+        cfg = json.loads((d / "config.json").read_text())
+        if cfg["norm"] == "none":
+            rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+            rows[-2]["test_error"] += 0.05
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = summary(tmp_path)
+    assert s["6.7-ln-none"]["verdict"] == "undertrained"
+    md = (tmp_path / "report.md").read_text()
+    assert "More updates (a higher budget)" in md
+    assert "could not judge as run" in md and "undertrained: 1" in md
+
+
+def test_an_arm_no_better_than_the_trivial_predictor_did_not_learn(tmp_path):
+    # BN at batch 128 at chance (90% error on 10 classes): no verdict on "BN beats LN"
+    errs = {("batch", 128): five(0.90)[0], ("layer", 128): five(0.04)[0],
+            ("none", 128): five(0.08)[0]}
+    write_batch_experiment(tmp_path, "cnn_batch_size", errs)
+    s = summary(tmp_path)
+    assert s["6.7-bn-ln"]["verdict"] == "baseline did not learn"
+    assert s["6.7-ln-none"]["verdict"] == SUPPORTED
+    md = (tmp_path / "report.md").read_text()
+    assert "the uniform guess over 10 classes" in md and "0/5 runs learned" in md
+
+
+def test_the_adding_problem_baseline_must_beat_the_constant_predictor(tmp_path):
+    # test MSE 0.169 against 1/6 for predicting the target's mean: the LSTM learned nothing
+    write_rnn(tmp_path, "rnn_norms", "adding", 30, CURVES, dataset="adding")
+    for d in (tmp_path / "runs" / "rnn_norms").iterdir():
+        if json.loads((d / "config.json").read_text())["norm"] == "none":
+            rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r | {"test_mse": 0.169}) + "\n"
+                                                     for r in rows))
+    s = summary(tmp_path)
+    assert s["rnn-best-adding"]["verdict"] == "baseline did not learn"
+    assert s["rnn-fast-adding"]["verdict"] == "baseline did not learn"
+
+
+def test_ln_stability_against_the_unnormalized_control(tmp_path):
+    # LN and no norm both degrade by 3 pp at batch 4: LN's change beyond the control's is 0
+    errs = {("layer", 128): five(0.04)[0], ("layer", 4): five(0.07)[0],
+            ("none", 128): five(0.08)[0], ("none", 4): five(0.11)[0]}
+    write_batch_experiment(tmp_path, "mlp_batch_size", errs)
+    s = summary(tmp_path)
+    assert s["6.6-ln"]["verdict"] == SUPPORTED and "control" in s["6.6-ln"]["key"]
+    # without the control: LN's own 3 pp rise is outside the ±1 pp band
+    errs.pop(("none", 4))
+    other = tmp_path / "b"
+    write_batch_experiment(other, "mlp_batch_size", errs)
+    assert summary(other)["6.6-ln"]["verdict"] == NOT_SUPPORTED
+
+
+def test_training_error_decides_ln_faster_than_bn(tmp_path):
+    # both arms at 0% training error from the same update: BN's higher NLL (its logit scale)
+    # does not make LN faster
+    write_batch_experiment(tmp_path, "mlp_batch_size", {
+        ("batch-all", 128): five(0.02)[0], ("batch-all", 4): five(0.02)[0],
+        ("layer", 128): five(0.02)[0], ("layer", 4): five(0.02)[0]},
+        layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
+    for d in (tmp_path / "runs" / "mlp_batch_size").iterdir():
+        rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        (d / "metrics.jsonl").write_text("".join(
+            json.dumps(r | {"eval_train_error": max(0.0, 0.3 - r["step"] / 100)}) + "\n"
+            for r in rows))
+    s = summary(tmp_path)
+    assert s["6.6-fast"]["verdict"] == NOT_SUPPORTED
+    md = (tmp_path / "report.md").read_text()
+    assert "Training NLL, shown and not counted" in md and "training error decides" in md
+
+
+def test_an_arm_where_some_runs_did_not_learn_is_reported_as_a_fraction(tmp_path):
+    # four LN runs at 4% error and one at chance: the arm learned on average, bimodally
+    errs = {("layer", 128): [0.04, 0.04, 0.04, 0.04, 0.90], ("none", 128): five(0.90)[0]}
+    write_batch_experiment(tmp_path, "cnn_batch_size", errs)
+    s = summary(tmp_path)
+    assert s["6.7-ln-none"]["verdict"] == "baseline did not learn"
+    errs[("none", 128)] = five(0.30)[0]
+    other = tmp_path / "b"
+    write_batch_experiment(other, "cnn_batch_size", errs)
+    summary(other)
+    md = (other / "report.md").read_text()
+    assert "bimodal: runs that beat the trivial predictor by 10%: layer norm @ batch 128 4/5 runs" \
+        in md

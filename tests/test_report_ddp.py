@@ -53,7 +53,8 @@ def test_three_facts_supported_and_section_written(tmp_path):
     assert "1.0e-01" in s["ddp-bn"]["key"] and "1 x 8 vs 2 x 4" in s["ddp-bn"]["key"]
     md = (tmp_path / "report.md").read_text()
     assert "## Distributed: 1 process x batch 8 vs 2 processes x 4" in md
-    assert "(#ddp-bn-sync) | docs/distributed.md | ✅ holds |" in md    # a summary row
+    assert "(#ddp-bn-sync) | check of this implementation | ✅ holds |" in md    # a summary row
+    assert "### Checks of this implementation" in md
     # the rows as a table, printed once and referred to by the other two claims
     assert md.count("| batch + sync | 1 x 8 vs 2 x 4 | 6 |") == 1
     assert md.count("Measured numbers: the table under [ddp-ln](#ddp-ln).") == 2

@@ -56,7 +56,7 @@ def build_tree(root: Path) -> None:
         ("layer", 4): [0.02, 0.10, 0.30, 0.05, 0.04], ("layer", 1): five(0.04)[0],
         ("none", 128): five(0.08)[0]})
     # 6.1: order embeddings
-    _dump(root, order_runs({"none": (400, 30.0), "layer": (200, 33.0)}))
+    _dump(root, order_runs({"none": (300, 30.0), "layer": (200, 33.0)}))
     # 6.4: DRAW, embedded and on binarized MNIST (the full form)
     _dump(root, _arms("paper_draw", "test_loss", {"none": 22.0, "layer": 21.0},
                       dataset="digits-binary"))
@@ -77,7 +77,15 @@ def build_tree(root: Path) -> None:
     # RNNs: two embedded tasks, one download task (the other not run), stability at T = 120
     write_rnn(root, "rnn_norms", "mnist1d-seq", 10, CURVES)
     write_rnn(root, "rnn_norms", "adding", 30, CURVES, dataset="adding")
-    write_rnn(root, "rnn_downloads", "imdb", 10, CURVES)
+    # the guards' two outcomes: on IMDb LN-LSTM still falls by 5 pp over its last quarter
+    # (undertrained); on the adding problem the LSTM's test MSE stays at the constant predictor's
+    # 1/6 (baseline did not learn)
+    write_rnn(root, "rnn_downloads", "imdb", 10,
+              {**CURVES, "layer": [0.5, 0.3, 0.25, 0.2, 0.2, 0.2, 0.15, 0.1]})
+    for d in (root / "runs" / "rnn_norms").glob("adding-none-*"):
+        rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r | {"test_mse": 0.169}) + "\n"
+                                                 for r in rows))
     write_rnn(root, "rnn_stability", "adding", 120, CURVES, dataset="adding")
     # 6.2: gain initialisation
     for gain, errs in ((1.0, [0.5, 0.2, 0.1, 0.1]), (0.1, [0.8, 0.6, 0.3, 0.2])):
@@ -119,3 +127,5 @@ def test_report_is_the_golden_report(tmp_path):
     status = {r["claim"]: r["verdict"] for r in json.loads(got["summary.json"])}
     assert [c for c, v in status.items() if v == R.NOT_RUN] == ["rnn-fast-tiny-shakespeare",
                                                                 "rnn-best-tiny-shakespeare"]
+    assert status["rnn-best-imdb"] == "undertrained"
+    assert status["rnn-best-adding"] == status["rnn-fast-adding"] == "baseline did not learn"

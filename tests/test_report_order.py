@@ -69,7 +69,8 @@ def test_the_experiment_picks_the_same_best_validation_model():
 
 
 def test_recall_and_sooner_supported():
-    inp = _inputs(order_runs({"none": (400, 30.0), "layer": (200, 33.0)}))
+    # both arms flat (their validation R-sum no longer rising) over the last quarter
+    inp = _inputs(order_runs({"none": (300, 30.0), "layer": (200, 33.0)}))
     rec = claim_order_recall(inp)
     assert rec.status == SUPPORTED
     assert "GRU 35.2, LN-GRU 38.2" in rec.key_number
@@ -82,18 +83,35 @@ def test_recall_and_sooner_supported():
     assert any("Seeds: 0-4" in c for c in rec.caveats)
     soon = claim_order_sooner(inp)
     assert soon.status == SUPPORTED
-    assert "GRU 400, LN-GRU 200 updates" in soon.key_number and "×0.50" in soon.key_number
+    assert "GRU 300, LN-GRU 200 updates" in soon.key_number and "×0.67" in soon.key_number
+    assert "reached the target: GRU updates to the common target 5/5" in soon.verdict.detail
     assert any("wall-clock" in n for n in soon.notes)
     row = {r["caption encoder"]: r for r in soon.table}
     assert row["LN-GRU"]["best at the last evaluation"] == "0/5"
 
 
 def test_same_recall_and_later_best_model_not_supported():
-    inp = _inputs(order_runs({"none": (200, 30.0), "layer": (450, 30.0 + RECALL_MARGIN / 10)}))
+    inp = _inputs(order_runs({"none": (200, 30.0), "layer": (300, 30.0 + RECALL_MARGIN / 10)}))
     assert claim_order_recall(inp).status == NOT_SUPPORTED
     assert claim_order_sooner(inp).status == NOT_SUPPORTED
-    few = _inputs(order_runs({"none": (400, 30.0), "layer": (200, 33.0)}, seeds=range(3)))
+    few = _inputs(order_runs({"none": (300, 30.0), "layer": (200, 33.0)}, seeds=range(3)))
     assert claim_order_recall(few).status == INCONCLUSIVE
+
+
+def test_an_arm_still_improving_is_undertrained_and_a_worse_best_is_no_head_start():
+    # LN-GRU's validation R-sum still rising over the last quarter: no final-value verdict
+    inp = _inputs(order_runs({"none": (200, 30.0), "layer": (450, 33.0)}))
+    assert claim_order_recall(inp).status == "undertrained"
+    # the GRU's best model comes sooner, but it is worse: the common target is the worse arm's
+    # best, which the GRU reaches at its own best and LN-GRU on its way up
+    runs = order_runs({"none": (200, 30.0), "layer": (300, 33.0)})
+    for r in runs:
+        if r.norm == "none":
+            for row in r.rows:
+                row["val_c2i_rsum"] *= 0.5
+    soon = claim_order_sooner(_inputs(runs))
+    assert "GRU 200, LN-GRU 150 updates to validation R-sum ≥ 75.0" in soon.key_number
+    assert soon.status == SUPPORTED
 
 
 def test_not_run_without_runs_or_fields():
@@ -112,7 +130,7 @@ def test_not_run_without_runs_or_fields():
 
 
 def test_report_section_figure_and_not_run_list(tmp_path):
-    for r in order_runs({"none": (400, 30.0), "layer": (200, 33.0)}):
+    for r in order_runs({"none": (300, 30.0), "layer": (200, 33.0)}):
         d = tmp_path / "runs" / "paper_order" / r.path.name
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps(r.config))

@@ -50,10 +50,12 @@ def test_tiny_preset_runs_every_experiment_kind_and_builds_report(tiny_out):
     summary = {r["claim"]: r["verdict"] for r in
                json.loads((tiny_out / "summary.json").read_text())}
     # one seed per configuration: no rule over seeds may call anything supported or refuted
-    # (the analysis claims, table1 and 5.2-*, are measurements without seeds)
+    # (the analysis claims, table1 and 5.2-*, are measurements without seeds); at the tiny
+    # budget the report's guards may say so first (an arm undertrained or not learning)
     measured = [v for k, v in summary.items() if v != "not run" and k != "table1"
                 and not k.startswith(("5.2", "ddp-"))]
-    assert measured and set(measured) == {"inconclusive"}
+    assert measured and "inconclusive" in measured
+    assert set(measured) <= {"inconclusive", "undertrained", "baseline did not learn"}
     # the batch split (1 vs 2 processes, started by reproduce itself) is measured, not "not run"
     ddp = {k: summary[k] for k in ("ddp-ln", "ddp-bn", "ddp-bn-sync")}
     assert "not run" not in ddp.values(), ddp

@@ -2,6 +2,8 @@
 equivalence band, the seed minimum."""
 import math
 
+import layernorm_paper.verdicts as V
+
 import pytest
 from scipy import stats
 
@@ -137,3 +139,65 @@ def test_sample_statistics_and_errors():
         sample([1.0, 2.0], [0, 0])
     with pytest.raises(ValueError, match="one seed per value"):
         sample([1.0, 2.0], [0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Equivalence (TOST), ratios of update counts, censored counts, power
+
+def test_equivalent_inside_and_outside_the_band():
+    from layernorm_paper.verdicts import equivalent
+    a = V.sample([1.00, 1.01, 0.99, 1.00, 1.02], range(5))
+    same = V.sample([1.00, 1.00, 1.00, 1.01, 1.01], range(5))
+    far = V.sample([3.40, 3.45, 3.42, 3.44, 3.41], range(5))
+    assert equivalent(a, same, 0.02).verdict == V.SUPPORTED
+    v = equivalent(a, far, 0.02)
+    assert v.verdict == V.NOT_SUPPORTED and "TOST" in v.rule and "±0.02" in v.rule
+    # the 90% interval straddles the band: inconclusive, and it says why
+    wide = V.sample([0.95, 1.05, 0.97, 1.06, 1.00], range(5))
+    w = equivalent(a, wide, 0.02)
+    assert w.verdict == V.INCONCLUSIVE and "underpowered" in w.detail
+
+
+def test_ratio_at_least_reads_about_k_as_nearer_k_than_one():
+    from layernorm_paper.verdicts import ratio_at_least
+    ln = V.sample([50, 52, 48, 50, 51], range(5))
+    fast = V.sample([100, 104, 98, 101, 99], range(5))     # x2.0
+    slow = V.sample([67, 69, 66, 68, 67], range(5))        # x1.35: short of 2/sqrt(2)
+    assert ratio_at_least(fast, ln, 2.0).verdict == V.SUPPORTED
+    v = ratio_at_least(slow, ln, 2.0)
+    assert v.verdict == V.NOT_SUPPORTED and "×1.41" in v.rule
+
+
+def test_sooner_treats_never_reaching_as_censored():
+    from layernorm_paper.verdicts import sooner
+    base = V.sample([400, 400, 400, 400, 400], range(5))    # the budget: never reached
+    ln = V.sample([100, 110, 90, 105, 95], range(5))
+    # the slower arm censored: a lower bound, so "supported" still stands
+    v = sooner(base, ln, 20, [False] * 5, [True] * 5)
+    assert v.verdict == V.SUPPORTED and "reached the target: a 0/5, b 5/5" in v.detail
+    # the arm claimed faster censored (its runs stopped at a shorter budget): "supported"
+    # cannot be shown
+    v = sooner(base, ln, 20, [True] * 5, [False] * 5)
+    assert v.verdict == V.INCONCLUSIVE and "lower bound" in v.detail
+    # "not supported" needs the slower side uncensored
+    v = sooner(ln, base, 20, [False] * 5, [True] * 5)
+    assert v.verdict == V.INCONCLUSIVE
+
+
+def test_every_interval_states_its_power():
+    a = V.sample([0.110, 0.125, 0.100, 0.130, 0.105], range(5))
+    b = V.sample([0.100, 0.100, 0.100, 0.100, 0.100], range(5))
+    v = V.within(a, b, 0.01, unit=" pp", scale=100)
+    assert v.verdict == V.INCONCLUSIVE
+    assert "half-width" in v.detail and "needs ≥" in v.detail and "underpowered" in v.detail
+    n = V.seeds_needed(0.0125, 0.005)
+    assert n is not None and n > 5 and V.t_quantile(n - 1) * 0.0125 / n ** 0.5 <= 0.005
+
+
+def test_all_of_keeps_the_guards_outcomes():
+    ok = V.Verdict(V.SUPPORTED, "r")
+    assert V.all_of([ok, V.Verdict(V.UNDERTRAINED, "r")]).verdict == V.UNDERTRAINED
+    assert V.all_of([V.Verdict(V.UNDERTRAINED, "r"), V.Verdict(V.NO_LEARNING, "r")]).verdict \
+        == V.NO_LEARNING
+    assert V.all_of([V.Verdict(V.NOT_SUPPORTED, "r"), V.Verdict(V.NO_LEARNING, "r")]).verdict \
+        == V.NOT_SUPPORTED

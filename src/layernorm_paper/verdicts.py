@@ -26,6 +26,31 @@ A claim also names a margin ``m`` (in the metric's units): how large a differenc
     all_of(v1, v2, ...) supported if all are supported, not supported if any is not supported,
                         inconclusive otherwise.
 
+    equivalent(a, b, band)  "a and b are about the same" (two one-sided tests, TOST, at 5% each)
+        supported      the 90% t-interval of d lies inside ±band
+        not supported  the 90% t-interval lies entirely outside ±band
+        inconclusive   otherwise
+
+    ratio_at_least(a, b, k)  "a / b is about k or more" (update counts, paired by seed)
+        on log(a_s) - log(b_s): supported if the 95% interval's lower end is >= log(k/√2), not
+        supported if its upper end is < log(k/√2): "about k×" is read as nearer k than 1 on the log
+        scale for k = 2 (k/√2 is the geometric midpoint of 1 and k)
+
+    sooner(a, b, m, reached)  "b reaches a common target in fewer updates than a" with censored
+        runs (never reached the target: entered at the budget, a lower bound of their count).
+        A censored count in a can only make d = a - b smaller than it is, one in b larger; so a
+        censored b forbids "supported" and a censored a forbids "not supported" (that verdict
+        becomes inconclusive, and the fraction of runs that reached is stated).
+
+Every interval's power is printed: its half-width h, the smallest difference it resolves
+(margin + h) and the seeds that would bring h down to the margin. An inconclusive verdict says
+which it is: underpowered (h > margin: the interval is wider than the margin it must clear) or a
+straddle (h <= margin: the difference sits at the margin).
+
+Two outcomes come before any rule (``UNDERTRAINED``, ``NO_LEARNING``), set by the report's
+guards when an arm did not beat the trivial predictor of its task or, for a claim about final
+values, was still improving by the claim's margin over the last quarter of its evaluations.
+
 Fewer than ``MIN_SEEDS`` (5) values on either side (or pairs, for a paired difference):
 inconclusive, whatever the numbers. Below 5 the interval is honest but uninformative (t = 4.3 at
 df = 2, 3.2 at df = 3) and a sample standard deviation from 2-4 values is itself too noisy to
@@ -41,7 +66,9 @@ from typing import Iterable, Sequence
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+UNDERTRAINED = "undertrained"             # an arm still improving by the claim's margin
+NO_LEARNING = "baseline did not learn"    # an arm no better than its task's trivial predictor
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, UNDERTRAINED, NO_LEARNING)
 MIN_SEEDS = 5
 LEVEL = 0.95          # two-sided confidence level of every interval
 
@@ -224,8 +251,40 @@ def _compare(a: Sample, b: Sample, margin: float, who: str, decide, rule: str, *
     few = iv.n < MIN_SEEDS
     v = INCONCLUSIVE if few or math.isnan(iv.lo) or math.isnan(iv.hi) else decide(iv.lo, iv.hi)
     detail = iv.text(scale, unit) + (f"; only {iv.n} seed(s), the rule needs ≥ {MIN_SEEDS}"
-                                     if few else "")
+                                     if few else "") + power_text(iv, margin, v, scale, unit)
     return Verdict(v, rule.format(m=f"{margin * scale:.3g}{unit}"), detail, interval=iv)
+
+
+def seeds_needed(sd: float, margin: float, level: float = LEVEL, cap: int = 1000) -> int | None:
+    """The fewest values (pairs) n >= 2 whose interval half-width t_{n-1} · sd / √n is <= margin;
+    None when no n up to ``cap`` does (a margin of 0, or a spread far larger)."""
+    if sd <= 0:
+        return MIN_SEEDS
+    if margin <= 0:
+        return None
+    for n in range(2, cap + 1):
+        if t_quantile(n - 1, level) * sd / math.sqrt(n) <= margin:
+            return max(n, MIN_SEEDS)
+    return None
+
+
+def power_text(iv: Interval, margin: float, verdict: str, scale: float = 1.0,
+               unit: str = "") -> str:
+    """The interval's power: its half-width h, the smallest difference it resolves (margin + h),
+    the seeds for h <= margin; for an inconclusive verdict, underpowered or a straddle."""
+    if not iv.defined or not math.isfinite(iv.se):
+        return ""
+    h = iv.t * iv.se
+    sd = iv.se * math.sqrt(iv.n)
+    need = seeds_needed(sd, margin, iv.level)
+    s = lambda x: f"{x * scale:.3g}{unit}"  # noqa: E731
+    out = (f"; power: half-width {s(h)}, resolves differences ≥ margin + h = {s(margin + h)}; "
+           + (f"h ≤ margin needs ≥ {need} seeds" if need else "no number of seeds up to 1000 "
+              "brings h to the margin"))
+    if verdict == INCONCLUSIVE:
+        out += ("; inconclusive: underpowered (h > margin)" if h > margin else
+                "; inconclusive: a straddle (h ≤ margin, the difference sits at the margin)")
+    return out
 
 
 def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
@@ -264,6 +323,10 @@ def all_of(parts: Sequence[Verdict], rule: str = "") -> Verdict:
         v = SUPPORTED
     elif any(v == NOT_SUPPORTED for v in vs):
         v = NOT_SUPPORTED
+    elif any(v == NO_LEARNING for v in vs):
+        v = NO_LEARNING
+    elif any(v == UNDERTRAINED for v in vs):
+        v = UNDERTRAINED
     else:
         v = INCONCLUSIVE
     text = rule or "all parts must hold: supported if every part is supported, not supported " \
@@ -319,3 +382,90 @@ def in_range(value: Sample | float, lo: float, hi: float, *, name: str = "value"
             f"outside, else inconclusive")
     detail = f"{name} = {m:.4g}" + (f" ± {half:.2g}" if half else "")
     return Verdict(v, rule, detail)
+
+
+def equivalent(a: Sample, b: Sample, band: float, *, a_name: str = "a", b_name: str = "b",
+               unit: str = "", scale: float = 1.0, paired: bool | None = None) -> Verdict:
+    """Claim: ``a`` and ``b`` are about the same, within ±``band`` (two one-sided tests, TOST,
+    each at 5%: the 90% t-interval of d inside the band). See module doc."""
+    _check_margin(band, "equivalent")
+    iv = difference(a, b, paired, level=0.90)
+    few = iv.n < MIN_SEEDS
+    if few or math.isnan(iv.lo) or math.isnan(iv.hi):
+        v = INCONCLUSIVE
+    elif -band <= iv.lo and iv.hi <= band:
+        v = SUPPORTED
+    elif iv.lo > band or iv.hi < -band:
+        v = NOT_SUPPORTED
+    else:
+        v = INCONCLUSIVE
+    m = f"{band * scale:.3g}{unit}"
+    rule = (f"{a_name} − {b_name} = d; two one-sided tests (TOST, 5% each): supported if its "
+            f"90% t-interval lies inside the band ±{m}, not supported if it lies entirely "
+            f"outside the band, else inconclusive")
+    detail = iv.text(scale, unit) + (f"; only {iv.n} seed(s), the rule needs ≥ {MIN_SEEDS}"
+                                     if few else "") + power_text(iv, band, v, scale, unit)
+    return Verdict(v, rule, detail, interval=iv)
+
+
+def ratio_at_least(a: Sample, b: Sample, k: float, *, a_name: str = "a", b_name: str = "b",
+                   paired: bool | None = None) -> Verdict:
+    """Claim: ``a / b`` (update counts, > 0) is about ``k`` or more. Judged on the log ratio, the
+    95% t-interval of mean(log a) − mean(log b) against log(k / √2). See module doc."""
+    if not (k > 1 and math.isfinite(k)):
+        raise ValueError(f"ratio_at_least expected a finite factor k > 1, received {k}.")
+    if min(a.values + b.values) <= 0:
+        raise ValueError("ratio_at_least expected positive counts (updates to a target).")
+    la = sample((math.log(v) for v in a.values), a.seeds)
+    lb = sample((math.log(v) for v in b.values), b.seeds)
+    bar = k / math.sqrt(2)
+    iv = difference(la, lb, paired)
+    few = iv.n < MIN_SEEDS
+    if few:
+        v = INCONCLUSIVE
+    elif iv.lo >= math.log(bar):
+        v = SUPPORTED
+    elif iv.hi < math.log(bar):
+        v = NOT_SUPPORTED
+    else:
+        v = INCONCLUSIVE
+    e = lambda x: f"×{math.exp(x):.3g}" if math.isfinite(x) else ("×∞" if x > 0 else "×0")  # noqa
+    rule = (f"{a_name} / {b_name} (geometric mean of the {iv.kind} ratios); “about {k:g}× "
+            f"faster” read as nearer {k:g}× than 1× on the log scale: supported if its whole "
+            f"{LEVEL:.0%} t-interval is ≥ ×{bar:.3g} (= {k:g}/√2), not supported if the whole "
+            f"interval is < ×{bar:.3g}, else inconclusive")
+    detail = (f"ratio {e(iv.d)}, {LEVEL:.0%} {iv.kind} t-interval [{e(iv.lo)}, {e(iv.hi)}] "
+              f"({iv.n_a} vs {iv.n_b} runs)" + (f"; only {iv.n} seed(s), the rule needs ≥ "
+                                                  f"{MIN_SEEDS}" if few else ""))
+    if iv.defined and math.isfinite(iv.se):
+        half = iv.t * iv.se
+        detail += f"; power: the interval spans ×{math.exp(half):.3g} either side of its centre"
+        if v == INCONCLUSIVE:     # the margin here is the factor √2 between k/√2 and k
+            detail += ("; inconclusive: underpowered (the interval spans more than ×√2 either "
+                       "side)" if half > math.log(math.sqrt(2)) else
+                       "; inconclusive: a straddle (the ratio sits at k/√2)")
+    return Verdict(v, rule, detail, interval=iv)
+
+
+def sooner(a: Sample, b: Sample, margin: float, reached_a: Sequence[bool],
+           reached_b: Sequence[bool], *, a_name: str = "a", b_name: str = "b",
+           paired: bool | None = None) -> Verdict:
+    """Claim: ``b`` reaches a common target in fewer updates than ``a`` by >= ``margin``
+    (``exceeds(a, b, margin)``), with censored runs: ``reached_*`` says, per value, whether the
+    run reached the target (False: entered at the budget, a lower bound). See module doc."""
+    ex = exceeds(a, b, margin, a_name=a_name, b_name=b_name, paired=paired)
+    cens_a, cens_b = not all(reached_a), not all(reached_b)
+    v = ex.verdict
+    why = ""
+    if v == SUPPORTED and cens_b:
+        v, why = INCONCLUSIVE, (f"; {b_name} has runs that never reached "
+                                f"the target (their budget is a lower bound), so “supported” "
+                                f"cannot be shown")
+    elif v == NOT_SUPPORTED and cens_a:
+        v, why = INCONCLUSIVE, (f"; {a_name} has runs that never reached the target (their "
+                                f"budget is a lower bound), so “not supported” cannot be shown")
+    frac = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
+            f"{sum(reached_b)}/{len(reached_b)}")
+    rule = (ex.rule + "; a run that never reaches the target is censored: entered at the budget "
+            "(a lower bound), it cannot help the side it would favour")
+    return Verdict(v, rule, ex.detail + frac + why, interval=ex.interval)

@@ -10,7 +10,7 @@ from ._record import SEEDS, Record, config
 NAME, DOWNLOADS_NAME = "rnn_norms", "rnn_downloads"
 EXPERIMENTS = (NAME, DOWNLOADS_NAME)
 TASK_NAMES = {"digits-pixels": "pixel-sequence digits (permuted)", "mnist1d-seq": "MNIST-1D",
-              "adding": "the adding problem (long sequences)", "imdb": "IMDb sentiment",
+              "adding": "the adding problem", "imdb": "IMDb sentiment",
               "tiny-shakespeare": "char-level LM on tiny-shakespeare, standing in for MSR Sentence "
                                   "Completion"}
 # Listed (as not run, when absent) in every report.
@@ -90,7 +90,7 @@ def task_claims(tasks: list[tuple[str, str]], R) -> list:
         name = TASK_NAMES.get(t, t)
         sec = f"RNNs: LSTM vs BN-LSTM vs LN-LSTM on {name}"
         out += [
-            R.Claim(f"rnn-fast-{t}", "summary B; paper 6.2/6.5",
+            R.Claim(f"rnn-fast-{t}", "summary B",
                   f"“LSTM with LN converges fastest” ({name})", rnn, R.claim_rnn_fastest(rnn, t),
                   sec),
             R.Claim(f"rnn-best-{t}", "summary B", f"“LN-LSTM reaches the best accuracy” ({name})",

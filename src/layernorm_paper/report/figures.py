@@ -47,7 +47,32 @@ def _mean_std_curve(runs: list[Run], xkey: str, ykey: str, bad: float):
     return (xs,) + _over_seeds([[_num(r.rows[i].get(ykey), bad) for r in runs] for i in range(n)])
 
 
+def _make_room(fig) -> None:
+    """For every panel titled inside its frame: headroom above the data for the title, the
+    legend kept below it, and plain numbers (not powers of ten) on a log axis."""
+    import math as _m
+
+    from matplotlib.ticker import FuncFormatter
+    for ax in fig.axes:
+        lo, hi = ax.get_ylim()
+        log = ax.get_yscale() == "log" and lo > 0
+        if log:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(
+                lambda v, _: f"{v:g}" if f"{v:.1e}"[0] in "25" else ""))
+        if not getattr(ax, "_title_inside", False):
+            continue
+        if log:
+            ax.set_ylim(lo, hi * (hi / lo) ** 0.15)
+        elif _m.isfinite(hi - lo):
+            ax.set_ylim(lo, hi + 0.15 * (hi - lo))
+        leg = ax.get_legend()
+        if leg is not None:
+            leg.set_bbox_to_anchor((0, 0, 1, 0.88), transform=ax.transAxes)
+
+
 def _save(fig, path: Path) -> None:
+    _make_room(fig)
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
@@ -55,12 +80,34 @@ def _save(fig, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _inside(ax, title: str) -> None:
+    """A panel's title inside its frame (top left, on a white box), not above it where a row of
+    panels and the figure's title would crowd it."""
+    ax.set_title(title, y=1.0, pad=-14, fontsize=9, loc="left",
+                 bbox=dict(facecolor="white", alpha=0.8, edgecolor="none", pad=1.5))
+    ax._title_inside = True
+
+
+def _suptitle(fig, title: str, width: int = 100) -> None:
+    """The figure's title, wrapped to the figure's width so it stays within the image."""
+    import textwrap
+    fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=10)
+
+
+def _log_if_positive(ax, values) -> None:
+    """A loss on a log scale (the arms differ by factors late in training), where every value
+    drawn is positive; a loss that can be negative (a density's NLL) stays linear."""
+    vals = [v for v in values if v == v]
+    if vals and min(vals) > 0:
+        ax.set_yscale("log")
+
+
 def _finish(fig, axes, path: Path, title: str, legend: int = 8) -> None:
     """Grid and legend on every panel, the figure's title, saved to ``path``."""
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=legend)
-    fig.suptitle(title)
+    _suptitle(fig, title)
     _save(fig, path)
 
 
@@ -91,7 +138,7 @@ def ff_curves(runs: list[Run], path: Path, title: str) -> None:
                 scale = 1.0 if i == 0 else PP
                 _band(axes[i][j], xs, [v * scale for v in m], [v * scale for v in s],
                       label=NORM_LABEL.get(n, n), color=COLORS.get(n))
-        axes[0][j].set_title(f"{title}, batch size {b}")
+        _inside(axes[0][j], f"{title}, batch size {b}")
         axes[0][j].set_ylabel(llabel)
         axes[0][j].set_yscale("log")
         axes[1][j].set_ylabel("test error (%)")
@@ -99,8 +146,8 @@ def ff_curves(runs: list[Run], path: Path, title: str) -> None:
             axes[i][j].set_xlabel("update")
             axes[i][j].grid(alpha=0.3)
         axes[1][j].legend(fontsize=8)
-    fig.suptitle(f"{title}: training curves (mean ± std over seeds; BN test error with "
-                 f"population statistics where measured)")
+    _suptitle(fig, f"{title}: training curves (mean ± std over seeds; BN test error with "
+                   f"population statistics where measured)")
     _save(fig, path)
 
 
@@ -121,7 +168,7 @@ def error_bars(runs: list[Run], path: Path, title: str) -> None:
         ax.bar(xs, ms, width, yerr=ss, capsize=3, label=f"batch {b}", alpha=0.85)
     ax.set_xticks(range(len(norms)), [NORM_LABEL.get(n, n) for n in norms])
     ax.set_ylabel("test error (%), mean of the last evaluations")
-    ax.set_title(f"{title}: test error vs batch size (mean ± std over seeds)")
+    _inside(ax, f"{title}: test error vs batch size (mean ± std over seeds)")
     ax.legend(title="batch size")
     ax.grid(axis="y", alpha=0.3)
     _save(fig, path)
@@ -145,6 +192,7 @@ def rnn_curves(runs: list[Run], path: Path, title: str) -> None:
             axes[1].plot(xs, [v * PP for v in m], "--", color=COLORS[n],
                          label=f"{RNN_LABEL[n]}, running averages (EMA)")
     axes[0].set_ylabel("train loss (running mean, train mode)")
+    _log_if_positive(axes[0], [y for line in axes[0].get_lines() for y in line.get_ydata()])
     axes[1].set_ylabel("test error (%)")
     for ax in axes:
         ax.set_xlabel("training step")
@@ -178,12 +226,13 @@ def hidden(runs: list[Run], path: Path, title: str) -> None:
                 vals.append(sum(map(float, h)) / len(h))
             avg.append(vals)
         _band(axes[2], steps, *_over_seeds(avg), color=c, label=RNN_LABEL[n])
-    axes[0].set(xlabel="time step t", ylabel="std of h_t (over batch and units)",
-                title="spread of h_t along the sequence")
+    axes[0].set(xlabel="time step t", ylabel="std of h_t (over batch and units)")
+    _inside(axes[0], "spread of h_t along the sequence")
     axes[0].set_yscale("log")
-    axes[1].set(xlabel="time step t", ylabel="mean of h_t", title="mean of h_t along the sequence")
-    axes[2].set(xlabel="training step", ylabel="time-averaged std of h_t",
-                title="spread of h_t over training")
+    axes[1].set(xlabel="time step t", ylabel="mean of h_t")
+    _inside(axes[1], "mean of h_t along the sequence")
+    axes[2].set(xlabel="training step", ylabel="time-averaged std of h_t")
+    _inside(axes[2], "spread of h_t over training")
     _finish(fig, axes, path, f"{title} (mean over seeds; dotted: first evaluation, solid: last)",
             legend=7)
 
@@ -198,8 +247,8 @@ def gain(runs: list[Run], path: Path, title: str) -> None:
             continue
         xs, m, s = _mean_std_curve(rs, "step", F_ERROR, 1.0)
         _band(ax, xs, [v * PP for v in m], [v * PP for v in s], color=c, label=f"gain init {g}")
-    ax.set(xlabel="training step", ylabel="test error (%)",
-           title="LN-LSTM: gain initialisation (mean ± std over seeds)")
+    ax.set(xlabel="training step", ylabel="test error (%)")
+    _inside(ax, "LN-LSTM: gain initialisation (mean ± std over seeds)")
     ax.grid(alpha=0.3)
     ax.legend()
     _save(fig, path)
@@ -230,8 +279,10 @@ def paper_curves(runs: list[Run], path: Path, title: str) -> None:
     if ref:
         ax.axhline(float(ref[0]), color="k", linestyle=":", linewidth=1, label="chance")
     exp = runs[0].experiment
-    ax.set(xlabel="epoch" if xkey == "epoch" else "update", ylabel=what,
-           title=f"{exp}: {what} (mean ± std over seeds)")
+    ax.set(xlabel="epoch" if xkey == "epoch" else "update", ylabel=what)
+    if not ref:                     # a loss (a reference line marks an accuracy's chance)
+        _log_if_positive(ax, [y for line in ax.get_lines() for y in line.get_ydata()])
+    _inside(ax, f"{exp}: {what} (mean ± std over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)
@@ -256,10 +307,10 @@ def order_curves(runs: list[Run], path: Path, title: str) -> None:
                   color=COLORS[n], label=f"{label} ({len(rs)} seeds)")
         axes[0].axvline(sum(best_step(r) for r in rs) / len(rs), color=COLORS[n], linestyle=":",
                         linewidth=1)
-    axes[0].set(xlabel="update", ylabel="validation R-sum (image retrieval R@1+R@5+R@10)",
-                title="model selection (dotted: mean update of the best model)")
-    axes[1].set(xlabel="update", ylabel="test recall, mean of R@1 and R@10 (%)",
-                title="caption and image retrieval")
+    axes[0].set(xlabel="update", ylabel="validation R-sum (image retrieval R@1+R@5+R@10)")
+    _inside(axes[0], "model selection (dotted: mean update of the best model)")
+    axes[1].set(xlabel="update", ylabel="test recall, mean of R@1 and R@10 (%)")
+    _inside(axes[1], "caption and image retrieval")
     _finish(fig, axes, path, f"{title} (mean ± std over seeds)")
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import platform
 import time
 
-from ..verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, NOT_SUPPORTED, SUPPORTED
+from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NO_LEARNING, NOT_SUPPORTED, SUPPORTED,
+                        UNDERTRAINED)
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
                      DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
                      ClaimResult, paper_not_run)
@@ -14,8 +15,10 @@ from .scoring import LAST_K, PP
 from .runs import Inputs
 
 VERDICT_MARK = {SUPPORTED: "✅ supported", NOT_SUPPORTED: "❌ not supported",
-                INCONCLUSIVE: "❔ inconclusive", NOT_RUN: "⏸ not run"}
+                INCONCLUSIVE: "❔ inconclusive", UNDERTRAINED: "⏳ undertrained",
+                NO_LEARNING: "🚫 baseline did not learn", NOT_RUN: "⏸ not run"}
 CHECK_MARK = {SUPPORTED: "✅ holds", NOT_SUPPORTED: "❌ fails", INCONCLUSIVE: "❔ inconclusive",
+              UNDERTRAINED: "⏳ undertrained", NO_LEARNING: "🚫 baseline did not learn",
               NOT_RUN: "⏸ not run"}
 
 
@@ -47,7 +50,14 @@ def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
         rs = [r.status for c, r in results if c.kind == kind]
         return {v: rs.count(v) for v in VERDICT_MARK if rs.count(v)}, len(rs)
     claims, n = count(CLAIM)
-    lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in claims.items())]
+    judged = {k: v for k, v in claims.items() if k not in (UNDERTRAINED, NO_LEARNING)}
+    apart = {k: v for k, v in claims.items() if k in (UNDERTRAINED, NO_LEARNING)}
+    lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in judged.items())]
+    if apart:
+        lines.append("Claims the experiment could not judge as run (counted apart: an arm did "
+                     "not beat its task's trivial predictor, or was still improving by the "
+                     "claim's margin; each section says what would fix it): "
+                     + ", ".join(f"{k}: {v}" for k, v in apart.items()))
     comp = [(c, r) for c, r in results if c.kind == COMPOSITE]
     if comp:
         lines.append("Statements made of the claims above (not counted again): " + "; ".join(
@@ -98,6 +108,12 @@ def environment(inp: Inputs) -> list[str]:
 
 
 HOW = (
+    f"Before any rule, two guards: an arm that does not beat its task's trivial predictor (the "
+    f"uniform guess over K classes, the adding problem's constant prediction with MSE 1/6, a fair "
+    f"coin per binary pixel, chance on the completion test) by 10% of that predictor's score "
+    f"makes the claim **baseline did not learn**; for a claim about final values, an arm still "
+    f"improving by the claim's margin from the third to the last quarter of its updates makes it "
+    f"**undertrained**. Both are counted apart, with what would fix them. "
     f"Each claim is a comparison of measured numbers, one per seed; every run is scored on the "
     f"mean of its last {LAST_K} evaluations (so one spiking final iterate does not decide it). "
     f"With d = the difference of the two arms' means, its {LEVEL:.0%} t-interval is **paired** "
@@ -106,15 +122,46 @@ HOW = (
     f"“A exceeds B by m” is **supported** if the whole interval is ≥ m, **not supported** if the "
     f"whole interval is < m (the effect is surely smaller, or reversed), **inconclusive** if it "
     f"straddles m. “A equals B within m” is supported if the whole interval lies inside ±m, not "
-    f"supported if it lies entirely outside. Fewer than {MIN_SEEDS} seeds per arm: "
-    f"inconclusive. Margins: beats = {BEATS_MARGIN * PP:g} pp of error, suffers = "
-    f"{SUFFERS_MARGIN * PP:g} pp, collapses = {COLLAPSE_MARGIN * PP:g} pp, stable = "
-    f"±{STABLE_MARGIN * PP:g} pp (no wider than “suffers”), trains faster = eval-mode training "
-    f"NLL ≥ 1.2× on geometric average (log margin {FASTER_MARGIN:.3f}). Statements made of "
+    f"supported if it lies entirely outside; “about the same” is the same with the 90% interval "
+    f"(two one-sided tests at 5%). “About k× faster” reads the interval of the ratio of update "
+    f"counts against k/√2. A run that never reaches a target is censored at its budget (a lower "
+    f"bound), which forbids the verdict it would favour. Every interval prints its half-width h, "
+    f"the smallest difference it resolves (margin + h) and the seeds for h ≤ margin; an "
+    f"inconclusive verdict says whether it is underpowered (h > margin) or a straddle. Fewer than "
+    f"{MIN_SEEDS} seeds per arm: inconclusive. Margins: beats = {BEATS_MARGIN * PP:g} pp of "
+    f"error, suffers = {SUFFERS_MARGIN * PP:g} pp, collapses = {COLLAPSE_MARGIN * PP:g} pp, "
+    f"stable = ±{STABLE_MARGIN * PP:g} pp (no wider than “suffers”; against the un-normalized "
+    f"arm's change where it ran), trains faster = mean eval-mode training error over training "
+    f"higher by {BEATS_MARGIN * PP:g} pp (eval-mode training NLL ≥ 1.2× on geometric average, log "
+    f"margin {FASTER_MARGIN:.3f}, where no training error is recorded); steps-to-target margins "
+    f"are at least one evaluation step. Statements made of "
     f"several claims are judged from their parts and not counted again in the totals. Checks "
     f"are deterministic measurements (Table 1, the curvature exponents, the distributed pairs: "
     f"identical if the largest parameter difference is ≤ {DDP_REL_TOL:g} × max(1, max |param|), "
     f"different if more than {DDP_DIFF_FACTOR:g} times that), counted apart.")
+
+
+SUMMARIES = ("Summary A: a Chinese digest of the paper by Neil Zhu (University AI, published on "
+             "Jianshu), following its sections 1-5. Summary B: “from batch norm to layer norm”, a "
+             "Chinese blog article by “Fairy Girl”, with two experiments it attributes to the "
+             "paper. Both are described, with what each says, in the project's `docs/paper.md`; "
+             "where a summary and the paper disagree, the paper wins.")
+IMPLEMENTATION = "check of this implementation"
+
+
+def summary_groups(results):
+    """The summary's three tables: the paper's claims (the paper named among the sources), the
+    summaries' claims (only a summary names them), the checks of this implementation."""
+    impl = [(c, r) for c, r in results if c.source.startswith(IMPLEMENTATION)]
+    paper = [(c, r) for c, r in results if "paper" in c.source and (c, r) not in impl]
+    rest = [(c, r) for c, r in results if (c, r) not in impl and (c, r) not in paper]
+    out = [("The paper's claims", "Ba, Kiros, Hinton (2016), arXiv:1607.06450; the sections "
+                                  "are the paper's.", paper),
+           ("The summaries' claims", SUMMARIES, rest),
+           ("Checks of this implementation", "Not claims of the paper: deterministic checks that "
+                                             "this implementation's layers behave as its docs say "
+                                             "under a batch split over processes (DDP).", impl)]
+    return [g for g in out if g[2]]
 
 
 def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
@@ -128,12 +175,16 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                f"embedded data only ({', '.join(map(str, data))}) — not the paper's datasets or "
                f"scale. Verdicts say what these runs show, nothing more. `layernorm reproduce "
                f"--full` runs the paper's scale where the data can be downloaded.", ""]
-    md += ["## Summary", "", "| claim | source | verdict | key number |", "|---|---|---|---|"]
-    for claim, res in results:
-        quote = claim.quote if claim.kind != CHECK else f"check: {claim.quote}"
-        md.append(f"| [{cell(quote)}](#{claim.id}) | {claim.source} | {mark(claim, res)} | "
-                  f"{cell(res.key_number)} |")
-    md += [""] + [f"{line}  " for line in totals(results)] + [""]
+    md += ["## Summary", ""]
+    for title, intro, rows in summary_groups(results):
+        md += [f"### {title}", ""] + ([intro, ""] if intro else [])
+        md += ["| claim | source | verdict | key number |", "|---|---|---|---|"]
+        for claim, res in rows:
+            quote = claim.quote if claim.kind != CHECK else f"check: {claim.quote}"
+            md.append(f"| [{cell(quote)}](#{claim.id}) | {claim.source} | {mark(claim, res)} | "
+                      f"{cell(res.key_number)} |")
+        md += [""]
+    md += [f"{line}  " for line in totals(results)] + [""]
     md += ["## Environment", ""] + environment(inp) + [""]
     md += ["## How verdicts are computed", "", HOW, ""]
 
@@ -172,7 +223,13 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
         if res.caveats:
             md += ["How this could be wrong:", ""] + [f"- {c}" for c in res.caveats] + [""]
         md += [f"**Verdict: {mark(claim, res)}.** Rule: {res.verdict.rule}.", ""]
-        for p in res.verdict.parts or (res.verdict,):
+        v = res.verdict
+        if v.verdict in (UNDERTRAINED, NO_LEARNING) and len(v.parts) == 1:
+            inner = v.parts[0]
+            md += [f"- {v.detail}.", "", f"The claim's own rule, shown and not counted: "
+                   f"**{inner.verdict}** — {inner.rule}.", ""]
+            v = inner
+        for p in v.parts or (v,):
             md += [f"- [{p.verdict}] {p.rule}: {p.detail}"]
         md += [""]
 

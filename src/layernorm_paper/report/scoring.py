@@ -101,6 +101,19 @@ def steps_to(run: Run, target_error: float, key: str = F_ERROR) -> tuple[float, 
     return float(run.rows[-1][F_STEP]), False
 
 
+def eval_spacing(runs: list[Run]) -> int:
+    """The largest gap between two successive evaluations of these runs: the resolution of any
+    "updates to a target" count read from them (a margin below it cannot be resolved)."""
+    gaps = [int(b[F_STEP] - a[F_STEP]) for r in runs for a, b in zip(r.rows, r.rows[1:])]
+    return max(gaps) if gaps else int(runs[0].rows[0][F_STEP]) if runs else 0
+
+
+def steps_margin(runs: list[Run], fraction: float) -> float:
+    """A steps-to-target margin: ``fraction`` of the largest budget, and at least one evaluation
+    step (``eval_spacing``)."""
+    return max(fraction * max(updates(r) for r in runs), float(eval_spacing(runs)))
+
+
 def seq_len(run: Run) -> int:
     rows = [r for r in run.rows if r.get(F_HIDDEN_STD)]
     return len(rows[-1][F_HIDDEN_STD]) if rows else 0

@@ -8,11 +8,14 @@ import math
 from typing import Callable
 
 from ..runs import Inputs, Run, select
-from ..scoring import (F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL, PP, _increase, arm, err_sample,
-                       err_table, has, log_area, updates)
-from ...verdicts import LEVEL, all_of, exceeds, within
+from ..scoring import (F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL, PP, _increase, _num, arm,
+                       err_sample, err_table, has, log_area, updates)
+from ...verdicts import LEVEL, all_of, equivalent, exceeds
 from .base import (BEATS_MARGIN, COLLAPSE_MARGIN, FASTER_MARGIN, STABLE_MARGIN, ClaimResult,
                    Figure, _need, how_wrong, not_run)
+from .guards import gate
+
+F_TRAIN_ERROR = "eval_train_error"   # eval-mode error on the fixed training sample (BN: population)
 
 BN_VARIANTS = {"batch-all": "on every layer, the logits too (the paper's wording)",
                "batch": "on the hidden layers only"}
@@ -57,6 +60,22 @@ def ff_figures(experiment: str, title: str) -> list[Figure]:
             Figure(f"{experiment}_error_vs_batch", "error_bars", w, title)]
 
 
+def _gate_batch(v, g: dict, large: int, margin: float):
+    """The guards of a batch-size claim: the large-batch arms must learn (a small-batch arm that
+    does not is what "suffers" / "collapses" predicts, so it is not required to), and every arm
+    must have flattened by the claim's margin."""
+    w = gate(v, _arm_names({k: rs for k, rs in g.items() if k.endswith(f"@{large}")}), margin,
+             final=False)
+    return w if w is not v else gate(v, _arm_names(g), margin, learn=False, unit=" pp", scale=PP)
+
+
+def _control(runs, experiment: str, smalls: tuple[int, ...], large: int) -> dict | None:
+    """The un-normalized arms at the same batch sizes (the control of a batch-size claim), or
+    None where the experiment did not run them all."""
+    g = _bs_groups(runs, experiment, ("none",), smalls + (large,))
+    return g if all(g.values()) else None
+
+
 def claim_bn_suffers(experiment: str, small: int, large: int, margin: float, what: str):
     def evaluate(inp: Inputs, bn: str) -> ClaimResult:
         g = _bs_groups(inp.runs, experiment, (bn, "layer"), (small, large))
@@ -72,6 +91,7 @@ def claim_bn_suffers(experiment: str, small: int, large: int, margin: float, wha
         v = all_of([v1, v2], f"both must hold: (1) BN's test error at batch {small} exceeds its "
                              f"error at batch {large} and (2) BN's increase exceeds LN's, each by "
                              f"≥ {margin * PP:g} pp over the whole {LEVEL:.0%} interval")
+        v = _gate_batch(v, g, large, margin)
         key = (f"BN {small} vs {large}: {bn_up.mean * PP:+.2f} pp; "
                f"LN: {ln_up.mean * PP:+.2f} pp")
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
@@ -85,15 +105,31 @@ def claim_ln_stable(experiment: str, smalls: tuple[int, ...], large: int, what: 
         g = _bs_groups(inp.runs, experiment, ("layer",), smalls + (large,))
         if (note := _need(g)):
             return not_run(note)
-        parts = [within(err_sample(g[f"layer@{s}"]), err_sample(g[f"layer@{large}"]),
-                        STABLE_MARGIN, a_name=f"LN error at batch {s}",
-                        b_name=f"LN error at batch {large}", unit=" pp", scale=PP)
-                 for s in smalls]
-        v = all_of(parts, f"LN's test error at batch {', '.join(map(str, smalls))} must be within "
-                          f"±{STABLE_MARGIN * PP:g} pp of its error at batch {large} (the whole "
-                          f"{LEVEL:.0%} interval of the difference inside the band)")
-        key = "; ".join(f"LN {s} vs {large}: {p.interval.d * PP:+.2f} pp "
-                        f"[{p.interval.lo * PP:+.2f}, {p.interval.hi * PP:+.2f}]"
+        ctl = _control(inp.runs, experiment, smalls, large)
+        if ctl:
+            parts = [equivalent(_increase(g[f"layer@{s}"], g[f"layer@{large}"]),
+                                _increase(ctl[f"none@{s}"], ctl[f"none@{large}"]), STABLE_MARGIN,
+                                a_name=f"LN's change from batch {large} to {s}",
+                                b_name="no normalization's", unit=" pp", scale=PP)
+                     for s in smalls]
+            how = (f"LN's change in test error from batch {large} to batch "
+                   f"{', '.join(map(str, smalls))}, beyond the un-normalized network's change "
+                   f"(the control: a difference in differences, paired by seed), must be within "
+                   f"±{STABLE_MARGIN * PP:g} pp (TOST: the 90% interval inside the band)")
+        else:
+            parts = [equivalent(err_sample(g[f"layer@{s}"]), err_sample(g[f"layer@{large}"]),
+                                STABLE_MARGIN, a_name=f"LN error at batch {s}",
+                                b_name=f"LN error at batch {large}", unit=" pp", scale=PP)
+                     for s in smalls]
+            how = (f"LN's test error at batch {', '.join(map(str, smalls))} must be within "
+                   f"±{STABLE_MARGIN * PP:g} pp of its error at batch {large} (TOST: the 90% "
+                   f"interval of the difference inside the band); no un-normalized arm ran at "
+                   f"these batch sizes, so there is no control")
+        v = all_of(parts, how)
+        v = _gate_batch(v, {**g, **(ctl or {})}, large, STABLE_MARGIN)
+        key = "; ".join(f"LN {s} vs {large}{' − control' if ctl else ''}: "
+                        f"{p.interval.d * PP:+.2f} pp "
+                        f"[{p.interval.lo * PP:+.2f}, {p.interval.hi * PP:+.2f}] (90%)"
                         for s, p in zip(smalls, parts))
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
                            ff_figures(experiment, what),
@@ -111,25 +147,58 @@ def claim_ln_faster_than_bn(experiment: str, batches: tuple[int, ...], what: str
             return not_run(f"the runs carry no eval-mode training NLL (`{F_TRAIN_NLL}`): the "
                            f"train-mode running loss (`{F_TRAIN_LOSS}`) mixes BN's batch "
                            f"statistics into the loss and is not what the claim compares")
-        parts, keys = [], []
+        by_error = all(has(r, F_TRAIN_ERROR) for r in allr)
+        parts, keys, nll_keys = [], [], []
         for b in batches:
             bns, ln = g[f"{bn}@{b}"], g[f"layer@{b}"]
             upto = min(updates(r) for r in bns + ln)
             a = arm(bns, lambda r: log_area(r, F_TRAIN_NLL, upto))
             c = arm(ln, lambda r: log_area(r, F_TRAIN_NLL, upto))
-            parts.append(exceeds(a, c, FASTER_MARGIN, a_name=f"BN mean log train NLL at batch {b}",
-                                 b_name="LN's", unit=" (log nats)"))
-            keys.append(f"batch {b}: BN/LN train NLL ×{math.exp(a.mean - c.mean):.2f} "
-                        f"(to update {upto})")
-        v = all_of(parts, f"at every batch size ({', '.join(map(str, batches))}), the mean over "
-                          f"evaluations of log eval-mode training NLL (the area under the log "
-                          f"curve, to the smallest update count of the two arms) is higher for BN "
-                          f"than for LN by ≥ log 1.2 = {FASTER_MARGIN:.3f} (BN's NLL ≥ 1.2× LN's "
-                          f"on geometric average) over the whole {LEVEL:.0%} interval")
+            nll_keys.append(f"batch {b}: BN/LN train NLL ×{math.exp(a.mean - c.mean):.2f} "
+                            f"(to update {upto})")
+            if by_error:
+                ea = arm(bns, lambda r: _area(r, F_TRAIN_ERROR, upto))
+                ec = arm(ln, lambda r: _area(r, F_TRAIN_ERROR, upto))
+                parts.append(exceeds(ea, ec, BEATS_MARGIN, a_name=f"BN mean training error over "
+                                     f"training at batch {b}", b_name="LN's", unit=" pp",
+                                     scale=PP))
+                keys.append(f"batch {b}: mean training error over training BN "
+                            f"{ea.mean * PP:.2f}% vs LN {ec.mean * PP:.2f}% (to update {upto})")
+            else:
+                parts.append(exceeds(a, c, FASTER_MARGIN, a_name=f"BN mean log train NLL at "
+                                     f"batch {b}", b_name="LN's", unit=" (log nats)"))
+                keys.append(nll_keys[-1])
+        if by_error:
+            v = all_of(parts, f"at every batch size ({', '.join(map(str, batches))}), the mean "
+                              f"eval-mode training error over evaluations (the area under the "
+                              f"training-error curve, to the smallest update count of the two "
+                              f"arms) is higher for BN than for LN by ≥ {BEATS_MARGIN * PP:g} pp "
+                              f"over the whole {LEVEL:.0%} interval; training error decides, the "
+                              f"training NLL is shown, not counted (an NLL ratio can come from the "
+                              f"logits' scale alone once both arms fit every training example)")
+        else:
+            v = all_of(parts, f"at every batch size ({', '.join(map(str, batches))}), the mean "
+                              f"over evaluations of log eval-mode training NLL (the area under "
+                              f"the log curve, to the smallest update count of the two arms) is "
+                              f"higher for BN than for LN by ≥ log 1.2 = {FASTER_MARGIN:.3f} "
+                              f"(BN's NLL ≥ 1.2× LN's on geometric average) over the whole "
+                              f"{LEVEL:.0%} interval; these runs record no training error "
+                              f"(`{F_TRAIN_ERROR}`), so the NLL decides")
+        v = gate(v, _arm_names(g), BEATS_MARGIN, final=False)
+        notes = [f"Training NLL, shown and not counted: {'; '.join(nll_keys)}."] if by_error \
+            else []
         return ClaimResult(v, "; ".join(keys), err_table(select(inp.runs, experiment=experiment)),
-                           ff_figures(experiment, what),
+                           ff_figures(experiment, what), notes=notes,
                            caveats=how_wrong(inp, experiment, _arm_names(g), v))
     return for_bn_variants(evaluate, experiment)
+
+
+def _area(run: Run, key: str, upto: float) -> float:
+    """Mean of ``key`` over the run's evaluations up to update ``upto`` (the area under its
+    curve: lower is faster); a NaN counts 1 (an error)."""
+    vals = [_num(r.get(key), 1.0) for r in run.rows if r.get(key) is not None and
+            r["step"] <= upto]
+    return sum(vals) / len(vals) if vals else 1.0
 
 
 def claim_beats(experiment: str, winner: str, loser: str, batch: int, what: str):
@@ -140,6 +209,7 @@ def claim_beats(experiment: str, winner: str, loser: str, batch: int, what: str)
         w, lo = err_sample(g[f"{winner}@{batch}"]), err_sample(g[f"{loser}@{batch}"])
         v = exceeds(lo, w, BEATS_MARGIN, a_name=f"{NORM_LABEL[loser]} error",
                     b_name=f"{NORM_LABEL[winner]} error (batch {batch})", unit=" pp", scale=PP)
+        v = gate(v, _arm_names(g), BEATS_MARGIN, unit=" pp", scale=PP)
         key = (f"{NORM_LABEL[winner]} {w.mean * PP:.2f}% vs {NORM_LABEL[loser]} "
                f"{lo.mean * PP:.2f}% at batch {batch}")
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
@@ -153,12 +223,24 @@ def claim_bn_collapse(experiment: str, smalls: tuple[int, ...] = (4, 1), large: 
         g = _bs_groups(inp.runs, experiment, ("batch",), smalls + (large,))
         if (note := _need(g)):
             return not_run(note)
-        parts = [exceeds(err_sample(g[f"batch@{s}"]), err_sample(g[f"batch@{large}"]),
-                         COLLAPSE_MARGIN, a_name=f"BN error at batch {s}",
-                         b_name=f"at batch {large}", unit=" pp", scale=PP) for s in smalls]
+        ctl = _control(inp.runs, experiment, smalls, large)
+        if ctl:
+            parts = [exceeds(_increase(g[f"batch@{s}"], g[f"batch@{large}"]),
+                             _increase(ctl[f"none@{s}"], ctl[f"none@{large}"]), COLLAPSE_MARGIN,
+                             a_name=f"BN's rise in error from batch {large} to {s}",
+                             b_name="no normalization's", unit=" pp", scale=PP) for s in smalls]
+            ctl_words = (" beyond the un-normalized network's rise (the control: a difference in "
+                         "differences, paired by seed)")
+        else:
+            parts = [exceeds(err_sample(g[f"batch@{s}"]), err_sample(g[f"batch@{large}"]),
+                             COLLAPSE_MARGIN, a_name=f"BN error at batch {s}",
+                             b_name=f"at batch {large}", unit=" pp", scale=PP) for s in smalls]
+            ctl_words = " (no un-normalized arm ran at these batch sizes: no control)"
         v = all_of(parts, f"BN's test error at batch {' and at batch '.join(map(str, smalls))} "
                           f"each exceed its error at batch {large} by ≥ {COLLAPSE_MARGIN * PP:g} "
-                          f"pp (a collapse, not a wobble) over the whole {LEVEL:.0%} interval")
+                          f"pp (a collapse, not a wobble){ctl_words} over the whole "
+                          f"{LEVEL:.0%} interval")
+        v = _gate_batch(v, {**g, **(ctl or {})}, large, COLLAPSE_MARGIN)
         key = "; ".join(f"BN {s} vs {large}: {p.interval.d * PP:+.1f} pp"
                         for s, p in zip(smalls, parts))
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),

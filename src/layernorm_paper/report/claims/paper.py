@@ -12,7 +12,8 @@ import math
 from ..runs import Inputs, Run, select
 from ..scoring import (F_ERROR, F_ERROR_FAIR, LAST_K, PP, RNN_LABEL, _fmt_range, _uses_pop, arm,
                        score, updates)
-from ...verdicts import LEVEL, all_of, exceeds
+from ...verdicts import LEVEL, all_of, equivalent, exceeds
+from .guards import gate
 from .base import (BEATS_MARGIN, BPC_MARGIN, DRAW_MARGIN, HW_MARGIN, ClaimResult, Figure, _need,
                    how_wrong, not_run)
 from .losses import (F_NLL_POINT, LossSpec, _need_field, _paper_caveats, arm_key, final_loss,
@@ -31,13 +32,18 @@ CHARLM_SPEC = LossSpec("paper_charlm", "test_loss", " bits/char", 1 / LN2,
 
 
 def claim_hw_no_worse(inp: Inputs) -> ClaimResult:
+    """6.5's "about the same final log-likelihood": LN-LSTM's final NLL per point equals the
+    LSTM's within ±HW_MARGIN (TOST, ``verdicts.equivalent``): an LN-LSTM far better is not
+    "the same" either. (The name is the catalog's; the rule is an equivalence test.)"""
     spec = HW_SPEC
     g = loss_groups(inp, spec)
     if (note := _need(g)) or (note := _need_field(g, spec.key)):
         return not_run(note)
     fin = {n: arm(rs, lambda r: final_loss(r, spec.key)) for n, rs in g.items()}
-    v = no_worse(fin["layer"], fin["none"], HW_MARGIN, a_name=f"LN-LSTM final {spec.what}",
-                 b_name="LSTM's", unit=spec.unit)
+    v = equivalent(fin["layer"], fin["none"], HW_MARGIN, a_name=f"LN-LSTM final {spec.what}",
+                   b_name="LSTM's", unit=spec.unit)
+    v = gate(v, {RNN_LABEL[n]: rs for n, rs in g.items()}, HW_MARGIN, key=spec.key,
+             unit=spec.unit)
     key = f"LSTM {fin['none'].mean:.3f}, LN-LSTM {fin['layer'].mean:.3f}{spec.unit}"
     allr = [r for rs in g.values() for r in rs]
     return ClaimResult(v, key, loss_table(g, spec, None), paper_figure(spec, allr), notes=[
@@ -121,6 +127,21 @@ def completion_table(g: dict[str, list[Run]]) -> list[dict]:
     return rows
 
 
+def _above_chance(v, acc: dict, chance: float):
+    """The completion test's trivial predictor is chance (one of the candidates at random): every
+    arm's accuracy must beat it by ≥ 10% of it, else "baseline did not learn"."""
+    from ...verdicts import NO_LEARNING, Verdict
+    from .guards import LEARN_FRACTION
+    bar = chance * (1 + LEARN_FRACTION)
+    low = [f"{RNN_LABEL[n]} {a.mean * PP:.1f}%" for n, a in acc.items() if a.mean < bar]
+    if not low:
+        return v
+    return Verdict(NO_LEARNING, f"before the rule: every arm's accuracy must beat chance "
+                                f"({chance * PP:.0f}%) by ≥ {LEARN_FRACTION:.0%} of it",
+                   f"did not learn: {', '.join(low)} against ≥ {bar * PP:.1f}% needed. More "
+                   f"updates or a higher budget", parts=(v,))
+
+
 def claim_completion(inp: Inputs) -> ClaimResult:
     """LN-LSTM answers more of the 5-way completion questions than LSTM and than BN-LSTM."""
     g = loss_groups(inp, CHARLM_SPEC)
@@ -141,6 +162,9 @@ def claim_completion(inp: Inputs) -> ClaimResult:
     v = all_of(parts, f"LN-LSTM's 5-way completion accuracy (mean of its last {LAST_K} "
                       f"evaluations) is higher than LSTM's and than BN-LSTM's, each by ≥ "
                       f"{BEATS_MARGIN * PP:g} pp over the whole {LEVEL:.0%} interval")
+    v = gate(v, {RNN_LABEL[n]: rs for n, rs in g.items()}, BEATS_MARGIN, key=F_COMPLETION,
+             rising=True, scale=PP, unit=" pp", learn=False)
+    v = _above_chance(v, acc, chance)
     key = ", ".join(f"{RNN_LABEL[n]} {acc[n].mean * PP:.1f}%" for n in g) + \
         f" (chance {chance * PP:.0f}%" + (f", {questions} questions)" if questions else ")")
     step = 100.0 / questions if questions else None
