@@ -4,9 +4,9 @@ trains the same parameters; BN's are not, unless SyncBatchNorm takes them over t
 processes; the model is the runner's ``mlp``."""
 from __future__ import annotations
 
+from ..batch_split import DDP_EXPERIMENT as NAME
 from ._record import Record, config
 
-NAME = "ddp_batch_split"
 HEADING = "Distributed: 1 process x batch 8 vs 2 processes x 4"
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .._io import read_metrics
 from ..records import budgets, not_downloaded
-from ..records.ddp_batch_split import NAME as DDP_EXPERIMENT
+from ..batch_split import DDP_EXPERIMENT
 
 
 class ReportInputError(ValueError):
