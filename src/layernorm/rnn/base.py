@@ -12,7 +12,7 @@ from torch import _VF, nn
 from .._checks import check_choice
 from .._vocabulary import RNN_NORMS
 from .. import recurrence
-from . import _cell_native
+from .. import ops
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
 from ._norm_kinds import NORM_KINDS
 from .errors import RNNTypeError, _real, autocast_on, check_nonlinearity, check_sizes
@@ -265,13 +265,13 @@ class RecurrentBase(nn.Module):
             fn = {"GRU": _VF.gru_cell, "tanh": _VF.rnn_tanh_cell, "relu": _VF.rnn_relu_cell}[
                 "GRU" if self.mode == "GRU" else self.nonlinearity]
             return (fn(x, state[0], w_ih, w_hh, b_ih, b_hh),)
-        lib = _cell_native.lib_for(x) if b_ih is not None and self.mode != "RNN" else None
+        lib = ops.cell_lib(x) if b_ih is not None and self.mode != "RNN" else None
         if lib is not None:                       # the step after its GEMMs in one C call
             if self.mode == "LSTM":
-                return _cell_native.lstm_step(lib, x, state[0], state[1], w_ih, w_hh,
+                return ops.ln_lstm_step(lib, x, state[0], state[1], w_ih, w_hh,
                                               g("gain_ih"), b_ih, g("gain_hh"), b_hh,
                                               g("gain_c"), g("bias_c"), self.eps)
-            return (_cell_native.gru_step(lib, x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
+            return (ops.ln_gru_step(lib, x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
                                           g("gain_hh"), b_hh, self.eps),)
         if self.mode == "LSTM":
             return recurrence.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"),

@@ -8,6 +8,8 @@ import numbers
 
 import torch
 
+from ..ops.native import autocast_on  # noqa: F401  (the modules and cells)
+
 
 class RNNInputError(ValueError, RuntimeError):
     """A wrong shape, dtype or state given to a layernorm RNN. torch raises ValueError for some of
@@ -65,17 +67,6 @@ def check_nonlinearity(nonlinearity, who: str) -> None:
         raise RNNArgumentError(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or "
                                f"'relu': {who} expected nonlinearity 'tanh' or 'relu', received "
                                f"{nonlinearity!r}. Pass one of those.")
-
-
-def autocast_on(x: torch.Tensor) -> bool:
-    """Whether autocast is on for x's device (False for a device autocast does not know, such as
-    ``meta``)."""
-    try:
-        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
-    except TypeError:                                  # torch < 2.4: no device argument
-        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
-    except RuntimeError:                               # "unknown device type for autocast"
-        return False
 
 
 def check_dtype(x: torch.Tensor, weight: torch.Tensor, who: str) -> None:

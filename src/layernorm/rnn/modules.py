@@ -22,8 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from . import _bn_fused
-from . import fused as _fused
+from .. import ops
 from ._onnx import exporting_to_onnx
 from ._stack_checks import InputChecks
 from ._torch_layout import TorchLayout
@@ -61,9 +60,9 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                 and self.bias and not exporting_to_onnx())
 
     def _fused_bn_recurrence(self, x: torch.Tensor, state: tuple, suffix: str) -> bool:
-        """THE condition for the fused BN-LSTM / BN-GRU (``_bn_fused``: the batch norms reduced
+        """THE condition for the fused BN-LSTM / BN-GRU (``ops.bn``: the batch norms reduced
         over the batch inside the C time loop): norm="batch" LSTM or GRU with biases and no
-        projection, ``use_fused``, not under torch.onnx.export, and ``_bn_fused.applies`` (eager
+        projection, ``use_fused``, not under torch.onnx.export, and ``ops.bn_applies`` (eager
         mode, plain CPU float32 tensors, C kernels loaded, no autocast, torch.func or
         forward-mode AD). Elsewhere the readable terms and loop run."""
         if not (self.use_fused and self._kind.running_stats and self.mode in ("LSTM", "GRU")
@@ -73,7 +72,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                  "running_mean_ih", "running_var_ih", "running_mean_hh", "running_var_hh")
         if self.mode == "LSTM":
             names += ("gain_c", "bias_c", "running_mean_c", "running_var_c")
-        return _bn_fused.applies(x, *state, *(self._get(n, suffix) for n in names))
+        return ops.bn_applies(x, *state, *(self._get(n, suffix) for n in names))
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -125,7 +124,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         whose recurrence runs in the loop (norm "batch" or "none", or no biases) goes through
         ``fused.input_linear`` (weight packed once for oneDNN and cached)."""
         if self.use_fused and x.dim() == 3 and self.mode != "RNN":
-            return terms["ih"].all_steps(_fused.input_linear(x, self._get("weight_ih", suffix)))
+            return terms["ih"].all_steps(ops.input_linear(x, self._get("weight_ih", suffix)))
         return super()._input_term(x, suffix, terms, time_step)
 
     @staticmethod
@@ -154,23 +153,23 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             return state[0].unsqueeze(0), state
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
             # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
-            xw = _fused.input_linear(x, g("weight_ih"))
+            xw = ops.input_linear(x, g("weight_ih"))
             sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
             inputs = {"batch_sizes": sizes, "eps": self.eps, "gain_x": g("gain_ih"),
                       "bias_x": g("bias_ih")}
             if self.mode == "LSTM":
-                out, h, c = _fused.ln_lstm_sequence(xw, state[0], state[1], g("weight_hh"),
+                out, h, c = ops.ln_lstm(xw, state[0], state[1], g("weight_hh"),
                                                     g("gain_hh"), g("bias_hh"), g("gain_c"),
                                                     g("bias_c"), **inputs)
                 return out, (h, c)
             # GRU: LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
             H2 = 2 * self.hidden_size
-            out, h = _fused.ln_gru_sequence(xw, state[0], g("weight_hh"), g("gain_hh")[:H2],
+            out, h = ops.ln_gru(xw, state[0], g("weight_hh"), g("gain_hh")[:H2],
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
                                             g("bias_hh")[H2:], **inputs)
             return out, (h,)
         if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
-            return _bn_fused.bn_direction(self, suffix, x, state, batch_sizes)
+            return ops.bn_direction(self, suffix, x, state, batch_sizes)
         return self._loop_direction(layer, direction, x, state, batch_sizes)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
