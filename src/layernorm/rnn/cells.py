@@ -39,8 +39,8 @@ from torch import nn
 from .. import recurrence
 from .. import ops
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
-from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
-                     autocast_on, check_dtype, check_keywords, check_state_dtype)
+from .base import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
+                   autocast_on, check_dtype, check_keywords, check_state_dtype)
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
 from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401
 

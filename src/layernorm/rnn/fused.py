@@ -21,9 +21,9 @@ its own register-tiled recurrent GEMM, the input LN folded into the step, exampl
 threads for the whole sequence), the backward loop in one call per range of steps (each range
 followed by its share of ``dW_hh``, so the gradient of ``W_hh h_{t-1}`` is held for one range
 only), with their sequence buffers reused across calls (``layernorm.ops.buffers``). The
-operators write the outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves ``W_hh h_{t-1}`` and the LN
-statistics only, recomputing its gates in the backward: a training step's peak memory is about
-torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are converted to float32 once per
+operators write the outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves
+``W_hh h_{t-1}`` and the LN statistics only, recomputing its gates in the backward: a training
+step's peak memory is about torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are converted to float32 once per
 call, so they run the same kernels with float32 statistics and accumulation; the result is in the
 half type, as torch.nn.LSTM's. Their input GEMM (``input_linear``) runs in float32 on CPUs
 without native half GEMMs (torch emulates those ~9x slower). Elsewhere (CUDA, float64, no C
