@@ -7,13 +7,13 @@
 ``ln_lstm_step`` / ``ln_gru_step`` and ``cell_lib``: the cells' one step in one C call.
 
 Files, read downward: ``lstm`` / ``gru`` / ``bn`` (each cell's paths, operators, autograd and
-registration), ``cell`` (the one-step C path), ``common`` (what the LN operators share: checks,
-dtypes, per-step views, the path dispatch and autograd registration), ``buffers`` (the buffer pool,
-packed weights and the input GEMM), ``native`` (loading the C kernels, their structs, one call).
+registration), ``cell`` (the one-step C path), ``common`` (what they share: the buffer pool,
+packed weights and the input GEMM, checks, dtypes, per-step views, the path dispatch and autograd
+registration), ``native`` (loading the C kernels, their structs, one call).
 The readable reference they are tested against is ``layernorm.recurrence``.
 """
 from .bn import applies as bn_applies, bn_direction
-from .buffers import input_linear, release_workspace
+from .common import input_linear, release_workspace
 from .cell import gru_step as ln_gru_step, lib_for as cell_lib, lstm_step as ln_lstm_step
 from .gru import ln_gru_sequence
 from .lstm import ln_lstm_sequence

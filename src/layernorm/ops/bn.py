@@ -38,7 +38,7 @@ from torch import Tensor
 from .. import functional as LF
 from ..recurrence import gru_step, lstm_step, run_direction
 from . import common, native
-from .buffers import _WORKSPACE, _buffer, _panels, input_linear
+from .common import _WORKSPACE, _buffer, _panels, input_linear
 from .native import autocast_on
 from .native import contig as _contig
 

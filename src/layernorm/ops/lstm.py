@@ -26,7 +26,7 @@ from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import lstm_step, run_direction
 from . import common, native
-from .buffers import _WORKSPACE, _Linear, _buffer, _panels
+from .common import _WORKSPACE, _Linear, _buffer, _panels
 from .native import contig as _contig
 
 _layer_norm, _layer_norm_backward = common._layer_norm, common._layer_norm_backward
