@@ -1,4 +1,4 @@
-"""The fused BN-LSTM and BN-GRU (``layernorm.rnn._bn_fused``: the C kernels' time loop with
+"""The fused BN-LSTM and BN-GRU (``layernorm.ops.bn``: the C kernels' time loop with
 per-step batch statistics) against the readable path (``BatchTerm`` in THE loop) in float64:
 outputs, states, every gradient, running statistics, eval mode, packed sequences, stacks; second
 order; population statistics; and that the fused path is the one that runs."""
@@ -9,9 +9,10 @@ import torch
 from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 import layernorm
-from layernorm.rnn import _bn_fused, _driver
+from layernorm import ops
+from layernorm.ops import native
 
-pytestmark = pytest.mark.skipif(_driver.native_lib(torch.zeros(1)) is None,
+pytestmark = pytest.mark.skipif(native.native_lib(torch.zeros(1)) is None,
                                 reason="no C compiler: the fused BN-LSTM does not apply")
 
 ATOL, RTOL = 2e-4, 2e-3   # float32 against the float64 reference (B = 2: ill-conditioned BN)
@@ -21,12 +22,12 @@ ATOL, RTOL = 2e-4, 2e-3   # float32 against the float64 reference (B = 2: ill-co
 def calls(monkeypatch):
     """The C kernels called, by name."""
     seen = []
-    real = _driver.call
+    real = native.call
 
     def spy(lib, kernel, *args, **kwargs):
         seen.append(kernel)
         return real(lib, kernel, *args, **kwargs)
-    monkeypatch.setattr(_driver, "call", spy)
+    monkeypatch.setattr(native, "call", spy)
     return seen
 
 

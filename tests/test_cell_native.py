@@ -1,4 +1,4 @@
-"""The cells' C step (``rnn._cell_native``: the step after its two GEMMs in one C call, float32
+"""The cells' C step (``ops.cell``: the step after its two GEMMs in one C call, float32
 CPU): the paper's equations in float64 (tests/reference.py) forward and backward over awkward
 shapes, the torch-ops step it replaces, second order, no_grad, and the paths that must not take
 it (torch.func, forward-mode AD, tracing, no bias, no C kernels)."""
@@ -9,11 +9,12 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import layernorm as L
-from layernorm.rnn import _cell_native, fused
+from layernorm import ops
+from layernorm.rnn import fused
 
 from tests.test_cells_step import _call, _cell, _grads, _reference, _state
 
-pytestmark = pytest.mark.skipif(_cell_native.lib_for(torch.zeros(1)) is None,
+pytestmark = pytest.mark.skipif(ops.cell_lib(torch.zeros(1)) is None,
                                 reason="the C kernels do not load here")
 
 TOL = {"atol": 2e-5, "rtol": 2e-4}  # float32 against the float64 reference
@@ -22,9 +23,10 @@ TOL = {"atol": 2e-5, "rtol": 2e-4}  # float32 against the float64 reference
 def _steps(monkeypatch):
     """Count the C steps taken."""
     calls = []
-    for name in ("lstm_step", "gru_step"):
-        real = getattr(_cell_native, name)
-        monkeypatch.setattr(_cell_native, name,
+    for where, name in ((ops, "ln_lstm_step"), (ops, "ln_gru_step"),  # the cells' calls
+                        (ops.cell, "lstm_step"), (ops.cell, "gru_step")):  # a half step's own
+        real = getattr(where, name)
+        monkeypatch.setattr(where, name,
                             lambda *a, real=real: calls.append(1) or real(*a))
     return calls
 
@@ -177,7 +179,7 @@ def test_half_cells_step_in_float32_and_round_once(monkeypatch, mode, dtype):
     """Without native half GEMMs a half-type cell of 2+ rows runs the float32 C step (the
     conversions differentiable) and rounds its states once: the float32 cell's values to the
     dtype's precision, gradients in the parameters' dtype."""
-    if _cell_native.half_gemm_native(dtype):
+    if ops.common.half_gemm_native(dtype):
         pytest.skip("this CPU has native half GEMMs: the half-type ops run")
     cell = _cell(mode, 5, 7, dtype=torch.float32)
     x, state = torch.randn(3, 5), _state(mode, 3, 7, dtype=torch.float32)

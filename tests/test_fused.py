@@ -3,7 +3,8 @@ tests/reference.py: forward and every gradient, with and without (unsorted) leng
 import pytest
 import torch
 
-from layernorm.rnn import _gemm, fused
+from layernorm.ops import common, native
+from layernorm.rnn import fused
 from layernorm.rnn.fused import ln_gru_sequence, ln_lstm_sequence
 from tests.reference import ref_ln_gru_sequence, ref_ln_lstm_sequence
 
@@ -44,15 +45,14 @@ def step_path(request, monkeypatch):
     compiler is available), torch ops with oneDNN's packed GEMM (whatever the size), torch ops
     with torch.mm."""
     if request.param == "native":
-        from layernorm.rnn import _native
-        if _native.load() is None:
+        if native.load() is None:
             pytest.skip("no C compiler: the C step kernel is unavailable (torch ops are used)")
     else:
         monkeypatch.setattr(fused, "USE_NATIVE", False)
     if request.param == "torch-ops-mm":
-        monkeypatch.setattr(_gemm, "_PACKED_OK", False)
+        monkeypatch.setattr(common, "_PACKED_OK", False)
     else:
-        monkeypatch.setattr(_gemm, "_PACKED_MIN_FLOPS", 0)
+        monkeypatch.setattr(common, "_PACKED_MIN_FLOPS", 0)
     return request.param
 
 
@@ -129,7 +129,7 @@ def test_fused_input_ln_matches_reference(kind, lengths, T, B, H, step_path):
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_fused_buffers_reused_safely(kind):
-    """The kernels reuse their saved sequence buffers across calls (fused._Workspace) only once
+    """The kernels reuse their saved sequence buffers across calls (common._Workspace) only once
     nothing else holds them: a graph kept with retain_graph while two other forwards run, and a
     broadcast (non-contiguous) output gradient, give the reference's gradients."""
     fn, ref, *_ = KINDS[kind]
@@ -155,13 +155,12 @@ def test_fused_buffers_reused_safely(kind):
     sizes = []
     for _ in range(3):
         torch.autograd.grad(loss(fn(*args)), args)
-        sizes.append(len(fused._WORKSPACE._bufs))
+        sizes.append(len(common._WORKSPACE._bufs))
     assert sizes[0] == sizes[1] == sizes[2]
 
 
 def _native_or_skip():
-    from layernorm.rnn import _native
-    lib = _native.load()
+    lib = native.load()
     if lib is None:
         pytest.skip("no C compiler: the C kernels are unavailable (torch ops are used)")
     return lib
@@ -176,7 +175,7 @@ def test_native_gemm_matches_torch(M, K, N):
     rows take wider tiles, so N also leaves a narrower tile at the end of a row."""
     lib = _native_or_skip()
     a, w = torch.randn(M, K), torch.randn(N, K)
-    panels = fused._panels(w, lib.panel_width())
+    panels = common._panels(w, lib.panel_width())
     y = torch.full((M, panels.shape[0] * lib.panel_width()), float("nan"))
     lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
     torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-4 * K ** 0.5, rtol=1e-5)
@@ -215,8 +214,8 @@ def test_panels_of_the_transpose_from_the_weight(G, K):
     of the transposed copy, zero columns padding K."""
     w = torch.randn(G, K)
     for width in (4, 8, 16, 32):
-        torch.testing.assert_close(fused._panels(w, width, transposed=True),
-                                   fused._panels(w.t().contiguous(), width), rtol=0, atol=0)
+        torch.testing.assert_close(common._panels(w, width, transposed=True),
+                                   common._panels(w.t().contiguous(), width), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -227,14 +226,13 @@ def test_fused_eager_call_equals_the_registered_operator(kind, T, B, H, monkeypa
     operators, which fake tensors (torch.compile / export) still reach."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from layernorm.rnn import _ops
     _native_or_skip()
     fn = KINDS[kind][0]
     args = make_args(kind, T, B, H)
     lens = torch.tensor([T, 1, T - 1][:B])
-    results, seen, real = [], [], _ops.eager
+    results, seen, real = [], [], native.eager
     for eager in (True, False):
-        monkeypatch.setattr(_ops, "eager", (lambda *a: seen.append(real(*a)) or seen[-1])
+        monkeypatch.setattr(native, "eager", (lambda *a: seen.append(real(*a)) or seen[-1])
                             if eager else (lambda *a: False))
         outs = fn(*args, lengths=lens)
         grads = torch.autograd.grad(outs[0].square().sum(), args, create_graph=True)
@@ -371,22 +369,21 @@ def test_native_kernel_builds_or_falls_back(tmp_path, monkeypatch):
     """The C kernels compile on first use into the cache (the compile time is reported by
     ``layernorm bench rnn``), later loads reuse it, and with no working compiler ``load()``
     returns None and the LSTM still runs (torch ops)."""
-    from layernorm.rnn import _native
 
-    monkeypatch.setattr(_native._LIBRARY, "tried", False)
-    monkeypatch.setattr(_native._LIBRARY, "lib", None)
+    monkeypatch.setattr(native._LIBRARY, "tried", False)
+    monkeypatch.setattr(native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "cache"))
-    lib = _native.load()
+    lib = native.load()
     if lib is None:
         pytest.skip("no C compiler here")
     assert len(list((tmp_path / "cache").glob("rnn_steps-*.so"))) == 1
 
-    monkeypatch.setattr(_native._LIBRARY, "tried", False)
-    monkeypatch.setattr(_native._LIBRARY, "lib", None)
+    monkeypatch.setattr(native._LIBRARY, "tried", False)
+    monkeypatch.setattr(native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(tmp_path / "other"))
     monkeypatch.setenv("CC", "/bin/false")  # a compiler that always fails
-    with pytest.warns(_native.NativeKernelWarning, match="torch-ops path"):
-        assert _native.load() is None
+    with pytest.warns(native.NativeKernelWarning, match="torch-ops path"):
+        assert native.load() is None
     args = make_args("lstm", 3, 2, 4)
     out, h_n, c_n = ln_lstm_sequence(*args)
     torch.testing.assert_close(out, ref_ln_lstm_sequence(*args)[0], atol=1e-5, rtol=1e-5)
@@ -402,22 +399,20 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     import platform
     import shutil
 
-    from layernorm.rnn import _native
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("needs a C compiler on x86-64")
     target = tmp_path / "k.so"
     try:
-        _native._build(cc, target, extra=flags)
+        native._build(cc, target, extra=flags)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"this compiler does not build with {flags}: {e}")
     lib = ctypes.CDLL(str(target))
-    _native._declare(lib)
-    monkeypatch.setattr(_native._LIBRARY, "lib", lib)
-    monkeypatch.setattr(_native._LIBRARY, "tried", True)
-    from layernorm.rnn import _driver
-    assert _driver.native_lib(torch.zeros(1)) is lib
+    native._declare(lib)
+    monkeypatch.setattr(native._LIBRARY, "lib", lib)
+    monkeypatch.setattr(native._LIBRARY, "tried", True)
+    assert native.native_lib(torch.zeros(1)) is lib
 
     lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1])
     for fn, ref, *_ in KINDS.values():
@@ -431,7 +426,7 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
             torch.testing.assert_close(a.double(), b, atol=1e-5 * max(1.0, b.abs().max().item()),
                                        rtol=1e-5)
     w, a = torch.randn(40, 24), torch.randn(7, 24)
-    panels = fused._panels(w, lib.panel_width())
+    panels = common._panels(w, lib.panel_width())
     y = torch.empty(7, panels.shape[0] * lib.panel_width())
     lib.gemm_packed(7, 24, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
     torch.testing.assert_close(y[:, :40], a @ w.t(), atol=1e-4, rtol=1e-5)
@@ -620,30 +615,28 @@ def test_native_structs_match_the_library():
     """The ctypes mirrors of the kernels' C structs agree with the compiled library."""
     import ctypes
 
-    from layernorm.rnn import _driver
     lib = _native_or_skip()
-    _driver.check_layout(lib)
-    assert lib.lstm_struct_size() == ctypes.sizeof(_driver.LSTMArgs)
+    native.check_layout(lib)
+    assert lib.lstm_struct_size() == ctypes.sizeof(native.LSTMArgs)
 
     class Shorter(ctypes.Structure):
-        _fields_ = _driver.LSTMArgs._fields_[:-2] + [("dparams", ctypes.c_void_p)]
-    old = _driver._STRUCTS["lstm"]
+        _fields_ = native.LSTMArgs._fields_[:-2] + [("dparams", ctypes.c_void_p)]
+    old = native.STRUCTS["lstm"]
     try:
-        _driver._STRUCTS["lstm"] = Shorter
+        native.STRUCTS["lstm"] = Shorter
         with pytest.raises(RuntimeError, match="does not match"):
-            _driver.check_layout(lib)
+            native.check_layout(lib)
     finally:
-        _driver._STRUCTS["lstm"] = old
+        native.STRUCTS["lstm"] = old
 
 
 # ---- the native cache: a trusted build -------------------------------------------------------
 
 def _fresh_load(monkeypatch, cache):
-    from layernorm.rnn import _native
-    monkeypatch.setattr(_native._LIBRARY, "tried", False)
-    monkeypatch.setattr(_native._LIBRARY, "lib", None)
+    monkeypatch.setattr(native._LIBRARY, "tried", False)
+    monkeypatch.setattr(native._LIBRARY, "lib", None)
     monkeypatch.setenv("LAYERNORM_CACHE", str(cache))
-    return _native
+    return native
 
 
 def _lstm_runs_correctly():
@@ -764,10 +757,9 @@ def test_fused_awkward_shapes_and_step_ranges(kind, T, B, H, chunk_steps, length
                                               step_path, monkeypatch):
     """Forward and every gradient against the float64 reference at awkward sizes, with the
     backward kernel run over the sequence in ranges of steps (dW_hh summed range by range)."""
-    from layernorm.rnn import _ops
     fn, ref, G, *_ = KINDS[kind]
     if chunk_steps:
-        monkeypatch.setattr(_ops, "CHUNK_BYTES", 4 * B * G * H * chunk_steps)
+        monkeypatch.setattr(common, "CHUNK_BYTES", 4 * B * G * H * chunk_steps)
     lens = None if lengths is None else torch.tensor(lengths)
     args = make_args(kind, T, B, H)
     if input_ln:
@@ -814,8 +806,7 @@ def test_half_modules_forward_and_grads_within_the_dtypes_tolerance(cls, dtype, 
     import copy
 
     import layernorm
-    from layernorm.rnn import _gemm
-    monkeypatch.setitem(_gemm._HALF_GEMM, dtype, native_half_gemm)
+    monkeypatch.setitem(common._HALF_GEMM, dtype, native_half_gemm)
     torch.manual_seed(1)
     m = getattr(layernorm, cls)(6, H, num_layers=2, bidirectional=True).to(dtype)
     ref = copy.deepcopy(m).double()

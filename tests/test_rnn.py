@@ -385,8 +385,6 @@ def test_torch_compile_matches_eager():
     assert torch.isfinite(g).all() and g.abs().sum() > 0
 
 
-@pytest.mark.skipif(getattr(__import__("layernorm.rnn.modules").rnn.modules, "_fused") is None,
-                    reason="layernorm.rnn.fused (the fast path) is not in this checkout")
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 def test_fused_path_matches_the_loop(mode):
     m = _randomize(CLASSES[mode][0](I, H, num_layers=2, bidirectional=True, dtype=torch.float64))

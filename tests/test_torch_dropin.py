@@ -773,8 +773,9 @@ def _onnx_run(module, args):
 def test_default_onnx_export_runs_in_onnxruntime(mode, norm):
     """torch.onnx.export's default exporter: the LN-LSTM / LN-GRU operators have no ONNX
     translation, so while it captures the model the stacked modules run the loop of torch ops
-    (rnn/_onnx.py); the ONNX model computes what the module computes. Batch norm: trained on 2
-    steps, run on 4, so the later steps read the last trained step's running statistics."""
+    (rnn/modules.py, ``exporting_to_onnx``); the ONNX model computes what the module computes.
+    Batch norm: trained on 2 steps, run on 4, so the later steps read the last trained step's
+    running statistics."""
     m = OURS[mode](IN, HID, bidirectional=mode == "LSTM", norm=norm)
     if norm == "batch":
         m(torch.randn(2, 4, IN))

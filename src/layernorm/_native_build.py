@@ -1,7 +1,7 @@
 """The trusted build of the project's small C kernels: compiled on first use, cached, verified
 before every load, and a clear fallback to torch ops when they cannot be had.
 
-Each kernel (``rnn/_rnn_steps.c``, ``_rms_norm.c``) is plain C with no torch headers, compiled by
+Each kernel (``ops/_rnn_steps.c``, ``_rms_norm.c``) is plain C with no torch headers, compiled by
 the system C compiler (``$CC``, which may carry arguments such as ``gcc -O2``, else cc / gcc /
 clang) in well under a second and called through ctypes. The library is cached under
 ``$LAYERNORM_CACHE`` (default ``~/.cache/layernorm``) with a name keyed by source, compiler, flags

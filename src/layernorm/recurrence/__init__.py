@@ -16,7 +16,7 @@ against.
 Every other form computes these functions and is tested against them: the C kernels of
 ``layernorm.rnn`` (``_rnn_steps.c``: the cells' one-step call and the whole-sequence loop), the
 Triton kernels of ``layernorm.kernels`` (CUDA), and the torch-ops forward and hand-derived
-backward of the fused operators (``layernorm.rnn._lstm`` / ``_gru``). Their second derivatives
+backward of the fused operators (``layernorm.ops.lstm`` / ``gru``). Their second derivatives
 and torch.func transforms differentiate the steps here.
 
 This package imports torch only: it sits below every other part of ``layernorm``.

@@ -123,7 +123,7 @@ def lstm_from_terms(xw: Tensor, hg: Tensor, c: Tensor, gain_ih: Tensor, bias_ih:
                     gain_hh: Tensor, bias_hh: Tensor | None, gain_c: Tensor,
                     bias_c: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
     """``ln_lstm_step`` from its two GEMMs, xw = W_x x and hg = W_h h (B, 4H) each: the step
-    the C kernel computes after them (``layernorm.rnn._cell_native``), and its second
+    the C kernel computes after them (``layernorm.ops.cell``), and its second
     derivatives."""
     G = xw.shape[-1]
     outgate, c = lstm_gates(_ln(xw, (G,), gain_ih, bias_ih, eps)
@@ -167,7 +167,7 @@ def ln_gru_step_parts(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, parts: t
 
 def gru_from_terms(xw: Tensor, hg: Tensor, h: Tensor, parts: tuple, eps: float) -> Tensor:
     """``ln_gru_step_parts`` from its two GEMMs, xw = W_x x and hg = W_h h (B, 3H) each: the step
-    the C kernel computes after them (``layernorm.rnn._cell_native``), and its second
+    the C kernel computes after them (``layernorm.ops.cell``), and its second
     derivatives."""
     H = h.shape[-1]
     sizes = [2 * H, H]

@@ -37,10 +37,10 @@ import torch
 from torch import nn
 
 from .. import recurrence
-from . import _cell_native
+from .. import ops
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
-from .errors import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
-                     autocast_on, check_dtype, check_keywords, check_state_dtype)
+from .base import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
+                   autocast_on, check_dtype, check_keywords, check_state_dtype)
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
 from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401
 
@@ -193,9 +193,9 @@ class LSTMCell(_Cell):
             b_ih, b_hh, b_c = p.get("bias_ih"), p.get("bias_hh"), p.get("bias_c")
             if not (w_hh is None or g_ih is None or g_hh is None or g_c is None or
                     self.bias and (b_ih is None or b_hh is None or b_c is None)):
-                lib = _cell_native.lib_for(input) if self.bias else None
+                lib = ops.cell_lib(input) if self.bias else None
                 if lib is not None:              # the step after its GEMMs in one C call
-                    return _cell_native.lstm_step(lib, input, hx[0], hx[1], w_ih, w_hh, g_ih,
+                    return ops.ln_lstm_step(lib, input, hx[0], hx[1], w_ih, w_hh, g_ih,
                                                   b_ih, g_hh, b_hh, g_c, b_c, self.eps)
                 return recurrence.ln_lstm_step(input, hx[0], hx[1], w_ih, w_hh, g_ih, b_ih,
                                                g_hh, b_hh, g_c, b_c, self.eps)
@@ -221,9 +221,9 @@ class GRUCell(_Cell):
             b_ih, b_hh = p.get("bias_ih"), p.get("bias_hh")
             if not (w_hh is None or g_ih is None or g_hh is None or
                     self.bias and (b_ih is None or b_hh is None)):
-                lib = _cell_native.lib_for(input) if self.bias else None
+                lib = ops.cell_lib(input) if self.bias else None
                 if lib is not None:              # the step after its GEMMs in one C call
-                    return _cell_native.gru_step(lib, input, hx, w_ih, w_hh, g_ih, b_ih, g_hh,
+                    return ops.ln_gru_step(lib, input, hx, w_ih, w_hh, g_ih, b_ih, g_hh,
                                                  b_hh, self.eps)
                 if torch.is_grad_enabled():
                     return recurrence.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh,

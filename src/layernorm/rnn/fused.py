@@ -20,23 +20,23 @@ On the CPU in float32 the forward loop runs in ONE call of a small C kernel (``_
 its own register-tiled recurrent GEMM, the input LN folded into the step, examples split over
 threads for the whole sequence), the backward loop in one call per range of steps (each range
 followed by its share of ``dW_hh``, so the gradient of ``W_hh h_{t-1}`` is held for one range
-only), with their sequence buffers reused across calls (``_workspace``). The operators write the
-outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves ``W_hh h_{t-1}`` and the LN
-statistics only, recomputing its gates in the backward: a training step's peak memory is about
-torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are converted to float32 once per
-call, so they run the same kernels with float32 statistics and accumulation; the result is in the
-half type, as torch.nn.LSTM's. Their input GEMM (``input_linear``) runs in float32 on CPUs
-without native half GEMMs (torch emulates those ~9x slower). Elsewhere (CUDA, float64, no C
+only), with their sequence buffers reused across calls (``layernorm.ops.common``). The
+operators write the outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves
+``W_hh h_{t-1}`` and the LN statistics only, recomputing its gates in the backward: a training
+step's peak memory is about torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are
+converted to float32 once per call, so they run the same kernels with float32 statistics and
+accumulation; the result is in the half type, as torch.nn.LSTM's. Their input GEMM
+(``input_linear``) runs in float32 on CPUs without native half GEMMs (torch emulates those ~9x
+slower). Elsewhere (CUDA, float64, no C
 compiler, ``USE_NATIVE = False``) the same loops run in torch ops.
 
 Variable-length batches run like cuDNN packed sequences: examples are ordered by decreasing length
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
 
-Files: ``_lstm`` / ``_gru`` (each cell's paths, operators and entry point), ``_ops`` (what their
-operators share), ``_sequence`` (checks, dtypes; lengths in ``layernorm.recurrence.lengths``),
-``_driver`` (calling the C kernels), ``_structs`` (the C structs' ctypes mirrors), ``_native``
-(loading the kernels), ``_gemm`` (packed weights, the input GEMM), ``_workspace`` (the buffer
-pool). Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
+This module is the public face of those operators; they live in ``layernorm.ops`` (files
+there: ``lstm`` / ``gru`` each cell's paths, operators and entry point, ``common`` what they
+share, the buffer pool and the GEMMs among it, ``native`` loading and calling the C kernels).
+Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
 ``ln_gru_sequence``; the reference they are tested against is ``layernorm.recurrence``.
 """
 from __future__ import annotations
@@ -44,11 +44,10 @@ from __future__ import annotations
 import sys
 import types
 
-from . import _driver
-from ._gemm import _panels, input_linear  # noqa: F401  (_panels: tests)
-from ._gru import ln_gru_sequence
-from ._lstm import ln_lstm_sequence
-from ._workspace import _WORKSPACE, release_workspace  # noqa: F401  (_WORKSPACE: tests)
+from ..ops import native as _native
+from ..ops.common import input_linear, release_workspace
+from ..ops.gru import ln_gru_sequence
+from ..ops.lstm import ln_lstm_sequence
 
 __all__ = ["ln_lstm_sequence", "ln_gru_sequence", "input_linear", "release_workspace",
            "USE_NATIVE"]
@@ -56,15 +55,15 @@ __all__ = ["ln_lstm_sequence", "ln_gru_sequence", "input_linear", "release_works
 
 class _FusedModule(types.ModuleType):
     """This module, with ``USE_NATIVE``: set it to False to force the torch-ops path everywhere
-    (tests run both paths); it is the C kernels' switch, kept by ``_driver``."""
+    (tests run both paths); it is the C kernels' switch, kept by ``layernorm.ops.native``."""
 
     @property
     def USE_NATIVE(self) -> bool:
-        return _driver.USE_NATIVE
+        return _native.USE_NATIVE
 
     @USE_NATIVE.setter
     def USE_NATIVE(self, value: bool) -> None:
-        _driver.USE_NATIVE = bool(value)
+        _native.USE_NATIVE = bool(value)
 
 
 sys.modules[__name__].__class__ = _FusedModule

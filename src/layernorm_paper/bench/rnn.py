@@ -156,7 +156,7 @@ def kernel_build_seconds() -> float | None:
     import tempfile
     from pathlib import Path
 
-    from layernorm.rnn import _native
+    from layernorm.ops import native as _native
     cc = _native.compiler()
     if not cc:
         return None

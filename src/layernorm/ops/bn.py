@@ -22,7 +22,7 @@ statistics are then updated (and reported to ``observe_batch_stats``' observers)
 
 Second order (``create_graph=True``): the backward re-runs the recurrence as a differentiable loop
 of torch ops (the reference step ``lstm_step`` / ``gru_step`` in THE loop, with the statistics
-of the forward's fixed steps), as the LN operators do (``_ops.differentiable_backward``).
+of the forward's fixed steps), as the LN operators do (``common.differentiable_backward``).
 
 Where it applies is ``applies`` (called by ``_Stack._fused_bn_recurrence``, next to the LN
 operators' condition): eager mode, plain CPU float32 tensors, the C kernels loaded, no autocast,
@@ -37,13 +37,10 @@ from torch import Tensor
 
 from .. import functional as LF
 from ..recurrence import gru_step, lstm_step, run_direction
-from . import _driver, _ops
-from . import fused as _fused
-from . import _sequence as seq
-from ._gemm import _panels
-from ._ops import contig as _contig
-from ._workspace import _WORKSPACE, _buffer
-from .errors import autocast_on
+from . import common, native
+from .common import _WORKSPACE, _buffer, _panels, input_linear
+from .native import autocast_on
+from .native import contig as _contig
 
 WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
 
@@ -51,14 +48,14 @@ WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
 def applies(*tensors: Tensor) -> bool:
     """Whether the C kernels may run the BN-LSTM / BN-GRU recurrence for these tensors (the
     input, the states, the direction's parameters and running statistics)."""
-    if (autocast_on(tensors[0]) or seq.under_functorch()
+    if (autocast_on(tensors[0]) or common.under_functorch()
             or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0):
         return False
-    if not _ops.eager_mode(*tensors):
+    if not native.eager_mode(*tensors):
         return False
     if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
         return False
-    return _driver.native_lib(tensors[0]) is not None
+    return native.native_lib(tensors[0]) is not None
 
 
 def _runs(sizes: Sequence[int], flags: Sequence[bool]):
@@ -86,7 +83,7 @@ def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
     row 0) run after the first call's updates."""
     g = lambda name: module._get(name, suffix)  # noqa: E731
     terms = module._terms(suffix, batch_sizes)
-    xw = _fused.input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
+    xw = input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
     T, B, _ = xw.shape
     sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
     if module.training:  # the readable input term's check: batch statistics need two examples
@@ -149,7 +146,7 @@ class _BNLSTM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, mean_h,
                 var_h, mean_c, var_c, mean_x, var_x, batch_sizes, flags, eps):
-        lib = _driver.native_lib(xg)
+        lib = native.native_lib(xg)
         xg = xg.contiguous()
         T, B, G = xg.shape
         H = G // 4
@@ -163,9 +160,9 @@ class _BNLSTM(torch.autograd.Function):
         out = _buffer(T, B, H, like=xg, zero=batch_sizes is not None)
         h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
         flags_t = torch.tensor(flags, dtype=torch.int32)
-        _driver.call(lib, "bn_lstm_forward_seq", _driver.BNLSTMArgs, WHO, T=T, B=B, H=H,
-                     nthreads=_driver.threads(B), eps=eps,
-                     batch_sizes=_driver.int32(batch_sizes), batch_stats=flags_t, xw=xg,
+        native.call(lib, "bn_lstm_forward_seq", native.BNLSTMArgs, WHO, T=T, B=B, H=H,
+                     nthreads=native.threads(B), eps=eps,
+                     batch_sizes=native.int32(batch_sizes), batch_stats=flags_t, xw=xg,
                      gain_x=_contig(gain_x), bias_x=_contig(bias_x),
                      wp=_panels(w_hh, lib.panel_width()), gain_h=_contig(gain_h),
                      bias_h=_contig(bias_h), gain_c=_contig(gain_c), bias_c=_contig(bias_c),
@@ -187,22 +184,22 @@ class _BNLSTM(torch.autograd.Function):
         inputs, out, saved, stats = kept[:10], kept[10], kept[11:15], kept[15:]
         sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
         if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
-            found = _ops.differentiable_backward(
+            found = common.differentiable_backward(
                 lambda *xs: _loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
                 ctx.needs_input_grad[:10], (grad_out, grad_hn, grad_cn))
             return (*found, *(None,) * 9)
         xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, _ = inputs
         T, B, G = xg.shape
         H = G // 4
-        lib = _driver.native_lib(xg)
+        lib = native.native_lib(xg)
         dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
         dh, dc = (gr.detach().clone(memory_format=torch.contiguous_format)
                   for gr in (grad_hn, grad_cn))
         dparams = torch.zeros(4 * G + 2 * H, dtype=torch.float64)
         cs, hg_all, act_all, tc_all = saved
-        dw_hh = _ops.native_backward(
-            lib, "bn_lstm_backward_seq", _driver.BNLSTMArgs, WHO, _contig(h0), out,
-            ctx.batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps,
+        dw_hh = common.native_backward(
+            lib, "bn_lstm_backward_seq", native.BNLSTMArgs, WHO, _contig(h0), out,
+            ctx.batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B), eps=ctx.eps,
             batch_stats=torch.tensor(ctx.flags, dtype=torch.int32),
             wtp=_panels(w_hh, lib.panel_width(), transposed=True), gain_h=_contig(gain_h),
             gain_c=_contig(gain_c), gain_x=_contig(gain_x), xw=xg,
@@ -249,7 +246,7 @@ class _BNGRU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, mean_h, var_h, mean_x, var_x,
                 batch_sizes, flags, eps):
-        lib = _driver.native_lib(xg)
+        lib = native.native_lib(xg)
         xg = xg.contiguous()
         T, B, G = xg.shape
         H = G // 3
@@ -259,9 +256,9 @@ class _BNGRU(torch.autograd.Function):
         out = _buffer(T, B, H, like=xg, zero=batch_sizes is not None)
         h_n = h0.detach().clone(memory_format=torch.contiguous_format)
         flags_t = torch.tensor(flags, dtype=torch.int32)
-        _driver.call(lib, "bn_gru_forward_seq", _driver.BNGRUArgs, WHO_GRU, T=T, B=B, H=H,
-                     nthreads=_driver.threads(B), eps=eps,
-                     batch_sizes=_driver.int32(batch_sizes), batch_stats=flags_t, xw=xg,
+        native.call(lib, "bn_gru_forward_seq", native.BNGRUArgs, WHO_GRU, T=T, B=B, H=H,
+                     nthreads=native.threads(B), eps=eps,
+                     batch_sizes=native.int32(batch_sizes), batch_stats=flags_t, xw=xg,
                      gain_x=_contig(gain_x), bias_x=_contig(bias_x),
                      wp=_panels(w_hh, lib.panel_width()), gain_h=_contig(gain_h),
                      bias_h=_contig(bias_h), h0=_contig(h0), out=out, h_n=h_n,
@@ -280,19 +277,19 @@ class _BNGRU(torch.autograd.Function):
         inputs, out, saved, stats = kept[:7], kept[7], kept[8:10], kept[10:]
         sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
         if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
-            found = _ops.differentiable_backward(
+            found = common.differentiable_backward(
                 lambda *xs: _gru_loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
                 ctx.needs_input_grad[:7], (grad_out, grad_hn))
             return (*found, *(None,) * 7)
         xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
         T, B, G = xg.shape
-        lib = _driver.native_lib(xg)
+        lib = native.native_lib(xg)
         dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
         dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
         dparams = torch.zeros(4 * G, dtype=torch.float64)
-        dw_hh = _ops.native_backward(
-            lib, "bn_gru_backward_seq", _driver.BNGRUArgs, WHO_GRU, _contig(h0), out,
-            ctx.batch_sizes, G, T=T, B=B, H=G // 3, nthreads=_driver.threads(B), eps=ctx.eps,
+        dw_hh = common.native_backward(
+            lib, "bn_gru_backward_seq", native.BNGRUArgs, WHO_GRU, _contig(h0), out,
+            ctx.batch_sizes, G, T=T, B=B, H=G // 3, nthreads=native.threads(B), eps=ctx.eps,
             batch_stats=torch.tensor(ctx.flags, dtype=torch.int32),
             wtp=_panels(w_hh, lib.panel_width(), transposed=True), gain_h=_contig(gain_h),
             bias_h=_contig(bias_h), gain_x=_contig(gain_x), xw=xg,

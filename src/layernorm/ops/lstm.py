@@ -25,14 +25,11 @@ from torch import Tensor
 from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import lstm_step, run_direction
-from . import _driver
-from . import _ops
-from . import _sequence as seq
-from ._gemm import _Linear, _panels
-from ._ops import contig as _contig
-from ._workspace import _WORKSPACE, _buffer
+from . import common, native
+from .common import _WORKSPACE, _Linear, _buffer, _panels
+from .native import contig as _contig
 
-_layer_norm, _layer_norm_backward = seq._layer_norm, seq._layer_norm_backward
+_layer_norm, _layer_norm_backward = common._layer_norm, common._layer_norm_backward
 
 
 def _scale(H: int, like: Tensor) -> Tensor:
@@ -54,7 +51,7 @@ def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_
     gain_h2, bias_h2 = gain_h * m, bias_h * m  # pre-scaled for tanh(x) = 2 sigmoid(2x) - 1
     gain_c2, bias_c2 = gain_c * 2, bias_c * 2
     linear = _Linear(w_hh, B)
-    stats = xw.new_zeros(6, T, B, dtype=seq.stats_dtype(xw.dtype)) if save else None
+    stats = xw.new_zeros(6, T, B, dtype=common.stats_dtype(xw.dtype)) if save else None
     xg = xw
     if gain_x is not None:  # the input LN (its statistics kept for the backward)
         xg, mean_x, rstd_x = _layer_norm(xw, (G,), gain_x, bias_x, eps)
@@ -66,16 +63,16 @@ def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_
     cs = _buffer(T + 1, B, H, like=xw)  # raw cell states, cs[0] = c0
     cs[0] = c0
     hg_all = _buffer(T, B, G, like=xw) if save else None  # W_h h, the LN input
-    act_all = seq.scratch(save, T, B, G, xw)
-    tc_all = seq.scratch(save, T, B, H, xw)   # tanh(LN(c_t))
+    act_all = common.scratch(save, T, B, G, xw)
+    tc_all = common.scratch(save, T, B, H, xw)   # tanh(LN(c_t))
 
-    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
-    h_prev, h_new = seq.prev_steps(h0, out, batch_sizes, T), steps(out)
+    steps = lambda x, shift=0: common.steps(x, batch_sizes, T, shift)  # noqa: E731
+    h_prev, h_new = common.prev_steps(h0, out, batch_sizes, T), steps(out)
     c_prev, c_new = steps(cs), steps(cs, 1)
     xgs, acts, tcs = steps(xg), steps(act_all), steps(tc_all)
     hgs = steps(hg_all) if save else [None] * T
     ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
-    for t in range(seq.n_steps(batch_sizes, T)):
+    for t in range(common.n_steps(batch_sizes, T)):
         # gates = LN(W_h h_{t-1}; g1, b1) + xg_t                                      (B, 4H)
         hg = linear(h_prev[t], out=hgs[t])
         pre, mean_h, rstd_h = _layer_norm(hg, (G,), gain_h2, bias_h2, eps)
@@ -94,8 +91,8 @@ def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_
             for k, v in enumerate((mean_h, rstd_h, mean_c, rstd_c)):
                 stats[k, t, :bs] = v.squeeze(-1)
 
-    lens = seq.row_lengths(batch_sizes, T, B)
-    h_n, c_n = seq.final_state(out, lens, h0), seq.final_state(cs, lens)
+    lens = common.row_lengths(batch_sizes, T, B)
+    h_n, c_n = common.final_state(out, lens, h0), common.final_state(cs, lens)
     return out, h_n, c_n, ([cs, hg_all, act_all, tc_all, stats] if save else None)
 
 
@@ -104,7 +101,7 @@ def _backward_ops(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain
     """The hand-derived backward loop in torch ops over ``_forward_ops``' buffers."""
     T, B, G = hg_all.shape
     H = G // 4
-    blocks = seq.last_steps(seq.row_lengths(batch_sizes, T, B), B)
+    blocks = common.last_steps(common.row_lengths(batch_sizes, T, B), B)
     linear_t = _Linear(w_hh.t(), B)  # dh_{t-1} = d(W_h h_{t-1}) @ W_h
 
     dxg = _buffer(T, B, G, like=hg_all)    # d pre: grad of xg and of LN_h
@@ -115,15 +112,15 @@ def _backward_ops(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain
     deriv = hg_all.new_empty(B, G)
     dtc = hg_all.new_empty(B, H)
 
-    steps = lambda x, shift=0: seq.steps(x, batch_sizes, T, shift)  # noqa: E731
-    rows = lambda x: seq.prefixes(x, batch_sizes, T)  # noqa: E731
+    steps = lambda x, shift=0: common.steps(x, batch_sizes, T, shift)  # noqa: E731
+    rows = lambda x: common.prefixes(x, batch_sizes, T)  # noqa: E731
     tcs, c_new, c_prev = steps(tc_all), steps(cs, 1), steps(cs)
     ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
     d_pres, d_cns, d_hgs, hgs = steps(dxg), steps(dcn), steps(dhg), steps(hg_all)
     d_i, d_f, d_u, d_o = (steps(d) for d in dxg.split(H, -1))
     grad_outs = steps(grad_out)
     dhs, dcs, derivs, dtcs = rows(dh), rows(dc), rows(deriv), rows(dtc)
-    for t in range(seq.n_steps(batch_sizes, T) - 1, -1, -1):
+    for t in range(common.n_steps(batch_sizes, T) - 1, -1, -1):
         if t in blocks:  # these examples' last step: grads of h_n, c_n enter here
             lo, hi = blocks[t]
             dh[lo:hi] += grad_hn[lo:hi]
@@ -136,7 +133,7 @@ def _backward_ops(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain
         d_tc = torch.mul(dh_t, og, out=dtcs[t])
         d_cn = torch.mul(d_tc, tc, out=d_cns[t])
         torch.addcmul(d_tc, d_cn, tc, value=-1, out=d_cn)
-        mean_c, rstd_c = seq.step_stats(stats, 1, t, bs)
+        mean_c, rstd_c = common.step_stats(stats, 1, t, bs)
         dc_t = _layer_norm_backward(d_cn, c_new[t], (H,), mean_c, rstd_c, gain_c, None,
                                     [True, False, False])[0]
         dc_t.add_(dcs[t])
@@ -155,7 +152,7 @@ def _backward_ops(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain
         d_pre[:, 3 * H:].mul_(d[:, 2 * H:3 * H])
         d_pre[:, 2 * H:3 * H].mul_(d[:, 3 * H:])
         # gates = LN(W_h h_{t-1}) + xg:  d (W_h h_{t-1}) through the LN
-        mean_h, rstd_h = seq.step_stats(stats, 0, t, bs)
+        mean_h, rstd_h = common.step_stats(stats, 0, t, bs)
         d_hgs[t].copy_(_layer_norm_backward(d_pre, hgs[t], (G,), mean_h, rstd_h, gain_h, None,
                                             [True, False, False])[0])
         linear_t(d_hgs[t], out=dhs[t])
@@ -165,7 +162,7 @@ def _backward_ops(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain
         dc[lo:hi] += grad_cn[lo:hi]
 
     # everything that does not feed the recurrence: one GEMM / one reduction over all steps
-    dw_hh = seq.dw_hh(dhg, h0, out)
+    dw_hh = common.dw_hh(dhg, h0, out)
     st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731  (T, B, 1), 0 on padded rows
     _, dgain_h, dbias_h = _layer_norm_backward(dxg, hg_all, (G,), st(0), st(1), gain_h, gain_h,
                                                [False, True, True])
@@ -193,9 +190,9 @@ def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_
     # the kernel writes out only where a row runs; the saved buffers are read only where written
     out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
     h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
-    _driver.call(lib, "lstm_forward_seq", _driver.LSTMArgs, "ln_lstm_sequence",
-                 T=T, B=B, H=H, nthreads=_driver.threads(B), eps=eps,
-                 batch_sizes=_driver.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
+    native.call(lib, "lstm_forward_seq", native.LSTMArgs, "ln_lstm_sequence",
+                 T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
+                 batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
                  bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_c=_contig(gain_c),
                  bias_c=_contig(bias_c), h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0],
@@ -210,9 +207,9 @@ def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain
     dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)  # grad of xw (or xg)
     dh, dc = (g.detach().clone(memory_format=torch.contiguous_format) for g in (grad_hn, grad_cn))
     dparams = torch.zeros(18 * H, dtype=torch.float64)
-    dw_hh = _ops.native_backward(
-        lib, "lstm_backward_seq", _driver.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
-        batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
+    dw_hh = common.native_backward(
+        lib, "lstm_backward_seq", native.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
+        batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
         wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
         grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,
@@ -241,8 +238,8 @@ def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
     """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
     cs, hg_all, act_all, tc_all, stats (empty without ``save``) and the path taken (1,) int8.
     Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``."""
-    return _ops.forward(_forward_native, _forward_ops, 4, xw, h0, c0, w_hh, gain_h, bias_h, gain_c,
-                        bias_c, gain_x, bias_x, batch_sizes, eps, save)
+    return common.forward(_forward_native, _forward_ops, 4, xw, h0, c0, w_hh, gain_h, bias_h,
+                          gain_c, bias_c, gain_x, bias_x, batch_sizes, eps, save)
 
 
 ln_lstm_op = torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)(
@@ -253,7 +250,7 @@ ln_lstm_op = torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), sche
 def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, batch_sizes, eps, save):
     T, B, G = xw.shape
     H = G // 4
-    new, new_stats = _ops.fake_saved(xw, save)
+    new, new_stats = common.fake_saved(xw, save)
     return (xw.new_empty(T, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
             new(T, B, G), new(T, B, G), new(T, B, H), new_stats(6, T, B),
             torch.empty(1, dtype=torch.int8))
@@ -265,7 +262,7 @@ def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c
     bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
             gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes)
-    return _ops.backward("ln_lstm_backward", path, xw, _backward_native, _backward_ops, args)
+    return common.backward("ln_lstm_backward", path, xw, _backward_native, _backward_ops, args)
 
 
 ln_lstm_backward_op = torch.library.custom_op(
@@ -288,7 +285,7 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
     H = G // 4
     grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
                                   zip(grads, ((T, B, H), (B, H), (B, H))))
-    dxw, dh0, dc0, dw_hh, dparams = _ops.call(
+    dxw, dh0, dc0, dw_hh, dparams = common.call(
         ln_lstm_backward_op, _lstm_backward_body,
         grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, *saved,
         batch_sizes)
@@ -312,12 +309,12 @@ def _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps):
 
 def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
                         batch_sizes, eps):
-    xg, _, _ = seq.input_ln("ln_lstm_sequence", xw, gain_x, bias_x, (xw.shape[-1],), eps,
+    xg, _, _ = common.input_ln("ln_lstm_sequence", xw, gain_x, bias_x, (xw.shape[-1],), eps,
                             inside=False)
     return _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps)
 
 
-_run = _ops.register_autograd(ln_lstm_op, _lstm_body, "ln_lstm", 3, _loop_with_input_ln,
+_run = common.register_autograd(ln_lstm_op, _lstm_body, "ln_lstm", 3, _loop_with_input_ln,
                               _first_order)
 
 
@@ -354,25 +351,25 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
                "bias_c": (bias_c, H)}
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
-    T, B, H = seq.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
+    T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
         return _kernels.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
                                          _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
                                          bias_x)
-    compute, out_dtype = seq.dtypes(xg)
+    compute, out_dtype = common.dtypes(xg)
     xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x = (
         None if t is None else t.to(compute)
         for t in (xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x))
     params = (w_hh, gain_h, bias_h, gain_c, bias_c)
-    if seq.under_functorch():  # torch.func transforms: the differentiable loop itself
+    if common.under_functorch():  # torch.func transforms: the differentiable loop itself
         sizes = None if batch_sizes is None else batch_sizes.tolist()
-        xg, _, _ = seq.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=False)
+        xg, _, _ = common.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=False)
 
         def run(xg_, h0_, c0_):
             return _loop(xg_, h0_, c0_, *params, sizes, eps)
     else:
-        seq.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=True)  # checks the pair
+        common.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=True)  # checks the pair
         save = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (xg, h0, c0, *params, gain_x, bias_x))
 
@@ -380,5 +377,5 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
             out, h_n, c_n, *_ = _run(xg_, h0_, c0_, *params, gain_x, bias_x, batch_sizes,
                                      float(eps), save)
             return out, h_n, c_n
-    outs = seq.with_order(run, order, xg, (h0, c0))
+    outs = common.with_order(run, order, xg, (h0, c0))
     return tuple(o.to(out_dtype) for o in outs)

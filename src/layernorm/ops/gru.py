@@ -1,6 +1,6 @@
 """The LN-GRU over a whole sequence (one layer, one direction) as the operator
 ``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward``; paths,
-second order and torch.func as the LN-LSTM (see ``_lstm``)."""
+second order and torch.func as the LN-LSTM (see ``lstm``)."""
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -8,14 +8,11 @@ from torch import Tensor
 from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
-from . import _driver
-from . import _ops
-from . import _sequence as seq
-from ._gemm import _Linear, _panels
-from ._ops import contig as _contig
-from ._workspace import _WORKSPACE, _buffer
+from . import common, native
+from .common import _WORKSPACE, _Linear, _buffer, _panels
+from .native import contig as _contig
 
-_layer_norm, _layer_norm_backward = seq._layer_norm, seq._layer_norm_backward
+_layer_norm, _layer_norm_backward = common._layer_norm, common._layer_norm_backward
 
 
 def _input_ln_ops(xw, gain_x, bias_x, eps, stats):
@@ -39,20 +36,20 @@ def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, b
     H = G // 3
     gain_u2, bias_u2 = gain_u * 2, bias_u * 2  # LN(U h) pre-scaled: tanh(a) = 2 sigmoid(2a) - 1
     linear = _Linear(w_hh, B)
-    stats = xw.new_zeros(8, T, B, dtype=seq.stats_dtype(xw.dtype)) if save else None
+    stats = xw.new_zeros(8, T, B, dtype=common.stats_dtype(xw.dtype)) if save else None
     xg = xw if gain_x is None else _input_ln_ops(xw, gain_x, bias_x, eps, stats)
 
     out = _buffer(T, B, H, like=xw)             # out[t] = h_{t+1}
-    hg_all = seq.scratch(save, T, B, G, xw)     # [W_h h; U h]
-    rz_all = seq.scratch(False, T, B, 2 * H, xw)  # sigmoid gates r, z (one step's)
-    n_all = seq.scratch(False, T, B, H, xw)       # h~ = tanh(...)
+    hg_all = common.scratch(save, T, B, G, xw)     # [W_h h; U h]
+    rz_all = common.scratch(False, T, B, 2 * H, xw)  # sigmoid gates r, z (one step's)
+    n_all = common.scratch(False, T, B, H, xw)       # h~ = tanh(...)
 
-    steps = lambda x: seq.steps(x, batch_sizes, T)  # noqa: E731
-    h_prev, h_new = seq.prev_steps(h0, out, batch_sizes, T), steps(out)
+    steps = lambda x: common.steps(x, batch_sizes, T)  # noqa: E731
+    h_prev, h_new = common.prev_steps(h0, out, batch_sizes, T), steps(out)
     x_rz, x_n = steps(xg[..., :2 * H]), steps(xg[..., 2 * H:])
     hgs, rzs, ns = (steps(a) for a in (hg_all, rz_all, n_all))
     resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
-    for t in range(seq.n_steps(batch_sizes, T)):
+    for t in range(common.n_steps(batch_sizes, T)):
         hg = linear(h_prev[t], out=hgs[t])                        # [W_h h; U h]  (B, 3H)
         # r, z = sigmoid(LN(W_h h; g1, b1) + LN(W_x x; g2, b2))      LN over 2H jointly
         a, mean_h, rstd_h = _layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
@@ -68,7 +65,7 @@ def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, b
             for k, v in enumerate((mean_h, rstd_h, mean_u, rstd_u)):
                 stats[k, t, :bs] = v.squeeze(-1)
 
-    h_n = seq.final_state(out, seq.row_lengths(batch_sizes, T, B), h0)
+    h_n = common.final_state(out, common.row_lengths(batch_sizes, T, B), h0)
     return out, h_n, ([hg_all, stats] if save else None)
 
 
@@ -90,7 +87,7 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
                   bias_x, out, hg_all, stats, batch_sizes):
     T, B, G = hg_all.shape
     H = G // 3
-    blocks = seq.last_steps(seq.row_lengths(batch_sizes, T, B), B)
+    blocks = common.last_steps(common.row_lengths(batch_sizes, T, B), B)
     linear_t = _Linear(w_hh.t(), B)
     rz_all, un_all, n_all = _gates_ops(xw, hg_all, stats, gain_h, bias_h, gain_u, bias_u,
                                        gain_x, bias_x)
@@ -102,10 +99,10 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
     dn = hg_all.new_empty(B, H)
     deriv = hg_all.new_empty(B, 2 * H)
 
-    steps = lambda x: seq.steps(x, batch_sizes, T)  # noqa: E731
-    rows = lambda x: seq.prefixes(x, batch_sizes, T)  # noqa: E731
+    steps = lambda x: common.steps(x, batch_sizes, T)  # noqa: E731
+    rows = lambda x: common.prefixes(x, batch_sizes, T)  # noqa: E731
     rzs, ns, uns = steps(rz_all), steps(n_all), steps(un_all)
-    h_prev = seq.prev_steps(h0, out, batch_sizes, T)
+    h_prev = common.prev_steps(h0, out, batch_sizes, T)
     resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
     hgs, d_uns, grad_outs = steps(hg_all), steps(dun), steps(grad_out)
     d_rz, d_r, d_z, d_npre = (steps(d) for d in (dxg[..., :2 * H], dxg[..., :H],
@@ -113,7 +110,7 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
     d_hrz, d_hu = steps(dhg[..., :2 * H]), steps(dhg[..., 2 * H:])
     d_hgs = steps(dhg)
     dhs, dns, derivs = rows(dh), rows(dn), rows(deriv)
-    for t in range(seq.n_steps(batch_sizes, T) - 1, -1, -1):
+    for t in range(common.n_steps(batch_sizes, T) - 1, -1, -1):
         if t in blocks:
             lo, hi = blocks[t]
             dh[lo:hi] += grad_hn[lo:hi]
@@ -135,8 +132,8 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
         rz = rzs[t]
         torch.addcmul(rz, rz, rz, value=-1, out=derivs[t])
         d_rz[t].mul_(derivs[t])
-        mean_h, rstd_h = seq.step_stats(stats, 0, t, bs)
-        mean_u, rstd_u = seq.step_stats(stats, 1, t, bs)
+        mean_h, rstd_h = common.step_stats(stats, 0, t, bs)
+        mean_u, rstd_u = common.step_stats(stats, 1, t, bs)
         d_hrz[t].copy_(_layer_norm_backward(d_rz[t], hgs[t][:, :2 * H], (2 * H,), mean_h, rstd_h,
                                             gain_h, None, [True, False, False])[0])
         d_hu[t].copy_(_layer_norm_backward(d_uns[t], hgs[t][:, 2 * H:], (H,), mean_u, rstd_u,
@@ -146,7 +143,7 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
         lo, hi = blocks[-1]
         dh[lo:hi] += grad_hn[lo:hi]
 
-    dw_hh = seq.dw_hh(dhg, h0, out)
+    dw_hh = common.dw_hh(dhg, h0, out)
     st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731
     _, dgain_h, dbias_h = _layer_norm_backward(dxg[..., :2 * H].contiguous(), hg_all[..., :2 * H],
                                                (2 * H,), st(0), st(1), gain_h, gain_h,
@@ -177,9 +174,9 @@ def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, b
         saved = [_WORKSPACE.get(shape, like=xw) for shape in ((T, B, G), (8, T, B))]
     out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
     h_n = h0.detach().clone(memory_format=torch.contiguous_format)
-    _driver.call(lib, "gru_forward_seq", _driver.GRUArgs, "ln_gru_sequence",
-                 T=T, B=B, H=H, nthreads=_driver.threads(B), eps=eps,
-                 batch_sizes=_driver.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
+    native.call(lib, "gru_forward_seq", native.GRUArgs, "ln_gru_sequence",
+                 T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
+                 batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
                  bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_u=_contig(gain_u),
                  bias_u=_contig(bias_u), h0=_contig(h0), out=out, h_n=h_n, hg_all=saved[0],
@@ -194,9 +191,9 @@ def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_
     dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)
     dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
     dparams = torch.zeros(12 * H, dtype=torch.float64)
-    dw_hh = _ops.native_backward(
-        lib, "gru_backward_seq", _driver.GRUArgs, "ln_gru_sequence", _contig(h0), out,
-        batch_sizes, G, T=T, B=B, H=H, nthreads=_driver.threads(B),
+    dw_hh = common.native_backward(
+        lib, "gru_backward_seq", native.GRUArgs, "ln_gru_sequence", _contig(h0), out,
+        batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
         wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
         grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
@@ -220,7 +217,7 @@ def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batc
               save):
     """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``) and the
     path taken (1,) int8. Rows sorted by decreasing length."""
-    return _ops.forward(_forward_native, _forward_ops, 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
+    return common.forward(_forward_native, _forward_ops, 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
                         bias_u, gain_x, bias_x, batch_sizes, eps, save)
 
 
@@ -232,7 +229,7 @@ ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema
 def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps, save):
     T, B, G = xw.shape
     H = G // 3
-    new, new_stats = _ops.fake_saved(xw, save)
+    new, new_stats = common.fake_saved(xw, save)
     return (xw.new_empty(T, B, H), h0.new_empty(B, H), new(T, B, G), new_stats(8, T, B),
             torch.empty(1, dtype=torch.int8))
 
@@ -243,7 +240,7 @@ def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, 
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
             bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes)
-    return _ops.backward("ln_gru_backward", path, xw, _backward_native, _backward_ops, args)
+    return common.backward("ln_gru_backward", path, xw, _backward_native, _backward_ops, args)
 
 
 ln_gru_backward_op = torch.library.custom_op(
@@ -265,7 +262,7 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
     H = G // 3
     grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
     grad_hn = xw.new_zeros(B, H) if grads[1] is None else grads[1]
-    dxw, dh0, dw_hh, dparams = _ops.call(
+    dxw, dh0, dw_hh, dparams = common.call(
         ln_gru_backward_op, _gru_backward_body,
         grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
         *saved, batch_sizes)
@@ -291,11 +288,11 @@ def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps):
 def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
                         batch_sizes, eps):
     H = h0.shape[-1]
-    xg, _, _ = seq.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), eps, inside=False)
+    xg, _, _ = common.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), eps, inside=False)
     return _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps)
 
 
-_run = _ops.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
+_run = common.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
                               _first_order)
 
 
@@ -331,25 +328,25 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
                "bias_u": (bias_u, H)}
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
-    T, B, H = seq.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
+    T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
         return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
                                         _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
                                         bias_x)
-    compute, out_dtype = seq.dtypes(xg)
+    compute, out_dtype = common.dtypes(xg)
     xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = (
         None if t is None else t.to(compute)
         for t in (xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x))
     params = (w_hh, gain_h, bias_h, gain_u, bias_u)
-    if seq.under_functorch():
+    if common.under_functorch():
         sizes = None if batch_sizes is None else batch_sizes.tolist()
-        xg, _, _ = seq.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=False)
+        xg, _, _ = common.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=False)
 
         def run(xg_, h0_):
             return _loop(xg_, h0_, *params, sizes, eps)
     else:
-        seq.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=True)
+        common.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=True)
         save = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (xg, h0, *params, gain_x, bias_x))
 
@@ -357,5 +354,5 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
             out, h_n, *_ = _run(xg_, h0_, *params, gain_x, bias_x, batch_sizes, float(eps),
                                 save)
             return out, h_n
-    outs = seq.with_order(run, order, xg, (h0,))
+    outs = common.with_order(run, order, xg, (h0,))
     return tuple(o.to(out_dtype) for o in outs)

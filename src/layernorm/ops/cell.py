@@ -24,18 +24,18 @@ from torch import Tensor
 
 from .. import recurrence
 from ..functional import HALF_DTYPES as _HALF
-from . import _driver, _ops
-from ._gemm import half_gemm_native
-from ._structs import GRUArgs, LSTMArgs
+from . import common, native
+from .common import half_gemm_native
+from .native import GRUArgs, LSTMArgs
 
 _byref = ctypes.byref
 
 
 def lib_for(x: Tensor):
     """The C kernels when they apply to a step on ``x`` (float32 CPU, or a half type on a CPU
-    without native half GEMMs; ``_ops.eager_mode``, no torch.func transform, reverse-mode
+    without native half GEMMs; ``native.eager_mode``, no torch.func transform, reverse-mode
     autograd), else None."""
-    if not _ops.eager_mode(x) or torch._C._are_functorch_transforms_active() or \
+    if not native.eager_mode(x) or torch._C._are_functorch_transforms_active() or \
             getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
         return None
     if x.dtype in _HALF:
@@ -45,7 +45,7 @@ def lib_for(x: Tensor):
         if half_gemm_native(x.dtype) or x.shape[0] < 2:
             return None
         x = x.new_empty(0, dtype=torch.float32)
-    return _driver.native_lib(x)
+    return native.native_lib(x)
 
 
 def _run(status: int, who: str) -> None:
@@ -79,7 +79,7 @@ def _second_order(ctx, step, n_inputs, grads):
     """The backward as a differentiable function: ``step`` (the torch-ops step from the GEMMs'
     outputs) re-run on the saved inputs and differentiated."""
     eps = ctx.eps
-    return tuple(_ops.differentiable_backward(lambda *xs: step(*xs, eps),
+    return tuple(common.differentiable_backward(lambda *xs: step(*xs, eps),
                                               ctx.saved_tensors[:n_inputs],
                                               ctx.needs_input_grad, grads))
 
@@ -101,7 +101,7 @@ def _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, save):
     else:
         c_new.copy_(c)                      # updated in place by the kernel
         kept = {}
-    args = LSTMArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=eps, xw=_p(xw),
+    args = LSTMArgs(T=1, B=B, H=H, nthreads=native.threads(B), eps=eps, xw=_p(xw),
                     gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
                     gain_c=_p(g_c), bias_c=_p(b_c), out=_p(h_new), h_n=_p(h_new),
                     c_n=_p(c_new), **kept)
@@ -134,7 +134,7 @@ class _LSTMStep(torch.autograd.Function):
                                                                                dtype=torch.float64)
         dc = dc.contiguous().clone()        # in: of c_1; out: of c_0
         dh, zeros = dh.contiguous(), xw.new_zeros(B, H)   # kept alive through the call
-        args = LSTMArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps, xw=_p(xw),
+        args = LSTMArgs(T=1, B=B, H=H, nthreads=native.threads(B), eps=ctx.eps, xw=_p(xw),
                         gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
                         gain_c=_p(g_c), bias_c=_p(b_c), grad_out=_p(zeros),
                         cs=_p(cs), hg_all=_p(hg), act_all=_p(act), tc_all=_p(tc),
@@ -167,7 +167,7 @@ def _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, save):
     h_new = xw.new_empty(B, H)
     stats = xw.new_empty(8, 1, B) if save else None
     kept = {"hg_all": _p(hg), "stats": _p(stats)} if save else {}
-    args = GRUArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=eps, xw=_p(xw),
+    args = GRUArgs(T=1, B=B, H=H, nthreads=native.threads(B), eps=eps, xw=_p(xw),
                    gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
                    gain_u=_after(g_hh, 2 * H), bias_u=_after(b_hh, 2 * H), h0=_p(h),
                    out=_p(h_new), h_n=_p(h_new), **kept)
@@ -200,7 +200,7 @@ class _GRUStep(torch.autograd.Function):
         dxg, dhg, direct = xw.new_empty(B, G), xw.new_empty(B, G), xw.new_empty(B, H)
         dparams = xw.new_zeros(12 * H, dtype=torch.float64)
         dh, zeros = dh.contiguous(), xw.new_zeros(B, H)   # kept alive through the call
-        args = GRUArgs(T=1, B=B, H=H, nthreads=_driver.threads(B), eps=ctx.eps, xw=_p(xw),
+        args = GRUArgs(T=1, B=B, H=H, nthreads=native.threads(B), eps=ctx.eps, xw=_p(xw),
                        gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
                        gain_u=_after(g_hh, 2 * H), bias_u=_after(b_hh, 2 * H),
                        grad_out=_p(zeros), h0=_p(h), hg_all=_p(hg),

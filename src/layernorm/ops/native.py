@@ -1,10 +1,29 @@
-"""The C interface of ``_rnn_steps.c``: one ``ctypes.Structure`` per cell that mirrors the
-kernel's C struct field by field (names and shapes as there), and the check against the compiled
-library, run once when it is loaded, so a field added on one side only is an error, never a
-misread pointer."""
+"""The C kernels of ``_rnn_steps.c`` (the LN-LSTM / LN-GRU and BN-LSTM / BN-GRU time loops and
+the cells' one step): loading them, their C structs, one call by name, and where they apply.
+
+Loading: built on first use, cached, verified before every load. The build, the trusted cache
+and the fallback are ``layernorm._native_build``'s (one warning per process when the kernels
+cannot be had; ``LAYERNORM_NATIVE=0`` turns them off silently); this module names the source and
+declares the kernels' ctypes signatures, checking the C structs against their mirrors here.
+
+The C structs: one ``ctypes.Structure`` per cell that mirrors the kernel's C struct field by
+field (names and shapes as there), and the check against the compiled library, run once when it
+is loaded, so a field added on one side only is an error, never a misread pointer.
+
+Calling: whether the kernels apply to a tensor (``native_lib``; ``eager_mode`` / ``eager``: where
+a C kernel may run in place of torch ops), the thread count, and one call with its arguments by
+name (``call``); ``autocast_on``: whether autocast is on for a tensor's device.
+"""
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
+
+import torch
+
+from .. import _native_build
+from .._native_build import (COMPILE_TIMEOUT, NativeKernelWarning, compiler,  # noqa: F401
+                             problem as _problem)
 
 _int, _float, _ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 
@@ -130,3 +149,133 @@ def check_layout(lib) -> None:
             raise RuntimeError(f"the C struct {name} ({size} bytes, dparams at {last}) does not "
                                f"match {cls.__name__} ({ctypes.sizeof(cls)} bytes, dparams at "
                                f"{cls.dparams.offset}): update both sides together.")
+
+
+def _declare(lib) -> None:
+    i, p, size = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
+    lib.panel_width.argtypes = []
+    lib.panel_width.restype = i
+    lib.gemm_packed.argtypes = [i, i, p, p, i, p]
+    lib.gemm_packed.restype = None
+    for cell in ("lstm", "gru"):
+        for kernel in ("forward_seq", "backward_seq"):
+            f = getattr(lib, f"{cell}_{kernel}")
+            f.argtypes = [p]  # a pointer to the cell's struct (LSTMArgs / GRUArgs)
+            f.restype = i
+        # the cells' one step, W_hh h given as the second argument (GRU backward: the direct
+        # gradient of h_0 as the second)
+        step_backward = [p, p] if cell == "gru" else [p]
+        for kernel, args in (("step_forward", [p, p]), ("step_backward", step_backward)):
+            f = getattr(lib, f"{cell}_{kernel}")
+            f.argtypes = args
+            f.restype = i
+        for what in ("struct_size", "struct_last"):
+            f = getattr(lib, f"{cell}_{what}")
+            f.argtypes = []
+            f.restype = size
+    for cell in ("bn_lstm", "bn_gru"):
+        for kernel in ("forward_seq", "backward_seq", "struct_size", "struct_last"):
+            f = getattr(lib, f"{cell}_{kernel}")
+            f.argtypes = [] if kernel.startswith("struct") else [p]
+            f.restype = size if kernel.startswith("struct") else i
+    check_layout(lib)
+
+
+KERNEL = _native_build.Kernel(
+    stem="rnn_steps", source=Path(__file__).with_name("_rnn_steps.c"),
+    what="the LN-LSTM/GRU C kernels", fallback="Using the torch-ops path (2-3x slower)",
+    declare=_declare)
+
+
+_LIBRARY = _native_build.Library(KERNEL)
+
+
+def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
+    """Compile the kernels into ``target`` (``extra``: more compiler flags, e.g. for tests)."""
+    _LIBRARY.build(cc, target, extra, timeout=COMPILE_TIMEOUT)
+
+
+def load():
+    """The loaded library, or None (then use the torch-ops path; one warning says why)."""
+    return _LIBRARY.get(timeout=COMPILE_TIMEOUT)
+
+
+__all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
+           "BNGRUArgs", "USE_NATIVE"]
+
+# Set to False to force the torch-ops path (tests run both); ``layernorm.rnn.fused.USE_NATIVE``
+# reads and sets this switch.
+USE_NATIVE = True
+
+
+def native_lib(x: torch.Tensor):
+    """The C kernels when they apply (float32 CPU tensors) and load here, else None."""
+    if not USE_NATIVE or x.device.type != "cpu" or x.dtype != torch.float32:
+        return None
+    return load()
+
+
+def threads(B: int) -> int:
+    """Threads for the whole-sequence C kernel: torch's count, at least 4 examples each."""
+    return max(1, min(torch.get_num_threads(), B // 4))
+
+
+def call(lib, kernel: str, cls, who: str, **fields) -> None:
+    """Fill a ``cls`` (tensors by address: float32 / int32 / float64 as the fields say, and
+    contiguous; None: NULL) and run ``kernel`` on it. The caller keeps the tensors alive."""
+    names = {name for name, _ in cls._fields_}
+    args = cls()
+    for name, value in fields.items():
+        if name not in names:
+            raise TypeError(f"internal: {who}: {cls.__name__} has no field {name!r}")
+        if isinstance(value, torch.Tensor):
+            if not value.is_contiguous() or value.device.type != "cpu":
+                raise RuntimeError(f"internal: {who}: {name} must be a contiguous CPU tensor")
+            value = value.data_ptr()
+        setattr(args, name, value)
+    status = getattr(lib, kernel)(ctypes.byref(args))
+    if status == -2:
+        raise RuntimeError(f"internal: {who}: step range t0={args.t0}, t1={args.t1} outside "
+                           f"[0, T={args.T}]")
+    if status != 0:
+        raise MemoryError(f"{who}: the C kernel could not allocate its per-thread workspace "
+                          f"(status {status}). Use a smaller batch or fewer threads.")
+
+
+def int32(batch_sizes: torch.Tensor | None) -> torch.Tensor | None:
+    return None if batch_sizes is None else batch_sizes.to(torch.int32).contiguous()
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def eager_mode(*tensors) -> bool:
+    """Eager mode (not compiling, exporting or tracing; no dispatch or function mode, so no fake
+    tensors) on plain tensors (no subclass): where a C kernel may run in place of torch ops."""
+    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()):
+        return False
+    return all(type(t) in _PLAIN for t in tensors)
+
+
+def eager(*args) -> bool:
+    """Whether an operator call may run its body directly: ``eager_mode`` and the C kernels
+    apply to the first tensor (CPU float32). Else the registered operator runs."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return eager_mode(*tensors) and native_lib(tensors[0]) is not None
+
+
+def contig(v):
+    """``v`` detached and contiguous (None stays None): an argument for the C kernels."""
+    return None if v is None else v.detach().contiguous()
+
+
+def autocast_on(x: torch.Tensor) -> bool:
+    """Whether autocast is on for x's device (False for a device autocast does not know, such as
+    ``meta``)."""
+    try:
+        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
+    except TypeError:                                  # torch < 2.4: no device argument
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+    except RuntimeError:                               # "unknown device type for autocast"
+        return False
