@@ -302,6 +302,10 @@ def tier(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.costs:
+        from .costs import format_costs
+        print(format_costs(args.costs))
+        return 0
     preset = tier(args)
     out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
     if (out / "summary.json").exists():
@@ -339,6 +343,9 @@ def add_commands(sub) -> None:
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{DDP_EXPERIMENT}, {ANALYSIS}")
     p.add_argument("--out", help="output directory (default runs/reproduce-<tier>)")
+    p.add_argument("--costs", metavar="DIR", help="train nothing: print what the training in the "
+                   "output directory DIR cost, per experiment and per arm (run-seconds and "
+                   "CPU-seconds from each run's cost.json)")
     p.add_argument("--jobs", type=_args.positive_int,
                    help="training processes at once (default: 2, or 1 on "
                    "a single core)")
