@@ -8,11 +8,12 @@ import pytest
 import torch
 
 import layernorm_paper.reproduce  # noqa: F401  (registers repro_mlp)
-from layernorm_paper.experiments import Config, train
+from layernorm_paper.experiments import Config, register_model, train
 from layernorm_paper.experiments import stacked as stacked_mod
 from layernorm_paper.experiments.rundir import read_metrics
 from layernorm_paper.experiments.runner import run_configs
 from layernorm_paper.experiments.stacked import groups, stack_key, train_stacked
+from layernorm_paper.reproduce.models import MLP
 
 SEEDS = (0, 1, 2)
 
@@ -138,3 +139,25 @@ def test_runner_stacks_in_worker_processes(tmp_path):
     assert [r.status for r in results] == ["done"] * len(arm)
     assert all(json.loads((r.run_dir / "cost.json").read_text())["stacked"] == len(arm)
                for r in results)
+
+
+class _VmapMLP(MLP):
+    stacked_forward = None     # no batched forward of its own: stacked under torch.func.vmap
+
+
+@register_model("stk_vmap_mlp", stackable=True)
+def _vmap_mlp(dataset, norm, hidden=(16, 16), unbiased=False):
+    model = _VmapMLP(64, dataset.output_size, norm, tuple(hidden), unbiased, False)
+    model._attach(dataset, norm)
+    return model
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_vmap_path_equals_separate_runs(tmp_path, norm):
+    arm = [replace(c, model="stk_vmap_mlp", optimizer="sgd") for c in _arm(norm, steps=8)]
+    train_stacked(arm, [tmp_path / "stk" / c.run_name() for c in arm])
+    for c in arm:
+        train(c, tmp_path / "sep" / c.run_name())
+        ca, cb = _compare(tmp_path / "stk" / c.run_name(), tmp_path / "sep" / c.run_name())
+        for name, v in cb["model"].items():
+            torch.testing.assert_close(ca["model"][name], v, rtol=1e-4, atol=1e-5, msg=name)

@@ -5,8 +5,9 @@ table, geometry), and write the report. A tier (``--embedded``, ``--quick``, ``-
 
     layernorm reproduce                      the tier embedded (the default): every experiment
                                              whose data ships with the package, at the quick
-                                             scale, 5 seeds; no network (about 20 minutes on 2
-                                             cores). ``--preset standard`` is its former name.
+                                             scale, 5 seeds; no network (about 1,250 CPU-s:
+                                             10-11 minutes of 2 idle cores, docs/reproduce.md
+                                             "Cost"). ``--preset standard`` is its former name.
     layernorm reproduce --quick              a subset of it that fits 10 minutes on 2 cores (the
                                              ConvNet and section 6.1-6.5 left out)
     layernorm reproduce --full               the paper's scale where data can be downloaded (hours)
@@ -343,7 +344,7 @@ def add_commands(sub) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--embedded", action="store_true", help="the tier embedded (the default): "
                       "every experiment whose data ships with the package, at the runner's quick "
-                      "scale, 5 seeds, no network (about 20 minutes on 2 CPU cores)")
+                      "scale, 5 seeds, no network (about 10-11 minutes of 2 idle CPU cores)")
     mode.add_argument("--quick", action="store_true", help="the tier quick: the subset of the "
                       "tier embedded that fits 10 minutes on 2 CPU cores (no ConvNet, no section "
                       "6.1-6.5 experiments: their claims are listed as not run)")
