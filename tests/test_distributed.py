@@ -180,7 +180,7 @@ def test_only_rank0_writes_and_records_the_world_size(runs):
     for name in RUNS:
         run = exp / f"{name}-w2"
         assert sorted(p.name for p in run.iterdir()) == sorted(
-            ["config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "done"])
+            ["config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "cost.json", "done"])
         assert json.loads((run / "env.json").read_text())["world_size"] == 2
         assert [r["step"] for r in read_metrics(run)] == [2, 4, 6]
 

@@ -278,12 +278,15 @@ def test_rnn_summed_input_statistics_per_step():
         assert abs(float(a0.std(unbiased=False)) - stats["summed_std"][0]) < 1e-4
 
 
-@pytest.mark.parametrize("argv, tier", [([], "quick"), (["--quick"], "quick"), (["--full"], "full"),
-                                        (["--preset", "standard"], "standard"),
+@pytest.mark.parametrize("argv, tier", [([], "embedded"), (["--embedded"], "embedded"),
+                                        (["--quick"], "quick"), (["--full"], "full"),
+                                        (["--preset", "standard"], "embedded"),
+                                        (["--preset", "embedded"], "embedded"),
                                         (["--preset", "tiny"], "tiny")])
 def test_the_command_line_picks_the_tier(monkeypatch, tmp_path, argv, tier):
-    """``layernorm reproduce --quick`` (the README's command) is read as the tier quick, as are
-    --full and --preset NAME; the tier reaches ``reproduce``."""
+    """``layernorm reproduce`` (the README's command) is read as the tier embedded, as is
+    --preset standard (its former name); --quick, --full and --preset NAME as named; the tier
+    reaches ``reproduce``."""
     from layernorm_paper.cli import main
     from layernorm_paper.reproduce import command
 

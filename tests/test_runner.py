@@ -97,8 +97,8 @@ def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):
 
 def test_run_dir_files_and_reuse(tmp_path):
     run = train(_cfg(), tmp_path / "r")
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "config.json", "done",
-                                                     "env.json", "metrics.jsonl"]
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "config.json", "cost.json",
+                                                     "done", "env.json", "metrics.jsonl"]
     assert Config.from_dict(json.loads((run / "config.json").read_text())) == _cfg()
     env = json.loads((run / "env.json").read_text())
     assert env["torch"] == torch.__version__ and env["device"] == "cpu"

@@ -34,9 +34,10 @@ def by_preset(preset: str, **values):
 
 MODELS: dict[str, Callable] = {}
 MODEL_NORMS: dict[str, tuple[str, ...]] = {}    # the norms a model supports, where it says so
+STACKABLE: set[str] = set()     # models whose seeds the runner may train as one stacked model
 
 
-def register_model(name: str, *, norms: tuple[str, ...] | None = None):
+def register_model(name: str, *, norms: tuple[str, ...] | None = None, stackable: bool = False):
     """Decorator: register ``fn(dataset: Dataset, norm: str, **model_args) -> nn.Module``.
 
     The module's ``forward(x)`` (or ``forward(x, lengths=...)`` for datasets with lengths) returns
@@ -44,6 +45,9 @@ def register_model(name: str, *, norms: tuple[str, ...] | None = None):
     Optional hook: ``extra_metrics(x) -> dict`` (JSON values), added to every metrics row.
     ``norms``: the norm names the model supports (default: every name of ``layernorm.norms.NORMS``);
     ``Config.validate`` refuses another with that list, before any run starts.
+    ``stackable``: the runner may train several seeds of one arm together as one stacked model
+    (``experiments.stacked``, under ``torch.func.vmap``): only for a model whose training uses no
+    random numbers after it is built (no dropout) and whose modules work under ``vmap``.
     """
     check_name(name, "model name")
 
@@ -53,6 +57,8 @@ def register_model(name: str, *, norms: tuple[str, ...] | None = None):
         MODELS[name] = fn
         if norms is not None:
             MODEL_NORMS[name] = tuple(norms)
+        if stackable:
+            STACKABLE.add(name)
         return fn
     return deco
 

@@ -7,6 +7,8 @@ of the project, also the report's), re-exported here.
     metrics.jsonl    one JSON object per evaluation: step, epoch, train_loss, test_loss,
                      test_error, wall_time (+ the model's extra_metrics); appended line by line
     checkpoint.pt    model, optimizer, RNG states, step (= data order position), written atomically
+    cost.json        what training cost: wall_s, cpu_s (this process, every torch thread, summed
+                     over resumes), steps, torch_threads, stacked (seeds trained together)
     done             written last: the run finished (its content is the final metrics row)
 
 See docs/runner.md.
@@ -31,7 +33,7 @@ from .._io import (MetricsError, atomic_write_bytes, clean_stale_temp_files, exc
 from .config import Config
 
 CHECKPOINT_FORMAT = 1
-RUN_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "done")
+RUN_FILES = ("config.json", "env.json", "metrics.jsonl", "checkpoint.pt", "cost.json", "done")
 CHECKPOINT_KEYS = ("format", "config", "step", "model", "optimizer", "rng_torch", "wall_time",
                    "train_loss_sum", "train_loss_count")
 METRIC_KEYS = ("step", "epoch", "train_loss", "test_loss", "test_error", "wall_time")
@@ -105,6 +107,17 @@ def check_run_dir(config: Config, run_dir: str | os.PathLike) -> str:
     return "done" if (run_dir / "done").exists() else "partial"
 
 
+def write_cost(run_dir: str | os.PathLike, wall_s: float, cpu_s: float, steps: int,
+               stacked: int = 1) -> None:
+    """``cost.json``: the run's training wall time and CPU time (user + system of the process
+    that trained it, every torch thread; summed over resumes). For ``stacked`` seeds trained
+    together as one model, each run gets 1/stacked of the group's cost."""
+    from .._io import atomic_write_json
+    atomic_write_json(Path(run_dir) / "cost.json",
+                      {"wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3), "steps": steps,
+                       "torch_threads": torch.get_num_threads(), "stacked": stacked})
+
+
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     """``torch.save`` of ``state`` to ``path``, atomically."""
     buf = io.BytesIO()
@@ -154,4 +167,4 @@ def claim(run_dir: Path, is_writer: bool):
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_KEYS", "METRIC_KEYS", "RUN_FILES", "MetricsError",
            "RunDirError", "check_run_dir", "claim", "environment", "git_commit", "load_checkpoint",
-           "read_jsonl", "read_metrics", "save_checkpoint"]
+           "read_jsonl", "read_metrics", "save_checkpoint", "write_cost"]

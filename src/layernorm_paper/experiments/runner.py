@@ -128,6 +128,27 @@ def _run_one(config: Config, run_dir: Path, desc: str | bool, cache: _DatasetCac
                          time.perf_counter() - t0)
 
 
+def _run_group(configs: list[Config], dirs: list[Path], cache: _DatasetCache | None = None
+               ) -> list[RunResult]:
+    """One arm's new seeds trained together (``stacked.train_stacked``); a failed group is one
+    failure per run, with the same error."""
+    from ..data import load_dataset
+    from .stacked import train_stacked
+    t0 = time.perf_counter()
+    try:
+        datasets = [load_dataset(c.dataset, **c.data_args) for c in configs]
+        train_stacked(configs, dirs, datasets)
+        seconds = (time.perf_counter() - t0) / len(configs)
+        return [RunResult(c, d, "done", seconds=seconds) for c, d in zip(configs, dirs)]
+    except Exception as err:  # report and let the other runs continue
+        from ..data import DownloadError
+        expected = isinstance(err, (ValueError, DownloadError))
+        detail = "" if expected else "\n" + traceback.format_exc(limit=-3)
+        return [RunResult(c, d, "failed", f"{type(err).__name__}: {err}{detail}",
+                          (time.perf_counter() - t0) / len(configs))
+                for c, d in zip(configs, dirs)]
+
+
 def _exit_with_parent(parent_pid: int, interval: float = 0.5) -> None:
     """Worker initializer: end this worker when the parent process is gone.
 
@@ -159,6 +180,18 @@ def _run_in_child(config_dict: dict, run_dir: str, threads: int, builder,
     return _run_one(config, Path(run_dir), False)
 
 
+def _run_group_in_child(config_dicts: list[dict], run_dirs: list[str], threads: int, builder,
+                        norms: tuple[str, ...] | None) -> list[RunResult]:
+    """One stacked group of seeds in a spawned worker process (see ``_run_in_child``)."""
+    import torch
+
+    configs = [Config.from_dict(d) for d in config_dicts]
+    if builder is not None and configs[0].model not in MODELS:
+        register_model(configs[0].model, norms=norms, stackable=True)(builder)
+    torch.set_num_threads(threads)
+    return _run_group(configs, [Path(d) for d in run_dirs])
+
+
 def _describe(i: int, n: int, r: RunResult) -> str:
     head = f"[{i}/{n}] {r.run_dir}"
     if r.status == "failed":
@@ -172,7 +205,7 @@ def _describe(i: int, n: int, r: RunResult) -> str:
 
 def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
                 progress: bool = True, log=print, threads: int | None = None,
-                runtime: Runtime | None = None) -> list[RunResult]:
+                runtime: Runtime | None = None, stack: bool = True) -> list[RunResult]:
     """Train every config into ``run_dir_for(config, out)``; never raises for a failed run.
 
     jobs > 1 runs that many processes at once, each with ``threads`` torch threads (default
@@ -181,6 +214,9 @@ def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
     ``log`` gets one line per finished run. Returns the results in the order of ``configs``.
     ``runtime``: this process's rank under torchrun (``layernorm_paper.distributed.runtime()``); every
     rank trains every config together, one after another, and only the writer logs.
+    ``stack``: train the new seeds of one arm together as one stacked model where the model is
+    registered ``stackable`` (``experiments.stacked``; not under torchrun). The run directories
+    are the same either way.
     """
     rt = runtime or Runtime()
     if jobs < 1:
@@ -193,13 +229,27 @@ def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
     n = len(configs)
     dirs = [run_dir_for(c, out, rt.world_size) for c in configs]
     results: list[RunResult | None] = [None] * n
-    if jobs == 1 or n <= 1:
+    if stack and rt.world_size == 1:
+        from .stacked import groups
+        units = groups(configs, dirs)
+    else:
+        units = [[k] for k in range(n)]
+    if jobs == 1 or len(units) <= 1:
         cache = _DatasetCache()
-        for i, (c, d) in enumerate(zip(configs, dirs), 1):
-            results[i - 1] = _run_one(c, d, f"run {i}/{n} {c.experiment}/{d.name}"
-                                      if progress else False, cache, rt)
-            if rt.is_writer:
-                log(_describe(i, n, results[i - 1]))
+        i = 0
+        for unit in units:
+            if len(unit) > 1:
+                found = _run_group([configs[k] for k in unit], [dirs[k] for k in unit])
+            else:
+                k = unit[0]
+                found = [_run_one(configs[k], dirs[k], f"run {k + 1}/{n} "
+                                  f"{configs[k].experiment}/{dirs[k].name}" if progress else False,
+                                  cache, rt)]
+            for k, r in zip(unit, found):
+                i += 1
+                results[k] = r
+                if rt.is_writer:
+                    log(_describe(i, n, r))
         return results
     from tqdm import tqdm
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
@@ -215,12 +265,13 @@ def run_configs(configs: list[Config], out: str | os.PathLike, *, jobs: int = 1,
         bar.set_postfix_str(f"last: {configs[k].run_name()} {result.status}")
         (bar.write if progress else log)(_describe(finished, n, result))
 
-    _run_pool(configs, dirs, jobs, threads, record)
+    _run_pool(configs, dirs, jobs, threads, record, units)
     bar.close()
     return results
 
 
-def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, record) -> None:
+def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, record,
+              units: list[list[int]] | None = None) -> None:
     """Train configs[k] into dirs[k] in worker processes, ``jobs`` at once; ``record(k, result)``
     once per run.
 
@@ -235,7 +286,8 @@ def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, 
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    pending, suspects = deque(range(len(configs))), deque()
+    pending = deque(units if units is not None else [[k] for k in range(len(configs))])
+    suspects: deque = deque()
     while pending or suspects:
         queue = suspects if suspects else pending
         width = 1 if queue is suspects else jobs
@@ -245,26 +297,36 @@ def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, 
             broken = False
             while (queue or in_flight) and not broken:
                 while queue and len(in_flight) < width:
-                    k = queue.popleft()
-                    c = configs[k]
-                    in_flight[pool.submit(_run_in_child, c.to_dict(), str(dirs[k]), threads,
-                                          MODELS.get(c.model), MODEL_NORMS.get(c.model))] = k
+                    unit = queue.popleft()
+                    c = configs[unit[0]]
+                    if len(unit) > 1:
+                        fut = pool.submit(_run_group_in_child, [configs[k].to_dict() for k in unit],
+                                          [str(dirs[k]) for k in unit], threads,
+                                          MODELS.get(c.model), MODEL_NORMS.get(c.model))
+                    else:
+                        fut = pool.submit(_run_in_child, c.to_dict(), str(dirs[unit[0]]), threads,
+                                          MODELS.get(c.model), MODEL_NORMS.get(c.model))
+                    in_flight[fut] = unit
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    k = in_flight.pop(fut)
+                    unit = in_flight.pop(fut)
                     try:
-                        record(k, fut.result())
+                        found = fut.result()
+                        for k, r in zip(unit, found if len(unit) > 1 else [found]):
+                            record(k, r)
                     except BrokenProcessPool:
                         broken = True
-                        if width == 1:      # alone in its pool: this run killed the worker
-                            record(k, RunResult(configs[k], dirs[k], "failed", _DIED))
+                        if width == 1 and len(unit) == 1:   # alone in its pool: it killed it
+                            record(unit[0], RunResult(configs[unit[0]], dirs[unit[0]], "failed",
+                                                      _DIED))
                         else:
-                            suspects.append(k)
+                            suspects.extend([k] for k in unit)
                     except Exception as err:  # the result could not be sent back
-                        record(k, RunResult(configs[k], dirs[k], "failed",
-                                            f"worker process failed: {type(err).__name__}: {err}"))
+                        for k in unit:
+                            record(k, RunResult(configs[k], dirs[k], "failed", f"worker process "
+                                                f"failed: {type(err).__name__}: {err}"))
             if broken:       # the other runs in flight were stopped with the pool: retry them
-                suspects.extend(in_flight.values())
+                suspects.extend([k] for unit in in_flight.values() for k in unit)
 
 
 _DIED = ("worker process died while training this run (killed by a signal such as SIGKILL, e.g. "

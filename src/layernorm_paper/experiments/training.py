@@ -29,7 +29,7 @@ from ..data import Dataset, load_dataset
 from .config import Config
 from .registry import build_model
 from .rundir import (CHECKPOINT_FORMAT, RunDirError, _append_row, check_run_dir, claim,
-                     environment, load_checkpoint, read_metrics, save_checkpoint)
+                     environment, load_checkpoint, read_metrics, save_checkpoint, write_cost)
 from .runtime import Runtime, local_batch_size, resolve_device
 
 
@@ -157,7 +157,7 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
     torch.manual_seed(config.seed)
     model = build_model(config, ds).to(device)
     optimizer = _make_optimizer(config, model.parameters())
-    step, loss_sum, loss_n, elapsed = 0, 0.0, 0, 0.0
+    step, loss_sum, loss_n, elapsed, cpu_elapsed = 0, 0.0, 0, 0.0, 0.0
     ckpt_path, metrics_path = run_dir / "checkpoint.pt", run_dir / "metrics.jsonl"
 
     state = rt.from_writer(lambda: load_checkpoint(ckpt_path, config)
@@ -173,6 +173,7 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
         if device.type == "cuda" and state.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(state["rng_cuda"], device)
         step, elapsed = state["step"], state["wall_time"]
+        cpu_elapsed = state.get("cpu_time", 0.0)    # absent in checkpoints of older versions
         loss_sum, loss_n = state["train_loss_sum"], state["train_loss_count"]
     if rt.is_writer:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -204,6 +205,7 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
         bar = tqdm(total=total, initial=step, desc=progress if isinstance(progress, str) else
                    run_dir.name, unit="step", leave=False, disable=not rt.is_writer, dynamic_ncols=True)
     t_start = time.perf_counter() - elapsed
+    cpu_start = time.process_time() - cpu_elapsed
     order, order_epoch = None, -1
     while step < total:
         epoch, pos = divmod(step, per_epoch)
@@ -246,10 +248,13 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
                 "rng_torch": torch.get_rng_state(),
                 "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
                 "train_loss_sum": loss_sum, "train_loss_count": loss_n,
-                "wall_time": time.perf_counter() - t_start})
+                "wall_time": time.perf_counter() - t_start,
+                "cpu_time": time.process_time() - cpu_start})
     if bar is not None:
         bar.close()
     if rt.is_writer:
+        write_cost(run_dir, time.perf_counter() - t_start, time.process_time() - cpu_start,
+                   total)
         rows = read_metrics(run_dir)
         atomic_write_json(run_dir / "done", rows[-1] if rows else {})
     rt.barrier()

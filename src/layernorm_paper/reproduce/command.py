@@ -1,11 +1,15 @@
 """``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
-table, geometry), and write the report. A tier (``--quick``, ``--preset standard``, ``--full``,
+table, geometry), and write the report. A tier (``--embedded``, ``--quick``, ``--full``,
 ``--preset tiny``) picks which experiments run and at which of the runner's scales
 (``layernorm run --preset tiny|quick|full``):
 
-    layernorm reproduce --quick              embedded data, reduced scale, 5 seeds (≤ 10 minutes)
-    layernorm reproduce --preset standard    --quick plus the experiments that do not fit its
-                                             budget: the ConvNet and section 6.2-6.5 (≤ 30 min)
+    layernorm reproduce                      the tier embedded (the default): every experiment
+                                             whose data ships with the package, at the quick
+                                             scale, 5 seeds; no network (about 1,250 CPU-s:
+                                             10-11 minutes of 2 idle cores, docs/reproduce.md
+                                             "Cost"). ``--preset standard`` is its former name.
+    layernorm reproduce --quick              a subset of it that fits 10 minutes on 2 cores (the
+                                             ConvNet and section 6.1-6.5 left out)
     layernorm reproduce --full               the paper's scale where data can be downloaded (hours)
     layernorm reproduce --preset tiny        seconds; for tests
     layernorm reproduce --only rnn_norms --only analysis --out DIR --jobs 2
@@ -35,7 +39,12 @@ from ..batch_split import DDP_EXPERIMENT
 # (docs/reproduce.md, "Cost"). Paper experiments not yet registered are skipped.
 EXPERIMENTS = records.run_order()
 STANDARD_ONLY = records.with_tier(records.STANDARD)
-STANDARD = "standard"   # a reproduction preset: the runner's "quick" configs of every experiment
+EMBEDDED = "embedded"   # the default tier: the runner's "quick" configs of every embedded experiment
+STANDARD = "standard"   # the former name of the tier embedded, still accepted
+DEFAULT_TIER = EMBEDDED
+TIERS = ("tiny", "quick", EMBEDDED, "full")
+# the runner's scale (``layernorm run --preset``) each tier trains its configs at
+SCALE = {"tiny": "tiny", "quick": "quick", EMBEDDED: "quick", "full": "full"}
 ANALYSIS = "analysis"
 LOCK = ".reproduce.lock"     # in the output directory: one reproduction writes it at a time
 
@@ -171,21 +180,21 @@ def _invocation(meta: dict) -> dict:
     return {k: meta.get(k) for k in keys}
 
 
-def reproduce(preset: str = "quick", out: str | os.PathLike | None = None, *, only=None,
+def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, *, only=None,
               jobs: int | None = None, report: bool = True, log=print) -> Path:
-    """Run the reproduction's tier ``preset`` (tiny, quick, standard or full) into ``out``;
-    returns the output directory."""
+    """Run the reproduction's tier ``preset`` (tiny, quick, embedded or full; "standard" is
+    embedded's former name) into ``out``; returns the output directory."""
     from ..experiments import EXPERIMENTS as REGISTRY
-    from ..experiments import PRESETS
     from layernorm._checks import check_choice
 
-    check_choice(preset, (*PRESETS, STANDARD), "preset")
+    check_choice(preset, (*TIERS, STANDARD), "preset")
+    preset = EMBEDDED if preset == STANDARD else preset
     names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
     if only:
         for n in only:
             check_choice(n, names, "experiment for --only")
         names = [n for n in names if n in only]
-    # --quick leaves these to --preset standard, unless --only asks for them by name
+    # --quick leaves these to the tier embedded, unless --only asks for them by name
     deferred = set(STANDARD_ONLY) if preset == "quick" and not only else set()
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise ValueError(f"jobs must be an integer >= 1 (or None: 2, or 1 on a single core), "
@@ -206,7 +215,7 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
     from ..experiments.rundir import git_commit
 
     t0, load0, cpu0 = time.time(), _loadavg(), _cpu_seconds()
-    scale = "quick" if preset == STANDARD else preset    # the runner's preset of every config
+    scale = SCALE[preset]    # the runner's preset of every config
     not_run: dict[str, str] = {}
     configs, datasets = [], set()
     for n in names:
@@ -214,7 +223,8 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
             continue
         if n in deferred:
             not_run[n] = ("over --quick's 10-minute budget with the training its verdicts need; "
-                          "run with --preset standard (or --only " + n + ")")
+                          "run the default tier (`layernorm reproduce`, formerly --preset "
+                          "standard), or --only " + n)
             continue
         exp = get_experiment(n)
         if exp.needs_download and scale != "full":
@@ -293,15 +303,22 @@ def failures(out: str | os.PathLike) -> list[str]:
 
 def tier(args: argparse.Namespace) -> str:
     """The tier of the reproduction that the command line asks for: ``--quick``, ``--full`` or
-    ``--preset NAME`` (one of them at most); ``quick`` when none is given."""
+    ``--embedded`` or ``--preset NAME`` (one of them at most); ``embedded`` when none is given
+    (``--preset standard``, its former name, too)."""
     if args.full:
         return "full"
     if args.quick:
         return "quick"
-    return args.preset or "quick"
+    if args.embedded:
+        return EMBEDDED
+    return EMBEDDED if args.preset in (None, STANDARD) else args.preset
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.costs:
+        from .costs import format_costs
+        print(format_costs(args.costs))
+        return 0
     preset = tier(args)
     out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
     if (out / "summary.json").exists():
@@ -323,22 +340,27 @@ def add_commands(sub) -> None:
                                          "summaries it checks (docs/paper.md) and write a report "
                                          "that judges each claim")
     # A tier of the reproduction picks which experiments run and at which of the runner's scales
-    # (`layernorm run --preset tiny|quick|full`); the tier "quick" runs the quick scale.
+    # (`layernorm run --preset tiny|quick|full`); the tiers quick and embedded run the quick scale.
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="the tier quick (the default): embedded "
-                      "data, each experiment at the runner's quick scale, 5 seeds, the "
-                      "experiments that fit under 10 minutes on 2 CPU cores")
+    mode.add_argument("--embedded", action="store_true", help="the tier embedded (the default): "
+                      "every experiment whose data ships with the package, at the runner's quick "
+                      "scale, 5 seeds, no network (about 10-11 minutes of 2 idle CPU cores)")
+    mode.add_argument("--quick", action="store_true", help="the tier quick: the subset of the "
+                      "tier embedded that fits 10 minutes on 2 CPU cores (no ConvNet, no section "
+                      "6.1-6.5 experiments: their claims are listed as not run)")
     mode.add_argument("--full", action="store_true", help="the tier full: the paper's scale where "
                       "the data can be downloaded (hours; resumable)")
-    mode.add_argument("--preset", choices=("tiny", "quick", STANDARD, "full"), metavar="TIER",
+    mode.add_argument("--preset", choices=(*TIERS, STANDARD), metavar="TIER",
                       help="the tier by name: tiny (seconds, for tests), quick (= --quick), "
-                      "standard (--quick plus the ConvNet and the paper's section 6.1-6.5 "
-                      "experiments at the same scale: about 15-30 minutes on 2 CPU cores), "
-                      "full (= --full)")
+                      "embedded (= --embedded, the default; 'standard' is its former name and "
+                      "still accepted), full (= --full)")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{DDP_EXPERIMENT}, {ANALYSIS}")
     p.add_argument("--out", help="output directory (default runs/reproduce-<tier>)")
+    p.add_argument("--costs", metavar="DIR", help="train nothing: print what the training in the "
+                   "output directory DIR cost, per experiment and per arm (run-seconds and "
+                   "CPU-seconds from each run's cost.json)")
     p.add_argument("--jobs", type=_args.positive_int,
                    help="training processes at once (default: 2, or 1 on "
                    "a single core)")

@@ -129,11 +129,17 @@ class MLP(Scored):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def stacked_forward(self, params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
+        """Training-mode forward of S seeds' stacked copies (the runner's seeds trained
+        together, ``layernorm_paper.experiments.stacked``): x (S, N, ...) -> logits (S, N, C)."""
+        from ..experiments.stacked import sequential_forward
+        return sequential_forward(self.net, params, buffers, x, "net.")
+
     def extra_metrics(self, x: torch.Tensor) -> dict:
         return self.scores()
 
 
-@register_model("repro_mlp")
+@register_model("repro_mlp", stackable=True)
 def repro_mlp(dataset, norm: str, hidden=(128, 128), unbiased: bool = False,
               bn_logits: bool = False) -> MLP:
     if bn_logits and norm != "batch":
