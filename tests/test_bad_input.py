@@ -12,6 +12,7 @@ import torch
 from layernorm_paper import _io
 from layernorm_paper.cli import main
 from layernorm_paper.experiments import Config, MetricsError, RunDirError, load_checkpoint, read_metrics
+from layernorm_paper.experiments.rundir import check_run_dir
 from layernorm_paper.experiments.registry import register_experiment, register_model
 from layernorm_paper.experiments.runner import run_configs, run_dir_for
 from layernorm_paper.experiments.runtime import local_batch_size, read_env
@@ -40,6 +41,12 @@ def _escaping_link(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "out" / "adhoc").symlink_to(tmp_path / "elsewhere")
     return run_dir_for(_cfg(), tmp_path / "out")
+
+
+def _config_list(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("[1, 2]\n")
+    return check_run_dir(_cfg(), tmp_path / "run")
 
 
 def _lock_dir(tmp_path):
@@ -104,6 +111,8 @@ API = [
     ("metrics: a row that is not an object", lambda t: read_metrics(
         _metrics(t, ["[1, 2]", ROW])), MetricsError,
      ["expected a metrics row", "received list", "Delete the run"]),
+    ("run dir: config.json holds a list", _config_list, RunDirError,
+     ["config.json holds a JSON list", "expected a JSON object", "Delete the run directory"]),
     ("checkpoint missing keys", lambda t: load_checkpoint(
         _checkpoint(t, {"format": 1, "config": _cfg().to_dict()}), _cfg()), RunDirError,
      ["expected a layernorm checkpoint with", r"lacks \['step', 'model'", "Delete it"]),

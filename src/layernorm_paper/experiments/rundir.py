@@ -99,6 +99,10 @@ def check_run_dir(config: Config, run_dir: str | os.PathLike) -> str:
     except (OSError, json.JSONDecodeError) as err:
         raise RunDirError(f"cannot read {cfg_path}: {err}. Delete the run directory to start "
                           f"over, or pass another --out.") from err
+    if not isinstance(stored, dict):
+        raise RunDirError(f"{cfg_path} holds a JSON {type(stored).__name__}, expected a JSON object "
+                          f"(the run's config, as layernorm writes it). Delete the run directory "
+                          f"{run_dir} to train that run again, or pass another --out.")
     if stored != config.to_dict():
         diff = {k: (stored.get(k), v) for k, v in config.to_dict().items() if stored.get(k) != v}
         raise RunDirError(f"run directory {run_dir} holds another config; differences "
