@@ -181,6 +181,8 @@ def test_one_table_of_norms_read_by_every_layer():
     from layernorm_paper.report import scoring
 
     assert V.RNN_NORMS == rnn.RNN_NORMS == rnn.cells.RNN_NORMS     # the cells accept the RNN column
+    from layernorm.rnn._norm_kinds import NORM_KINDS
+    assert set(NORM_KINDS) == set(V.RNN_NORMS)                    # each of them has its kind
     assert norms.NORMS == layernorm.NORMS == V.NORMS
     assert set(layer.METHODS) == set(V.NORMS) and layer.METHOD_NAMES == V.LABELS
     assert {k: v for k, v in scoring.NORM_LABEL.items() if k in V.NORMS} == V.LABELS

@@ -121,7 +121,6 @@ def _no_forget_bias(who: str, kwargs: dict) -> None:
                          f"module's bias_ih[H:2H] before copying, or leave it out.")
 
 
-assert set(NORM_KINDS) == set(RNN_NORMS), "every norm the cells accept has its kind"
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._io import (MetricsError, atomic_write_bytes, clean_stale_temp_files, exclusive_lock,
-                   read_jsonl, read_metrics)
+from .._io import (MetricsError, atomic_write_bytes, atomic_write_json, clean_stale_temp_files,
+                   exclusive_lock, read_jsonl, read_metrics)
 from .config import Config
 
 CHECKPOINT_FORMAT = 1
@@ -116,7 +116,6 @@ def write_cost(run_dir: str | os.PathLike, wall_s: float, cpu_s: float, steps: i
     """``cost.json``: the run's training wall time and CPU time (user + system of the process
     that trained it, every torch thread; summed over resumes). For ``stacked`` seeds trained
     together as one model, each run gets 1/stacked of the group's cost."""
-    from .._io import atomic_write_json
     atomic_write_json(Path(run_dir) / "cost.json",
                       {"wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3), "steps": steps,
                        "torch_threads": torch.get_num_threads(), "stacked": stacked})

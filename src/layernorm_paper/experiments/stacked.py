@@ -32,13 +32,17 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
+from layernorm import functional as LF
+from layernorm.norms import BatchNorm, LayerNorm
 
 from .._io import atomic_write_json, atomic_write_text
 from ..data import Dataset, load_dataset
 from .config import Config
 from .registry import STACKABLE, build_model
 from .rundir import (CHECKPOINT_FORMAT, _append_row, check_run_dir, claim, environment,
-                     save_checkpoint, write_cost)
+                     read_metrics, save_checkpoint, write_cost)
 from .runtime import resolve_device
 from .training import (_extra_metrics, _forward, _make_optimizer, epoch_order, evaluate,
                        loss_and_errors, schedule)
@@ -232,7 +236,6 @@ def _train_stacked(configs: list[Config], run_dirs: list[Path],
                     "train_loss_sum": loss_sum[s], "train_loss_count": loss_n,
                     "wall_time": wall / S, "cpu_time": cpu / S})
     wall, cpu = time.perf_counter() - t_start, time.process_time() - cpu_start
-    from .rundir import read_metrics
     for d in run_dirs:
         write_cost(d, wall / S, cpu / S, total, stacked=S)
         rows = read_metrics(d)
@@ -249,10 +252,6 @@ def sequential_forward(module: torch.nn.Module, params: dict, buffers: dict, x: 
     ``layernorm``'s ``LayerNorm`` and ``BatchNorm`` (batch statistics per copy and feature: one
     call over the S * C features; running statistics updated in place); anything else raises
     TypeError."""
-    from torch import nn
-
-    from layernorm import functional as LF
-    from layernorm.norms import BatchNorm, LayerNorm
     if isinstance(module, nn.Sequential):
         for name, child in module.named_children():
             x = sequential_forward(child, params, buffers, x, f"{prefix}{name}.")
