@@ -206,12 +206,17 @@ def test_geometry_bad_input_errors(tmp_path, digits64):
 
 def test_geometry_cli_writes_json_and_figures(tmp_path, capsys):
     out = tmp_path / "geo"
-    assert main(["geometry", "--out", str(out), "--steps", "20", "--examples", "32"]) == 0
+    assert main(["geometry", "--out", str(out), "--steps", "20", "--examples", "32",
+                 "--kl-seeds", "3"]) == 0
     text = capsys.readouterr().out
-    assert "curvature exponent" in text and "layer/sgd" in text
+    assert "curvature exponent" in text and "layer/sgd" in text and "KL/update early" in text
     result = json.loads((out / "geometry.json").read_text())
-    assert set(result) == {"curvature", "gain", "training", "figures"}
-    for name in ("curvature.png", "training.png", "gain.png"):
+    assert set(result) == {"curvature", "gain", "training", "kl_step", "figures"}
+    kl = result["kl_step"]
+    assert kl["seeds"] == [0, 1, 2] and set(kl["runs"]) == {"layer", "none"}
+    assert all(len(r["log"]["kl"]) == 20 for rs in kl["runs"].values() for r in rs)
+    for name in ("curvature.png", "training.png", "gain.png", "kl_step.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+        assert (out / name).stat().st_mode & 0o044 == 0o044          # readable by everyone
     assert math.isclose(result["curvature"]["methods"]["layer"]["exponent"], -2, abs_tol=0.05)

@@ -1,6 +1,7 @@
 """The report builder on synthetic run directories (no training): which numbers each claim
 compares, how BN is scored, the totals, how each claim says it could be wrong, and bad input."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -257,15 +258,12 @@ def write_analysis(root, ln_ratio=0.25, none_ratio=0.27, none_exponent=0.05, dif
     (root / "analysis" / "geometry").mkdir(parents=True, exist_ok=True)
     (root / "analysis" / "invariance.json").write_text(json.dumps(inv))
 
-    def run(ratio):
-        return {"steps": 200, "summary": {"layers": [{
-            "norm_growth": 2.0, "eff_lr_early": 0.02, "eff_lr_late": 0.02 * ratio,
-            "eff_lr_exponent_vs_norm": -2.0}], "fisher_decay_exponent": -2.0}}
+    from .test_kl_step import _arms, kl_section
     geo = {"curvature": {"methods": {
         "layer": {"main": "W", "exponent": -2.0}, "batch": {"main": "w_i", "exponent": -1.99},
         "weight": {"main": "w_i", "exponent": -2.01},
         "none": {"main": "w_i", "exponent": none_exponent}}},
-        "training": {"layer/sgd": run(ln_ratio), "none/sgd": run(none_ratio)}}
+        "kl_step": kl_section(*_arms(math.log(ln_ratio), math.log(none_ratio)))}
     (root / "analysis" / "geometry" / "geometry.json").write_text(json.dumps(geo))
 
 
@@ -274,7 +272,7 @@ def test_analysis_checks_and_the_lr_decay_against_no_norm(tmp_path):
     s = summary(tmp_path)
     assert s["table1"]["verdict"] == NOT_SUPPORTED and s["table1"]["kind"] == "check"
     assert s["5.2-curvature"]["verdict"] == SUPPORTED
-    # LN's effective lr falls as much as the un-normalized network's: nothing LN adds
+    # LN's per-update KL falls about as much as the un-normalized network's: nothing LN adds
     assert s["5.2-lr-decay"]["verdict"] == NOT_SUPPORTED and s["5.2-lr-decay"]["kind"] == "claim"
     md = (tmp_path / "report.md").read_text()
     assert "Checks (deterministic measurements, no seeds): 1/2 hold" in md

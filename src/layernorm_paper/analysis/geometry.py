@@ -13,7 +13,7 @@ typed in).
 For batch norm an example's prediction depends on the whole batch; the gradients are taken through
 the batch statistics, the y_n being independent given the batch.
 
-Three measurements, one figure each:
+Four measurements, one figure each:
 
 1. ``curvature``: scale a weight vector by d in [1/4, 4]. Where the prediction is unchanged
    (w_i alone for batch and weight norm, the whole W for layer and RMS norm, whose sigma is shared
@@ -21,14 +21,21 @@ Three measurements, one figure each:
    smaller step in prediction space for the same parameter step. A plain GLM is the contrast.
 2. ``training``: an MLP with and without layer norm trained with SGD and Adam; per step the weight
    norms and the angular step. Under layer norm the loss does not depend on ||W||, the gradient is
-   orthogonal to W and shrinks as 1/||W||, so the effective learning rate on the sphere,
-   angle / (||W|| ||grad||), falls as ||W|| grows (exactly lr / ||W||^2 for SGD).
+   orthogonal to W and shrinks as 1/||W||. (The ratio angle / (||W|| ||grad||) is printed too:
+   for an SGD step it equals lr sin(grad, W) / ||W||^2 in any network, so it tells the arms apart
+   by nothing but their weight norms; the decisive measure is point 4.)
 3. ``gain``: the metric along the gains g (eqs. 32-35) when the input is re-scaled by lambda:
    unchanged for batch and layer norm, growing with lambda for weight norm and a plain GLM (whose
    "gain" is the magnitude of w_i).
 
-The exact Fisher lives in ``fisher``, the training runs of point 2 in ``weight_growth``, the figures
-in ``geometry_figures``; this module measures points 1 and 3 and runs all three.
+4. ``kl_step``: the same MLP with and without layer norm trained with SGD over several seeds; per
+   update the step's length in function space, KL(p_t || p_t+1) on a fixed held-out probe batch,
+   and ||W|| of the hidden layers: section 5.2's implicit learning-rate decay is a per-update KL
+   that falls more, late against early in training, under layer norm than without it.
+
+The exact Fisher lives in ``fisher``, the training runs of point 2 in ``weight_growth``, those of
+point 4 in ``kl_step``, the figures in ``geometry_figures``; this module measures points 1 and 3
+and runs all four.
 """
 from __future__ import annotations
 
@@ -42,7 +49,8 @@ import torch
 from .. import _args
 from .._io import atomic_write_json, format_table
 from .fisher import _glm_logp, fisher_block, fit_exponent, kl_divergence
-from .geometry_figures import plot_curvature, plot_gain, plot_training
+from .geometry_figures import plot_curvature, plot_gain, plot_kl_steps, plot_training
+from .kl_step import KL_SEEDS, measure_kl_steps
 from .invariance import tolerance
 from .layer import (METHODS, check_data, check_method, check_scales, load_digits_xy,
                     single_thread)
@@ -50,8 +58,8 @@ from .weight_growth import OPTIMIZERS, TRAIN_NORMS, measure_training, train_mlp
 
 __all__ = ["SCALES", "UNIT", "TRAIN_NORMS", "OPTIMIZERS", "fisher_block", "kl_divergence",
            "fit_exponent", "measure_curvature", "measure_gain_metric", "train_mlp",
-           "measure_training", "plot_curvature", "plot_training", "plot_gain", "run_geometry",
-           "format_geometry", "add_commands"]
+           "measure_training", "measure_kl_steps", "plot_curvature", "plot_training", "plot_gain",
+           "plot_kl_steps", "run_geometry", "format_geometry", "add_commands"]
 
 SCALES = tuple(2.0 ** (k / 2) for k in range(-4, 5))          # 0.25 ... 4, 9 points
 UNIT = 0                                                        # the unit i whose w_i is scaled
@@ -158,19 +166,26 @@ def measure_gain_metric(x: torch.Tensor, *, methods=METHODS, scales=SCALES, K: i
 
 def run_geometry(out_dir: str | os.PathLike, *, methods=METHODS, scales=SCALES,
                  n_examples: int = 256, steps: int = 300, data: torch.Tensor | None = None,
-                 labels: torch.Tensor | None = None, seed: int = 0, progress: bool = False) -> dict:
-    """All three measurements on the digits (or ``data``/``labels``); writes ``geometry.json`` and
-    ``curvature.png``, ``training.png``, ``gain.png`` into ``out_dir`` and returns the JSON dict.
+                 labels: torch.Tensor | None = None, seed: int = 0, kl_seeds: int = KL_SEEDS,
+                 progress: bool = False) -> dict:
+    """All four measurements on the digits (or ``data``/``labels``); writes ``geometry.json`` and
+    ``curvature.png``, ``training.png``, ``gain.png``, ``kl_step.png`` into ``out_dir`` and
+    returns the JSON dict.
 
     n_examples: examples in the Fisher expectation (float64); steps: SGD/Adam steps per training
-    run. The defaults take a few seconds.
+    run (points 2 and 4); kl_seeds: seeds per arm of point 4 (``seed``, ``seed + 1``, ...). The
+    defaults take seconds.
     """
+    if not (isinstance(kl_seeds, int) and kl_seeds >= 1):
+        raise ValueError(f"run_geometry expected kl_seeds, the seeds per arm of the KL-step runs, "
+                         f"to be an integer >= 1, received {kl_seeds!r}.")
     with single_thread():
         return _run_geometry(out_dir, methods=methods, scales=scales, n_examples=n_examples,
-                             steps=steps, data=data, labels=labels, seed=seed, progress=progress)
+                             steps=steps, data=data, labels=labels, seed=seed,
+                             kl_seeds=kl_seeds, progress=progress)
 
 
-def _run_geometry(out_dir, *, methods, scales, n_examples, steps, data, labels, seed,
+def _run_geometry(out_dir, *, methods, scales, n_examples, steps, data, labels, seed, kl_seeds,
                   progress) -> dict:
     methods = tuple(methods)
     for m in methods:
@@ -195,12 +210,15 @@ def _run_geometry(out_dir, *, methods, scales, n_examples, steps, data, labels, 
     curv = measure_curvature(x64, methods=methods, scales=scales, seed=seed)
     gain = measure_gain_metric(x64, methods=methods, scales=scales, seed=seed)
     runs = measure_training(data.float(), labels, steps=steps, seed=seed, progress=progress)
+    kl = measure_kl_steps(data.float(), labels, steps=steps,
+                          seeds=range(seed, seed + kl_seeds), progress=progress)
     result = {
         "curvature": curv, "gain": gain,
-        "training": runs,
+        "training": runs, "kl_step": kl,
         "figures": {"curvature": plot_curvature(curv, out / "curvature.png"),
                     "training": plot_training(runs, out / "training.png"),
-                    "gain": plot_gain(gain, out / "gain.png")},
+                    "gain": plot_gain(gain, out / "gain.png"),
+                    "kl_step": plot_kl_steps(kl, out / "kl_step.png")},
     }
     atomic_write_json(out / "geometry.json", result)
     return result
@@ -238,8 +256,8 @@ def format_geometry(result: dict) -> str:
         format_table(rows, list(rows[0])),
         "",
         "2. MLP 64-64-64-10 on digits, first hidden layer W1, per step: ||W1||, the angle W1 turns "
-        "by, cos(grad, W1) (0: the loss ignores ||W1||), effective lr = angle / (||W1|| ||grad||) "
-        "(SGD: lr / ||W1||^2);",
+        "by, cos(grad, W1) (0: the loss ignores ||W1||), eff lr = angle / (||W1|| ||grad||) "
+        "(for SGD lr sin(grad, W1) / ||W1||^2 in any network: not a test of section 5.2);",
         "   every 10 steps the Fisher form u'Fu along a tangent u at W1 over the same at W1 "
         "rescaled to its initial norm ('Fisher decay': same step, how much less the prediction "
         "moves), with the",
@@ -247,8 +265,40 @@ def format_geometry(result: dict) -> str:
         "rescaling causes (0 under LN: the same function, so the decay is purely implicit).",
         format_table(trows, list(trows[0])),
         "",
+        *_format_kl(result.get("kl_step")),
         f"Files: {', '.join(result['figures'].values())} and geometry.json",
     ])
+
+
+def _mean_text(values) -> str:
+    """The mean of the defined values (None: an angle of 0 early), or n/a."""
+    v = [x for x in values if x is not None]
+    return f"{sum(v) / len(v):.3f}" if v else "n/a"
+
+
+def _format_kl(kl: dict | None) -> list[str]:
+    """Point 4's lines: per arm, over seeds, the per-update KL early and late and their ratio."""
+    if not kl:
+        return []
+    w = kl["windows"]
+    rows = []
+    for norm, runs in kl["runs"].items():
+        s = [r["summary"] for r in runs]
+        logs = [x["log_kl_late_over_early"] for x in s if x["log_kl_late_over_early"] is not None]
+        mean = lambda v: sum(v) / len(v)  # noqa: E731
+        rows.append({"arm": norm, "seeds": len(runs),
+                     "KL/update early": f"{mean([x['kl_early'] for x in s]):.2e}",
+                     "KL/update late": f"{mean([x['kl_late'] for x in s]):.2e}",
+                     "late/early (geo. mean over seeds)":
+                         f"{math.exp(mean(logs)):.3f}" if logs else "n/a",
+                     "angle late/early": _mean_text([x["angle_late_over_early"] for x in s]),
+                     "||W1|| growth": f"{mean([x['norm_growth'][0] for x in s]):.2f}",
+                     "final train loss": f"{mean([r['final_train_loss'] for r in runs]):.3f}"})
+    return [f"4. The same MLP, {kl['optimizer'].upper()} lr {kl['lr']:g}, {kl['steps']} updates, "
+            f"trained on {kl['train_size']} digits; per update KL(p_t || p_t+1) mean over a "
+            f"held-out probe of {kl['probe_size']}; early = updates {w['early'][0] + 1}-"
+            f"{w['early'][1]}, late = {w['late'][0] + 1}-{w['late'][1]} (counted from 1, after "
+            f"a warm-up of {w['warmup']}).", format_table(rows, list(rows[0])), ""]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -258,7 +308,8 @@ def _run(args: argparse.Namespace) -> int:
                         f"writing {out} right now; wait for it, or pass another --out."):
         clean_stale_temp_files(out)      # atomic writes cut short by a kill
         result = run_geometry(out, methods=args.methods, steps=args.steps,
-                              n_examples=args.examples, seed=args.seed, progress=True)
+                              n_examples=args.examples, seed=args.seed,
+                              kl_seeds=args.kl_seeds, progress=True)
     print(format_geometry(result))
     return 0
 
@@ -273,4 +324,6 @@ def add_commands(sub) -> None:
     p.add_argument("--examples", type=_args.positive_int, default=256,
                    help="digits examples in the Fisher expectation (default 256)")
     p.add_argument("--seed", type=_args.seed, default=0)
+    p.add_argument("--kl-seeds", type=_args.positive_int, default=KL_SEEDS,
+                   help=f"seeds per arm of the per-update KL runs (default {KL_SEEDS})")
     p.set_defaults(func=_run)

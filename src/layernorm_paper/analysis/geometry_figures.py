@@ -65,7 +65,7 @@ def plot_training(runs: dict, path: Path) -> str:
     axes[1].set_xlabel("step")
     axes[1].set_ylabel("angular step of W_1 (rad, smoothed)")
     axes[2].set_xlabel("||W_1||")
-    axes[2].set_ylabel("effective lr  angle / (||W_1|| ||grad||)")
+    axes[2].set_ylabel("angle / (||W_1|| ||grad||)  (SGD: lr sin / ||W_1||², any network)")
     axes[3].set_xlabel("||W_1|| / ||W_1 at step 0||")
     axes[3].set_ylabel("u'F(W_1)u / u'F(W_1 rescaled to initial norm)u")
     from matplotlib.ticker import NullFormatter
@@ -106,4 +106,54 @@ def plot_gain(gain: dict, path: Path) -> str:
     ax.set_ylabel("metric along the gains, relative to lambda = 1")
     ax.set_title("Gain learning under input re-scaling (eqs. 32-35)")
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _inside_title(ax, text: str) -> None:
+    """The panel's title drawn inside its frame (top centre, on a white box), so that it travels
+    with the plot wherever the figure is cropped or embedded."""
+    ax.text(0.5, 0.97, text, transform=ax.transAxes, ha="center", va="top", fontsize=9,
+            bbox={"facecolor": "white", "edgecolor": "0.7", "alpha": 0.9, "pad": 3})
+
+
+def plot_kl_steps(kl: dict, path: Path) -> str:
+    """Per-update KL(p_t || p_t+1) on the probe against the update (log y), both arms, mean over
+    seeds (thin: every update; thick: a running mean over 10 updates), the early and late windows
+    shaded; and ||W|| of each hidden layer, mean over seeds."""
+    plt = _plt()
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(12.5, 4.6))
+    colors = {"layer": "C0", "none": "C3"}
+    n_seeds = len(kl["seeds"])
+    for norm, runs in kl["runs"].items():
+        label = "LN" if norm == "layer" else "no norm"
+        steps = len(runs[0]["log"]["kl"])
+        mean_kl = [sum(r["log"]["kl"][t] for r in runs) / len(runs) for t in range(steps)]
+        upd = list(range(1, steps + 1))
+        a0.semilogy(upd, mean_kl, color=colors.get(norm), lw=0.5, alpha=0.35)
+        a0.semilogy(upd, _smooth(mean_kl), color=colors.get(norm), lw=2,
+                    label=f"{label} (mean of {len(runs)} seeds; running mean over 10)")
+        at = runs[0]["log"]["norm_update"]                  # ||W|| after that many updates
+        for k in range(len(runs[0]["log"]["norm"])):
+            mean_w = [sum(r["log"]["norm"][k][i] for r in runs) / len(runs)
+                      for i in range(len(at))]
+            a1.plot(at, mean_w, color=colors.get(norm), ls="-" if k == 0 else "--",
+                    label=f"{label}: ||W_{k + 1}||")
+    w = kl["windows"]
+    for (lo, hi), what in ((w["early"], "early"), (w["late"], "late")):
+        a0.axvspan(lo + 1, hi, color="0.85", zorder=0)
+        a0.text((lo + hi) / 2 + 1, 0.03, what, transform=a0.get_xaxis_transform(), ha="center",
+                fontsize=8, color="0.3")
+    a0.set_xlabel("update t")
+    a0.set_ylabel("KL(p_t || p_t+1), mean over the probe (nats)")
+    _inside_title(a0, f"Step length in function space ({kl['optimizer'].upper()} lr "
+                      f"{kl['lr']:g}, {n_seeds} seeds, probe of {kl['probe_size']} held-out "
+                      f"digits)")
+    a0.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 0.08))
+    a1.set_xlabel("updates made")
+    a1.set_ylabel("||W|| of the hidden layers (mean over seeds)")
+    _inside_title(a1, "Weight norm of the layers LN normalizes")
+    a1.legend(fontsize=8, loc="lower right")
+    a1.set_ylim(top=a1.get_ylim()[1] * 1.12)      # room for the title inside the frame
+    a0.set_ylim(top=a0.get_ylim()[1] * 8)
+    fig.subplots_adjust(wspace=0.25)
     return _save(fig, path)

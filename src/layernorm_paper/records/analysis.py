@@ -17,8 +17,9 @@ def claims(found, R) -> list:
               "reduces the learning rate”: curvature along w_i scales as ||w_i||⁻²", NAME,
               R.claim_curvature, "Analysis", R.CHECK),
         R.Claim("5.2-lr-decay", "paper 5.2", "“a growing weight norm acts as an implicit "
-              "learning-rate decay” (early-stopping effect), beyond an un-normalized network's",
-              NAME, R.claim_lr_decay, "Analysis"),
+              "learning-rate decay” (early-stopping effect): the KL between the output "
+              "distributions before and after an SGD update falls, late against early in "
+              "training, more with layer norm than without", NAME, R.claim_lr_decay, "Analysis"),
     ]
 
 

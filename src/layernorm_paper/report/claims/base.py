@@ -27,8 +27,8 @@ FASTER_MARGIN = math.log(1.2)   # "trains faster": eval-mode training NLL lower 
 DRIFT_MARGIN = 0.05         # hidden-state stability statistics (spread of log std, nats)
 STEPS_FRACTION = 0.05       # "converges faster": fewer steps by >= 5% of the step budget
 GAIN_MARGIN = 0.01          # "gain 1.0 better": mean test error over training lower by >= 1 pp
-LR_DECAY_FACTOR = 0.8       # 5.2: LN's effective lr falls to <= 0.8x the no-norm run's fall
-LR_DECAY_SAME = 0.9         # ... and a ratio >= 0.9 is no decay worth crediting to LN
+LR_DECAY_MARGIN = math.log(1.25)  # 5.2: LN's per-update KL (late / early) below the un-
+#                                   normalized network's by >= 1.25x, on the log ratio
 STILL_FALLING = 0.005       # an arm whose error still falls by >= 0.5 pp late in training
 MIN_HIDDEN_T = 100          # hidden-state stability needs sequences of at least this length
 
