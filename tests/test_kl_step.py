@@ -102,7 +102,7 @@ def test_training_records_one_kl_per_update_on_a_held_out_probe():
 
 
 def test_windows_leave_out_a_warm_up_and_compare_quarters():
-    assert K.windows(300) == {"warmup": 30, "early": [30, 97], "late": [233, 300]}
+    assert K.windows(300) == {"warmup": 75, "early": [75, 131], "late": [244, 300]}
     assert K.windows(2) == {"warmup": 0, "early": [0, 1], "late": [1, 2]}
     with pytest.raises(ValueError, match="at least 2"):
         K.windows(1)
@@ -187,6 +187,13 @@ def test_lr_decay_guard_and_not_run(tmp_path):
     res = _lr_decay(tmp_path)
     assert res["verdict"] == NO_LEARNING
     assert "did not learn" in (tmp_path / "report.md").read_text()
+    # one LN run's final loss spikes, the arm learned on average: judged, and the run named
+    kl = kl_section(*_arms(-2.0, -1.0))
+    kl["runs"]["layer"][3]["final_train_loss"] = 2.2
+    _write(tmp_path, kl)
+    assert _lr_decay(tmp_path)["verdict"] == SUPPORTED
+    assert "not below 0.9 · ln 10" in (tmp_path / "report.md").read_text()
+    assert "LN seed 3 (2.2 nats)" in (tmp_path / "report.md").read_text()
     # a geometry.json without the per-update KL runs (an older one): not run, saying why
     _write(tmp_path, None)
     res = _lr_decay(tmp_path)

@@ -116,9 +116,10 @@ def _kl_samples(kl: dict) -> tuple[dict, str | None]:
     return out, None
 
 
-def _learned(v: Verdict, kl: dict) -> Verdict:
+def _learned(v: Verdict, kl: dict, split: list[str]) -> Verdict:
     """Before the rule: each arm's final training loss (mean over seeds, the whole training set)
-    must beat the uniform distribution's ln K by ``LEARN_FRACTION`` of it."""
+    must beat the uniform distribution's ln K by ``LEARN_FRACTION`` of it. ``split`` collects the
+    single runs that do not, in an arm that does on average."""
     K = int(kl.get("classes") or 0)
     if K < 2:
         return v
@@ -127,6 +128,8 @@ def _learned(v: Verdict, kl: dict) -> Verdict:
     for arm, name in KL_ARMS.items():
         runs = kl["runs"][arm]
         loss = sum(float(r["final_train_loss"]) for r in runs) / len(runs)
+        split += [f"{name} seed {r['seed']} ({float(r['final_train_loss']):.3g} nats)"
+                  for r in runs if not float(r["final_train_loss"]) <= bar]
         if not loss <= bar:
             low.append(f"{name}: final training loss {loss:.4g} nats (mean over {len(runs)} "
                        f"seeds) against ln {K} = {math.log(K):.4g} for the uniform distribution, "
@@ -178,13 +181,17 @@ def claim_lr_decay(inp: Inputs) -> ClaimResult:
     raw = exceeds(none, ln, LR_DECAY_MARGIN, a_name="log(KL late / early) without "
                   "normalization", b_name="with LN", paired=None)
     iv = raw.interval
+    warm = w.get("warmup", "?")
     rule = all_of([raw], f"per-update KL(p_t ‖ p_t+1) on a held-out probe, late / early in "
-                         f"training (mean over the last quarter of the updates / the first "
-                         f"quarter after a warm-up), on the log scale, paired by seed: supported "
-                         f"if LN's is below the un-normalized network's by ≥ log {f:g} (≥ "
-                         f"{f:g}×) over the whole {LEVEL:.0%} interval, not supported if the "
-                         f"whole interval is above −log {f:g}, else inconclusive")
-    v = _learned(rule, kl)
+                         f"training (the updates after a warm-up of {warm} cut in quarters: mean "
+                         f"over the last quarter / mean over the first), on the log scale, paired "
+                         f"by seed: supported if LN's is below the un-normalized network's by ≥ "
+                         f"log {f:g} (≥ {f:g}×) over the whole {LEVEL:.0%} interval, not "
+                         f"supported if the whole interval is above −log {f:g}, else "
+                         f"inconclusive")
+    split: list[str] = []
+    v = _learned(rule, kl, split)
+    K = int(kl.get("classes") or 0)
     table = []
     for arm, name in KL_ARMS.items():
         runs = kl["runs"][arm]
@@ -215,6 +222,10 @@ def claim_lr_decay(inp: Inputs) -> ClaimResult:
         "same parameter step moves the prediction less as ||W|| grows (the Fisher block scales "
         "as 1/σ²); without normalization nothing cancels the growth, so a decay beyond the "
         "un-normalized network's is what the paper credits to normalization.",
+        "The warm-up leaves out the first quarter of the updates: the network without "
+        "normalization starts with far smaller steps (small initial logits) and reaches its "
+        "full step length only after a ramp (see the figure), which an early window must not "
+        "hold.",
         "Not used: angle / (||W|| · ||grad||) (the “effective learning rate” on the sphere) "
         "equals lr · sin(grad, W) / ||W||² for an SGD step in any network, so it compares "
         "nothing but the weight norms."], caveats=[
@@ -230,7 +241,9 @@ def claim_lr_decay(inp: Inputs) -> ClaimResult:
         f"log(late / early) over the {iv.n} seeds both arms ran (a seed fixes the initial "
         f"weights and the minibatch order of both networks); every seed is measured on the same "
         f"probe, so the interval holds the spread over training seeds, not probe sampling "
-        f"noise."])
+        f"noise."] + ([f"Runs whose final training loss is not below {1 - LEARN_FRACTION:g} · "
+                       f"ln {K} (they count in the interval; the guard reads each arm's mean): "
+                       + ", ".join(split) + "."] if split else []))
 
 
 # ---------------------------------------------------------------------------------------------
