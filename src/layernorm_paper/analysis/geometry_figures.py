@@ -146,8 +146,7 @@ def plot_kl_steps(kl: dict, path: Path) -> str:
     a0.set_xlabel("update t")
     a0.set_ylabel("KL(p_t || p_t+1), mean over the probe (nats)")
     _inside_title(a0, f"Step length in function space ({kl['optimizer'].upper()} lr "
-                      f"{kl['lr']:g}, {n_seeds} seeds, probe of {kl['probe_size']} held-out "
-                      f"digits)")
+                      f"{kl['lr']:g}, {n_seeds} seeds, {kl['probe_size']} probe digits)")
     a0.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 0.08))
     a1.set_xlabel("updates made")
     a1.set_ylabel("||W|| of the hidden layers (mean over seeds)")
