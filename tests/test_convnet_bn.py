@@ -47,3 +47,52 @@ def test_bn_at_batch_one_removes_each_channels_spatial_mean():
     torch.testing.assert_close(pre.mean((2, 3))[0], bn.bias.detach(), atol=1e-5, rtol=0)
     # the flattened head sees every position: its input width is channels x positions
     assert m.head.in_features == 8 * pre.shape[-2] * pre.shape[-1]
+
+
+def test_collapse_claim_reads_what_fails_from_the_training_losses(tmp_path, monkeypatch):
+    """cnn-bn-collapse prints, per batch size, BN's train-mode loss (batch statistics) and
+    eval-mode training NLL next to the un-normalized network's: a BN that does not fit even in
+    train mode is told apart from a train/test mismatch of its statistics."""
+    import json
+
+    import layernorm_paper.report.figures as figures
+    from layernorm_paper import report as R
+    monkeypatch.setattr(figures, "draw", lambda fig, inp, path: None)
+    losses = {("batch", 128): 0.02, ("batch", 4): 0.05, ("batch", 1): 2.3,
+              ("layer", 128): 0.02, ("layer", 4): 0.03, ("layer", 1): 0.04,
+              ("none", 128): 0.1, ("none", 4): 0.12, ("none", 1): 0.2}
+    rows_of = {}
+    for (norm, b), loss in losses.items():
+        for seed in range(5):
+            rows = []
+            for i, step in enumerate((25, 50, 100, 200, 400)):
+                err = 0.9 if (norm, b) == ("batch", 1) else 0.03 + 0.001 * seed
+                row = {"step": step, "epoch": 1, "train_loss": loss + 0.01 * seed + 0.001 * i,
+                       "test_loss": 1.0, "test_error": err, "wall_time": float(i),
+                       "eval_train_nll": loss / 2 + 0.01 * seed}
+                if norm == "batch":
+                    row |= {"eval_test_error": err, "eval_test_loss": 1.0,
+                            "bn_scoring": "population"}
+                rows.append(row)
+            cfg = {"experiment": "cnn_batch_size", "dataset": "digits-image", "model": "convnet",
+                   "norm": norm, "batch_size": b, "seed": seed, "steps": 400, "eval_every": 25,
+                   "optimizer": "adam", "lr": 1e-3, "model_args": {"channels": [4, 8]},
+                   "data_args": {"split_seed": seed}}
+            d = tmp_path / "runs" / "cnn_batch_size" / f"{norm}-b{b}-s{seed}"
+            d.mkdir(parents=True)
+            (d / "config.json").write_text(json.dumps(cfg))
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (d / "done").write_text("")
+            rows_of[norm, b, seed] = rows
+    R.build_report(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    section = md[md.index('<a id="cnn-bn-collapse">'):md.index('<a id="cnn-ln-stable">')]
+    line = next(ln for ln in section.splitlines() if ln.startswith("- Training NLL"))
+
+    def mean(norm, b, key):
+        return sum(sum(r[key] for r in rows_of[norm, b, s][-3:]) / 3 for s in range(5)) / 5
+    for b in (4, 1, 128):
+        assert (f"batch {b}: BN train-mode {mean('batch', b, 'train_loss'):.3g}, eval-mode "
+                f"{mean('batch', b, 'eval_train_nll'):.3g}, no normalization train-mode "
+                f"{mean('none', b, 'train_loss'):.3g}") in line
+    assert "a network that does not fit at that batch size" in line
