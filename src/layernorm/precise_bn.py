@@ -13,6 +13,12 @@ through the network once with batch statistics, and give every batch equal weigh
     layernorm.recompute_batch_stats(model, [x[i:i + 64] for i in ...]) # or plain batches
     model.eval(); evaluate(model)
 
+``estimator="batch_mean"`` gives instead the average over the batches of each batch's mean and
+unbiased variance: what the running averages tend to when the weights stop changing (torch's
+``momentum=None``, a cumulative average), with neither their lag behind the weights nor their
+noise. Scoring a model both ways separates what the running averages lose to their lag from what
+the per-batch variance estimate itself costs (docs/report.md, "Scoring a run").
+
 Covers ``layernorm.BatchNorm``, torch's ``BatchNorm1d/2d/3d`` (statistics per channel over the
 batch and any spatial dims) and the BN-LSTM / BN-GRU / BN-RNN of ``layernorm.rnn``
 (``norm="batch"``: statistics per time step, over the examples active at that step).
@@ -28,15 +34,21 @@ from .norms import BatchNorm
 
 __all__ = ["recompute_batch_stats"]
 
+ESTIMATORS = ("pooled", "batch_mean")
+
 
 class _Moments:
-    """Exact pooled mean and sum of squared deviations (Chan et al.'s parallel update), float64.
-    Rows are independent slots (time steps of a BN-LSTM; one row for a feed-forward layer)."""
+    """Exact pooled mean and sum of squared deviations (Chan et al.'s parallel update), float64,
+    and the sums of the batches' own means and unbiased variances (``batch_mean``). Rows are
+    independent slots (time steps of a BN-LSTM; one row for a feed-forward layer)."""
 
     def __init__(self, slots: int, width: int) -> None:
         self.count = torch.zeros(slots, dtype=torch.float64)
         self.mean = torch.zeros(slots, width, dtype=torch.float64)
         self.m2 = torch.zeros(slots, width, dtype=torch.float64)
+        self.batches = torch.zeros(slots, dtype=torch.float64)     # batches of >= 2 values
+        self.sum_mean = torch.zeros(slots, width, dtype=torch.float64)
+        self.sum_var = torch.zeros(slots, width, dtype=torch.float64)
 
     def add(self, t0: int, mean: torch.Tensor, m2: torch.Tensor, n: int) -> None:
         """Merge batch moments of slots t0, t0 + 1, ... (rows of mean / m2) over n values each."""
@@ -50,17 +62,28 @@ class _Moments:
         self.mean[sl] += delta * (n / total)
         self.m2[sl] += m2 + delta ** 2 * (na * n / total)
         self.count[sl] += n
+        if n >= 2:      # a batch of one value has no variance (batch norm raises in training)
+            self.batches[sl] += 1
+            self.sum_mean[sl] += mean
+            self.sum_var[sl] += m2 / (n - 1)
 
-    def write(self, mean_buf: torch.Tensor, var_buf: torch.Tensor) -> torch.Tensor:
+    def write(self, mean_buf: torch.Tensor, var_buf: torch.Tensor,
+              estimator: str = "pooled") -> torch.Tensor:
         """Copy the statistics of every slot that saw >= 2 values into the buffers (the variance
-        unbiased, as torch's running_var); returns the mask of slots written."""
-        seen = self.count >= 2
+        unbiased, as torch's running_var): pooled over every value, or (``batch_mean``) the
+        average of the batches' own statistics; returns the mask of slots written."""
+        pooled = estimator == "pooled"
+        seen = self.count >= 2 if pooled else self.batches >= 1
         rows = seen.nonzero().flatten()
         if len(rows):
-            var = self.m2[rows] / (self.count[rows, None] - 1)
+            if pooled:
+                mean, var = self.mean[rows], self.m2[rows] / (self.count[rows, None] - 1)
+            else:
+                nb = self.batches[rows, None]
+                mean, var = self.sum_mean[rows] / nb, self.sum_var[rows] / nb
             view = mean_buf.view(-1, mean_buf.shape[-1])
             vview = var_buf.view(-1, var_buf.shape[-1])
-            view[rows.to(view.device)] = self.mean[rows].to(view)
+            view[rows.to(view.device)] = mean.to(view)
             vview[rows.to(vview.device)] = var.clamp_min(0).to(vview)
         return seen
 
@@ -91,7 +114,8 @@ def _default_forward(model: nn.Module, batch: Any) -> Any:
 
 @torch.no_grad()
 def recompute_batch_stats(model: nn.Module, batches: Iterable, *, num_batches: int | None = None,
-                          forward: Callable[[nn.Module, Any], Any] | None = None) -> int:
+                          forward: Callable[[nn.Module, Any], Any] | None = None,
+                          estimator: str = "pooled") -> int:
     """Replace the running statistics of every batch-norm layer in ``model`` by population
     statistics: the exact mean and (unbiased) variance over every value the layer normalizes in
     one pass over ``batches``, each value weighted equally (a cumulative average, not an
@@ -101,6 +125,10 @@ def recompute_batch_stats(model: nn.Module, batches: Iterable, *, num_batches: i
         PackedSequence, a ``(x, y, ...)`` tuple (the model gets ``x``) or a dict of keyword
         arguments; or anything, with ``forward``. One pass; ``num_batches`` stops after that many.
     forward: ``forward(model, batch)`` calls the model on one batch (e.g. with lengths).
+    estimator: "pooled" (the default: every value weighted equally, as above) or "batch_mean":
+        every batch weighted equally, the average of each batch's mean and unbiased variance
+        (per step, over the batches with >= 2 examples active there) -- the limit of the running
+        averages at fixed weights (torch's ``momentum=None``).
 
     During the pass the batch-norm layers normalize with batch statistics (train mode), as in
     training, and every other module is in eval mode (no dropout); each layer's statistics are
@@ -114,6 +142,10 @@ def recompute_batch_stats(model: nn.Module, batches: Iterable, *, num_batches: i
     if not isinstance(model, nn.Module):
         raise TypeError(f"recompute_batch_stats expected a torch.nn.Module, received "
                         f"{type(model).__name__}.")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"recompute_batch_stats expected estimator in {ESTIMATORS}, received "
+                         f"{estimator!r}. Pass 'pooled' (population statistics) or "
+                         f"'batch_mean' (the average of the batches' statistics).")
     if num_batches is not None and (not isinstance(num_batches, int) or num_batches < 1):
         raise ValueError(f"num_batches must be None or an integer >= 1, received "
                          f"{num_batches!r}.")
@@ -176,9 +208,9 @@ def recompute_batch_stats(model: nn.Module, batches: Iterable, *, num_batches: i
         raise ValueError("recompute_batch_stats received no batches: pass an iterable with at "
                          "least one batch of training inputs (e.g. the training DataLoader).")
     for m, mom in ff_moments.items():
-        mom.write(m.running_mean[None], m.running_var[None])
+        mom.write(m.running_mean[None], m.running_var[None], estimator)
     for m, name, var_name, mom in owners.values():
-        seen = mom.write(getattr(m, name), getattr(m, var_name))
+        seen = mom.write(getattr(m, name), getattr(m, var_name), estimator)
         tracked = m.num_batches_tracked
         reached = seen[:tracked.shape[0]].to(tracked.device)
         tracked[reached] = tracked[reached].clamp_min(1)

@@ -25,6 +25,9 @@ F_LOSS_EMA = "ema_test_loss"        # else the runner's test_error / test_loss a
 F_TRAIN_NLL = "eval_train_nll"      # eval-mode NLL on a fixed training sample (BN: population)
 F_TEST_MSE = "test_mse"             # regression: the test MSE
 F_BN_SCORING = "bn_scoring"         # "population" where BN was scored with population statistics
+F_ERROR_BMEAN = "batchmean_test_error"   # BN-LSTM: the average of per-batch statistics at the
+F_LOSS_BMEAN = "batchmean_test_loss"     # training batch size (the running averages' limit at
+F_BMEAN_BATCH = "batchmean_batch"        # fixed weights), and that batch size
 F_HIDDEN_STD, F_HIDDEN_MEAN = "hidden_std", "hidden_mean"     # per time step, std / mean of h_t
 F_SUMMED_STD = "summed_std"         # per time step, std of the summed inputs W_x e_t + W_h h_t-1
 REGRESSION_TASKS = ("adding",)      # test_loss is the MSE, test_error the threshold error
@@ -179,6 +182,72 @@ def loss_key(runs: list[Run]) -> str:
         if runs and all(has(r, k) for r in runs):
             return k
     return F_LOSS
+
+
+def _moves(run: Run, key: str) -> float | None:
+    """Mean absolute change of ``key`` from one evaluation to the next over the last half of the
+    run's updates; None with fewer than two evaluations there."""
+    end = run.rows[-1][F_STEP]
+    vals = [_num(r.get(key), 1.0) for r in run.rows if key in r and r[F_STEP] > 0.5 * end]
+    if len(vals) < 2:
+        return None
+    return sum(abs(b - a) for a, b in zip(vals, vals[1:])) / (len(vals) - 1)
+
+
+def _mean(vals: list[float]) -> float:
+    return sum(vals) / len(vals)
+
+
+def bn_gap_note(runs: list[Run], label: str) -> str | None:
+    """The gap between a BN arm's two scores, read from its runs: running averages (EMA) minus
+    population statistics per seed, how much each score moves between evaluations late in
+    training, and, where the runs record ``batchmean_*`` (the average of per-batch statistics at
+    the training batch size, with the same weights), the split of the gap into the running
+    averages' lag behind the weights (EMA − batch mean) and the cost of the per-batch statistics
+    themselves (batch mean − population). None unless every run carries both scores."""
+    if not _uses_pop(runs):
+        return None
+    ema = ema_key(runs)
+    if ema == F_ERROR_FAIR or not all(has(r, ema) for r in runs):
+        return None
+    rs = sorted(runs, key=lambda r: r.seed)
+    pop = [score(r, F_ERROR_FAIR) for r in rs]
+    em = [score(r, ema) for r in rs]
+    regress = rs[0].task in REGRESSION_TASKS or rs[0].config.get("dataset") in REGRESSION_TASKS
+    lk = F_LOSS_EMA if all(has(r, F_LOSS_EMA) for r in rs) else F_LOSS
+    mse = regress and all(has(r, F_LOSS_FAIR) and has(r, lk) for r in rs)
+    text = (f"{label}'s two scores, running averages (EMA) − population statistics (the mean of "
+            f"the last {LAST_K} evaluations): {(_mean(em) - _mean(pop)) * PP:+.1f} pp test error "
+            f"({_mean(em) * PP:.1f}% vs {_mean(pop) * PP:.1f}%; per seed "
+            + ", ".join(f"{(e - p) * PP:+.1f}" for e, p in zip(em, pop)) + " pp)")
+    if mse:
+        text += (f", test MSE {_mean([score(r, lk, math.inf) for r in rs]):.4f} vs "
+                 f"{_mean([score(r, F_LOSS_FAIR, math.inf) for r in rs]):.4f}")
+    me, mp = [_moves(r, ema) for r in rs], [_moves(r, F_ERROR_FAIR) for r in rs]
+    if all(m is not None for m in me + mp):
+        text += (f". From one evaluation to the next over the last half of the updates, the EMA "
+                 f"score moves by {_mean(me) * PP:.1f} pp on average, the population score by "
+                 f"{_mean(mp) * PP:.1f} pp")
+    if all(has(r, F_ERROR_BMEAN) for r in rs):
+        bm = [score(r, F_ERROR_BMEAN) for r in rs]
+        sizes = sorted({int(r.rows[-1].get(F_BMEAN_BATCH) or 0) for r in rs})
+        text += (f". With the same weights, the average of per-batch statistics over batches of "
+                 f"{', '.join(map(str, sizes))} (what the running averages tend to once the "
+                 f"weights stop changing; each batch's variance unbiased by n/(n − 1), as the "
+                 f"running variance) scores {_mean(bm) * PP:.1f}%: the running averages' lag "
+                 f"behind the weights (and their noise), EMA − batch mean, "
+                 f"{(_mean(em) - _mean(bm)) * PP:+.1f} pp; the per-batch statistics themselves, "
+                 f"batch mean − population, {(_mean(bm) - _mean(pop)) * PP:+.1f} pp")
+        if mse and all(has(r, F_LOSS_BMEAN) for r in rs):
+            text += (f" (test MSE "
+                     f"{_mean([score(r, F_LOSS_BMEAN, math.inf) for r in rs]):.4f} with the "
+                     f"batch mean)")
+        text += "."
+    else:
+        text += (f". These runs do not record the score with the average of per-batch "
+                 f"statistics (`{F_ERROR_BMEAN}`), which splits the gap into the running "
+                 f"averages' lag behind the weights and the cost of the per-batch statistics.")
+    return text
 
 
 def bn_label(runs: list[Run]) -> str:

@@ -3,7 +3,8 @@
     repro_mlp        section 6.6's MLP: norm on the hidden layers (LN as the paper), optionally
                      batch norm on the logits too (``bn_logits``: BN "on all layers")
     convnet          small ConvNet, norm none / batch / layer (ConvLayerNorm) / weight after every
-                     convolution, global average pooling, linear logits (never normalized)
+                     convolution, a linear head on the flattened last feature map (never
+                     normalized)
     rnn_classifier   one-layer LSTM / BN-LSTM / LN-LSTM (``layernorm.LSTM``; torch's nn.LSTM for
                      norm "none") reading a sequence, a linear head on the last hidden state (or
                      on every step for per-step targets)
@@ -11,7 +12,9 @@
 Every one of them is ``Scored``: its ``extra_metrics`` (called by the runner at every evaluation)
 adds the eval-mode NLL on a fixed training sample and, for batch norm, the scores with population
 statistics recomputed from that sample (``layernorm.recompute_batch_stats``) next to the
-running-average ones; the RNN adds per-step statistics of h_t and of the summed inputs.
+running-average ones; the RNN adds per-step statistics of h_t and of the summed inputs and, for
+BN-LSTM, the score with the average of per-batch statistics at the training batch size (the
+running averages' limit at fixed weights, ``batchmean_*``).
 docs/reproduce.md lists the fields.
 """
 from __future__ import annotations
@@ -36,7 +39,16 @@ class Scored(nn.Module):
     scored with population statistics recomputed from one pass over a training sample
     (``layernorm.recompute_batch_stats``), every other norm in plain eval mode; for batch norm
     also the scores with its exponential running averages (``ema_*``). The running averages are
-    put back afterwards, so training and its checkpoints are those of plain training."""
+    put back afterwards, so training and its checkpoints are those of plain training.
+
+    ``score_batch_mean`` (BN-LSTM): also score with the average over the training sample's
+    batches, at the training batch size, of each batch's mean and unbiased variance
+    (``recompute_batch_stats(..., estimator="batch_mean")``): what the running averages tend to
+    when the weights stop changing. The EMA score minus it is what the running averages lose to
+    their lag (and noise); it minus the population score is what the per-batch statistics
+    themselves cost (docs/report.md, "Scoring a run")."""
+
+    score_batch_mean = False
 
     def _attach(self, dataset, norm: str, train_sample: int = TRAIN_SAMPLE) -> None:
         n = min(train_sample, len(dataset.x_train))
@@ -64,14 +76,19 @@ class Scored(nn.Module):
             count += int(scored)
         return {"loss": loss_sum / max(count, 1), "error": err_sum / max(count, 1)}
 
-    def _population_pass(self) -> None:
+    def _note_train_batch(self, x: torch.Tensor) -> None:
+        """Remember the batch size of a training forward (for ``score_batch_mean``)."""
+        if self.training and "_scoring" in self.__dict__:
+            self._scoring["train_batch"] = len(x)
+
+    def _population_pass(self, estimator: str = "pooled", batch: int = POP_BATCH) -> None:
         x, _, lengths = self._scoring["train"]
         dev = next(self.parameters()).device
-        batches = [(x[i:i + POP_BATCH].to(dev), None if lengths is None else
-                    lengths[i:i + POP_BATCH]) for i in range(0, len(x), POP_BATCH)
-                   if min(POP_BATCH, len(x) - i) >= 2]
+        batches = [(x[i:i + batch].to(dev), None if lengths is None else
+                    lengths[i:i + batch]) for i in range(0, len(x), batch)
+                   if min(batch, len(x) - i) >= 2]
         recompute_batch_stats(self, batches, forward=lambda m, b: m(b[0]) if b[1] is None
-                              else m(b[0], lengths=b[1]))
+                              else m(b[0], lengths=b[1]), estimator=estimator)
 
     @torch.no_grad()
     def scores(self, probe=None) -> dict:
@@ -79,7 +96,9 @@ class Scored(nn.Module):
         norm; for batch norm the same and ``eval_test_loss`` / ``eval_test_error`` with population
         statistics, and ``ema_train_nll`` with the running averages (the runner's ``test_*`` are
         the running-average scores; for other norms they already are the eval-mode scores).
-        ``probe(model) -> dict`` is called with the fair statistics in place."""
+        ``probe(model) -> dict`` is called with the fair statistics in place. With
+        ``score_batch_mean``, after a training forward: ``batchmean_test_loss`` /
+        ``batchmean_test_error`` (and ``batchmean_batch``, the batch size of that pass)."""
         was_training = self.training
         self.eval()
         out = {}
@@ -88,6 +107,12 @@ class Scored(nn.Module):
             out["ema_train_nll"] = self._score(self._scoring["train"])["loss"]
             saved = {k: v.clone() for k, v in self.state_dict().items()
                      if "running_" in k or "num_batches_tracked" in k}
+            train_batch = self._scoring.get("train_batch")
+            if self.score_batch_mean and train_batch and train_batch >= 2:
+                self._population_pass("batch_mean", train_batch)
+                bm = self._score(self._scoring["test"])
+                out.update(batchmean_batch=train_batch, batchmean_test_loss=bm["loss"],
+                           batchmean_test_error=bm["error"])
             self._population_pass()
             te = self._score(self._scoring["test"])
             out.update(bn_scoring="population", pop_sample=len(self._scoring["train"][0]),
@@ -154,25 +179,37 @@ def repro_mlp(dataset, norm: str, hidden=(128, 128), unbiased: bool = False,
 
 
 class ConvNet(Scored):
-    """conv3x3(C0) - [norm] - ReLU, then conv3x3 stride 2 blocks doubling channels, global average
-    pooling, linear. Input (N, C, H, W). Normalization acts on the summed inputs of every conv
-    layer (``norm_block``); batch norm on a feature map averages over batch *and* positions, so
-    it still has statistics at batch size 1 — very noisy ones."""
+    """conv3x3(C0) - [norm] - ReLU, then conv3x3 stride 2 blocks doubling channels, a linear head
+    on the flattened last feature map. Input (N, C, H, W); ``image_size`` (H, W). Normalization
+    acts on the summed inputs of every conv layer (``norm_block``); batch norm on a feature map
+    averages over batch *and* positions, so it still has statistics at batch size 1 — very noisy
+    ones.
+
+    Why a flattened head and not global average pooling: at batch size 1, batch norm's per-channel
+    statistics are those of the one image, so the spatial mean of each channel of its output is
+    exactly its bias (β). Pooled over positions right after it, every channel reaches the head as
+    a function of the shape of that normalized map only (with a 2x2 map: four numbers of mean 0
+    and variance 1, then the ReLU), and the network can hardly represent a class at all. A BN
+    collapse measured that way would be the architecture's, not batch norm's. The flattened head
+    keeps where each value is; every norm arm gets the same head."""
 
     def __init__(self, in_channels: int, num_classes: int, norm: str, channels=(16, 32, 32),
-                 unbiased: bool = False):
+                 unbiased: bool = False, image_size: tuple[int, int] = (8, 8)):
         super().__init__()
         kw = batch_kwargs(norm, unbiased)
         layers, c_in = [], in_channels
+        h, w = image_size
         for i, c in enumerate(channels):
-            conv = nn.Conv2d(c_in, c, 3, stride=1 if i == 0 else 2, padding=1)
+            stride = 1 if i == 0 else 2
+            conv = nn.Conv2d(c_in, c, 3, stride=stride, padding=1)
             layers += [norm_block(conv, norm, **kw), nn.ReLU()]
             c_in = c
+            h, w = (h - 1) // stride + 1, (w - 1) // stride + 1   # 3x3, padding 1
         self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(c_in, num_classes)
+        self.head = nn.Linear(c_in * h * w, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x).mean(dim=(2, 3)))   # (N, C) -> logits (N, classes)
+        return self.head(self.features(x).flatten(1))   # (N, C*H'*W') -> logits (N, classes)
 
     def extra_metrics(self, x: torch.Tensor) -> dict:
         return self.scores()
@@ -184,7 +221,8 @@ def convnet(dataset, norm: str, channels=(16, 32, 32), unbiased: bool = False) -
         raise ValueError(f"convnet expects image inputs (C, H, W), received dataset "
                          f"{dataset.name!r} with input shape {dataset.input_shape}. Use an image "
                          f"view such as 'digits-image'.")
-    model = ConvNet(dataset.input_shape[0], dataset.output_size, norm, tuple(channels), unbiased)
+    model = ConvNet(dataset.input_shape[0], dataset.output_size, norm, tuple(channels), unbiased,
+                    tuple(dataset.input_shape[1:]))
     model._attach(dataset, norm)
     return model
 
@@ -201,6 +239,8 @@ class SequenceClassifier(Scored):
     single case). A nonlinear embedding, like the word embeddings of the paper's tasks, keeps the
     input's magnitude visible to LN-LSTM.
     """
+
+    score_batch_mean = True      # BN-LSTM: per-step statistics over small batches
 
     def __init__(self, input_size: int, output_size: int, length: int, norm: str, hidden: int,
                  gain_init: float | None, chunk: int, per_step: bool, embed: int = 0,
@@ -244,6 +284,7 @@ class SequenceClassifier(Scored):
         return (out, h_n[-1], e) if with_inputs else (out, h_n[-1])
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        self._note_train_batch(x)
         h, last = self._run(x, lengths)
         if self.per_step:
             return self.head(h).repeat_interleave(self.chunk, dim=1)   # (N, T, C)

@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL, PP, _increase, _num, arm,
-                       err_sample, err_table, has, log_area, updates)
+                       err_sample, err_table, has, log_area, score, updates)
 from ...verdicts import LEVEL, all_of, equivalent, exceeds
 from .base import (BEATS_MARGIN, COLLAPSE_MARGIN, FASTER_MARGIN, STABLE_MARGIN, ClaimResult,
                    Figure, _need, how_wrong, not_run)
@@ -218,6 +218,35 @@ def claim_beats(experiment: str, winner: str, loser: str, batch: int, what: str)
     return evaluate
 
 
+def _fit_note(g: dict, ctl: dict | None, sizes: tuple[int, ...]) -> str | None:
+    """What fails where BN's error rises, read from the runs' training losses: the train-mode
+    loss (the runner's ``train_loss``, batch statistics, as BN trained) and the eval-mode NLL on
+    the training sample (population statistics), next to the un-normalized network's."""
+    def mean_of(rs, key):
+        return sum(score(r, key, math.inf) for r in rs) / len(rs)
+    parts = []
+    for s in sizes:
+        rs = g.get(f"batch@{s}") or []
+        if not rs or not all(has(r, F_TRAIN_LOSS) for r in rs):
+            return None
+        text = f"batch {s}: BN train-mode {mean_of(rs, F_TRAIN_LOSS):.3g}"
+        if all(has(r, F_TRAIN_NLL) for r in rs):
+            text += f", eval-mode {mean_of(rs, F_TRAIN_NLL):.3g}"
+        none = (ctl or {}).get(f"none@{s}") or []
+        if none and all(has(r, F_TRAIN_LOSS) for r in none):
+            text += f", no normalization train-mode {mean_of(none, F_TRAIN_LOSS):.3g}"
+        parts.append(text)
+    return ("Training NLL (mean over seeds of the last 3 evaluations; train-mode: the running "
+            "loss with batch statistics, as BN trained; eval-mode: the fixed training sample "
+            "with population statistics): " + "; ".join(parts) + ". A test error that rises "
+            "while the train-mode loss stays low is the mismatch between the batch statistics "
+            "BN trained with and the ones it is evaluated with; a train-mode loss that stays "
+            "high, far above the un-normalized network's, is a network that does not fit at "
+            "that batch size (with the batch statistics of one example, BN sets each "
+            "channel's spatial mean to its bias β, so a head averaging over positions sees "
+            "little of the input).")
+
+
 def claim_bn_collapse(experiment: str, smalls: tuple[int, ...] = (4, 1), large: int = 128):
     def evaluate(inp: Inputs) -> ClaimResult:
         g = _bs_groups(inp.runs, experiment, ("batch",), smalls + (large,))
@@ -243,8 +272,9 @@ def claim_bn_collapse(experiment: str, smalls: tuple[int, ...] = (4, 1), large: 
         v = _gate_batch(v, {**g, **(ctl or {})}, large, COLLAPSE_MARGIN)
         key = "; ".join(f"BN {s} vs {large}: {p.interval.d * PP:+.1f} pp"
                         for s, p in zip(smalls, parts))
+        fit = _fit_note(g, ctl, smalls + (large,))
         return ClaimResult(v, key, err_table(select(inp.runs, experiment=experiment)),
-                           ff_figures(experiment, "ConvNet"),
+                           ff_figures(experiment, "ConvNet"), notes=[fit] if fit else [],
                            caveats=how_wrong(inp, experiment, _arm_names(g), v))
     return evaluate
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_ERROR, F_HIDDEN_STD, F_STEP, LAST_K, PP, REGRESSION_TASKS, RNN_LABEL,
-                       RNN_NORMS, _fmt_range, arm, err_sample, error_key, hidden_stats,
-                       loss_key, mean_curve, rnn_table, seq_len, steps_margin, steps_to,
-                       target_error, updates)
+                       RNN_NORMS, _fmt_range, arm, bn_gap_note, err_sample, error_key,
+                       hidden_stats, loss_key, mean_curve, rnn_table, seq_len, steps_margin,
+                       steps_to, target_error, updates)
 from ...verdicts import LEVEL, all_of, exceeds, sooner
 from .base import (BEATS_MARGIN, DRIFT_MARGIN, GAIN_MARGIN, MIN_HIDDEN_T, STEPS_FRACTION,
                    ClaimResult, Figure, _need, how_wrong, not_run)
@@ -69,6 +69,12 @@ def _learn_key(rs: list[Run]) -> str:
     return loss_key(rs) if regress else error_key(rs)
 
 
+def _bn_gap(g) -> tuple[str, ...]:
+    """The BN-LSTM's gap between its two scores, for "How this could be wrong"."""
+    note = bn_gap_note(g.get("batch") or [], RNN_LABEL["batch"])
+    return (note,) if note else ()
+
+
 def _task_note(rs: list[Run]) -> list[str]:
     t = task_text(rs) if rs else None
     return [t + "."] if t else []
@@ -107,7 +113,8 @@ def claim_rnn_fastest(experiment: str, task: str):
                                   f"mean error at the first evaluation (step "
                                   f"{allr[0].rows[0][F_STEP]}) and the best method's final "
                                   f"score."] + _mse_note(g) + _task_note(allr),
-                           caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
+                           caveats=how_wrong(inp, experiment, _rnn_arms(g), v,
+                                             extra=_bn_gap(g)))
     return evaluate
 
 
@@ -127,7 +134,8 @@ def claim_rnn_best(experiment: str, task: str):
         return ClaimResult(v, key, rnn_table(g, target_error(g)),
                            rnn_figures(experiment, task, allr),
                            notes=_mse_note(g) + _task_note(allr),
-                           caveats=how_wrong(inp, experiment, _rnn_arms(g), v))
+                           caveats=how_wrong(inp, experiment, _rnn_arms(g), v,
+                                             extra=_bn_gap(g)))
     return evaluate
 
 
