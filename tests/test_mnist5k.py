@@ -97,11 +97,14 @@ def test_a_validation_split_carved_from_training_never_touches_test(fake_package
     assert torch.equal(limited.x_train, ds.x_train[:100])
 
 
+FIX = r"pip install 'layernorm\[paper\]'"
+
+
 def test_a_missing_package_or_file_names_the_fix(fake_package, monkeypatch):
-    with pytest.raises(FileNotFoundError, match=r"mnist_5k\.csv\.gz.*pip install 'layernorm\[paper\]'"):
+    with pytest.raises(FileNotFoundError, match=r"mnist_5k\.csv\.gz.*" + FIX):
         load_dataset("mnist-5k")                       # the package without its data file
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(ModuleNotFoundError, match=r"not installed.*pip install 'layernorm\[paper\]'"):
+    with pytest.raises(ModuleNotFoundError, match=r"not installed.*" + FIX):
         mnist5k.mnist_5k_path()
 
 
