@@ -110,7 +110,9 @@ def environment(inp: Inputs) -> list[str]:
 HOW = (
     f"Before any rule, two guards: an arm that does not beat its task's trivial predictor (the "
     f"uniform guess over K classes, the adding problem's constant prediction with MSE 1/6, a fair "
-    f"coin per binary pixel, chance on the completion test) by 10% of that predictor's score "
+    f"coin per binary pixel, the unigram model of the training text for a language model, one "
+    f"Gaussian of the pen offsets and the pen-up rate for handwriting, chance recall for "
+    f"retrieval, chance on the completion test) by 10% of that predictor's score "
     f"makes the claim **baseline did not learn**; for a claim about final values, an arm still "
     f"improving by the claim's margin from the third to the last quarter of its updates makes it "
     f"**undertrained**. Both are counted apart, with what would fix them. "

@@ -15,6 +15,7 @@ from ..runs import Inputs, Run, select
 from ..scoring import F_STEP, _fmt_range, _num, arm, has, steps_margin, updates
 from ...verdicts import LEVEL, all_of, exceeds, sample, sooner
 from .guards import gate
+from .losses import ratio_censored
 from .base import (RECALL_MARGIN, STEPS_FRACTION, ClaimResult, Figure, _need, absent, how_wrong,
                    not_run)
 from .sources import DATA_HERE, PAPER_NUMBERS
@@ -23,6 +24,10 @@ ORDER_EXPERIMENT = "paper_order"
 ORDER_NORMS = ("none", "layer")
 ORDER_LABEL = {"none": "GRU", "layer": "LN-GRU"}
 F_SELECT = "val_c2i_rsum"             # the model-selection criterion (higher is better)
+# 6.1: LN-GRU's best validation model "in 60% of the time": its updates / the GRU's ≈ 0.6, read
+# as "about 1/0.6 ≈ 1.67× faster" (the rule of ``verdicts.ratio_at_least``, as 6.4's "about 2×")
+PAPER_FRACTION = 0.6
+ORDER_FACTOR = 1 / PAPER_FRACTION
 # The recalls of the claim (percent, 0-100; the metrics write SPLIT_<name>): the paper's
 # "caption retrieval" is image -> caption (i2c), its "image retrieval" caption -> image (c2i).
 RECALLS = {"i2c_r1": "caption retrieval R@1", "i2c_r10": "caption retrieval R@10",
@@ -143,7 +148,7 @@ def claim_order_recall(inp: Inputs) -> ClaimResult:
                      f"R@10, percent) of LN-GRU's best validation model is higher than the "
                      f"GRU's by ≥ {RECALL_MARGIN:g} pp over the whole {LEVEL:.0%} interval")
     v = gate(v, {ORDER_LABEL[n]: rs for n, rs in g.items()}, RECALL_MARGIN, key=F_SELECT,
-             rising=True, learn=False)
+             rising=True)           # learned: validation R-sum above chance by 10% of it
     return ClaimResult(v, key, order_table(g), order_figure([r for rs in g.values() for r in rs]),
                        notes=[_here(key)] + parts,
                        caveats=_caveats(inp, g, v, "at its best validation model (the first "
@@ -161,8 +166,10 @@ def _steps_up(run: Run, target: float) -> tuple[float, bool]:
 
 
 def claim_order_sooner(inp: Inputs) -> ClaimResult:
-    """LN-GRU reaches its best validation model in fewer updates than the GRU, by >= 5% of the
-    budget (the "converges faster" margin)."""
+    """LN-GRU reaches a common validation R-sum in about 60% of the GRU's updates (the paper's
+    "in 60% of the time"): the ratio GRU updates / LN-GRU updates, about 1/0.6, judged by
+    ``losses.ratio_censored`` against (1/0.6)/√2; "sooner" by >= 5% of the budget (the "converges
+    faster" margin) is shown beside, not counted."""
     g = _groups(inp)
     if (res := _missing(inp, g)):
         return res
@@ -172,26 +179,37 @@ def claim_order_sooner(inp: Inputs) -> ClaimResult:
     target = min(best[n].mean for n in g)          # the worse arm's best: a common target
     reach = {n: [_steps_up(r, target) for r in rs] for n, rs in g.items()}
     st = {n: sample((s for s, _ in reach[n]), (r.seed for r in g[n])) for n in g}
+    ok = {n: [o for _, o in reach[n]] for n in g}
     budget = max(updates(r) for r in rs_all)
     m = steps_margin(rs_all, STEPS_FRACTION)
-    ex = sooner(st["none"], st["layer"], m, [ok for _, ok in reach["none"]],
-                [ok for _, ok in reach["layer"]], a_name="GRU updates to the common target",
-                b_name="LN-GRU's")
-    v = all_of([ex], f"LN-GRU reaches a common validation R-sum (the worse arm's mean best, "
-                     f"{target:.1f}: a model as good as both arms' best on average) in fewer "
-                     f"updates than the GRU, by ≥ {m:.0f} updates ({STEPS_FRACTION:.0%} of the "
-                     f"{budget}-update budget, and at least one evaluation step) over the whole "
-                     f"{LEVEL:.0%} interval; a run that never reaches it is censored at the "
-                     f"budget (a lower bound: it cannot help the side it would favour)")
-    v = gate(v, {ORDER_LABEL[n]: rs for n, rs in g.items()}, m, final=False, learn=False)
+    k = ORDER_FACTOR
+    ratio_v = ratio_censored(st["none"], st["layer"], k, ok["none"], ok["layer"],
+                             a_name="GRU updates to the common target", b_name="LN-GRU's")
+    v = all_of([ratio_v], f"LN-GRU reaches a common validation R-sum (the worse arm's mean best, "
+                          f"{target:.1f}: a model as good as both arms' best on average) in about "
+                          f"{PAPER_FRACTION:.0%} of the GRU's updates (the paper: its best "
+                          f"validation model in {PAPER_FRACTION:.0%} of the time), read as about "
+                          f"1/{PAPER_FRACTION:g} = {k:.3g}× faster: the GRU's updates / "
+                          f"LN-GRU's ≥ {k:.3g}/√2 = ×{k / 2 ** 0.5:.3g} (LN-GRU's / the GRU's ≤ "
+                          f"×{PAPER_FRACTION * 2 ** 0.5:.3g}) over the whole {LEVEL:.0%} "
+                          f"interval; a run that never reaches the target is censored at the "
+                          f"budget (a lower bound: it cannot help the side it would favour)")
+    v = gate(v, {ORDER_LABEL[n]: rs for n, rs in g.items()}, m, final=False,
+             learn_key=F_SELECT)    # learned: validation R-sum above chance by 10% of it
+    soon = sooner(st["none"], st["layer"], m, ok["none"], ok["layer"],
+                  a_name="GRU updates to the common target", b_name="LN-GRU's")
     own = {n: arm(rs, best_step) for n, rs in g.items()}
     ratio = st["layer"].mean / max(st["none"].mean, 1.0)
     key = (f"GRU {st['none'].mean:.0f}, LN-GRU {st['layer'].mean:.0f} updates to validation "
            f"R-sum ≥ {target:.1f} (LN-GRU/GRU ×{ratio:.2f}; paper ×0.6 in time)")
-    notes = [_here(key), f"Each arm's own best validation model (not the rule: an arm with a "
-                         f"worse best reaches it sooner): GRU {own['none'].mean:.0f}, LN-GRU "
-                         f"{own['layer'].mean:.0f} updates; best validation R-sum GRU "
-                         f"{best['none'].mean:.1f}, LN-GRU {best['layer'].mean:.1f}."]
+    notes = [_here(key),
+             f"“Sooner”, shown and not counted: LN-GRU reaches the common target in fewer "
+             f"updates than the GRU by ≥ {m:.0f} ({STEPS_FRACTION:.0%} of the {budget}-update "
+             f"budget, and at least one evaluation step): **{soon.verdict}** — {soon.detail}",
+             f"Each arm's own best validation model (not the rule: an arm with a worse best "
+             f"reaches it sooner): GRU {own['none'].mean:.0f}, LN-GRU {own['layer'].mean:.0f} "
+             f"updates; best validation R-sum GRU {best['none'].mean:.1f}, LN-GRU "
+             f"{best['layer'].mean:.1f}."]
     if all(best_row(r).get("wall_time") is not None for r in rs_all):
         wall = {n: sum(float(best_row(r)["wall_time"]) for r in rs) / len(rs)
                 for n, rs in g.items()}
