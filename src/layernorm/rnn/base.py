@@ -367,37 +367,21 @@ class RecurrentBase(nn.Module):
             return xw
         return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, time_step)
 
-    def _step_fn(self, suffix: str, terms: dict[str, Term],
-                 h_mask: torch.Tensor | None = None) -> StepFn:
-        """step(xg_t, state, t) -> new state (h_t first) for one direction; with ``h_mask``
-        (B, P) recurrent dropout: h_{t-1} * h_mask enters W_hh (rows of a step running fewer
-        examples, a prefix of the batch, take the mask's first rows)."""
-        if h_mask is not None:
-            return self._masked_step_fn(suffix, terms, h_mask)
+    def _step_fn(self, suffix: str, terms: dict[str, Term]) -> StepFn:
+        """step(xg_t, state, t, h_mask=None) -> new state (h_t first) for one direction;
+        ``h_mask`` (B, P): recurrent dropout, h_{t-1} * h_mask enters W_hh (``run_direction``
+        passes the running rows)."""
         w_hh = self._get("weight_hh", suffix)
         if self.mode == "LSTM":
             w_hr = self._get("weight_hr", suffix)
-            return lambda xg, s, t: lstm_step(xg, s[0], s[1], w_hh, terms["hh"], terms["c"], t,
-                                              w_hr)
+            return lambda xg, s, t, h_mask=None: lstm_step(xg, s[0], s[1], w_hh, terms["hh"],
+                                                           terms["c"], t, w_hr, h_mask)
         if self.mode == "GRU":
-            return lambda xg, s, t: gru_step(xg, s[0], w_hh, terms["hh"], t)
+            return lambda xg, s, t, h_mask=None: gru_step(xg, s[0], w_hh, terms["hh"], t,
+                                                          h_mask)
         act = NONLINEARITIES[self.nonlinearity]
-        return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t)
-
-    def _masked_step_fn(self, suffix: str, terms: dict[str, Term], h_mask: torch.Tensor) -> StepFn:
-        w_hh = self._get("weight_hh", suffix)
-        B = h_mask.shape[0]
-
-        def rows(xg):
-            return h_mask if xg.shape[0] == B else h_mask[:xg.shape[0]]
-        if self.mode == "LSTM":
-            w_hr = self._get("weight_hr", suffix)
-            return lambda xg, s, t: lstm_step(xg, s[0], s[1], w_hh, terms["hh"], terms["c"], t,
-                                              w_hr, h_mask=rows(xg))
-        if self.mode == "GRU":
-            return lambda xg, s, t: gru_step(xg, s[0], w_hh, terms["hh"], t, h_mask=rows(xg))
-        act = NONLINEARITIES[self.nonlinearity]
-        return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t, h_mask=rows(xg))
+        return lambda xg, s, t, h_mask=None: rnn_step(xg, s[0], w_hh, terms["a"], act, t,
+                                                      h_mask)
 
     def _one_step_path(self, x: torch.Tensor) -> bool:
         """THE condition for ``_step_once``: a norm without running statistics ("layer":

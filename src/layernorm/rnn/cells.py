@@ -120,7 +120,7 @@ class _Cell(RecurrentBase):
             else:
                 terms = self._terms("")
                 xg = self._input_term(input, "", terms, time_step)
-                new = self._step_fn("", terms, h_mask)(xg, hx, time_step)
+                new = self._step_fn("", terms)(xg, hx, time_step, h_mask)
                 self._count_steps([time_step])
         finally:
             self._masked = None

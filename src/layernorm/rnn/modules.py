@@ -441,9 +441,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             xg = RecurrentBase._input_term(self, x, suffix, terms)
         else:
             xg = self._input_term(x, suffix, terms)                      # (T, B, G)
-        regs = {} if zone is None else {"zone": zone}
-        out, state = run_direction(self._step_fn(suffix, terms, h_mask), xg, state,
-                                   batch_sizes=batch_sizes, **regs)
+        out, state = run_direction(self._step_fn(suffix, terms), xg, state,
+                                   batch_sizes=batch_sizes, h_mask=h_mask, zone=zone)
         dtype = _autocast_dtype(x)
         if dtype is not None and out.dtype != dtype:
             out, state = out.to(dtype), tuple(s.to(dtype) for s in state)
