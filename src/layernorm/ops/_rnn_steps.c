@@ -18,6 +18,12 @@
  * c, the LN statistics (mean, rstd) of hg and of c. Biased variance, eps inside the square root,
  * as torch.nn.functional.layer_norm.
  *
+ * The recurrent regularizers (docs/rnn.md), each off when its pointer is NULL (then every loop
+ * does exactly what it does without them): recurrent dropout, h_mask (B, H), multiplies h_{t-1}
+ * where it enters the GEMM (and so the GEMM's gradient into h_{t-1}); zoneout, zone_h / zone_c
+ * (T, B, H), mixes the new state with the previous one after the cell, h = h~ + z (h_prev - h~)
+ * (the same for c), whose backward sends z dh to h_prev and (1 - z) dh to h~.
+ *
  * At the end: the BN-LSTM and BN-GRU (Cooijmans et al. 2016; docs/rnnfast.md), whose batch norms
  * reduce each step's columns over the batch, with their own structs and time loops.
  */
@@ -197,10 +203,11 @@ static inline const float *prev_h(const float *h0, const float *out, int t, int 
 typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, const float *hp,
                             float *scratch);
 
-/* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels. */
+/* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels.
+ * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself). */
 static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
                        const float *wp, const float *h0, const float *out, size_t scratch,
-                       forward_row row, const void *cell) {
+                       const float *h_mask, forward_row row, const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -208,7 +215,8 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     {
     int r0, r1;
     row_block(B, &r0, &r1);
-    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + 1));
+    const size_t masked = h_mask ? (size_t)(r1 - r0) * H : 0;  /* h_{t-1} * h_mask */
+    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + 1));
     if (!hg) {
 #pragma omp atomic write
         failed = 1;
@@ -218,7 +226,14 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
         const float *hp = prev_h(h0, out, t, B, H, r0);
-        gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
+        if (h_mask) {
+            float *hm = hg + (size_t)(r1 - r0) * Gp + scratch;
+            const float *m = h_mask + (long)r0 * H;
+            for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
+            gemm_rows(e - r0, H, hm, H, wp, npanels, hg, Gp);
+        } else {
+            gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
+        }
         for (int b = r0; b < e; b++)
             row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp, hp + (long)(b - r0) * H,
                 hg + (size_t)(r1 - r0) * Gp);
@@ -238,12 +253,14 @@ typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, floa
  * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
  * (ceil(H / NR), G, NR). dhg ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
  * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
- * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct). The
+ * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct), the GEMM's
+ * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The
  * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
  * added to double accumulators (private per thread when there are several) and into dparams. */
 static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const int *batch_sizes,
                         const float *wtp, float *dh, float *dhg, int has_direct, size_t scratch,
-                        int nacc, double *dparams, backward_row row, const void *cell) {
+                        int nacc, double *dparams, const float *h_mask, backward_row row,
+                        const void *cell) {
     const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -273,7 +290,13 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const
         for (int b = r0; b < e; b++) {
             const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
             float *dhb = dh + (long)b * H;
-            if (has_direct)
+            if (h_mask) {
+                const float *m = h_mask + (long)b * H;
+                if (has_direct)
+                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j] + dir[j];
+                else
+                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j];
+            } else if (has_direct)
                 for (int j = 0; j < H; j++) dhb[j] = y[j] + dir[j];
             else
                 memcpy(dhb, y, sizeof(float) * H);
@@ -327,7 +350,9 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
  * h_n, c_n: (B, H), in: h0, c0; out: each row's state after its last step. Saved for the backward
  * when cs != NULL (else those pointers may be NULL): cs (T + 1, B, H) with cs[0] = c0, hg_all and
  * act_all (T, B, G), tc_all (T, B, H), stats (6, T, B): mean and rstd of hg, of c and of xw (the
- * last two only with gain_x). */
+ * last two only with gain_x). With zoneout cs holds the carried (zoned-out) c_t, and the LN of c
+ * reads the cell's candidate c~_t = sigmoid(f) c_prev + sigmoid(i) tanh(u), which the backward
+ * recomputes from act_all and cs. */
 struct lstm {
     int T, B, H, nthreads;
     int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
@@ -350,6 +375,8 @@ struct lstm {
     float *dh, *dc;                  /* backward (B, H) in: grads of h_{t1}, c_{t1}; out: at t0 */
     float *dxg;                      /* backward (T, B, G) out */
     float *dhg;                      /* backward (t1 - t0, B, G) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h, *zone_c;    /* (T, B, H) zoneout of h and of c, or NULL */
     double *dparams;                 /* backward (18 H,) accumulated */
 };
 size_t lstm_struct_size(void) { return sizeof(struct lstm); }
@@ -363,7 +390,6 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const float *xb = L->xw + tb * G;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
     float mu, rs, mx = 0.0f, rx = 0.0f;
-    (void)hp;
     moments(hgb, G, L->eps, &mu, &rs);
     if (L->gain_x) {
         moments(xb, G, L->eps, &mx, &rx);
@@ -381,12 +407,21 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const float *cp = save ? L->cs + tb * H : L->c_n + (long)b * H;
     float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;  /* in place without save */
     float *h = L->out + tb * H;
-    for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
+    float *cc = L->zone_c ? scratch + 5 * H : c;  /* the candidate c~_t (zoneout: apart from c) */
+    for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
     float mc, rc;
-    moments(c, H, L->eps, &mc, &rc);
+    moments(cc, H, L->eps, &mc, &rc);
     for (int j = 0; j < H; j++) {
-        tcb[j] = tanhf_((c[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
+        tcb[j] = tanhf_((cc[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
         h[j] = og[j] * tcb[j];
+    }
+    if (L->zone_c) {  /* c_t = c~ + z (c_prev - c~); cp may be c: read at j before the write */
+        const float *z = L->zone_c + tb * H;
+        for (int j = 0; j < H; j++) c[j] = cc[j] + z[j] * (cp[j] - cc[j]);
+    }
+    if (L->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
+        const float *z = L->zone_h + tb * H;
+        for (int j = 0; j < H; j++) h[j] += z[j] * (hp[j] - h[j]);
     }
     copy_(L->h_n + (long)b * H, h, H);
     if (save) {
@@ -398,9 +433,13 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     }
 }
 
+/* scratch per row: the activations (G) and tanh(LN(c)) (H) without save; the candidate c~ (H)
+ * with zone_c. */
+static size_t lstm_scratch(const struct lstm *L) { return (size_t)(L->zone_c ? 6 : 5) * L->H; }
+
 int lstm_forward_seq(const struct lstm *L) {
     return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->h0,
-                       L->out, (size_t)5 * L->H, lstm_forward_row, L);
+                       L->out, lstm_scratch(L), L->h_mask, lstm_forward_row, L);
 }
 
 /* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */
@@ -409,7 +448,6 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
     const struct lstm *L = cell;
     const int H = L->H, G = 4 * H;
     const long TB = (long)L->T * L->B, B = L->B;
-    (void)direct;
     const float *a = L->act_all + tb * G, *t = L->tc_all + tb * H, *st = L->stats;
     const float *c = L->cs + (tb + B) * H, *cp = L->cs + tb * H, *gob = L->grad_out + tb * H;
     const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H, *dhb = L->dh + (long)b * H;
@@ -417,13 +455,33 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
     float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
     float *pg_h = part, *pb_h = part + G, *pg_c = part + 2 * G, *pb_c = pg_c + H;
     float *pg_x = pb_c + H, *pb_x = pg_x + G;
+    const float *zh = L->zone_h ? L->zone_h + tb * H : NULL;
+    const float *zc = L->zone_c ? L->zone_c + tb * H : NULL;
     for (int j = 0; j < H; j++) {
-        const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
+        float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
+        if (zh) {  /* zoneout: z dh to h_{t-1} (direct), (1 - z) dh to the candidate h~ */
+            direct[j] = zh[j] * g;
+            g -= direct[j];
+        }
         dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
         dcn[j] = g * og[j] * (1.0f - t[j] * t[j]);
     }
+    if (zc) {  /* the LN of c read the candidate c~_t: recomputed; c (cs) holds the zoned c_t */
+        float *cc = scratch + H;
+        for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
+        c = cc;
+    }
     /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
     ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+    if (zc) {  /* dc~ = du + (1 - z) dc_t, dc_{t-1} = f dc~ + z dc_t */
+        for (int j = 0; j < H; j++) {
+            float zd = zc[j] * dcb[j], dct = du[j] + dcb[j] - zd;
+            di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
+            df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
+            du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
+            dcb[j] = dct * fg[j] + zd;
+        }
+    } else {
 #pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         float dct = du[j] + dcb[j];
@@ -431,6 +489,7 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
         df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
         du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
         dcb[j] = dct * fg[j];
+    }
     }
     ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G, dhgb, pg_h, pb_h);
     if (L->gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
@@ -448,7 +507,8 @@ int lstm_backward_seq(const struct lstm *L) {
     int lo, hi;
     if (step_range(L->T, L->t0, L->t1, &lo, &hi)) return -2;
     return backward_seq(lo, hi, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp, L->dh,
-                        L->dhg, 0, (size_t)L->H, 18 * L->H, L->dparams, lstm_backward_row, L);
+                        L->dhg, L->zone_h != NULL, (size_t)(L->zone_c ? 2 : 1) * L->H,
+                        18 * L->H, L->dparams, L->h_mask, lstm_backward_row, L);
 }
 
 /* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------
@@ -483,6 +543,8 @@ struct gru {
     float *dh;                       /* backward (B, H) in: grad of h_{t1}; out: of h_{t0} */
     float *dxg;                      /* backward (T, B, 3H) out */
     float *dhg;                      /* backward (t1 - t0, B, 3H) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h;             /* (T, B, H) zoneout, or NULL */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t gru_struct_size(void) { return sizeof(struct gru); }
@@ -532,6 +594,10 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     }
     gru_gates(R, tb, hgb, st, rz, un, n);
     for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
+    if (R->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
+        const float *zh = R->zone_h + tb * H;
+        for (int j = 0; j < H; j++) h[j] += zh[j] * (hp[j] - h[j]);
+    }
     copy_(R->h_n + (long)b * H, h, H);
     if (R->hg_all) {
         copy_(R->hg_all + tb * G, hgb, G);
@@ -541,7 +607,7 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
 
 int gru_forward_seq(const struct gru *R) {
     return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->h0,
-                       R->out, (size_t)4 * R->H, gru_forward_row, R);
+                       R->out, (size_t)4 * R->H, R->h_mask, gru_forward_row, R);
 }
 
 /* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */
@@ -559,6 +625,18 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
     float st[8];
     for (int k = 0; k < 8; k++) st[k] = R->stats[k * TB + tb];
     gru_gates(R, tb, hgb, st, r, u, nb);
+    if (R->zone_h) {  /* zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~ */
+        const float *zh = R->zone_h + tb * H;
+        for (int j = 0; j < H; j++) {
+            const float g0 = dhb[j] + gob[j], zd = zh[j] * g0, g = g0 - zd;
+            const float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
+            dp[2 * H + j] = dnpre;
+            dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
+            dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
+            du[j] = dnpre * r[j];
+            direct[j] = g * z[j] + zd;
+        }
+    } else {
 #pragma omp simd  /* the outputs are disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
@@ -568,6 +646,7 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
         dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
         du[j] = dnpre * r[j];
         direct[j] = g * z[j];
+    }
     }
     ln_backward_row(dp, hgb, st[0], st[1], R->gain_h, 2 * H, dhgb, pg_h, pb_h);
     ln_backward_row(du, hgb + 2 * H, st[2], st[3], R->gain_u, H, dhgb + 2 * H, pg_u, pb_u);
@@ -588,7 +667,8 @@ int gru_backward_seq(const struct gru *R) {
     int lo, hi;
     if (step_range(R->T, R->t0, R->t1, &lo, &hi)) return -2;
     return backward_seq(lo, hi, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp, R->dh,
-                        R->dhg, 1, (size_t)5 * R->H, 12 * R->H, R->dparams, gru_backward_row, R);
+                        R->dhg, 1, (size_t)5 * R->H, 12 * R->H, R->dparams, R->h_mask,
+                        gru_backward_row, R);
 }
 
 /* ---- one step with W_hh h_{t-1} given: the cells' path ------------------------------------
@@ -650,13 +730,15 @@ static int step_backward(int B, int G, int H, int nthreads, float *dhg, float *d
 }
 
 int lstm_step_forward(const struct lstm *L, const float *hg) {
-    return step_forward(L->B, 4 * L->H, L->H, L->nthreads, hg, L->h0, (size_t)5 * L->H,
+    return step_forward(L->B, 4 * L->H, L->H, L->nthreads, hg, L->h0, lstm_scratch(L),
                         lstm_forward_row, L);
 }
 
-int lstm_step_backward(const struct lstm *L) {
-    return step_backward(L->B, 4 * L->H, L->H, L->nthreads, L->dhg, NULL, (size_t)L->H,
-                         18 * L->H, L->dparams, lstm_backward_row, L);
+/* direct (B, H): with zone_h, the gradient of h_0 through the zoneout (else NULL). */
+int lstm_step_backward(const struct lstm *L, float *direct) {
+    return step_backward(L->B, 4 * L->H, L->H, L->nthreads, L->dhg, direct,
+                         (size_t)(L->zone_c ? 2 : 1) * L->H, 18 * L->H, L->dparams,
+                         lstm_backward_row, L);
 }
 
 int gru_step_forward(const struct gru *R, const float *hg) {

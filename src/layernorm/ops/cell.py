@@ -140,7 +140,7 @@ class _LSTMStep(torch.autograd.Function):
                         cs=_p(cs), hg_all=_p(hg), act_all=_p(act), tc_all=_p(tc),
                         stats=_p(stats), dh=_p(dh), dc=_p(dc), dxg=_p(dxg),
                         dhg=_p(dhg), dparams=_p(dparams))
-        _run(ctx.lib.lstm_step_backward(_byref(args)), "LSTMCell backward")
+        _run(ctx.lib.lstm_step_backward(_byref(args), None), "LSTMCell backward")
         d_gh, d_bh, d_gc, d_bc, d_gx, d_bx = dparams.to(xw.dtype).split([G, G, H, H, G, G])
         return dxg, dhg, dc, d_gx, d_bx, d_gh, d_bh, d_gc, d_bc, None, None
 
