@@ -325,6 +325,26 @@ def test_keywords_stored_in_repr_from_torch_and_to_torch():
         m.to_torch()
 
 
+def test_rates_set_after_construction_are_checked_and_used():
+    torch.manual_seed(0)
+    m = layernorm.LSTM(3, 4).eval()
+    x = torch.randn(2, 2, 3)
+    plain = m(x)[0]
+    m.zoneout = 0.5
+    assert m.zoneout == 0.5 and "zoneout=0.5" in repr(m)
+    assert not torch.allclose(m(x)[0], plain)
+    m.zoneout = 0.0
+    assert torch.equal(m(x)[0], plain)
+    with pytest.raises(ValueError, match="dropconnect"):
+        m.dropconnect = 2
+    assert m.dropconnect == 0.0
+    cell = layernorm.GRUCell(3, 4, recurrent_dropout=0.5)
+    cell(torch.randn(2, 3))
+    assert cell._held_masks is not None
+    cell.recurrent_dropout = 0.2                 # new rate: the held masks are dropped
+    assert cell._held_masks is None and cell.recurrent_dropout == 0.2
+
+
 # ---- (g) DropConnect: the masked weight, the gradient of the Parameter ------------------------
 
 @pytest.mark.parametrize("norm", NORMS)

@@ -136,12 +136,13 @@ class RecurrentBase(nn.Module):
     use_fused = True
     # torch's cells take input_size and hidden_size 0 (empty states); its modules refuse them
     _zero_sizes = False
-    # the recurrent regularizers (``regularizers``; docs/rnn.md): off unless the constructor
-    # sets them (these class values also serve modules pickled before they existed)
-    recurrent_dropout = 0.0
-    zoneout: float | tuple[float, float] = 0.0
-    dropconnect = 0.0
+    # the recurrent regularizers (``regularizers``; docs/rnn.md): off unless set (these class
+    # values also serve modules pickled before they existed). ``_rates`` = (recurrent_dropout,
+    # zoneout as given, dropconnect), ``_z_h`` / ``_z_c`` zoneout's rate of h and of c.
+    _rates: tuple = (0.0, 0.0, 0.0)
     _z_h = _z_c = 0.0
+    _regularized = False            # any rate > 0
+    _held_masks = None              # a cell's recurrent-dropout and DropConnect masks
     # while a forward with DropConnect runs: {"weight_hh<suffix>": W_hh * M}, read by ``_get``
     # before the Parameters, so every path receives the masked weight
     _masked = None
@@ -202,8 +203,7 @@ class RecurrentBase(nn.Module):
         self.gain_init = kind.default_gain if gain_init is None else float(gain_init)
         self.nonlinearity = nonlinearity
         if any(rates[:1] + rates[2:]):     # the defaults stay the class's (pickles, repr)
-            (self.recurrent_dropout, self.zoneout, self.dropconnect, self._z_h,
-             self._z_c) = rates
+            self._store_rates(rates)
         self._factory = {"device": device, "dtype": dtype}
         if kind.running_stats:
             self.register_buffer("num_batches_tracked",
@@ -447,6 +447,46 @@ class RecurrentBase(nn.Module):
         return s
 
     # ---- the recurrent regularizers (``regularizers``) ----------------------------------------
+    def _store_rates(self, rates: tuple) -> None:
+        self._rates, self._z_h, self._z_c = rates[:3], rates[3], rates[4]
+        self._regularized = bool(rates[0] or rates[2] or rates[3] or rates[4])
+        self._held_masks = None
+
+    def _set_rate(self, **change) -> None:
+        """Set one rate after construction, checked as the constructor checks it."""
+        now = dict(zip(_reg.NAMES, self._rates), **change)
+        self._store_rates(_reg.check_rates(type(self).__name__, self.mode, error_type=RNNTypeError,
+                                           **now))
+
+    @property
+    def recurrent_dropout(self) -> float:
+        """Recurrent (variational) dropout's rate p: W_hh (h_{t-1} * m), m = Bernoulli(1 - p) /
+        (1 - p) per sequence (docs/rnn.md, "Recurrent regularizers")."""
+        return self._rates[0]
+
+    @recurrent_dropout.setter
+    def recurrent_dropout(self, value) -> None:
+        self._set_rate(recurrent_dropout=value)
+
+    @property
+    def zoneout(self) -> float | tuple[float, float]:
+        """Zoneout's rate z (LSTM: (z_c, z_h) when given as a pair): h_t = k h_{t-1} + (1 - k)
+        h~_t, k = Bernoulli(z) per step in training, z in eval."""
+        return self._rates[1]
+
+    @zoneout.setter
+    def zoneout(self, value) -> None:
+        self._set_rate(zoneout=value)
+
+    @property
+    def dropconnect(self) -> float:
+        """DropConnect's rate p on W_hh: W_hh * M, M = Bernoulli(1 - p) / (1 - p) per forward."""
+        return self._rates[2]
+
+    @dropconnect.setter
+    def dropconnect(self, value) -> None:
+        self._set_rate(dropconnect=value)
+
     @property
     def _state_noise(self) -> bool:
         """Whether a forward in this mode changes the recurrence's states: recurrent dropout in

@@ -53,10 +53,9 @@ class _Cell(RecurrentBase):
     _KEYWORDS = ("input_size", "hidden_size", "bias", "norm", "gain_init", "eps", "momentum",
                  "max_length", "nonlinearity", "forget_bias", "recurrent_dropout", "zoneout",
                  "dropconnect", "device", "dtype")
-    # the recurrent-dropout and DropConnect masks held since the last reset_dropout_masks():
-    # ((batch, dtype, device) they were sampled for, h_mask or None, W_hh's mask or None)
-    _held_masks = None
-    _regularized = False
+    # ``_held_masks``: the recurrent-dropout and DropConnect masks held since the last
+    # reset_dropout_masks(): ((batch, dtype, device) they were sampled for, h_mask or None,
+    # W_hh's mask or None)
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
                  norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
@@ -70,8 +69,6 @@ class _Cell(RecurrentBase):
                          nonlinearity=nonlinearity, forget_bias=forget_bias,
                          recurrent_dropout=recurrent_dropout, zoneout=zoneout,
                          dropconnect=dropconnect, device=device, dtype=dtype)
-        if self.recurrent_dropout or self.dropconnect or self._z_h or self._z_c:
-            self._regularized = True             # the fast gate's one test (``_fast_weight``)
         self._add_direction("", input_size)
         self.reset_parameters()
 

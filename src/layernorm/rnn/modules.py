@@ -473,7 +473,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
         # DropConnect: W_hh * M of every layer and direction, read through ``_get`` (and in
         # torch's weight list) by whichever path runs
-        if self.dropconnect and self.training and B:
+        if self._regularized and self.dropconnect and self.training and B:
             self._masked = self._weight_masks(
                 [self._suffix(k, d) for k in range(self.num_layers)
                  for d in range(self.num_directions)], x_any)
@@ -495,8 +495,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         """torch's own fused RNN op (norm="none" without recurrent dropout or zoneout, which
         that op cannot take), empty outputs (a batch of 0 examples), or the normalized layers
         (and norm="none" with those regularizers: the readable loop, no normalization)."""
-        if self._kind.torch_twin and not (self._z_h or self._z_c or
-                                          self.training and self.recurrent_dropout):
+        if self._kind.torch_twin and not (self._regularized and self._state_noise):
             return self._torch_forward(input, hx, packed)
         if B == 0:
             return self._empty_forward(input, hx)
@@ -515,7 +514,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         """(h_mask, zone) of one layer and direction for ``_run_direction``, sampled now
         (``regularizers``): (None, None) when this forward has no recurrent dropout or
         zoneout."""
-        if not self._state_noise:
+        if not (self._regularized and self._state_noise):
             return None, None
         h_mask, zone_h, zone_c = self._state_masks(T, B, state[0])
         zone = None if zone_h is None and zone_c is None else \
