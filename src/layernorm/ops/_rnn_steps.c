@@ -798,6 +798,9 @@ struct bn_lstm {
     float *dh, *dc;                  /* backward (B, H) in: grads of h_{t1}, c_{t1}; out: at t0 */
     float *dxg;                      /* backward (T, B, G) out: gradient of xw */
     float *dhg;                      /* backward (t1 - t0, B, G) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h, *zone_c;    /* (T, B, H) zoneout of h and of c, or NULL (the BN of c
+                                        reads the candidate c~_t, as the LN-LSTM's) */
     double *dparams;                 /* backward (4 G + 2 H,) accumulated */
 };
 size_t bn_lstm_struct_size(void) { return sizeof(struct bn_lstm); }
@@ -873,8 +876,10 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
-    /* hg (rows x Gp), act and tc without save, mu / rs of G and H columns, gather sums */
-    float *hg = malloc(sizeof(float) * (rows * (Gp + G + H) + 4 * G + 2 * H + 1));
+    /* hg (rows x Gp), act and tc without save, mu / rs of G and H columns, gather sums; with the
+     * regularizers h_{t-1} * h_mask and the candidates c~ (rows x H each) */
+    const size_t extra = rows * H * ((L->h_mask != NULL) + (L->zone_c != NULL));
+    float *hg = malloc(sizeof(float) * (rows * (Gp + G + H) + 4 * G + 2 * H + extra + 1));
     double *sq = malloc(sizeof(double) * 2 * G);
     if (!hg || !sq) {
 #pragma omp atomic write
@@ -888,11 +893,18 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
     double *mine = part + thread_id() * stride;
     float *act_s = hg + rows * Gp, *tc_s = act_s + rows * G, *mu = tc_s + rows * H;
     float *rs = mu + G, *muc = rs + G, *rsc = muc + H, *mux = rsc + H, *rsx = mux + G;
+    float *hm = rsx + G, *ccs = hm + (L->h_mask ? rows * H : 0);
     for (int t = 0; t < T && ok; t++) {
         const int n = L->batch_sizes ? L->batch_sizes[t] : B, batch = L->batch_stats[t];
         const int e = n < r1 ? n : r1;
         const float *hp = prev_h(L->h0, L->out, t, B, H, r0);
-        if (e > r0) gemm_rows(e - r0, H, hp, H, L->wp, npanels, hg, Gp);
+        if (e > r0 && L->h_mask) {
+            const float *m = L->h_mask + (long)r0 * H;
+            for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
+            gemm_rows(e - r0, H, hm, H, L->wp, npanels, hg, Gp);
+        } else if (e > r0) {
+            gemm_rows(e - r0, H, hp, H, L->wp, npanels, hg, Gp);
+        }
         if (batch) {
             memset(mine, 0, sizeof(double) * 4 * G);
             for (int b = r0; b < e; b++) {
@@ -920,7 +932,8 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
             for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
             const float *ig = a, *fg = a + H, *ug = a + 2 * H;
             const float *cp = save ? L->cs + tb * H : L->c_n + (long)b * H;
-            float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;
+            float *c = L->zone_c ? ccs + (long)(b - r0) * H  /* the candidate c~, apart */
+                                 : save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;
             for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
             if (batch) col_sums(c, c, H, mine_c, mine_c + H);
             if (save) copy_(L->hg_all + tb * G, hgb, G);
@@ -931,15 +944,25 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
         for (int b = r0; b < e; b++) {
             const long tb = (long)t * B + b;
             const float *a = save ? L->act_all + tb * G : act_s + (long)(b - r0) * G;
-            const float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H, *og = a + 3 * H;
+            float *cz = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;  /* c_t */
+            const float *c = L->zone_c ? ccs + (long)(b - r0) * H : cz, *og = a + 3 * H;
             float *tcb = save ? L->tc_all + tb * H : tc_s + (long)(b - r0) * H;
             float *h = L->out + tb * H;
             for (int j = 0; j < H; j++) {
                 tcb[j] = tanhf_((c[j] - muc[j]) * rsc[j] * L->gain_c[j] + L->bias_c[j]);
                 h[j] = og[j] * tcb[j];
             }
+            if (L->zone_c) {  /* c_t = c~ + z (c_prev - c~) (without save c_prev is c_n) */
+                const float *z = L->zone_c + tb * H;
+                const float *cp = save ? L->cs + tb * H : cz;
+                for (int j = 0; j < H; j++) cz[j] = c[j] + z[j] * (cp[j] - c[j]);
+            }
+            if (L->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
+                const float *z = L->zone_h + tb * H, *hpb = prev_h(L->h0, L->out, t, B, H, b);
+                for (int j = 0; j < H; j++) h[j] += z[j] * (hpb[j] - h[j]);
+            }
             copy_(L->h_n + (long)b * H, h, H);
-            if (save) copy_(L->c_n + (long)b * H, c, H);
+            if (save) copy_(L->c_n + (long)b * H, cz, H);
         }
     }
     free(hg);
@@ -972,7 +995,9 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
-    float *y = malloc(sizeof(float) * (rows * Hp + 4 * G + 2 * H + 1));
+    /* the GEMM's rows, mu / rs; with zone_h the gradients of h_{t-1} through the zoneout */
+    float *y = malloc(sizeof(float) * (rows * Hp + 4 * G + 2 * H + (L->zone_h ? rows * H : 0)
+                                       + 1));
     double *sq = malloc(sizeof(double) * 4 * G);
     if (!y || !sq) {
 #pragma omp atomic write
@@ -986,7 +1011,7 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
     const int id = thread_id();
     double *mine = part + id * stride, *mine_c = mine + 4 * G;
     float *mu = y + rows * Hp, *rs = mu + G, *muc = rs + G, *rsc = muc + H, *mux = rsc + H;
-    float *rsx = mux + G;
+    float *rsx = mux + G, *direct = rsx + G;
     for (int t = hi - 1; t >= lo && ok; t--) {
         const int n = L->batch_sizes ? L->batch_sizes[t] : B, batch = L->batch_stats[t];
         const int e = n < r1 ? n : r1;
@@ -1002,13 +1027,21 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
             const long tb = (long)t * B + b;
             const float *a = L->act_all + tb * G, *tc = L->tc_all + tb * H, *og = a + 3 * H;
             const float *gob = L->grad_out + tb * H, *dhb = L->dh + (long)b * H;
-            const float *c = L->cs + (tb + B) * H;
+            const float *c = L->cs + (tb + B) * H, *cp = L->cs + tb * H;
+            const float *zh = L->zone_h ? L->zone_h + tb * H : NULL;
             float *dp = L->dxg + tb * G, *dcn = dp + 2 * H, *dob = dp + 3 * H, *xh = dp;
+            float *dir = direct + (long)(b - r0) * H;
             for (int j = 0; j < H; j++) {
-                const float g = dhb[j] + gob[j];
+                float g = dhb[j] + gob[j];
+                if (zh) {  /* zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~ */
+                    dir[j] = zh[j] * g;
+                    g -= dir[j];
+                }
+                /* the BN of c read the candidate c~ (recomputed; cs holds the zoned c_t) */
+                const float cj = L->zone_c ? a[H + j] * cp[j] + a[j] * a[2 * H + j] : c[j];
                 dob[j] = g * tc[j] * og[j] * (1.0f - og[j]);
                 dcn[j] = g * og[j] * (1.0f - tc[j] * tc[j]);
-                xh[j] = (c[j] - muc[j]) * rsc[j];  /* xhat of c, in di's place for now */
+                xh[j] = (cj - muc[j]) * rsc[j];  /* xhat of c, in di's place for now */
             }
             col_sums(dcn, xh, H, mine_c, mine_c + H);
         }
@@ -1027,15 +1060,17 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
             const float *ig = a, *fg = a + H, *ug = a + 2 * H;
             float *dcb = L->dc + (long)b * H, *dp = L->dxg + tb * G;
             float *di = dp, *df = dp + H, *du = dp + 2 * H;
+            const float *zc = L->zone_c ? L->zone_c + tb * H : NULL;
             for (int j = 0; j < H; j++) {
                 const float xh = di[j], dy = du[j];
                 float dct = L->gain_c[j] * rsc[j]
                             * (batch ? dy - (float)((sq[j] + xh * sq[H + j]) / n) : dy);
-                dct += dcb[j];
+                const float zd = zc ? zc[j] * dcb[j] : 0.0f;  /* zoneout: z dc_t to c_{t-1} */
+                dct += zc ? dcb[j] - zd : dcb[j];
                 di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
                 df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
                 du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
-                dcb[j] = dct * fg[j];
+                dcb[j] = zc ? dct * fg[j] + zd : dct * fg[j];
             }
             /* sums of dpre, dpre * xhat of hg and dpre * xhat of xw over the rows */
             for (int j = 0; j < G; j++) {
@@ -1070,8 +1105,17 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
         }
         if (e > r0) {
             gemm_rows(e - r0, G, d, G, L->wtp, npanels, y, Hp);
-            for (int b = r0; b < e; b++)
-                memcpy(L->dh + (long)b * H, y + (long)(b - r0) * Hp, sizeof(float) * H);
+            for (int b = r0; b < e; b++) {
+                const float *yb = y + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
+                const float *m = L->h_mask ? L->h_mask + (long)b * H : NULL;
+                float *dhb = L->dh + (long)b * H;
+                if (!m && !L->zone_h) {
+                    memcpy(dhb, yb, sizeof(float) * H);
+                    continue;
+                }
+                for (int j = 0; j < H; j++)  /* the GEMM read h_{t-1} * h_mask */
+                    dhb[j] = (m ? yb[j] * m[j] : yb[j]) + (L->zone_h ? dir[j] : 0.0f);
+            }
         }
     }
     free(y);
@@ -1111,6 +1155,8 @@ struct bn_gru {
     float *dh;                       /* backward (B, H) */
     float *dxg;                      /* backward (T, B, 3H) out: gradient of xw */
     float *dhg;                      /* backward (t1 - t0, B, 3H) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h;             /* (T, B, H) zoneout, or NULL */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t bn_gru_struct_size(void) { return sizeof(struct bn_gru); }
@@ -1129,7 +1175,8 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
-    float *hg = malloc(sizeof(float) * (rows * Gp + 4 * G + 1));
+    /* hg, mu / rs; with h_mask h_{t-1} * h_mask (rows x H) */
+    float *hg = malloc(sizeof(float) * (rows * Gp + 4 * G + (R->h_mask ? rows * H : 0) + 1));
     double *sq = malloc(sizeof(double) * 2 * G);
     if (!hg || !sq) {
 #pragma omp atomic write
@@ -1140,13 +1187,19 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
 #pragma omp atomic read
     ok = failed;
     ok = !ok;
-    float *mu = hg + rows * Gp, *rs = mu + G, *mux = rs + G, *rsx = mux + G;
+    float *mu = hg + rows * Gp, *rs = mu + G, *mux = rs + G, *rsx = mux + G, *hm = rsx + G;
     for (int t = 0; t < T && ok; t++) {
         const int n = R->batch_sizes ? R->batch_sizes[t] : B, batch = R->batch_stats[t];
         const int e = n < r1 ? n : r1;
         double *copy = part + (long)(t & 1) * nt * stride, *mine = copy + thread_id() * stride;
         const float *hp = prev_h(R->h0, R->out, t, B, H, r0);
-        if (e > r0) gemm_rows(e - r0, H, hp, H, R->wp, npanels, hg, Gp);
+        if (e > r0 && R->h_mask) {
+            const float *m = R->h_mask + (long)r0 * H;
+            for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
+            gemm_rows(e - r0, H, hm, H, R->wp, npanels, hg, Gp);
+        } else if (e > r0) {
+            gemm_rows(e - r0, H, hp, H, R->wp, npanels, hg, Gp);
+        }
         if (batch) {
             memset(mine, 0, sizeof(double) * 4 * G);
             for (int b = r0; b < e; b++) {
@@ -1167,6 +1220,7 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
             const float *gh = R->gain_h, *bh = R->bias_h, *gx = R->gain_x, *bx = R->bias_x;
             float a[3];
             float *h = R->out + tb * H, *act = save ? R->act_all + tb * G : NULL;
+            const float *zh = R->zone_h ? R->zone_h + tb * H : NULL;
             for (int j = 0; j < H; j++) {
                 const int k = H + j, m = 2 * H + j;
                 a[0] = sigmoidf_((hgb[j] - mu[j]) * rs[j] * gh[j] + bh[j]
@@ -1176,6 +1230,7 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
                 const float un = (hgb[m] - mu[m]) * rs[m] * gh[m] + bh[m];
                 a[2] = tanhf_((xb[m] - mux[m]) * rsx[m] * gx[m] + bx[m] + a[0] * un);
                 h[j] = a[2] + a[1] * (hpb[j] - a[2]);
+                if (zh) h[j] += zh[j] * (hpb[j] - h[j]);  /* zoneout: h~ + z (h_prev - h~) */
                 if (act) { act[j] = a[0]; act[k] = a[1]; act[m] = a[2]; }
             }
             copy_(R->h_n + (long)b * H, h, H);
@@ -1236,11 +1291,13 @@ int bn_gru_backward_seq(const struct bn_gru *R) {
             const float *hp = prev_h(R->h0, R->out, t, B, H, b);
             float *dyh = d + (long)(b - r0) * G, *dyx = R->dxg + tb * G;
             float *dir = direct + (long)(b - r0) * H;
+            const float *zh = R->zone_h ? R->zone_h + tb * H : NULL;
             for (int j = 0; j < H; j++) {
                 const int k = H + j, m = 2 * H + j;
                 const float r = act[j], z = act[k], nn = act[m];
                 const float un = (hgb[m] - mu[m]) * rs[m] * R->gain_h[m] + R->bias_h[m];
-                const float g = dhb[j] + gob[j];
+                const float g0 = dhb[j] + gob[j], zd = zh ? zh[j] * g0 : 0.0f;
+                const float g = zh ? g0 - zd : g0;  /* zoneout: (1 - z) dh to the candidate */
                 const float dnpre = g * (1.0f - z) * (1.0f - nn * nn);
                 const float drp = dnpre * un * r * (1.0f - r);
                 const float dzp = g * (hp[j] - nn) * z * (1.0f - z);
@@ -1248,7 +1305,7 @@ int bn_gru_backward_seq(const struct bn_gru *R) {
                 dyh[k] = dyx[k] = dzp;
                 dyx[m] = dnpre;
                 dyh[m] = dnpre * r;
-                dir[j] = g * z;
+                dir[j] = zh ? g * z + zd : g * z;
             }
             for (int j = 0; j < G; j++) {
                 const float xh = (hgb[j] - mu[j]) * rs[j], xx = (xb[j] - mux[j]) * rsx[j];
@@ -1286,7 +1343,12 @@ int bn_gru_backward_seq(const struct bn_gru *R) {
             for (int b = r0; b < e; b++) {
                 const float *yb = y + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
                 float *dhb = R->dh + (long)b * H;
-                for (int j = 0; j < H; j++) dhb[j] = yb[j] + dir[j];
+                if (R->h_mask) {  /* the GEMM read h_{t-1} * h_mask */
+                    const float *mk = R->h_mask + (long)b * H;
+                    for (int j = 0; j < H; j++) dhb[j] = yb[j] * mk[j] + dir[j];
+                } else {
+                    for (int j = 0; j < H; j++) dhb[j] = yb[j] + dir[j];
+                }
             }
         }
     }

@@ -111,6 +111,8 @@ class BNLSTMArgs(ctypes.Structure):
         ("dh", _ptr), ("dc", _ptr),            # (B, H) backward
         ("dxg", _ptr),                         # (T, B, G) backward
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
+        ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
+        ("zone_h", _ptr), ("zone_c", _ptr),    # (T, B, H) zoneout, or NULL
         ("dparams", _ptr),                     # (4 G + 2 H,) float64 backward
     ]
 
@@ -137,6 +139,8 @@ class BNGRUArgs(ctypes.Structure):
         ("dh", _ptr),                          # (B, H) backward
         ("dxg", _ptr),                         # (T, B, G) backward
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
+        ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
+        ("zone_h", _ptr),                      # (T, B, H) zoneout, or NULL
         ("dparams", _ptr),                     # (4 G,) float64 backward
     ]
 
