@@ -90,7 +90,7 @@ def train(name: str, data, args, **regularizers) -> list[tuple[int, float]]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=1500, help="training steps per model")
+    p.add_argument("--steps", type=int, default=800, help="training steps per model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--max-chars", type=int, default=40_000,

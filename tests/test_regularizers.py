@@ -77,8 +77,9 @@ def test_zero_rates_are_the_unregularized_module_bit_for_bit(mode, norm):
 
 # ---- (b) the fast and the readable path, given the same masks ---------------------------------
 
+# (norm="none" with recurrent dropout or zoneout runs the readable loop on both settings)
 CASES = [("LSTM", "layer", {}), ("GRU", "layer", {}), ("LSTM", "batch", {}),
-         ("GRU", "batch", {}), ("RNN", "layer", {}), ("LSTM", "none", {}), ("GRU", "none", {}),
+         ("GRU", "batch", {}), ("RNN", "layer", {}),
          ("LSTM", "layer", {"num_layers": 2, "bidirectional": True}),
          ("GRU", "batch", {"num_layers": 2, "bidirectional": True}),
          ("LSTM", "layer", {"proj_size": 3})]
@@ -128,9 +129,12 @@ def test_fused_and_readable_paths_agree_with_the_same_masks(mode, norm, kw, pack
     for a, b in zip(fast[1], slow[1]):
         torch.testing.assert_close(a, b, **tol)
     assert fast[2].keys() == slow[2].keys()
-    for k in fast[2]:
-        torch.testing.assert_close(fast[2][k], slow[2][k], **tol, msg=k)
-    torch.testing.assert_close(fast[3], slow[3], **tol)
+    for k in list(fast[2]) + ["input"]:
+        a, b = (fast[3], slow[3]) if k == "input" else (fast[2][k], slow[2][k])
+        # float32 sums over steps of gradients up to tens (the C kernels and the loop round
+        # differently, each about 1e-5 of the largest entry from float64): relative to it
+        scale = b.abs().max().item()
+        assert (a - b).abs().max().item() <= 2e-5 + 1e-4 * scale, k
     if norm == "batch":      # the masks are not the same as the unregularized module's output
         return
     torch.manual_seed(0)
@@ -424,3 +428,4 @@ def test_bench_regularizers_rows():
         assert r["table"] == "regularizers" and r["ratio"] > 0 and math.isfinite(r["ratio"])
         if r["impl"] == "none":
             assert r["ratio"] == 1.0
+        assert r["path"] == "fused"      # LN-LSTM / LN-GRU take every mask in the operators

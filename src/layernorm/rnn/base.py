@@ -389,9 +389,12 @@ class RecurrentBase(nn.Module):
         autocast (whose casts the readable path's dtype rule covers)."""
         return self.use_fused and not self._kind.running_stats and not autocast_on(x)
 
-    def _step_once(self, suffix: str, x: torch.Tensor, state: tuple) -> tuple:
+    def _step_once(self, suffix: str, x: torch.Tensor, state: tuple,
+                   h_mask: torch.Tensor | None = None) -> tuple:
         """One step of one direction where ``_one_step_path(x)``: x (B, I), state of (B, H)
-        -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops."""
+        -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops. ``h_mask``:
+        recurrent dropout of a layer-normalized GRU (the LSTM and RNN take h_{t-1} * h_mask as
+        their state instead: their h_{t-1} only enters W_hh h_{t-1})."""
         g = lambda name: self._get(name, suffix)  # noqa: E731
         w_ih, w_hh, b_ih, b_hh = g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh")
         if self._kind.torch_twin:                 # torch's cell ops, as torch.nn.*Cell calls
@@ -406,15 +409,16 @@ class RecurrentBase(nn.Module):
                 return ops.ln_lstm_step(lib, x, state[0], state[1], w_ih, w_hh,
                                               g("gain_ih"), b_ih, g("gain_hh"), b_hh,
                                               g("gain_c"), g("bias_c"), self.eps)
+            masks = {} if h_mask is None else {"h_mask": h_mask}
             return (ops.ln_gru_step(lib, x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
-                                          g("gain_hh"), b_hh, self.eps),)
+                                          g("gain_hh"), b_hh, self.eps, **masks),)
         if self.mode == "LSTM":
             return recurrence.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"),
                                            b_ih, g("gain_hh"), b_hh, g("gain_c"), g("bias_c"),
                                            self.eps)
         if self.mode == "GRU":
             return (recurrence.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
-                                           g("gain_hh"), b_hh, self.eps),)
+                                           g("gain_hh"), b_hh, self.eps, h_mask),)
         bias = None if b_ih is None else b_ih + b_hh
         return (recurrence.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
                                        self.nonlinearity),)

@@ -109,19 +109,30 @@ class _Cell(RecurrentBase):
         h_mask, zone, w_masks = self._masks(input)
         self._masked = w_masks
         try:
-            if self._one_step_path(input) and (h_mask is None or self.mode != "GRU"):
+            if self.mode == "GRU" and h_mask is not None:
+                if self._one_step_path(input) and not self._kind.torch_twin:
+                    new = self._step_once("", input, hx, h_mask)  # z h_{t-1} reads h unmasked
+                else:
+                    new = self._readable_step(input, hx, time_step, h_mask)
+            elif self._one_step_path(input):
                 # the LSTM's and RNN's h_{t-1} enters the step only through W_hh h_{t-1}: the
                 # masked state in the fast step is exact
                 state = hx if h_mask is None else (hx[0] * h_mask,) + hx[1:]
                 new = self._step_once("", input, state)
             else:
-                terms = self._terms("")
-                xg = self._input_term(input, "", terms, time_step)
-                new = self._step_fn("", terms)(xg, hx, time_step, h_mask)
-                self._count_steps([time_step])
+                new = self._readable_step(input, hx, time_step, h_mask)
         finally:
             self._masked = None
         return _reg.zone_update(new, hx, zone[:len(new)])
+
+    def _readable_step(self, input: torch.Tensor, hx: tuple, time_step: int,
+                       h_mask: torch.Tensor | None = None) -> tuple:
+        """The readable terms and step (any norm; batch norm counts the step)."""
+        terms = self._terms("")
+        xg = self._input_term(input, "", terms, time_step)
+        new = self._step_fn("", terms)(xg, hx, time_step, h_mask)
+        self._count_steps([time_step])
+        return new
 
     def _torch_module(self) -> nn.Module:
         cls = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell, "RNN": nn.RNNCell}[self.mode]
@@ -206,10 +217,7 @@ class _Cell(RecurrentBase):
         elif self._one_step_path(input):
             new = self._step_once("", input, hx)
         else:
-            terms = self._terms("")
-            xg = self._input_term(input, "", terms, time_step)
-            new = self._step_fn("", terms)(xg, hx, time_step)
-            self._count_steps([time_step])
+            new = self._readable_step(input, hx, time_step)
         return new if batched else tuple(h.squeeze(0) for h in new)
 
     def _zeros(self, input: torch.Tensor) -> torch.Tensor:

@@ -397,14 +397,19 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         cells' few-op step (``_step_once``), cheaper than either.
 
         The recurrent regularizers (``regularizers``): ``h_mask`` (B, P) recurrent dropout,
-        ``zone`` zoneout's (T, B, size) weights per state tensor (None where off); DropConnect's
-        W_hh * M is what ``_get`` returns during the forward, so every path takes it.
+        ``zone`` zoneout's (T, B, size) weights per state tensor (None where off), passed to
+        the fused operators and to the loop alike; DropConnect's W_hh * M is what ``_get``
+        returns during the forward, so every path takes it.
         """
         suffix = self._suffix(layer, direction)
         g = lambda name: self._get(name, suffix)  # noqa: E731
+        masks = {}
         if h_mask is not None or zone is not None:
-            return self._loop_direction(layer, direction, x, state, batch_sizes, h_mask, zone)
-        if x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
+            zone_h, zone_c = (None, None) if zone is None else (tuple(zone) + (None,))[:2]
+            masks = {"h_mask": h_mask, "zone_h": zone_h}
+            if self.mode == "LSTM":
+                masks["zone_c"] = zone_c
+        elif x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
             state = self._step_once(suffix, x[0], state)
             return state[0].unsqueeze(0), state
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
@@ -416,17 +421,17 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             if self.mode == "LSTM":
                 out, h, c = ops.ln_lstm(xw, state[0], state[1], g("weight_hh"),
                                                     g("gain_hh"), g("bias_hh"), g("gain_c"),
-                                                    g("bias_c"), **inputs)
+                                                    g("bias_c"), **inputs, **masks)
                 return out, (h, c)
             # GRU: LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
             H2 = 2 * self.hidden_size
             out, h = ops.ln_gru(xw, state[0], g("weight_hh"), g("gain_hh")[:H2],
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
-                                            g("bias_hh")[H2:], **inputs)
+                                            g("bias_hh")[H2:], **inputs, **masks)
             return out, (h,)
         if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
-            return ops.bn_direction(self, suffix, x, state, batch_sizes)
-        return self._loop_direction(layer, direction, x, state, batch_sizes)
+            return ops.bn_direction(self, suffix, x, state, batch_sizes, **masks)
+        return self._loop_direction(layer, direction, x, state, batch_sizes, h_mask, zone)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
                         state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None,
