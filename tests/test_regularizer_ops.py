@@ -69,9 +69,9 @@ def _gru_params(T, B, H, seed=1):
 
 # ---- THE reference ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sizes", [None, [3, 3, 2, 1]])
+@pytest.mark.parametrize("sizes", [None, [3, 2, 1]])
 def test_reference_lstm_gradcheck_with_masks(sizes):
-    T, B, H = 3, 4, 2
+    T, B, H = 3, 3, 2
     xg, h0, c0, w_hh, *norms = _lstm_params(T, B, H)
     h_mask, zone_h, zone_c = _masks(T, B, H)
     zone_h = zone_h * 0.5 + 0.25            # fractional values too (the expectation at eval)
@@ -535,7 +535,7 @@ def K(monkeypatch):
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-@pytest.mark.parametrize("which", ["h_mask", "both"])
+@pytest.mark.parametrize("which", ["both"])   # each alone: the same kernels' branches, interpreted
 def test_triton_kernels_with_regularizers_match_the_torch_ops_path(cell, which, K, monkeypatch):
     """ops.ln_lstm / ops.ln_gru in the Triton kernels with the masks (unsorted lengths: the masks
     stay in the caller's order) against the same call on the torch-ops path in float64 (itself

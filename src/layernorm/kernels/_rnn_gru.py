@@ -104,8 +104,7 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
     h_prev = _ld(HS + row * H, cols, m)
     dh_in = dh
     if HAS_ZH:  # zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~_t
-        zh = _ld(ZH + row * H, cols, m)
-        dh = dh - zh * dh
+        dh = dh - _ld(ZH + row * H, cols, m) * dh
     # h = n + z (h_prev - n)
     d_npre = dh * (1.0 - updategate) * (1.0 - newgate * newgate)
     d_r = tl.where(m, d_npre * un * resetgate * (1.0 - resetgate), 0.0)
@@ -130,7 +129,7 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
         dx_r, dx_z, dx_n = d_r, d_z, d_npre
     dh_direct = dh * updategate
     if HAS_ZH:
-        dh_direct += zh * dh_in
+        dh_direct += _ld(ZH + row * H, cols, m) * dh_in
     if HAS_LEN:
         dh_direct = tl.where(live, dh_direct, dh_in)
         d_r, d_z = tl.where(live, d_r, 0.0), tl.where(live, d_z, 0.0)

@@ -135,16 +135,16 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
     g_c = _ld(GC, cols, m)
     tc = _tanh(xh_c * g_c + _ld(BC, cols, m))
     dh_in = dh
+    dh_direct = tl.zeros([BLOCK_H], dtype=tl.float32)
     if HAS_ZH:  # zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~_t
-        zh = _ld(ZH + row * H, cols, m)
-        dh = dh - zh * dh
+        dh_direct = _ld(ZH + row * H, cols, m) * dh_in
+        dh = dh - dh_direct
     # h = o tanh(LN(c)):  d LN(c) = dh o (1 - tc^2), then through the LN over H
     d_o = dh * tc * outgate * (1.0 - outgate)
     d_cn = dh * outgate * (1.0 - tc * tc)
     w_c = d_cn * g_c
     if HAS_ZC:  # z dc_t to c_{t-1}, (1 - z) dc_t to the candidate c~_t
-        zc = _ld(ZC + row * H, cols, m)
-        dct = dc - zc * dc + _ln_backward1(w_c, xh_c, rs_c, H)
+        dct = dc - _ld(ZC + row * H, cols, m) * dc + _ln_backward1(w_c, xh_c, rs_c, H)
     else:
         dct = dc + _ln_backward1(w_c, xh_c, rs_c, H)
     # c = f c_prev + i u
@@ -161,12 +161,9 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
                                                rs_x, cols, m, H, G)
     else:
         dx_i, dx_f, dx_u, dx_o = d_i, d_f, d_u, d_o
-    dh_direct = tl.zeros([BLOCK_H], dtype=tl.float32)
-    if HAS_ZH:
-        dh_direct = zh * dh_in
     dc_prev = dct * forgetgate
     if HAS_ZC:
-        dc_prev += zc * dc
+        dc_prev += _ld(ZC + row * H, cols, m) * dc
     if HAS_LEN:  # past its length: the state's gradient passes through, the step has none
         dh_direct = tl.where(live, dh_direct, dh_in)
         dc_prev = tl.where(live, dc_prev, dc)
