@@ -307,6 +307,30 @@ def test_operator_with_regularizers_matches_reference(cell, which, sizes, path):
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_operator_neutral_masks_give_the_unregularized_result(cell, path):
+    """h_mask = ones and zone = zeros through the regularized branches of a path: the results and
+    gradients of the call without masks (the masks do enter: other masks change them)."""
+    T, B, H = 4, 6, 8
+    dtype = torch.float32 if path == "native" else torch.float64
+    args = [a.to(dtype) for a in _op_args(cell, T, B, H, True)]
+    ones, zeros = torch.ones(B, H, dtype=dtype), torch.zeros(T, B, H, dtype=dtype)
+    neutral = {"h_mask": ones, "zone_h": zeros}
+    if cell == "lstm":
+        neutral["zone_c"] = zeros
+    bs = torch.tensor([6, 5, 5, 2])
+    results = []
+    for masks in ({}, neutral, _reg_masks(cell, T, B, H, REGS["both"])):
+        leaves = [a.clone().requires_grad_() for a in args]
+        outs = _run_op(cell, leaves, {k: v.to(dtype) for k, v in masks.items()}, batch_sizes=bs)
+        grads = torch.autograd.grad([o.sum() for o in outs], leaves)
+        results.append((*outs, *grads))
+    tol = {"atol": 1e-6, "rtol": 1e-6} if path == "native" else {"atol": 0, "rtol": 0}
+    for a, b in zip(results[0], results[1]):
+        torch.testing.assert_close(a, b, **tol)
+    assert not torch.allclose(results[0][0], results[2][0])
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_operator_with_regularizers_input_ln_and_reversed(cell, path):
     """The same with the input LN inside the operator, and on time-reversed inputs (the reverse
     direction of a bidirectional layer)."""

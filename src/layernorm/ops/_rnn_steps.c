@@ -417,10 +417,12 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     }
     if (L->zone_c) {  /* c_t = c~ + z (c_prev - c~); cp may be c: read at j before the write */
         const float *z = L->zone_c + tb * H;
+#pragma omp simd  /* c and cp: the same row or disjoint; each j read and written only at j */
         for (int j = 0; j < H; j++) c[j] = cc[j] + z[j] * (cp[j] - cc[j]);
     }
     if (L->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
         const float *z = L->zone_h + tb * H;
+#pragma omp simd
         for (int j = 0; j < H; j++) h[j] += z[j] * (hp[j] - h[j]);
     }
     copy_(L->h_n + (long)b * H, h, H);
@@ -457,23 +459,31 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
     float *pg_x = pb_c + H, *pb_x = pg_x + G;
     const float *zh = L->zone_h ? L->zone_h + tb * H : NULL;
     const float *zc = L->zone_c ? L->zone_c + tb * H : NULL;
-    for (int j = 0; j < H; j++) {
-        float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
-        if (zh) {  /* zoneout: z dh to h_{t-1} (direct), (1 - z) dh to the candidate h~ */
-            direct[j] = zh[j] * g;
-            g -= direct[j];
+    if (zh) {  /* zoneout: z dh to h_{t-1} (direct), (1 - z) dh to the candidate h~ */
+#pragma omp simd  /* direct, dob, dcn: disjoint rows */
+        for (int j = 0; j < H; j++) {
+            const float g0 = dhb[j] + gob[j], zd = zh[j] * g0, g = g0 - zd;
+            direct[j] = zd;
+            dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
+            dcn[j] = g * og[j] * (1.0f - t[j] * t[j]);
         }
+    } else {
+    for (int j = 0; j < H; j++) {
+        const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
         dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
         dcn[j] = g * og[j] * (1.0f - t[j] * t[j]);
     }
+    }
     if (zc) {  /* the LN of c read the candidate c~_t: recomputed; c (cs) holds the zoned c_t */
         float *cc = scratch + H;
+#pragma omp simd
         for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
         c = cc;
     }
     /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
     ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
     if (zc) {  /* dc~ = du + (1 - z) dc_t, dc_{t-1} = f dc~ + z dc_t */
+#pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
         for (int j = 0; j < H; j++) {
             float zd = zc[j] * dcb[j], dct = du[j] + dcb[j] - zd;
             di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
@@ -596,6 +606,7 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
     if (R->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
         const float *zh = R->zone_h + tb * H;
+#pragma omp simd
         for (int j = 0; j < H; j++) h[j] += zh[j] * (hp[j] - h[j]);
     }
     copy_(R->h_n + (long)b * H, h, H);
@@ -627,6 +638,7 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
     gru_gates(R, tb, hgb, st, r, u, nb);
     if (R->zone_h) {  /* zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~ */
         const float *zh = R->zone_h + tb * H;
+#pragma omp simd  /* the outputs are disjoint rows, each j read and written only at j */
         for (int j = 0; j < H; j++) {
             const float g0 = dhb[j] + gob[j], zd = zh[j] * g0, g = g0 - zd;
             const float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
