@@ -42,10 +42,12 @@ def compile_(fn, constexprs, num_warps):
 
 
 block, warps = _rnn._block(1024)
-for fn in (_rnn._lstm_forward_step, _rnn._gru_forward_step):
-    compile_(fn, {"HAS_LEN": True, "HAS_XLN": True, "SAVE": True, "BLOCK_H": block}, warps)
-for fn in (_rnn._lstm_backward_step, _rnn._gru_backward_step):
-    compile_(fn, {"HAS_LEN": True, "HAS_XLN": True, "HAS_DHMM": True, "BLOCK_H": block}, warps)
+zones = ({"HAS_ZH": True, "HAS_ZC": True}, {"HAS_ZH": True})  # LSTM's, GRU's zoneout
+for fn, z in zip((_rnn._lstm_forward_step, _rnn._gru_forward_step), zones):
+    compile_(fn, {"HAS_LEN": True, "HAS_XLN": True, "SAVE": True, **z, "BLOCK_H": block}, warps)
+for fn, z in zip((_rnn._lstm_backward_step, _rnn._gru_backward_step), zones):
+    compile_(fn, {"HAS_LEN": True, "HAS_XLN": True, "HAS_DHMM": True, **z, "BLOCK_H": block},
+             warps)
 for one in (True, False):
     compile_(_norms._norm_forward, {"CENTER": True, "HAS_W": True, "HAS_B": True, "BLOCK": 4096,
                                     "ONE_BLOCK": one}, 16)

@@ -157,19 +157,22 @@ def rms_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight=None,
 # ---------------------------------------------------------------------------------------------
 
 def ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, lengths=None,
-                     eps: float = 1e-5, gain_x=None, bias_x=None):
-    """``layernorm.rnn.fused.ln_lstm_sequence`` on CUDA (same arguments, same results):
-    returns out (T, B, H), h_n (B, H), c_n (B, H)."""
+                     eps: float = 1e-5, gain_x=None, bias_x=None, *, h_mask=None, zone_h=None,
+                     zone_c=None):
+    """``layernorm.rnn.fused.ln_lstm_sequence`` on CUDA (same arguments, same results, the
+    recurrent regularizers included; masks in the caller's batch order): returns out (T, B, H),
+    h_n (B, H), c_n (B, H)."""
     from . import _rnn
     with _on(xg):
         return _rnn.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, lengths,
-                                     eps, gain_x, bias_x)
+                                     eps, gain_x, bias_x, h_mask=h_mask, zone_h=zone_h,
+                                     zone_c=zone_c)
 
 
 def ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=None,
-                    eps: float = 1e-5, gain_x=None, bias_x=None):
+                    eps: float = 1e-5, gain_x=None, bias_x=None, *, h_mask=None, zone_h=None):
     """``layernorm.rnn.fused.ln_gru_sequence`` on CUDA: returns out (T, B, H), h_n (B, H)."""
     from . import _rnn
     with _on(xg):
         return _rnn.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths, eps,
-                                    gain_x, bias_x)
+                                    gain_x, bias_x, h_mask=h_mask, zone_h=zone_h)

@@ -113,3 +113,12 @@ def _check_pairs(who: str, gain_x, bias_x):
 
 def _c(x):
     return None if x is None else x.detach().contiguous()
+
+
+def _masks(xg, h_mask, *zones):
+    """The recurrent regularizers' masks (already checked by ``layernorm.ops``): h_mask in the
+    state's dtype (it multiplies h before the GEMM), the zoneout tensors in float32 (the
+    kernels' arithmetic); detached, contiguous, None where off."""
+    h_mask = None if h_mask is None else h_mask.detach().to(xg.dtype).contiguous()
+    return (h_mask, *(None if z is None else z.detach().to(torch.float32).contiguous()
+                      for z in zones))

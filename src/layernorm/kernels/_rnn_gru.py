@@ -1,6 +1,8 @@
 """LN-GRU on CUDA: the forward and backward step kernels (one program per example), the host loop
 around them (per step one ``torch.mm`` and one kernel launch) and the autograd Function; the
-scheme is described in ``layernorm.kernels._rnn``. Gate order r, z, n (torch.nn.GRU's z)."""
+scheme is described in ``layernorm.kernels._rnn``. Gate order r, z, n (torch.nn.GRU's z). The
+recurrent regularizers as the LN-LSTM's (``_rnn_lstm``): h_mask before the GEMM, zoneout of h in
+the step kernels (HAS_ZH)."""
 from __future__ import annotations
 
 import torch
@@ -10,14 +12,14 @@ from torch.autograd.function import once_differentiable
 
 from ._norms import LAUNCH
 from ._rnn_common import (_acc, _block, _c, _center, _center2, _check_pairs, _dh_in, _ld, _lengths,
-                          _ln_backward1, _tanh, _xhat)
+                          _ln_backward1, _masks, _tanh, _xhat)
 
 
 @triton.jit(do_not_specialize=["t", "hg_slot"])  # one compile for all steps
-def _gru_forward_step(HG, XW, HS, OUT, STATS, LEN, GH, BH, GU, BU, GX, BX,
+def _gru_forward_step(HG, XW, HS, OUT, STATS, LEN, GH, BH, GU, BU, GX, BX, ZH,
                       t, hg_slot, B, H, eps,
                       HAS_LEN: tl.constexpr, HAS_XLN: tl.constexpr, SAVE: tl.constexpr,
-                      BLOCK_H: tl.constexpr):
+                      HAS_ZH: tl.constexpr, BLOCK_H: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
@@ -42,6 +44,8 @@ def _gru_forward_step(HG, XW, HS, OUT, STATS, LEN, GH, BH, GU, BU, GX, BX,
     newgate = _tanh(x_n + resetgate * un)
     h_prev = _ld(HS + (t * B + b) * H, cols, m)
     h = newgate + updategate * (h_prev - newgate)
+    if HAS_ZH:  # zoneout: h_t = h~ + z (h_{t-1} - h~)
+        h = h + _ld(ZH + (t * B + b) * H, cols, m) * (h_prev - h)
     if HAS_LEN:
         live = t < tl.load(LEN + b)
         tl.store(OUT + (t * B + b) * H + cols, tl.where(live, h, 0.0).to(OUT.dtype.element_ty),
@@ -63,9 +67,9 @@ def _gru_forward_step(HG, XW, HS, OUT, STATS, LEN, GH, BH, GU, BU, GX, BX,
 
 @triton.jit(do_not_specialize=["t"])  # one compile for all steps
 def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
-                       GH, BH, GU, BU, GX, BX, t, B, H,
+                       GH, BH, GU, BU, GX, BX, ZH, t, B, H,
                        HAS_LEN: tl.constexpr, HAS_XLN: tl.constexpr, HAS_DHMM: tl.constexpr,
-                       BLOCK_H: tl.constexpr):
+                       HAS_ZH: tl.constexpr, BLOCK_H: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
@@ -98,6 +102,9 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
     un = xh_n * g_u + _ld(BU, cols, m)
     newgate = _tanh(x_n + resetgate * un)
     h_prev = _ld(HS + row * H, cols, m)
+    dh_in = dh
+    if HAS_ZH:  # zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~_t
+        dh = dh - _ld(ZH + row * H, cols, m) * dh
     # h = n + z (h_prev - n)
     d_npre = dh * (1.0 - updategate) * (1.0 - newgate * newgate)
     d_r = tl.where(m, d_npre * un * resetgate * (1.0 - resetgate), 0.0)
@@ -121,8 +128,10 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
     else:
         dx_r, dx_z, dx_n = d_r, d_z, d_npre
     dh_direct = dh * updategate
+    if HAS_ZH:
+        dh_direct += _ld(ZH + row * H, cols, m) * dh_in
     if HAS_LEN:
-        dh_direct = tl.where(live, dh_direct, dh)
+        dh_direct = tl.where(live, dh_direct, dh_in)
         d_r, d_z = tl.where(live, d_r, 0.0), tl.where(live, d_z, 0.0)
         d_un, d_npre = tl.where(live, d_un, 0.0), tl.where(live, d_npre, 0.0)
         dg_r, dg_z, dg_n = tl.where(live, dg_r, 0.0), tl.where(live, dg_z, 0.0), \
@@ -156,7 +165,7 @@ def _gru_backward_step(HG, XW, HS, STATS, LEN, GOUT, DH, DHMM, DHG, DXG, ACC,
         _acc(acc + 11 * H, cols, m, d_npre)
 
 
-def _gru_forward(xg, h0, w_hh, params, lens, eps, save: bool):
+def _gru_forward(xg, h0, w_hh, params, lens, eps, save: bool, masks=(None, None)):
     T, B, G = xg.shape
     H = G // 3
     gh, bh, gu, bu, gx, bx = params
@@ -168,23 +177,28 @@ def _gru_forward(xg, h0, w_hh, params, lens, eps, save: bool):
     hg_all = xg.new_empty(T if save else 1, B, G)
     stats = torch.empty(T if save else 1, B, 8, dtype=torch.float32, device=xg.device)
     out = xg.new_empty(T, B, H) if lens is not None else hs[1:]
+    h_mask, zone_h = masks
     for t in range(T):
         slot = t if save else 0
-        torch.mm(hs[t], wt, out=hg_all[slot])                      # [W_h h; U h]  (B, 3H)
+        h_in = hs[t] if h_mask is None else hs[t] * h_mask          # recurrent dropout
+        torch.mm(h_in, wt, out=hg_all[slot])                       # [W_h h; U h]  (B, 3H)
         _gru_forward_step[(B,)](
             hg_all, xg, hs, out, stats, lens if lens is not None else hs,
             gh, bh, gu, bu, gx if has_xln else gh, bx if has_xln else bh,
-            t, slot, B, H, eps,
-            HAS_LEN=lens is not None, HAS_XLN=has_xln, SAVE=save, BLOCK_H=block,
-            num_warps=warps, **LAUNCH)
+            hs if zone_h is None else zone_h, t, slot, B, H, eps,
+            HAS_LEN=lens is not None, HAS_XLN=has_xln, SAVE=save, HAS_ZH=zone_h is not None,
+            BLOCK_H=block, num_warps=warps, **LAUNCH)
     return out, hs[T].clone(), ((hg_all, hs, stats) if save else None)
 
 
 class _GRUFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, lens, eps):
+    def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, lens, eps,
+                h_mask=None, zone_h=None):
         params = tuple(_c(p) for p in (gain_h, bias_h, gain_u, bias_u, gain_x, bias_x))
-        out, h_n, (hg_all, hs, stats) = _gru_forward(xg, h0, w_hh, params, lens, eps, save=True)
+        ctx.masks = (h_mask, zone_h)
+        out, h_n, (hg_all, hs, stats) = _gru_forward(xg, h0, w_hh, params, lens, eps, True,
+                                                     ctx.masks)
         ctx.save_for_backward(xg, w_hh, hg_all, hs, stats, *params)
         ctx.lens, ctx.dtypes = lens, [None if p is None else p.dtype for p in
                                       (gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)]
@@ -206,32 +220,38 @@ class _GRUFunction(torch.autograd.Function):
         dxg = xg.new_empty(T, B, G)
         acc = torch.zeros(B, 12 * H, dtype=torch.float32, device=xg.device)
         w = w_hh.detach()
+        h_mask, zone_h = ctx.masks
         for t in range(T - 1, -1, -1):
             _gru_backward_step[(B,)](
                 hg_all, xg, hs, stats, lens if lens is not None else dh, grad_out, dh, dhmm,
                 dhg, dxg, acc, gh, bh, gu, bu, gx if has_xln else gh, bx if has_xln else bh,
+                dh if zone_h is None else zone_h,
                 t, B, H, HAS_LEN=lens is not None, HAS_XLN=has_xln, HAS_DHMM=t < T - 1,
-                BLOCK_H=block, num_warps=warps, **LAUNCH)
+                HAS_ZH=zone_h is not None, BLOCK_H=block, num_warps=warps, **LAUNCH)
             torch.mm(dhg[t], w, out=dhmm)
+            if h_mask is not None:                                 # the GEMM read h * h_mask
+                dhmm.mul_(h_mask)
         dh0 = (dh + dhmm.float()).to(hs.dtype)
-        dw_hh = torch.mm(dhg.view(T * B, G).t(), hs[:T].reshape(T * B, H))
+        h_in = hs[:T] if h_mask is None else hs[:T] * h_mask
+        dw_hh = torch.mm(dhg.view(T * B, G).t(), h_in.reshape(T * B, H))
         g = acc.sum(0)
         # the accumulator's order: g_h, b_h, g_u, b_u, g_x, b_x
         dgh, dbh, dgu, dbu, dgx, dbx = g.split([2 * H, 2 * H, H, H, 3 * H, 3 * H])
         grads = [v.to(dt) if dt is not None else None for v, dt in
                  zip((dgh, dbh, dgu, dbu, dgx, dbx), ctx.dtypes)]
-        return (dxg, dh0, dw_hh.to(w_hh.dtype), *grads, None, None)
+        return (dxg, dh0, dw_hh.to(w_hh.dtype), *grads, None, None, None, None)
 
 
 def ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=None,
-                    eps: float = 1e-5, gain_x=None, bias_x=None):
+                    eps: float = 1e-5, gain_x=None, bias_x=None, *, h_mask=None, zone_h=None):
     _check_pairs("ln_gru_sequence", gain_x, bias_x)
     T, B, _ = xg.shape
     lens = _lengths(lengths, T, B, xg.device)
     xg = xg.contiguous()
+    masks = _masks(xg, h_mask, zone_h)
     tensors = (xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in tensors):
-        return _GRUFunction.apply(*tensors, lens, eps)
+        return _GRUFunction.apply(*tensors, lens, eps, *masks)
     with torch.no_grad():
         params = tuple(_c(p) for p in tensors[3:])
-        return _gru_forward(xg, h0, w_hh, params, lens, eps, save=False)[:2]
+        return _gru_forward(xg, h0, w_hh, params, lens, eps, False, masks)[:2]

@@ -1,7 +1,10 @@
 """LN-LSTM on CUDA: the forward and backward step kernels (one program per example), the host loop
 around them (per step one ``torch.mm`` and one kernel launch) and the autograd Function; the
 scheme is described in ``layernorm.kernels._rnn``. Gate order i, f, u, o; the raw cell state is
-carried in float32."""
+carried in float32. The recurrent regularizers (docs/rnn.md): recurrent dropout multiplies h_{t-1}
+before the step's GEMM (and the GEMM's gradient into h_{t-1}); zoneout mixes the candidate state
+with the previous one in the step kernels (HAS_ZH / HAS_ZC), the LN of c reading the candidate
+c~_t, which the backward recomputes from its gates."""
 from __future__ import annotations
 
 import torch
@@ -11,14 +14,14 @@ from torch.autograd.function import once_differentiable
 
 from ._norms import LAUNCH
 from ._rnn_common import (_acc, _block, _c, _center, _center4, _check_pairs, _dh_in, _ld, _lengths,
-                          _ln_backward1, _tanh, _xhat)
+                          _ln_backward1, _masks, _tanh, _xhat)
 
 
 @triton.jit(do_not_specialize=["t", "hg_slot", "c_in", "c_out"])  # one compile for all steps
-def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
+def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX, ZH, ZC,
                        t, hg_slot, c_in, c_out, B, H, eps,
                        HAS_LEN: tl.constexpr, HAS_XLN: tl.constexpr, SAVE: tl.constexpr,
-                       BLOCK_H: tl.constexpr):
+                       HAS_ZH: tl.constexpr, HAS_ZC: tl.constexpr, BLOCK_H: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
@@ -46,6 +49,10 @@ def _lstm_forward_step(HG, XW, HS, CS, OUT, STATS, LEN, GH, BH, GC, BC, GX, BX,
     c = tl.where(m, forgetgate * c_prev + ingate * cellgate, 0.0)
     d_c, mu_c, rs_c = _center(c, m, H, eps)
     h = outgate * _tanh(d_c * rs_c * _ld(GC, cols, m) + _ld(BC, cols, m))
+    if HAS_ZH:  # zoneout: h_t = h~ + z (h_{t-1} - h~)
+        h = h + _ld(ZH + (t * B + b) * H, cols, m) * (_ld(HS + (t * B + b) * H, cols, m) - h)
+    if HAS_ZC:
+        c = c + _ld(ZC + (t * B + b) * H, cols, m) * (c_prev - c)
     if HAS_LEN:  # past its length an example keeps its state and outputs 0
         live = t < tl.load(LEN + b)
         h_prev = _ld(HS + (t * B + b) * H, cols, m)
@@ -83,9 +90,9 @@ def _ln_backward4(d_i, d_f, d_u, d_o, x_i, x_f, x_u, x_o, G_, rs, cols, m, H, n)
 
 @triton.jit(do_not_specialize=["t"])  # one compile for all steps
 def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, ACC,
-                        GH, BH, GC, BC, GX, BX, t, B, H,
+                        GH, BH, GC, BC, GX, BX, ZH, ZC, t, B, H,
                         HAS_LEN: tl.constexpr, HAS_XLN: tl.constexpr, HAS_DHMM: tl.constexpr,
-                        BLOCK_H: tl.constexpr):
+                        HAS_ZH: tl.constexpr, HAS_ZC: tl.constexpr, BLOCK_H: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
@@ -121,14 +128,25 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
     cellgate = _tanh(xh_u * _ld(GH + 2 * H, cols, m) + _ld(BH + 2 * H, cols, m) + x_u)
     outgate = tl.sigmoid(xh_o * _ld(GH + 3 * H, cols, m) + _ld(BH + 3 * H, cols, m) + x_o)
     c_prev = _ld(CS + row * H, cols, m)
-    xh_c = _xhat(_ld(CS + (row + B) * H, cols, m), mu_c, rs_c, m)
+    if HAS_ZC:  # the LN read the candidate c~_t (CS holds the zoned-out c_t)
+        xh_c = _xhat(forgetgate * c_prev + ingate * cellgate, mu_c, rs_c, m)
+    else:
+        xh_c = _xhat(_ld(CS + (row + B) * H, cols, m), mu_c, rs_c, m)
     g_c = _ld(GC, cols, m)
     tc = _tanh(xh_c * g_c + _ld(BC, cols, m))
+    dh_in = dh
+    dh_direct = tl.zeros([BLOCK_H], dtype=tl.float32)
+    if HAS_ZH:  # zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~_t
+        dh_direct = _ld(ZH + row * H, cols, m) * dh_in
+        dh = dh - dh_direct
     # h = o tanh(LN(c)):  d LN(c) = dh o (1 - tc^2), then through the LN over H
     d_o = dh * tc * outgate * (1.0 - outgate)
     d_cn = dh * outgate * (1.0 - tc * tc)
     w_c = d_cn * g_c
-    dct = dc + _ln_backward1(w_c, xh_c, rs_c, H)
+    if HAS_ZC:  # z dc_t to c_{t-1}, (1 - z) dc_t to the candidate c~_t
+        dct = dc - _ld(ZC + row * H, cols, m) * dc + _ln_backward1(w_c, xh_c, rs_c, H)
+    else:
+        dct = dc + _ln_backward1(w_c, xh_c, rs_c, H)
     # c = f c_prev + i u
     d_i = dct * cellgate * ingate * (1.0 - ingate)
     d_f = dct * c_prev * forgetgate * (1.0 - forgetgate)
@@ -143,10 +161,11 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
                                                rs_x, cols, m, H, G)
     else:
         dx_i, dx_f, dx_u, dx_o = d_i, d_f, d_u, d_o
-    dh_direct = tl.zeros([BLOCK_H], dtype=tl.float32)
     dc_prev = dct * forgetgate
+    if HAS_ZC:
+        dc_prev += _ld(ZC + row * H, cols, m) * dc
     if HAS_LEN:  # past its length: the state's gradient passes through, the step has none
-        dh_direct = tl.where(live, dh_direct, dh)
+        dh_direct = tl.where(live, dh_direct, dh_in)
         dc_prev = tl.where(live, dc_prev, dc)
         d_i, d_f = tl.where(live, d_i, 0.0), tl.where(live, d_f, 0.0)
         d_u, d_o = tl.where(live, d_u, 0.0), tl.where(live, d_o, 0.0)
@@ -191,8 +210,9 @@ def _lstm_backward_step(HG, XW, CS, STATS, LEN, GOUT, DH, DHMM, DC, DHG, DXG, AC
         _acc(acc + 17 * H, cols, m, d_o)
 
 
-def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool):
-    """-> out, h_n, c_n, saved (hg_all, hs, cs, stats) or None."""
+def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool, masks=(None, None, None)):
+    """-> out, h_n, c_n, saved (hg_all, hs, cs, stats) or None. ``masks``: h_mask (B, H),
+    zone_h, zone_c (T, B, H) or None each."""
     T, B, G = xg.shape
     H = G // 4
     gh, bh, gc, bc, gx, bx = params
@@ -206,16 +226,19 @@ def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool):
     hg_all = xg.new_empty(T if save else 1, B, G)
     stats = torch.empty(T if save else 1, B, 6, dtype=torch.float32, device=xg.device)
     out = xg.new_empty(T, B, H) if lens is not None else hs[1:]
+    h_mask, zone_h, zone_c = masks
     for t in range(T):
         slot = t if save else 0
-        torch.mm(hs[t], wt, out=hg_all[slot])                      # W_h h_{t-1}   (B, 4H)
+        h_in = hs[t] if h_mask is None else hs[t] * h_mask          # recurrent dropout
+        torch.mm(h_in, wt, out=hg_all[slot])                       # W_h h_{t-1}   (B, 4H)
         c_in, c_out = (t, t + 1) if save else (t % 2, (t + 1) % 2)  # cs: (T+1) or 2 slots
         _lstm_forward_step[(B,)](
             hg_all, xg, hs, cs, out, stats, lens if lens is not None else hs,
             gh, bh, gc, bc, gx if has_xln else gh, bx if has_xln else bh,
+            hs if zone_h is None else zone_h, hs if zone_c is None else zone_c,
             t, slot, c_in, c_out, B, H, eps,
-            HAS_LEN=lens is not None, HAS_XLN=has_xln, SAVE=save, BLOCK_H=block,
-            num_warps=warps, **LAUNCH)
+            HAS_LEN=lens is not None, HAS_XLN=has_xln, SAVE=save, HAS_ZH=zone_h is not None,
+            HAS_ZC=zone_c is not None, BLOCK_H=block, num_warps=warps, **LAUNCH)
     h_n = hs[T].clone()
     c_n = cs[T if save else T % 2].to(xg.dtype, copy=True)
     return out, h_n, c_n, ((hg_all, hs, cs, stats) if save else None)
@@ -224,10 +247,12 @@ def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool):
 class _LSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, lens,
-                eps):
+                eps, h_mask=None, zone_h=None, zone_c=None):
         params = tuple(_c(p) for p in (gain_h, bias_h, gain_c, bias_c, gain_x, bias_x))
+        masks = (h_mask, zone_h, zone_c)
         out, h_n, c_n, (hg_all, hs, cs, stats) = _lstm_forward(xg, h0, c0, w_hh, params, lens,
-                                                               eps, save=True)
+                                                               eps, True, masks)
+        ctx.masks = masks
         ctx.save_for_backward(xg, w_hh, hg_all, hs, cs, stats, *params)
         ctx.lens, ctx.dtypes = lens, [None if p is None else p.dtype for p in
                                       (gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)]
@@ -250,31 +275,40 @@ class _LSTMFunction(torch.autograd.Function):
         dxg = xg.new_empty(T, B, G)
         acc = torch.zeros(B, 18 * H, dtype=torch.float32, device=xg.device)
         w = w_hh.detach()
+        h_mask, zone_h, zone_c = ctx.masks
         for t in range(T - 1, -1, -1):
             _lstm_backward_step[(B,)](
                 hg_all, xg, cs, stats, lens if lens is not None else dh, grad_out, dh, dhmm, dc,
                 dhg, dxg, acc, gh, bh, gc, bc, gx if has_xln else gh, bx if has_xln else bh,
+                dh if zone_h is None else zone_h, dh if zone_c is None else zone_c,
                 t, B, H, HAS_LEN=lens is not None, HAS_XLN=has_xln, HAS_DHMM=t < T - 1,
+                HAS_ZH=zone_h is not None, HAS_ZC=zone_c is not None,
                 BLOCK_H=block, num_warps=warps, **LAUNCH)
             torch.mm(dhg[t], w, out=dhmm)                          # through W_h h_{t-1}
+            if h_mask is not None:                                 # which read h * h_mask
+                dhmm.mul_(h_mask)
         dh0 = (dh + dhmm.float()).to(hs.dtype)
-        dw_hh = torch.mm(dhg.view(T * B, G).t(), hs[:T].reshape(T * B, H))
+        h_in = hs[:T] if h_mask is None else hs[:T] * h_mask
+        dw_hh = torch.mm(dhg.view(T * B, G).t(), h_in.reshape(T * B, H))
         g = acc.sum(0)
         dgh, dbh, dgc, dbc, dgx, dbx = g.split([G, G, H, H, G, G])
         grads = [v.to(dt) if dt is not None else None for v, dt in
                  zip((dgh, dbh, dgc, dbc, dgx, dbx), ctx.dtypes)]
-        return (dxg, dh0, dc.to(hs.dtype), dw_hh.to(w_hh.dtype), *grads, None, None)
+        return (dxg, dh0, dc.to(hs.dtype), dw_hh.to(w_hh.dtype), *grads, None, None, None, None,
+                None)
 
 
 def ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, lengths=None,
-                     eps: float = 1e-5, gain_x=None, bias_x=None):
+                     eps: float = 1e-5, gain_x=None, bias_x=None, *, h_mask=None, zone_h=None,
+                     zone_c=None):
     _check_pairs("ln_lstm_sequence", gain_x, bias_x)
     T, B, _ = xg.shape
     lens = _lengths(lengths, T, B, xg.device)
     xg = xg.contiguous()
+    masks = _masks(xg, h_mask, zone_h, zone_c)
     tensors = (xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in tensors):
-        return _LSTMFunction.apply(*tensors, lens, eps)
+        return _LSTMFunction.apply(*tensors, lens, eps, *masks)
     with torch.no_grad():
         params = tuple(_c(p) for p in tensors[4:])
-        return _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save=False)[:3]
+        return _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, False, masks)[:3]

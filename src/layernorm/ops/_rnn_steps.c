@@ -18,6 +18,12 @@
  * c, the LN statistics (mean, rstd) of hg and of c. Biased variance, eps inside the square root,
  * as torch.nn.functional.layer_norm.
  *
+ * The recurrent regularizers (docs/rnn.md), each off when its pointer is NULL (then every loop
+ * does exactly what it does without them): recurrent dropout, h_mask (B, H), multiplies h_{t-1}
+ * where it enters the GEMM (and so the GEMM's gradient into h_{t-1}); zoneout, zone_h / zone_c
+ * (T, B, H), mixes the new state with the previous one after the cell, h = h~ + z (h_prev - h~)
+ * (the same for c), whose backward sends z dh to h_prev and (1 - z) dh to h~.
+ *
  * At the end: the BN-LSTM and BN-GRU (Cooijmans et al. 2016; docs/rnnfast.md), whose batch norms
  * reduce each step's columns over the batch, with their own structs and time loops.
  */
@@ -197,10 +203,11 @@ static inline const float *prev_h(const float *h0, const float *out, int t, int 
 typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, const float *hp,
                             float *scratch);
 
-/* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels. */
+/* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels.
+ * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself). */
 static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
                        const float *wp, const float *h0, const float *out, size_t scratch,
-                       forward_row row, const void *cell) {
+                       const float *h_mask, forward_row row, const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -208,7 +215,8 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     {
     int r0, r1;
     row_block(B, &r0, &r1);
-    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + 1));
+    const size_t masked = h_mask ? (size_t)(r1 - r0) * H : 0;  /* h_{t-1} * h_mask */
+    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + 1));
     if (!hg) {
 #pragma omp atomic write
         failed = 1;
@@ -218,7 +226,14 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
         const float *hp = prev_h(h0, out, t, B, H, r0);
-        gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
+        if (h_mask) {
+            float *hm = hg + (size_t)(r1 - r0) * Gp + scratch;
+            const float *m = h_mask + (long)r0 * H;
+            for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
+            gemm_rows(e - r0, H, hm, H, wp, npanels, hg, Gp);
+        } else {
+            gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
+        }
         for (int b = r0; b < e; b++)
             row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp, hp + (long)(b - r0) * H,
                 hg + (size_t)(r1 - r0) * Gp);
@@ -238,12 +253,14 @@ typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, floa
  * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
  * (ceil(H / NR), G, NR). dhg ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
  * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
- * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct). The
+ * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct), the GEMM's
+ * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The
  * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
  * added to double accumulators (private per thread when there are several) and into dparams. */
 static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const int *batch_sizes,
                         const float *wtp, float *dh, float *dhg, int has_direct, size_t scratch,
-                        int nacc, double *dparams, backward_row row, const void *cell) {
+                        int nacc, double *dparams, const float *h_mask, backward_row row,
+                        const void *cell) {
     const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -273,7 +290,13 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const
         for (int b = r0; b < e; b++) {
             const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
             float *dhb = dh + (long)b * H;
-            if (has_direct)
+            if (h_mask) {
+                const float *m = h_mask + (long)b * H;
+                if (has_direct)
+                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j] + dir[j];
+                else
+                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j];
+            } else if (has_direct)
                 for (int j = 0; j < H; j++) dhb[j] = y[j] + dir[j];
             else
                 memcpy(dhb, y, sizeof(float) * H);
@@ -327,7 +350,9 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
  * h_n, c_n: (B, H), in: h0, c0; out: each row's state after its last step. Saved for the backward
  * when cs != NULL (else those pointers may be NULL): cs (T + 1, B, H) with cs[0] = c0, hg_all and
  * act_all (T, B, G), tc_all (T, B, H), stats (6, T, B): mean and rstd of hg, of c and of xw (the
- * last two only with gain_x). */
+ * last two only with gain_x). With zoneout cs holds the carried (zoned-out) c_t, and the LN of c
+ * reads the cell's candidate c~_t = sigmoid(f) c_prev + sigmoid(i) tanh(u), which the backward
+ * recomputes from act_all and cs. */
 struct lstm {
     int T, B, H, nthreads;
     int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
@@ -350,6 +375,8 @@ struct lstm {
     float *dh, *dc;                  /* backward (B, H) in: grads of h_{t1}, c_{t1}; out: at t0 */
     float *dxg;                      /* backward (T, B, G) out */
     float *dhg;                      /* backward (t1 - t0, B, G) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h, *zone_c;    /* (T, B, H) zoneout of h and of c, or NULL */
     double *dparams;                 /* backward (18 H,) accumulated */
 };
 size_t lstm_struct_size(void) { return sizeof(struct lstm); }
@@ -363,7 +390,6 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const float *xb = L->xw + tb * G;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
     float mu, rs, mx = 0.0f, rx = 0.0f;
-    (void)hp;
     moments(hgb, G, L->eps, &mu, &rs);
     if (L->gain_x) {
         moments(xb, G, L->eps, &mx, &rx);
@@ -381,12 +407,23 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const float *cp = save ? L->cs + tb * H : L->c_n + (long)b * H;
     float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;  /* in place without save */
     float *h = L->out + tb * H;
-    for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
+    float *cc = L->zone_c ? scratch + 5 * H : c;  /* the candidate c~_t (zoneout: apart from c) */
+    for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
     float mc, rc;
-    moments(c, H, L->eps, &mc, &rc);
+    moments(cc, H, L->eps, &mc, &rc);
     for (int j = 0; j < H; j++) {
-        tcb[j] = tanhf_((c[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
+        tcb[j] = tanhf_((cc[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
         h[j] = og[j] * tcb[j];
+    }
+    if (L->zone_c) {  /* c_t = c~ + z (c_prev - c~); cp may be c: read at j before the write */
+        const float *z = L->zone_c + tb * H;
+#pragma omp simd  /* c and cp: the same row or disjoint; each j read and written only at j */
+        for (int j = 0; j < H; j++) c[j] = cc[j] + z[j] * (cp[j] - cc[j]);
+    }
+    if (L->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
+        const float *z = L->zone_h + tb * H;
+#pragma omp simd
+        for (int j = 0; j < H; j++) h[j] += z[j] * (hp[j] - h[j]);
     }
     copy_(L->h_n + (long)b * H, h, H);
     if (save) {
@@ -398,9 +435,13 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     }
 }
 
+/* scratch per row: the activations (G) and tanh(LN(c)) (H) without save; the candidate c~ (H)
+ * with zone_c. */
+static size_t lstm_scratch(const struct lstm *L) { return (size_t)(L->zone_c ? 6 : 5) * L->H; }
+
 int lstm_forward_seq(const struct lstm *L) {
     return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->h0,
-                       L->out, (size_t)5 * L->H, lstm_forward_row, L);
+                       L->out, lstm_scratch(L), L->h_mask, lstm_forward_row, L);
 }
 
 /* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */
@@ -409,7 +450,6 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
     const struct lstm *L = cell;
     const int H = L->H, G = 4 * H;
     const long TB = (long)L->T * L->B, B = L->B;
-    (void)direct;
     const float *a = L->act_all + tb * G, *t = L->tc_all + tb * H, *st = L->stats;
     const float *c = L->cs + (tb + B) * H, *cp = L->cs + tb * H, *gob = L->grad_out + tb * H;
     const float *ig = a, *fg = a + H, *ug = a + 2 * H, *og = a + 3 * H, *dhb = L->dh + (long)b * H;
@@ -417,13 +457,41 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
     float *di = dp, *df = dp + H, *du = dp + 2 * H, *dob = dp + 3 * H;
     float *pg_h = part, *pb_h = part + G, *pg_c = part + 2 * G, *pb_c = pg_c + H;
     float *pg_x = pb_c + H, *pb_x = pg_x + G;
+    const float *zh = L->zone_h ? L->zone_h + tb * H : NULL;
+    const float *zc = L->zone_c ? L->zone_c + tb * H : NULL;
+    if (zh) {  /* zoneout: z dh to h_{t-1} (direct), (1 - z) dh to the candidate h~ */
+#pragma omp simd  /* direct, dob, dcn: disjoint rows */
+        for (int j = 0; j < H; j++) {
+            const float g0 = dhb[j] + gob[j], zd = zh[j] * g0, g = g0 - zd;
+            direct[j] = zd;
+            dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
+            dcn[j] = g * og[j] * (1.0f - t[j] * t[j]);
+        }
+    } else {
     for (int j = 0; j < H; j++) {
         const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
         dob[j] = g * t[j] * og[j] * (1.0f - og[j]);
         dcn[j] = g * og[j] * (1.0f - t[j] * t[j]);
     }
+    }
+    if (zc) {  /* the LN of c read the candidate c~_t: recomputed; c (cs) holds the zoned c_t */
+        float *cc = scratch + H;
+#pragma omp simd
+        for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
+        c = cc;
+    }
     /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
     ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+    if (zc) {  /* dc~ = du + (1 - z) dc_t, dc_{t-1} = f dc~ + z dc_t */
+#pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
+        for (int j = 0; j < H; j++) {
+            float zd = zc[j] * dcb[j], dct = du[j] + dcb[j] - zd;
+            di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
+            df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
+            du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
+            dcb[j] = dct * fg[j] + zd;
+        }
+    } else {
 #pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         float dct = du[j] + dcb[j];
@@ -431,6 +499,7 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
         df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
         du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
         dcb[j] = dct * fg[j];
+    }
     }
     ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G, dhgb, pg_h, pb_h);
     if (L->gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
@@ -448,7 +517,8 @@ int lstm_backward_seq(const struct lstm *L) {
     int lo, hi;
     if (step_range(L->T, L->t0, L->t1, &lo, &hi)) return -2;
     return backward_seq(lo, hi, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp, L->dh,
-                        L->dhg, 0, (size_t)L->H, 18 * L->H, L->dparams, lstm_backward_row, L);
+                        L->dhg, L->zone_h != NULL, (size_t)(L->zone_c ? 2 : 1) * L->H,
+                        18 * L->H, L->dparams, L->h_mask, lstm_backward_row, L);
 }
 
 /* ---- LN-GRU (torch's gate order r, z, n and update h = (1 - z) n + z h_prev) -------------------
@@ -483,6 +553,8 @@ struct gru {
     float *dh;                       /* backward (B, H) in: grad of h_{t1}; out: of h_{t0} */
     float *dxg;                      /* backward (T, B, 3H) out */
     float *dhg;                      /* backward (t1 - t0, B, 3H) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h;             /* (T, B, H) zoneout, or NULL */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t gru_struct_size(void) { return sizeof(struct gru); }
@@ -532,6 +604,11 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     }
     gru_gates(R, tb, hgb, st, rz, un, n);
     for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
+    if (R->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
+        const float *zh = R->zone_h + tb * H;
+#pragma omp simd
+        for (int j = 0; j < H; j++) h[j] += zh[j] * (hp[j] - h[j]);
+    }
     copy_(R->h_n + (long)b * H, h, H);
     if (R->hg_all) {
         copy_(R->hg_all + tb * G, hgb, G);
@@ -541,7 +618,7 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
 
 int gru_forward_seq(const struct gru *R) {
     return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->h0,
-                       R->out, (size_t)4 * R->H, gru_forward_row, R);
+                       R->out, (size_t)4 * R->H, R->h_mask, gru_forward_row, R);
 }
 
 /* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */
@@ -559,6 +636,19 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
     float st[8];
     for (int k = 0; k < 8; k++) st[k] = R->stats[k * TB + tb];
     gru_gates(R, tb, hgb, st, r, u, nb);
+    if (R->zone_h) {  /* zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~ */
+        const float *zh = R->zone_h + tb * H;
+#pragma omp simd  /* the outputs are disjoint rows, each j read and written only at j */
+        for (int j = 0; j < H; j++) {
+            const float g0 = dhb[j] + gob[j], zd = zh[j] * g0, g = g0 - zd;
+            const float dnpre = g * (1.0f - z[j]) * (1.0f - nb[j] * nb[j]);
+            dp[2 * H + j] = dnpre;
+            dp[j] = dnpre * u[j] * r[j] * (1.0f - r[j]);
+            dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
+            du[j] = dnpre * r[j];
+            direct[j] = g * z[j] + zd;
+        }
+    } else {
 #pragma omp simd  /* the outputs are disjoint rows, each j read and written only at j */
     for (int j = 0; j < H; j++) {
         const float g = dhb[j] + gob[j];  /* gradient of h_t: from step t + 1 and out[t] */
@@ -568,6 +658,7 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
         dp[H + j] = g * (hp[j] - nb[j]) * z[j] * (1.0f - z[j]);
         du[j] = dnpre * r[j];
         direct[j] = g * z[j];
+    }
     }
     ln_backward_row(dp, hgb, st[0], st[1], R->gain_h, 2 * H, dhgb, pg_h, pb_h);
     ln_backward_row(du, hgb + 2 * H, st[2], st[3], R->gain_u, H, dhgb + 2 * H, pg_u, pb_u);
@@ -588,7 +679,8 @@ int gru_backward_seq(const struct gru *R) {
     int lo, hi;
     if (step_range(R->T, R->t0, R->t1, &lo, &hi)) return -2;
     return backward_seq(lo, hi, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp, R->dh,
-                        R->dhg, 1, (size_t)5 * R->H, 12 * R->H, R->dparams, gru_backward_row, R);
+                        R->dhg, 1, (size_t)5 * R->H, 12 * R->H, R->dparams, R->h_mask,
+                        gru_backward_row, R);
 }
 
 /* ---- one step with W_hh h_{t-1} given: the cells' path ------------------------------------
@@ -650,13 +742,15 @@ static int step_backward(int B, int G, int H, int nthreads, float *dhg, float *d
 }
 
 int lstm_step_forward(const struct lstm *L, const float *hg) {
-    return step_forward(L->B, 4 * L->H, L->H, L->nthreads, hg, L->h0, (size_t)5 * L->H,
+    return step_forward(L->B, 4 * L->H, L->H, L->nthreads, hg, L->h0, lstm_scratch(L),
                         lstm_forward_row, L);
 }
 
-int lstm_step_backward(const struct lstm *L) {
-    return step_backward(L->B, 4 * L->H, L->H, L->nthreads, L->dhg, NULL, (size_t)L->H,
-                         18 * L->H, L->dparams, lstm_backward_row, L);
+/* direct (B, H): with zone_h, the gradient of h_0 through the zoneout (else NULL). */
+int lstm_step_backward(const struct lstm *L, float *direct) {
+    return step_backward(L->B, 4 * L->H, L->H, L->nthreads, L->dhg, direct,
+                         (size_t)(L->zone_c ? 2 : 1) * L->H, 18 * L->H, L->dparams,
+                         lstm_backward_row, L);
 }
 
 int gru_step_forward(const struct gru *R, const float *hg) {
@@ -716,6 +810,9 @@ struct bn_lstm {
     float *dh, *dc;                  /* backward (B, H) in: grads of h_{t1}, c_{t1}; out: at t0 */
     float *dxg;                      /* backward (T, B, G) out: gradient of xw */
     float *dhg;                      /* backward (t1 - t0, B, G) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h, *zone_c;    /* (T, B, H) zoneout of h and of c, or NULL (the BN of c
+                                        reads the candidate c~_t, as the LN-LSTM's) */
     double *dparams;                 /* backward (4 G + 2 H,) accumulated */
 };
 size_t bn_lstm_struct_size(void) { return sizeof(struct bn_lstm); }
@@ -791,8 +888,10 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
-    /* hg (rows x Gp), act and tc without save, mu / rs of G and H columns, gather sums */
-    float *hg = malloc(sizeof(float) * (rows * (Gp + G + H) + 4 * G + 2 * H + 1));
+    /* hg (rows x Gp), act and tc without save, mu / rs of G and H columns, gather sums; with the
+     * regularizers h_{t-1} * h_mask and the candidates c~ (rows x H each) */
+    const size_t extra = rows * H * ((L->h_mask != NULL) + (L->zone_c != NULL));
+    float *hg = malloc(sizeof(float) * (rows * (Gp + G + H) + 4 * G + 2 * H + extra + 1));
     double *sq = malloc(sizeof(double) * 2 * G);
     if (!hg || !sq) {
 #pragma omp atomic write
@@ -806,11 +905,18 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
     double *mine = part + thread_id() * stride;
     float *act_s = hg + rows * Gp, *tc_s = act_s + rows * G, *mu = tc_s + rows * H;
     float *rs = mu + G, *muc = rs + G, *rsc = muc + H, *mux = rsc + H, *rsx = mux + G;
+    float *hm = rsx + G, *ccs = hm + (L->h_mask ? rows * H : 0);
     for (int t = 0; t < T && ok; t++) {
         const int n = L->batch_sizes ? L->batch_sizes[t] : B, batch = L->batch_stats[t];
         const int e = n < r1 ? n : r1;
         const float *hp = prev_h(L->h0, L->out, t, B, H, r0);
-        if (e > r0) gemm_rows(e - r0, H, hp, H, L->wp, npanels, hg, Gp);
+        if (e > r0 && L->h_mask) {
+            const float *m = L->h_mask + (long)r0 * H;
+            for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
+            gemm_rows(e - r0, H, hm, H, L->wp, npanels, hg, Gp);
+        } else if (e > r0) {
+            gemm_rows(e - r0, H, hp, H, L->wp, npanels, hg, Gp);
+        }
         if (batch) {
             memset(mine, 0, sizeof(double) * 4 * G);
             for (int b = r0; b < e; b++) {
@@ -838,7 +944,8 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
             for (int j = 3 * H; j < G; j++) a[j] = sigmoidf_(a[j]);
             const float *ig = a, *fg = a + H, *ug = a + 2 * H;
             const float *cp = save ? L->cs + tb * H : L->c_n + (long)b * H;
-            float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;
+            float *c = L->zone_c ? ccs + (long)(b - r0) * H  /* the candidate c~, apart */
+                                 : save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;
             for (int j = 0; j < H; j++) c[j] = fg[j] * cp[j] + ig[j] * ug[j];
             if (batch) col_sums(c, c, H, mine_c, mine_c + H);
             if (save) copy_(L->hg_all + tb * G, hgb, G);
@@ -849,15 +956,25 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
         for (int b = r0; b < e; b++) {
             const long tb = (long)t * B + b;
             const float *a = save ? L->act_all + tb * G : act_s + (long)(b - r0) * G;
-            const float *c = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H, *og = a + 3 * H;
+            float *cz = save ? L->cs + (tb + B) * H : L->c_n + (long)b * H;  /* c_t */
+            const float *c = L->zone_c ? ccs + (long)(b - r0) * H : cz, *og = a + 3 * H;
             float *tcb = save ? L->tc_all + tb * H : tc_s + (long)(b - r0) * H;
             float *h = L->out + tb * H;
             for (int j = 0; j < H; j++) {
                 tcb[j] = tanhf_((c[j] - muc[j]) * rsc[j] * L->gain_c[j] + L->bias_c[j]);
                 h[j] = og[j] * tcb[j];
             }
+            if (L->zone_c) {  /* c_t = c~ + z (c_prev - c~) (without save c_prev is c_n) */
+                const float *z = L->zone_c + tb * H;
+                const float *cp = save ? L->cs + tb * H : cz;
+                for (int j = 0; j < H; j++) cz[j] = c[j] + z[j] * (cp[j] - c[j]);
+            }
+            if (L->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
+                const float *z = L->zone_h + tb * H, *hpb = prev_h(L->h0, L->out, t, B, H, b);
+                for (int j = 0; j < H; j++) h[j] += z[j] * (hpb[j] - h[j]);
+            }
             copy_(L->h_n + (long)b * H, h, H);
-            if (save) copy_(L->c_n + (long)b * H, c, H);
+            if (save) copy_(L->c_n + (long)b * H, cz, H);
         }
     }
     free(hg);
@@ -890,7 +1007,9 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
-    float *y = malloc(sizeof(float) * (rows * Hp + 4 * G + 2 * H + 1));
+    /* the GEMM's rows, mu / rs; with zone_h the gradients of h_{t-1} through the zoneout */
+    float *y = malloc(sizeof(float) * (rows * Hp + 4 * G + 2 * H + (L->zone_h ? rows * H : 0)
+                                       + 1));
     double *sq = malloc(sizeof(double) * 4 * G);
     if (!y || !sq) {
 #pragma omp atomic write
@@ -904,7 +1023,7 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
     const int id = thread_id();
     double *mine = part + id * stride, *mine_c = mine + 4 * G;
     float *mu = y + rows * Hp, *rs = mu + G, *muc = rs + G, *rsc = muc + H, *mux = rsc + H;
-    float *rsx = mux + G;
+    float *rsx = mux + G, *direct = rsx + G;
     for (int t = hi - 1; t >= lo && ok; t--) {
         const int n = L->batch_sizes ? L->batch_sizes[t] : B, batch = L->batch_stats[t];
         const int e = n < r1 ? n : r1;
@@ -920,13 +1039,21 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
             const long tb = (long)t * B + b;
             const float *a = L->act_all + tb * G, *tc = L->tc_all + tb * H, *og = a + 3 * H;
             const float *gob = L->grad_out + tb * H, *dhb = L->dh + (long)b * H;
-            const float *c = L->cs + (tb + B) * H;
+            const float *c = L->cs + (tb + B) * H, *cp = L->cs + tb * H;
+            const float *zh = L->zone_h ? L->zone_h + tb * H : NULL;
             float *dp = L->dxg + tb * G, *dcn = dp + 2 * H, *dob = dp + 3 * H, *xh = dp;
+            float *dir = direct + (long)(b - r0) * H;
             for (int j = 0; j < H; j++) {
-                const float g = dhb[j] + gob[j];
+                float g = dhb[j] + gob[j];
+                if (zh) {  /* zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~ */
+                    dir[j] = zh[j] * g;
+                    g -= dir[j];
+                }
+                /* the BN of c read the candidate c~ (recomputed; cs holds the zoned c_t) */
+                const float cj = L->zone_c ? a[H + j] * cp[j] + a[j] * a[2 * H + j] : c[j];
                 dob[j] = g * tc[j] * og[j] * (1.0f - og[j]);
                 dcn[j] = g * og[j] * (1.0f - tc[j] * tc[j]);
-                xh[j] = (c[j] - muc[j]) * rsc[j];  /* xhat of c, in di's place for now */
+                xh[j] = (cj - muc[j]) * rsc[j];  /* xhat of c, in di's place for now */
             }
             col_sums(dcn, xh, H, mine_c, mine_c + H);
         }
@@ -945,15 +1072,17 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
             const float *ig = a, *fg = a + H, *ug = a + 2 * H;
             float *dcb = L->dc + (long)b * H, *dp = L->dxg + tb * G;
             float *di = dp, *df = dp + H, *du = dp + 2 * H;
+            const float *zc = L->zone_c ? L->zone_c + tb * H : NULL;
             for (int j = 0; j < H; j++) {
                 const float xh = di[j], dy = du[j];
                 float dct = L->gain_c[j] * rsc[j]
                             * (batch ? dy - (float)((sq[j] + xh * sq[H + j]) / n) : dy);
-                dct += dcb[j];
+                const float zd = zc ? zc[j] * dcb[j] : 0.0f;  /* zoneout: z dc_t to c_{t-1} */
+                dct += zc ? dcb[j] - zd : dcb[j];
                 di[j] = dct * ug[j] * ig[j] * (1.0f - ig[j]);
                 df[j] = dct * cp[j] * fg[j] * (1.0f - fg[j]);
                 du[j] = dct * ig[j] * (1.0f - ug[j] * ug[j]);
-                dcb[j] = dct * fg[j];
+                dcb[j] = zc ? dct * fg[j] + zd : dct * fg[j];
             }
             /* sums of dpre, dpre * xhat of hg and dpre * xhat of xw over the rows */
             for (int j = 0; j < G; j++) {
@@ -988,8 +1117,17 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
         }
         if (e > r0) {
             gemm_rows(e - r0, G, d, G, L->wtp, npanels, y, Hp);
-            for (int b = r0; b < e; b++)
-                memcpy(L->dh + (long)b * H, y + (long)(b - r0) * Hp, sizeof(float) * H);
+            for (int b = r0; b < e; b++) {
+                const float *yb = y + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
+                const float *m = L->h_mask ? L->h_mask + (long)b * H : NULL;
+                float *dhb = L->dh + (long)b * H;
+                if (!m && !L->zone_h) {
+                    memcpy(dhb, yb, sizeof(float) * H);
+                    continue;
+                }
+                for (int j = 0; j < H; j++)  /* the GEMM read h_{t-1} * h_mask */
+                    dhb[j] = (m ? yb[j] * m[j] : yb[j]) + (L->zone_h ? dir[j] : 0.0f);
+            }
         }
     }
     free(y);
@@ -1029,6 +1167,8 @@ struct bn_gru {
     float *dh;                       /* backward (B, H) */
     float *dxg;                      /* backward (T, B, 3H) out: gradient of xw */
     float *dhg;                      /* backward (t1 - t0, B, 3H) out */
+    const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
+    const float *zone_h;             /* (T, B, H) zoneout, or NULL */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t bn_gru_struct_size(void) { return sizeof(struct bn_gru); }
@@ -1047,7 +1187,8 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
-    float *hg = malloc(sizeof(float) * (rows * Gp + 4 * G + 1));
+    /* hg, mu / rs; with h_mask h_{t-1} * h_mask (rows x H) */
+    float *hg = malloc(sizeof(float) * (rows * Gp + 4 * G + (R->h_mask ? rows * H : 0) + 1));
     double *sq = malloc(sizeof(double) * 2 * G);
     if (!hg || !sq) {
 #pragma omp atomic write
@@ -1058,13 +1199,19 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
 #pragma omp atomic read
     ok = failed;
     ok = !ok;
-    float *mu = hg + rows * Gp, *rs = mu + G, *mux = rs + G, *rsx = mux + G;
+    float *mu = hg + rows * Gp, *rs = mu + G, *mux = rs + G, *rsx = mux + G, *hm = rsx + G;
     for (int t = 0; t < T && ok; t++) {
         const int n = R->batch_sizes ? R->batch_sizes[t] : B, batch = R->batch_stats[t];
         const int e = n < r1 ? n : r1;
         double *copy = part + (long)(t & 1) * nt * stride, *mine = copy + thread_id() * stride;
         const float *hp = prev_h(R->h0, R->out, t, B, H, r0);
-        if (e > r0) gemm_rows(e - r0, H, hp, H, R->wp, npanels, hg, Gp);
+        if (e > r0 && R->h_mask) {
+            const float *m = R->h_mask + (long)r0 * H;
+            for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
+            gemm_rows(e - r0, H, hm, H, R->wp, npanels, hg, Gp);
+        } else if (e > r0) {
+            gemm_rows(e - r0, H, hp, H, R->wp, npanels, hg, Gp);
+        }
         if (batch) {
             memset(mine, 0, sizeof(double) * 4 * G);
             for (int b = r0; b < e; b++) {
@@ -1085,6 +1232,7 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
             const float *gh = R->gain_h, *bh = R->bias_h, *gx = R->gain_x, *bx = R->bias_x;
             float a[3];
             float *h = R->out + tb * H, *act = save ? R->act_all + tb * G : NULL;
+            const float *zh = R->zone_h ? R->zone_h + tb * H : NULL;
             for (int j = 0; j < H; j++) {
                 const int k = H + j, m = 2 * H + j;
                 a[0] = sigmoidf_((hgb[j] - mu[j]) * rs[j] * gh[j] + bh[j]
@@ -1094,6 +1242,7 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
                 const float un = (hgb[m] - mu[m]) * rs[m] * gh[m] + bh[m];
                 a[2] = tanhf_((xb[m] - mux[m]) * rsx[m] * gx[m] + bx[m] + a[0] * un);
                 h[j] = a[2] + a[1] * (hpb[j] - a[2]);
+                if (zh) h[j] += zh[j] * (hpb[j] - h[j]);  /* zoneout: h~ + z (h_prev - h~) */
                 if (act) { act[j] = a[0]; act[k] = a[1]; act[m] = a[2]; }
             }
             copy_(R->h_n + (long)b * H, h, H);
@@ -1154,11 +1303,13 @@ int bn_gru_backward_seq(const struct bn_gru *R) {
             const float *hp = prev_h(R->h0, R->out, t, B, H, b);
             float *dyh = d + (long)(b - r0) * G, *dyx = R->dxg + tb * G;
             float *dir = direct + (long)(b - r0) * H;
+            const float *zh = R->zone_h ? R->zone_h + tb * H : NULL;
             for (int j = 0; j < H; j++) {
                 const int k = H + j, m = 2 * H + j;
                 const float r = act[j], z = act[k], nn = act[m];
                 const float un = (hgb[m] - mu[m]) * rs[m] * R->gain_h[m] + R->bias_h[m];
-                const float g = dhb[j] + gob[j];
+                const float g0 = dhb[j] + gob[j], zd = zh ? zh[j] * g0 : 0.0f;
+                const float g = zh ? g0 - zd : g0;  /* zoneout: (1 - z) dh to the candidate */
                 const float dnpre = g * (1.0f - z) * (1.0f - nn * nn);
                 const float drp = dnpre * un * r * (1.0f - r);
                 const float dzp = g * (hp[j] - nn) * z * (1.0f - z);
@@ -1166,7 +1317,7 @@ int bn_gru_backward_seq(const struct bn_gru *R) {
                 dyh[k] = dyx[k] = dzp;
                 dyx[m] = dnpre;
                 dyh[m] = dnpre * r;
-                dir[j] = g * z;
+                dir[j] = zh ? g * z + zd : g * z;
             }
             for (int j = 0; j < G; j++) {
                 const float xh = (hgb[j] - mu[j]) * rs[j], xx = (xb[j] - mux[j]) * rsx[j];
@@ -1204,7 +1355,12 @@ int bn_gru_backward_seq(const struct bn_gru *R) {
             for (int b = r0; b < e; b++) {
                 const float *yb = y + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
                 float *dhb = R->dh + (long)b * H;
-                for (int j = 0; j < H; j++) dhb[j] = yb[j] + dir[j];
+                if (R->h_mask) {  /* the GEMM read h_{t-1} * h_mask */
+                    const float *mk = R->h_mask + (long)b * H;
+                    for (int j = 0; j < H; j++) dhb[j] = yb[j] * mk[j] + dir[j];
+                } else {
+                    for (int j = 0; j < H; j++) dhb[j] = yb[j] + dir[j];
+                }
             }
         }
     }

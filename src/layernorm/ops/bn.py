@@ -73,9 +73,14 @@ def _runs(sizes: Sequence[int], flags: Sequence[bool]):
 
 
 def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
-                 batch_sizes: Sequence[int] | None):
+                 batch_sizes: Sequence[int] | None, *, h_mask: Tensor | None = None,
+                 zone_h: Tensor | None = None, zone_c: Tensor | None = None):
     """``_Stack._run_direction`` of a BN-LSTM / BN-GRU where ``applies``: x (T, B, I) in
     processing order -> (out (T, B, H), final state); the running statistics updated in training.
+
+    The recurrent regularizers (docs/rnn.md; None = off), in the same processing order:
+    ``h_mask`` (B, H) recurrent dropout on h_{t-1} where it enters W_hh; ``zone_h`` (and for the
+    LSTM ``zone_c``) (T, B, H) zoneout of the new state. The masks get no gradient.
 
     A packed training batch whose last steps have one active example runs in two calls: the
     readable path's single-example steps read running statistics that its earlier steps of the
@@ -85,19 +90,37 @@ def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
     terms = module._terms(suffix, batch_sizes)
     xw = input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
     T, B, _ = xw.shape
+    masks = _masks(module, T, B, xw, h_mask, zone_h, zone_c)
     sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
     if module.training:  # the readable input term's check: batch statistics need two examples
         LF.check_batch_size(xw[0, :sizes[0]], terms["ih"].who)
     params = tuple(g(n) for n in _PARAMS[module.mode])
     split = next((t for t, n in enumerate(sizes) if n < 2), T) if module.training else T
     if split == T:
-        return _segment(module, terms, params, xw, state, batch_sizes, 0)
-    out, states = _segment(module, terms, params, xw[:split], state, sizes[:split], 0)
+        return _segment(module, terms, params, xw, state, batch_sizes, 0, masks)
+    head = [None if m is None else (m if k == 0 else m[:split]) for k, m in enumerate(masks)]
+    rest = [None if m is None else (m[:1] if k == 0 else m[split:, :1].contiguous())
+            for k, m in enumerate(masks)]
+    out, states = _segment(module, terms, params, xw[:split], state, sizes[:split], 0, head)
     tail, last = _segment(module, terms, params, xw[split:, :1], tuple(s[:1] for s in states),
-                          None, split)
+                          None, split, rest)
     out = torch.cat([out, torch.cat([tail, tail.new_zeros(T - split, B - 1, tail.shape[-1])],
                                     1)])
     return out, tuple(torch.cat([a, s[1:]]) for a, s in zip(last, states))
+
+
+def _masks(module, T: int, B: int, xw: Tensor, h_mask, zone_h, zone_c) -> list:
+    """The regularizers' masks checked ((B, H) / (T, B, H)), detached, float32, contiguous:
+    [h_mask, zone_h] and for the LSTM zone_c."""
+    H = module.hidden_size
+    who = WHO if module.mode == "LSTM" else WHO_GRU
+    if module.mode != "LSTM" and zone_c is not None:
+        raise ValueError(f"{who} has no cell state: zone_c must be None, received a tensor.")
+    given = {"h_mask": h_mask, "zone_h": zone_h}
+    if module.mode == "LSTM":
+        given["zone_c"] = zone_c
+    common.check_masks(who, xw, T, B, H, **given)
+    return common.prepare_masks(given.values(), xw.dtype, None)
 
 
 # per mode: the direction's parameters, in the autograd Functions' order after the states
@@ -105,7 +128,7 @@ _PARAMS = {"LSTM": ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c", "gain
            "GRU": ("weight_hh", "gain_hh", "bias_hh", "gain_ih", "bias_ih")}
 
 
-def _segment(module, terms, params, xw, state, batch_sizes, t0: int):
+def _segment(module, terms, params, xw, state, batch_sizes, t0: int, masks):
     """Steps t0 .. t0 + len(xw) - 1 of a direction in one kernel call (``batch_sizes`` of those
     steps, or None), then their running statistics' update in training. The kernel's statistics
     come in the order of ``names`` (each term's (T, width) mean, then var)."""
@@ -127,7 +150,7 @@ def _segment(module, terms, params, xw, state, batch_sizes, t0: int):
             stats.append(rows)
     sizes_t = None if batch_sizes is None else torch.as_tensor(sizes)
     fn = _BNLSTM if module.mode == "LSTM" else _BNGRU
-    out, *rest = fn.apply(xw, *state, *params, *stats, sizes_t, flags, float(module.eps))
+    out, *rest = fn.apply(xw, *state, *params, *stats, sizes_t, flags, float(module.eps), *masks)
     states, found = rest[:len(state)], rest[len(state):]
     if module.training:
         for k, name in enumerate(names):
@@ -141,11 +164,13 @@ class _BNLSTM(torch.autograd.Function):
     """The recurrence on the C kernels: (xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
     gain_x, bias_x, then the (T, G) / (T, H) mean_h, var_h, mean_c, var_c, mean_x, var_x with the
     fixed steps' rows, batch_sizes, flags, eps) -> out, h_n, c_n and the six statistics with
-    every step's rows (the batch steps' batch mean and biased variance; not differentiable)."""
+    every step's rows (the batch steps' batch mean and biased variance; not differentiable).
+    Last, the regularizers' masks h_mask, zone_h, zone_c (or None; no gradient)."""
 
     @staticmethod
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, mean_h,
-                var_h, mean_c, var_c, mean_x, var_x, batch_sizes, flags, eps):
+                var_h, mean_c, var_c, mean_x, var_x, batch_sizes, flags, eps, h_mask=None,
+                zone_h=None, zone_c=None):
         lib = native.native_lib(xg)
         xg = xg.contiguous()
         T, B, G = xg.shape
@@ -168,9 +193,11 @@ class _BNLSTM(torch.autograd.Function):
                      bias_h=_contig(bias_h), gain_c=_contig(gain_c), bias_c=_contig(bias_c),
                      h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0], hg_all=saved[1],
                      act_all=saved[2], tc_all=saved[3], mean_h=stats[0], var_h=stats[1],
-                     mean_c=stats[2], var_c=stats[3], mean_x=stats[4], var_x=stats[5])
+                     mean_c=stats[2], var_c=stats[3], mean_x=stats[4], var_x=stats[5],
+                     h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
         ctx.mark_non_differentiable(*stats)
         ctx.flags, ctx.eps, ctx.save = flags, eps, save
+        ctx.masks = (h_mask, zone_h, zone_c)
         ctx.batch_sizes = batch_sizes
         if save:
             ctx.save_for_backward(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x,
@@ -185,9 +212,9 @@ class _BNLSTM(torch.autograd.Function):
         sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
         if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
             found = common.differentiable_backward(
-                lambda *xs: _loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
+                lambda *xs: _loop(*xs, sizes, ctx.flags, stats, ctx.eps, *ctx.masks), inputs,
                 ctx.needs_input_grad[:10], (grad_out, grad_hn, grad_cn))
-            return (*found, *(None,) * 9)
+            return (*found, *(None,) * 12)
         xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, _ = inputs
         T, B, G = xg.shape
         H = G // 4
@@ -206,9 +233,9 @@ class _BNLSTM(torch.autograd.Function):
             grad_out=grad_out.contiguous(), cs=cs, hg_all=hg_all,
             act_all=act_all, tc_all=tc_all, mean_h=stats[0], var_h=stats[1], mean_c=stats[2],
             var_c=stats[3], mean_x=stats[4], var_x=stats[5], dh=dh, dc=dc, dxg=dxg,
-            dparams=dparams)
+            dparams=dparams, h_mask=ctx.masks[0], zone_h=ctx.masks[1], zone_c=ctx.masks[2])
         dparams = dparams.to(xg.dtype).split([G, G, H, H, G, G])
-        return (dxg, dh, dc, dw_hh, *dparams, *(None,) * 9)
+        return (dxg, dh, dc, dw_hh, *dparams, *(None,) * 12)
 
 
 def _norm(gain, bias, mean, var, flags, eps):
@@ -225,27 +252,29 @@ def _norm(gain, bias, mean, var, flags, eps):
 
 
 def _loop(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, sizes, flags, stats,
-          eps):
+          eps, h_mask=None, zone_h=None, zone_c=None):
     """The same recurrence in plain differentiable torch ops (the reference step in THE loop):
-    batch statistics of the active rows at the flagged steps, the given ones elsewhere."""
+    batch statistics of the active rows at the flagged steps, the given ones elsewhere; the
+    regularizers as given."""
     mean_h, var_h, mean_c, var_c, mean_x, var_x = stats
     norm_hh = _norm(gain_h, bias_h, mean_h, var_h, flags, eps)
     norm_c = _norm(gain_c, bias_c, mean_c, var_c, flags, eps)
     norm_x = _norm(gain_x, bias_x, mean_x, var_x, flags, eps)
     out, (h, c) = run_direction(
-        lambda x, s, t: lstm_step(norm_x(x, t), s[0], s[1], w_hh, norm_hh, norm_c, t), xw,
-        (h0, c0), batch_sizes=sizes)
+        lambda x, s, t, h_mask=None: lstm_step(norm_x(x, t), s[0], s[1], w_hh, norm_hh, norm_c,
+                                               t, h_mask=h_mask), xw,
+        (h0, c0), batch_sizes=sizes, h_mask=h_mask, zone=common.zone_arg(zone_h, zone_c))
     return out, h, c
 
 
 class _BNGRU(torch.autograd.Function):
     """The BN-GRU recurrence on the C kernels: (xw, h0, w_hh, gain_h, bias_h, gain_x, bias_x,
     then the (T, G) mean_h, var_h, mean_x, var_x with the fixed steps' rows, batch_sizes, flags,
-    eps) -> out, h_n and the four statistics (as ``_BNLSTM``)."""
+    eps, then the masks h_mask, zone_h) -> out, h_n and the four statistics (as ``_BNLSTM``)."""
 
     @staticmethod
     def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, mean_h, var_h, mean_x, var_x,
-                batch_sizes, flags, eps):
+                batch_sizes, flags, eps, h_mask=None, zone_h=None):
         lib = native.native_lib(xg)
         xg = xg.contiguous()
         T, B, G = xg.shape
@@ -263,9 +292,10 @@ class _BNGRU(torch.autograd.Function):
                      wp=_panels(w_hh, lib.panel_width()), gain_h=_contig(gain_h),
                      bias_h=_contig(bias_h), h0=_contig(h0), out=out, h_n=h_n,
                      hg_all=saved[0], act_all=saved[1], mean_h=stats[0], var_h=stats[1],
-                     mean_x=stats[2], var_x=stats[3])
+                     mean_x=stats[2], var_x=stats[3], h_mask=h_mask, zone_h=zone_h)
         ctx.mark_non_differentiable(*stats)
         ctx.flags, ctx.eps, ctx.batch_sizes = flags, eps, batch_sizes
+        ctx.masks = (h_mask, zone_h)
         if save:
             ctx.save_for_backward(xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, out, *saved,
                                   *stats)
@@ -278,9 +308,9 @@ class _BNGRU(torch.autograd.Function):
         sizes = None if ctx.batch_sizes is None else ctx.batch_sizes.tolist()
         if torch.is_grad_enabled():  # create_graph=True: differentiate the differentiable loop
             found = common.differentiable_backward(
-                lambda *xs: _gru_loop(*xs, sizes, ctx.flags, stats, ctx.eps), inputs,
+                lambda *xs: _gru_loop(*xs, sizes, ctx.flags, stats, ctx.eps, *ctx.masks), inputs,
                 ctx.needs_input_grad[:7], (grad_out, grad_hn))
-            return (*found, *(None,) * 7)
+            return (*found, *(None,) * 9)
         xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
         T, B, G = xg.shape
         lib = native.native_lib(xg)
@@ -295,16 +325,20 @@ class _BNGRU(torch.autograd.Function):
             bias_h=_contig(bias_h), gain_x=_contig(gain_x), xw=xg,
             grad_out=grad_out.contiguous(), hg_all=saved[0],
             act_all=saved[1], mean_h=stats[0], var_h=stats[1], mean_x=stats[2],
-            var_x=stats[3], dh=dh, dxg=dxg, dparams=dparams)
+            var_x=stats[3], dh=dh, dxg=dxg, dparams=dparams, h_mask=ctx.masks[0],
+            zone_h=ctx.masks[1])
         dgain_h, dbias_h, dgain_x, dbias_x = dparams.to(xg.dtype).split([G] * 4)
-        return (dxg, dh, dw_hh, dgain_h, dbias_h, dgain_x, dbias_x, *(None,) * 7)
+        return (dxg, dh, dw_hh, dgain_h, dbias_h, dgain_x, dbias_x, *(None,) * 9)
 
 
-def _gru_loop(xw, h0, w_hh, gain_h, bias_h, gain_x, bias_x, sizes, flags, stats, eps):
+def _gru_loop(xw, h0, w_hh, gain_h, bias_h, gain_x, bias_x, sizes, flags, stats, eps,
+              h_mask=None, zone_h=None):
     """The BN-GRU in plain differentiable torch ops (``gru_step`` in THE loop), as ``_loop``."""
     mean_h, var_h, mean_x, var_x = stats
     norm_hh, norm_x = _norm(gain_h, bias_h, mean_h, var_h, flags, eps), _norm(
         gain_x, bias_x, mean_x, var_x, flags, eps)
-    out, (h,) = run_direction(lambda x, s, t: gru_step(norm_x(x, t), s[0], w_hh, norm_hh, t),
-                              xw, (h0,), batch_sizes=sizes)
+    out, (h,) = run_direction(
+        lambda x, s, t, h_mask=None: gru_step(norm_x(x, t), s[0], w_hh, norm_hh, t,
+                                              h_mask=h_mask),
+        xw, (h0,), batch_sizes=sizes, h_mask=h_mask, zone=common.zone_arg(zone_h))
     return out, h

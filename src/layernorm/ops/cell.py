@@ -10,6 +10,11 @@ backward is one C call as well (``*_step_backward``: the gradients of xw, hg, th
 gains and biases). Its second derivatives (``create_graph=True``) differentiate the reference
 step (``recurrence.lstm_from_terms`` / ``gru_from_terms``) instead, so every order is exact.
 
+The recurrent regularizers (docs/rnn.md) of one step: ``h_mask`` (B, H), recurrent dropout,
+enters the GEMM torch computes (W_hh (h * h_mask), so autograd carries its gradient);
+``zone_h`` / ``zone_c`` (B, H), zoneout of this step (h_1 = z h_0 + (1 - z) h~_1), run in the C
+step. The masks get no gradient.
+
 ``lib_for`` says when this path applies; elsewhere (other dtypes and devices, TorchScript,
 tracing, torch.compile, dispatch or function modes and tensor subclasses, torch.func transforms,
 forward-mode AD, no bias) the cells take the torch-ops step, which computes the same function.
@@ -70,6 +75,33 @@ def _torch_ops_backward(*grads: Tensor) -> bool:
         not all(torch._C._has_storage(g) for g in grads)
 
 
+def _ptr(t: Tensor | None):
+    """t's address, or None (NULL) for an absent tensor."""
+    return None if t is None else t.data_ptr()
+
+
+def _zones(who: str, x: Tensor, B: int, H: int, **zones) -> list:
+    """The step's zoneout masks checked ((B, H), floating, x's device), detached, in x's dtype and
+    contiguous (None stays None)."""
+    found = []
+    for name, z in zones.items():
+        if z is not None:
+            if not isinstance(z, Tensor) or tuple(z.shape) != (B, H) or \
+                    not z.dtype.is_floating_point or z.device != x.device:
+                got = (f"{z.dtype} of shape {tuple(z.shape)} on {z.device}"
+                       if isinstance(z, Tensor) else type(z).__name__)
+                raise ValueError(f"{who} expected {name} as a floating tensor of shape ({B}, {H}) "
+                                 f"on {x.device} (the zoneout of this step), received {got}.")
+            z = z.detach().to(x.dtype).contiguous()
+        found.append(z)
+    return found
+
+
+def _zoned(new: tuple, old: tuple, zones: tuple) -> tuple:
+    """Zoneout of one step: s_1 = s~_1 + z (s_0 - s~_1) per state (None: unchanged)."""
+    return tuple(n if z is None else torch.lerp(n, o, z) for n, o, z in zip(new, old, zones))
+
+
 def _after(t: Tensor, n: int) -> int:
     """The address of t[n:] (t flat and contiguous)."""
     return t.data_ptr() + n * t.element_size()
@@ -86,9 +118,11 @@ def _second_order(ctx, step, n_inputs, grads):
 
 # ---- LN-LSTM ----------------------------------------------------------------------------------
 
-def _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, save):
+def _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, save, h=None,
+                  zone_h=None, zone_c=None):
     """-> h_1, c_1 (B, H) and, with ``save``, what the backward reads: cs (2, B, H) = [c_0; c_1],
-    the activations (B, 4H), tanh(LN(c_1)) (B, H) and the statistics (6, 1, B)."""
+    the activations (B, 4H), tanh(LN(c_1)) (B, H) and the statistics (6, 1, B). ``h`` (h_0) is
+    read with ``zone_h`` only."""
     B, G = xw.shape
     H = G // 4
     h_new, c_new = xw.new_empty(B, H), xw.new_empty(B, H)
@@ -104,30 +138,43 @@ def _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, save):
     args = LSTMArgs(T=1, B=B, H=H, nthreads=native.threads(B), eps=eps, xw=_p(xw),
                     gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
                     gain_c=_p(g_c), bias_c=_p(b_c), out=_p(h_new), h_n=_p(h_new),
-                    c_n=_p(c_new), **kept)
+                    c_n=_p(c_new), h0=_ptr(h), zone_h=_ptr(zone_h), zone_c=_ptr(zone_c), **kept)
     _run(lib.lstm_step_forward(_byref(args), _p(hg)), "LSTMCell")
     return h_new, c_new, ((cs, act, tc, stats) if save else None)
 
 
 class _LSTMStep(torch.autograd.Function):
     """(xw, hg, c_0, gain_ih, bias_ih, gain_hh, bias_hh, gain_c, bias_c) -> (h_1, c_1), every
-    tensor float32 and contiguous, ``lib`` the loaded C kernels."""
+    tensor float32 and contiguous, ``lib`` the loaded C kernels; with zoneout also h_0 (for
+    ``zone_h``) and the (B, H) zone_h, zone_c (no gradient)."""
 
     # forward(ctx, ...) rather than setup_context: apply() then skips binding the signature;
     # torch.func transforms take the torch-ops step (``lib_for``).
     @staticmethod
-    def forward(ctx, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib):
+    def forward(ctx, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib, h=None, zone_h=None,
+                zone_c=None):
         h_new, c_new, saved = _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c,
-                                            eps, True)
-        ctx.eps, ctx.lib = eps, lib
-        ctx.save_for_backward(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, *saved)
+                                            eps, True, h, zone_h, zone_c)
+        ctx.eps, ctx.lib, ctx.zones = eps, lib, (zone_h, zone_c)
+        ctx.save_for_backward(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, *saved, h)
         return h_new, c_new
 
     @staticmethod
     def backward(ctx, dh, dc):
+        zone_h, zone_c = ctx.zones
         if _torch_ops_backward(dh, dc):
-            return _second_order(ctx, recurrence.lstm_from_terms, 9, (dh, dc))
-        xw, hg, _, g_ih, b_ih, g_hh, b_hh, g_c, b_c, cs, act, tc, stats = ctx.saved_tensors
+            if zone_h is None and zone_c is None:
+                return _second_order(ctx, recurrence.lstm_from_terms, 9, (dh, dc))
+            kept = ctx.saved_tensors
+
+            def step(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, _eps, _lib, h, *_):
+                new = recurrence.lstm_from_terms(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c,
+                                                 ctx.eps)
+                return _zoned(new, (h, c), (zone_h, zone_c))
+            return tuple(common.differentiable_backward(
+                step, (*kept[:9], None, None, kept[13], None, None), ctx.needs_input_grad,
+                (dh, dc)))
+        xw, hg, _, g_ih, b_ih, g_hh, b_hh, g_c, b_c, cs, act, tc, stats, h = ctx.saved_tensors
         B, G = xw.shape
         H = G // 4
         dxg, dhg, dparams = xw.new_empty(B, G), xw.new_empty(B, G), xw.new_zeros(18 * H,
@@ -139,28 +186,41 @@ class _LSTMStep(torch.autograd.Function):
                         gain_c=_p(g_c), bias_c=_p(b_c), grad_out=_p(zeros),
                         cs=_p(cs), hg_all=_p(hg), act_all=_p(act), tc_all=_p(tc),
                         stats=_p(stats), dh=_p(dh), dc=_p(dc), dxg=_p(dxg),
-                        dhg=_p(dhg), dparams=_p(dparams))
-        _run(ctx.lib.lstm_step_backward(_byref(args)), "LSTMCell backward")
+                        dhg=_p(dhg), dparams=_p(dparams), zone_h=_ptr(zone_h),
+                        zone_c=_ptr(zone_c))
+        direct = None if zone_h is None else xw.new_empty(B, H)  # d h_0 through the zoneout
+        _run(ctx.lib.lstm_step_backward(_byref(args), _ptr(direct)), "LSTMCell backward")
         d_gh, d_bh, d_gc, d_bc, d_gx, d_bx = dparams.to(xw.dtype).split([G, G, H, H, G, G])
-        return dxg, dhg, dc, d_gx, d_bx, d_gh, d_bh, d_gc, d_bc, None, None
+        return (dxg, dhg, dc, d_gx, d_bx, d_gh, d_bh, d_gc, d_bc, None, None, direct, None, None)
 
 
-def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
+def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, *,
+              h_mask=None, zone_h=None, zone_c=None):
     """``recurrence.ln_lstm_step`` with the step after the GEMMs in C (CPU tensors of one dtype,
-    ``lib_for``'s; biases present)."""
+    ``lib_for``'s; biases present). ``h_mask`` (B, H): recurrent dropout, W_hh (h * h_mask);
+    ``zone_h``, ``zone_c`` (B, H): zoneout of this step; None: off."""
     if x.dtype in _HALF:                     # in float32 (GEMMs and all), rounded once
         return _step_in_float32(lstm_step, x.dtype, lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh,
-                                b_hh, g_c, b_c, eps)
-    xw, hg, c = F.linear(x, w_ih), F.linear(h, w_hh), c.contiguous()
+                                b_hh, g_c, b_c, eps, h_mask=h_mask, zone_h=zone_h,
+                                zone_c=zone_c)
+    zone_h, zone_c = _zones("LSTMCell", x, h.shape[0], h.shape[-1], zone_h=zone_h,
+                            zone_c=zone_c)
+    xw, c = F.linear(x, w_ih), c.contiguous()
+    hg = F.linear(h if h_mask is None else h * h_mask.detach(), w_hh)
+    hz = None if zone_h is None else h.contiguous()   # h_0, read by the zoneout of h
     g_ih, b_ih, g_hh, b_hh, g_c, b_c = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh, g_c, b_c))
-    if _needs_graph(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c):
-        return _LSTMStep.apply(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib)
-    return _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, False)[:2]
+    if _needs_graph(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, *(() if hz is None else (hz,))):
+        if zone_h is None and zone_c is None:
+            return _LSTMStep.apply(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib)
+        return _LSTMStep.apply(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib, hz, zone_h,
+                               zone_c)
+    return _lstm_forward(lib, xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, False, hz,
+                         zone_h, zone_c)[:2]
 
 
 # ---- LN-GRU -----------------------------------------------------------------------------------
 
-def _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, save):
+def _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, save, zone_h=None):
     """-> h_1 (B, H) and, with ``save``, the statistics (8, 1, B) the backward reads."""
     B, G = xw.shape
     H = G // 3
@@ -170,7 +230,7 @@ def _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, save):
     args = GRUArgs(T=1, B=B, H=H, nthreads=native.threads(B), eps=eps, xw=_p(xw),
                    gain_x=_p(g_ih), bias_x=_p(b_ih), gain_h=_p(g_hh), bias_h=_p(b_hh),
                    gain_u=_after(g_hh, 2 * H), bias_u=_after(b_hh, 2 * H), h0=_p(h),
-                   out=_p(h_new), h_n=_p(h_new), **kept)
+                   out=_p(h_new), h_n=_p(h_new), zone_h=_ptr(zone_h), **kept)
     _run(lib.gru_step_forward(_byref(args), _p(hg)), "GRUCell")
     return h_new, stats
 
@@ -181,19 +241,28 @@ def _gru_from_terms(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps):
 
 
 class _GRUStep(torch.autograd.Function):
-    """(xw, hg, h_0, gain_ih, bias_ih, gain_hh, bias_hh) -> h_1, as ``_LSTMStep``."""
+    """(xw, hg, h_0, gain_ih, bias_ih, gain_hh, bias_hh) -> h_1, as ``_LSTMStep`` (zone_h: the
+    (B, H) zoneout, no gradient)."""
 
     @staticmethod
-    def forward(ctx, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib):
-        h_new, stats = _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, True)
-        ctx.eps, ctx.lib = eps, lib
+    def forward(ctx, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib, zone_h=None):
+        h_new, stats = _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, True, zone_h)
+        ctx.eps, ctx.lib, ctx.zone_h = eps, lib, zone_h
         ctx.save_for_backward(xw, hg, h, g_ih, b_ih, g_hh, b_hh, stats)
         return h_new
 
     @staticmethod
     def backward(ctx, dh):
+        zone_h = ctx.zone_h
         if _torch_ops_backward(dh):
-            return _second_order(ctx, _gru_from_terms, 7, (dh,))
+            if zone_h is None:
+                return _second_order(ctx, _gru_from_terms, 7, (dh,))
+
+            def step(xw, hg, h, g_ih, b_ih, g_hh, b_hh, *_):
+                new = _gru_from_terms(xw, hg, h, g_ih, b_ih, g_hh, b_hh, ctx.eps)
+                return torch.lerp(new, h, zone_h)
+            return tuple(common.differentiable_backward(
+                step, (*ctx.saved_tensors[:7], None, None, None), ctx.needs_input_grad, (dh,)))
         xw, hg, h, g_ih, b_ih, g_hh, b_hh, stats = ctx.saved_tensors
         B, G = xw.shape
         H = G // 3
@@ -205,30 +274,40 @@ class _GRUStep(torch.autograd.Function):
                        gain_u=_after(g_hh, 2 * H), bias_u=_after(b_hh, 2 * H),
                        grad_out=_p(zeros), h0=_p(h), hg_all=_p(hg),
                        stats=_p(stats), dh=_p(dh), dxg=_p(dxg), dhg=_p(dhg),
-                       dparams=_p(dparams))
+                       dparams=_p(dparams), zone_h=_ptr(zone_h))
         _run(ctx.lib.gru_step_backward(_byref(args), _p(direct)), "GRUCell backward")
         d_gh, d_bh, d_gu, d_bu, d_gx, d_bx = dparams.to(xw.dtype).split(
             [2 * H, 2 * H, H, H, G, G])
         return (dxg, dhg, direct, d_gx, d_bx, torch.cat([d_gh, d_gu]), torch.cat([d_bh, d_bu]),
-                None, None)
+                None, None, None)
 
 
-def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps):
-    """``recurrence.ln_gru_step`` with the step after the GEMMs in C (as ``lstm_step``)."""
+def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, *, h_mask=None, zone_h=None,
+             zone_c=None):
+    """``recurrence.ln_gru_step`` with the step after the GEMMs in C (as ``lstm_step``;
+    ``h_mask`` enters W_hh h only, the update z h_0 reads h_0; ``zone_c`` must be None)."""
+    if zone_c is not None:
+        raise ValueError("GRUCell has no cell state: zone_c must be None, received a tensor.")
     if x.dtype in _HALF:
         return _step_in_float32(gru_step, x.dtype, lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
-                                eps)[0]
-    xw, hg, h = F.linear(x, w_ih), F.linear(h, w_hh), h.contiguous()
+                                eps, h_mask=h_mask, zone_h=zone_h)[0]
+    (zone_h,) = _zones("GRUCell", x, h.shape[0], h.shape[-1], zone_h=zone_h)
+    xw = F.linear(x, w_ih)
+    hg = F.linear(h if h_mask is None else h * h_mask.detach(), w_hh)
+    h = h.contiguous()
     g_ih, b_ih, g_hh, b_hh = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh))
     if _needs_graph(xw, hg, h, g_ih, b_ih, g_hh, b_hh):
-        return _GRUStep.apply(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib)
-    return _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, False)[0]
+        if zone_h is None:
+            return _GRUStep.apply(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib)
+        return _GRUStep.apply(xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, lib, zone_h)
+    return _gru_forward(lib, xw, hg, h, g_ih, b_ih, g_hh, b_hh, eps, False, zone_h)[0]
 
 
-def _step_in_float32(step, dtype, lib, *args):
+def _step_in_float32(step, dtype, lib, *args, **masks):
     """A half-type step on a CPU without native half GEMMs (torch emulates them, several times
     slower than float32): every tensor converted to float32 (differentiably), the step in the
     float32 kernels, the new state rounded to ``dtype`` once -> a tuple of states."""
     *tensors, eps = args
-    out = step(lib, *(t.float() for t in tensors), eps)
+    masks = {k: m.float() for k, m in masks.items() if m is not None}  # (only those given)
+    out = step(lib, *(t.float() for t in tensors), eps, **masks)
     return tuple(o.to(dtype) for o in (out if isinstance(out, tuple) else (out,)))

@@ -335,6 +335,48 @@ def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
     return T, B, H
 
 
+def check_masks(who: str, xg: torch.Tensor, T: int, B: int, H: int, **masks) -> bool:
+    """The recurrent regularizers' tensors of ``ln_*_sequence`` (docs/rnn.md) checked: ``h_mask``
+    (B, H), ``zone_*`` (T, B, H), floating, on xg's device, or None -> whether any is given."""
+    for name, m in masks.items():
+        if m is None:
+            continue
+        shape = (B, H) if name == "h_mask" else (T, B, H)
+        if not isinstance(m, torch.Tensor) or tuple(m.shape) != shape:
+            got = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
+            raise ValueError(f"{who} expected {name} of shape {shape} "
+                             f"({'B, H' if len(shape) == 2 else 'T, B, H'}), received {got}. "
+                             f"Sample it with the batch's shape (docs/rnn.md), or pass None.")
+        if m.device != xg.device or not m.dtype.is_floating_point:
+            raise ValueError(f"{who} expected {name} as a floating tensor on {xg.device}, "
+                             f"received {m.dtype} on {m.device}. Move it with .to(xg).")
+    return any(m is not None for m in masks.values())
+
+
+def prepare_masks(masks, compute: torch.dtype, order) -> list:
+    """The checked masks detached (they get no gradient), in the compute dtype, contiguous and in
+    the sorted batch's order (``order`` from the lengths, or None)."""
+    found = []
+    for m in masks:
+        if m is not None:
+            m = m.detach().to(compute)
+            if order is not None:
+                m = m.index_select(m.dim() - 2, order.to(m.device))
+            m = m.contiguous()
+        found.append(m)
+    return found
+
+
+def masked_h(h: torch.Tensor, h_mask: torch.Tensor | None) -> torch.Tensor:
+    """h as the recurrent product reads it: times the recurrent dropout mask (rows of h first)."""
+    return h if h_mask is None else h * h_mask[:h.shape[-2]]
+
+
+def zone_arg(*zones):
+    """``run_direction``'s ``zone`` from the zoneout tensors (None where off)."""
+    return None if all(z is None for z in zones) else zones
+
+
 def dtypes(xg: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
     """(compute dtype, output dtype). As torch.nn.LSTM: under autocast the result is in the
     autocast dtype, else in xg's. On the CPU half types compute in float32 (converted once per
@@ -423,13 +465,15 @@ def prev_steps(h0: torch.Tensor, out: torch.Tensor, batch_sizes, T: int) -> list
     return [v[:bs] for v, bs in zip(views, batch_sizes)]
 
 
-def dw_hh(dhg: torch.Tensor, h0: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """dW_hh = sum_t dhg_t^T h_{t-1} over all steps (dhg (T, B, G); h_{t-1}: h0, out[t - 1])."""
+def dw_hh(dhg: torch.Tensor, h0: torch.Tensor, out: torch.Tensor,
+          h_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """dW_hh = sum_t dhg_t^T h_{t-1} over all steps (dhg (T, B, G); h_{t-1}: h0, out[t - 1]),
+    h_{t-1} times ``h_mask`` (B, H) when given (recurrent dropout)."""
     T, B, G = dhg.shape
     H = out.shape[-1]
-    dw = torch.mm(dhg[0].t(), h0)
+    dw = torch.mm(dhg[0].t(), masked_h(h0, h_mask))
     if T > 1:
-        dw.addmm_(dhg[1:].reshape(-1, G).t(), out[:-1].reshape(-1, H))
+        dw.addmm_(dhg[1:].reshape(-1, G).t(), masked_h(out[:-1], h_mask).reshape(-1, H))
     return dw
 
 
@@ -507,10 +551,11 @@ def backward(who, path, xw, backward_native, backward_ops, args):
 CHUNK_BYTES = 2 << 20
 
 
-def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, **fields):
+def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, h_mask=None, **fields):
     """Run the backward C ``kernel`` latest steps first, one range of steps per call, and
-    accumulate dW_hh = sum_t dhg_t^T h_{t-1} (h_{t-1}: h0 at t = 0, else out[t - 1]) -> dW_hh
-    (G, H). ``fields``: the rest of the kernel's arguments, as ``native.call``."""
+    accumulate dW_hh = sum_t dhg_t^T h_{t-1} (h_{t-1}: h0 at t = 0, else out[t - 1], times
+    ``h_mask`` when given) -> dW_hh (G, H). ``fields``: the rest of the kernel's arguments, as
+    ``native.call``."""
     T, B, H = out.shape
     steps = max(1, min(-(-T // 4), CHUNK_BYTES // max(1, 4 * B * G)))  # >= 4 ranges
     buf = _WORKSPACE.get((steps, B, G), like=out)
@@ -522,12 +567,13 @@ def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, **fields):
         if batch_sizes is not None:  # the kernel writes only the rows that run
             dhg.zero_()
         native.call(lib, kernel, cls, who, t0=lo, t1=hi, h0=h0, out=out,
-                     batch_sizes=sizes, dhg=dhg, **fields)
+                     batch_sizes=sizes, dhg=dhg, h_mask=h_mask, **fields)
         flat = dhg.view(-1, G)
         if lo:
-            dw.addmm_(flat.t(), out[lo - 1:hi - 1].reshape(-1, H))
+            dw.addmm_(flat.t(), masked_h(out[lo - 1:hi - 1], h_mask).reshape(-1, H))
         else:
-            dw.addmm_(flat[B:].t(), out[:hi - 1].reshape(-1, H)).addmm_(flat[:B].t(), h0)
+            dw.addmm_(flat[B:].t(), masked_h(out[:hi - 1], h_mask).reshape(-1, H)).addmm_(
+                flat[:B].t(), masked_h(h0, h_mask))
     return dw
 
 

@@ -28,8 +28,8 @@ def _input_ln_ops(xw, gain_x, bias_x, eps, stats):
     return torch.cat(parts, -1)
 
 
-def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
-                 save):
+def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h,
+                 batch_sizes, eps, save):
     """The forward loop in torch ops; saves what the C kernel saves: hg_all (T, B, 3H) and the
     statistics (8, T, B) (the backward recomputes the gates from them)."""
     T, B, G = xw.shape
@@ -49,8 +49,11 @@ def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, b
     x_rz, x_n = steps(xg[..., :2 * H]), steps(xg[..., 2 * H:])
     hgs, rzs, ns = (steps(a) for a in (hg_all, rz_all, n_all))
     resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
+    hms = None if h_mask is None else common.prefixes(h_mask, batch_sizes, T)
+    zhs = None if zone_h is None else steps(zone_h)
     for t in range(common.n_steps(batch_sizes, T)):
-        hg = linear(h_prev[t], out=hgs[t])                        # [W_h h; U h]  (B, 3H)
+        hp = h_prev[t] if hms is None else h_prev[t] * hms[t]    # recurrent dropout
+        hg = linear(hp, out=hgs[t])                               # [W_h h; U h]  (B, 3H)
         # r, z = sigmoid(LN(W_h h; g1, b1) + LN(W_x x; g2, b2))      LN over 2H jointly
         a, mean_h, rstd_h = _layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
         torch.sigmoid(a.add_(x_rz[t]), out=rzs[t])
@@ -60,6 +63,8 @@ def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, b
         torch.sigmoid(pre, out=ns[t]).mul_(2).sub_(1)
         # h_t = (1 - z) h~ + z h_{t-1}                               torch.nn.GRU's convention
         torch.lerp(ns[t], h_prev[t], updategate[t], out=h_new[t])
+        if zhs is not None:  # zoneout: h_t = h~ + z (h_{t-1} - h~)
+            h_new[t].lerp_(h_prev[t], zhs[t])
         if save:
             bs = hg.shape[0]
             for k, v in enumerate((mean_h, rstd_h, mean_u, rstd_u)):
@@ -84,7 +89,7 @@ def _gates_ops(xw, hg_all, stats, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x
 
 
 def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
-                  bias_x, out, hg_all, stats, batch_sizes):
+                  bias_x, out, hg_all, stats, batch_sizes, h_mask=None, zone_h=None):
     T, B, G = hg_all.shape
     H = G // 3
     blocks = common.last_steps(common.row_lengths(batch_sizes, T, B), B)
@@ -110,11 +115,16 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
     d_hrz, d_hu = steps(dhg[..., :2 * H]), steps(dhg[..., 2 * H:])
     d_hgs = steps(dhg)
     dhs, dns, derivs = rows(dh), rows(dn), rows(deriv)
+    hms = None if h_mask is None else rows(h_mask)
+    zhs = None if zone_h is None else steps(zone_h)
     for t in range(common.n_steps(batch_sizes, T) - 1, -1, -1):
         if t in blocks:
             lo, hi = blocks[t]
             dh[lo:hi] += grad_hn[lo:hi]
         dh_t = dhs[t].add_(grad_outs[t])
+        if zhs is not None:  # zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~_t
+            zd_h = dh_t * zhs[t]
+            dh_t.sub_(zd_h)
         n = ns[t]
         bs = dh_t.shape[0]
         # h = n + z (h_prev - n)
@@ -138,12 +148,15 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
                                             gain_h, None, [True, False, False])[0])
         d_hu[t].copy_(_layer_norm_backward(d_uns[t], hgs[t][:, 2 * H:], (H,), mean_u, rstd_u,
                                            gain_u, None, [True, False, False])[0])
-        dh_t.add_(linear_t(d_hgs[t]))
+        d_rec = linear_t(d_hgs[t])
+        dh_t.add_(d_rec if hms is None else d_rec.mul_(hms[t]))  # the product read h * h_mask
+        if zhs is not None:
+            dh_t.add_(zd_h)
     if -1 in blocks:  # length-0 examples: h_n = h0
         lo, hi = blocks[-1]
         dh[lo:hi] += grad_hn[lo:hi]
 
-    dw_hh = common.dw_hh(dhg, h0, out)
+    dw_hh = common.dw_hh(dhg, h0, out, h_mask)
     st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731
     _, dgain_h, dbias_h = _layer_norm_backward(dxg[..., :2 * H].contiguous(), hg_all[..., :2 * H],
                                                (2 * H,), st(0), st(1), gain_h, gain_h,
@@ -165,8 +178,8 @@ def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_
     return dxg, dh, dw_hh, torch.cat(dparams)
 
 
-def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
-                    batch_sizes, eps, save):
+def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
+                    zone_h, batch_sizes, eps, save):
     T, B, G = xw.shape
     H = G // 3
     saved = [None] * 2
@@ -180,12 +193,12 @@ def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, b
                  bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_u=_contig(gain_u),
                  bias_u=_contig(bias_u), h0=_contig(h0), out=out, h_n=h_n, hg_all=saved[0],
-                 stats=saved[1])
+                 stats=saved[1], h_mask=_contig(h_mask), zone_h=_contig(zone_h))
     return out, h_n, (saved if save else None)
 
 
 def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
-                     gain_x, bias_x, out, hg_all, stats, batch_sizes):
+                     gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask=None, zone_h=None):
     T, B, G = xw.shape
     H = G // 3
     dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)
@@ -198,27 +211,29 @@ def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_
         grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
         bias_h=_contig(bias_h), gain_u=_contig(gain_u), bias_u=_contig(bias_u), hg_all=hg_all,
-        stats=stats, dh=dh, dxg=dxg, dparams=dparams)
+        stats=stats, dh=dh, dxg=dxg, dparams=dparams, h_mask=_contig(h_mask),
+        zone_h=_contig(zone_h))
     n = 12 * H if gain_x is not None else 6 * H
     return dxg, dh, dw_hh, dparams[:n].to(xw.dtype)
 
 
 _SCHEMA = ("(Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, Tensor bias_h, Tensor gain_u, "
-           "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? batch_sizes, float eps, "
-           "bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+           "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, Tensor? zone_h, "
+           "Tensor? batch_sizes, float eps, bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 _BACKWARD_SCHEMA = (
     "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, "
     "Tensor bias_h, Tensor gain_u, Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor out, "
-    "Tensor hg_all, Tensor stats, Tensor path, Tensor? batch_sizes) -> (Tensor, Tensor, Tensor, "
-    "Tensor)")
+    "Tensor hg_all, Tensor stats, Tensor path, Tensor? batch_sizes, Tensor? h_mask, "
+    "Tensor? zone_h) -> (Tensor, Tensor, Tensor, Tensor)")
 
 
-def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps,
-              save):
+def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h,
+              batch_sizes, eps, save):
     """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``) and the
-    path taken (1,) int8. Rows sorted by decreasing length."""
+    path taken (1,) int8. Rows sorted by decreasing length; ``h_mask``, ``zone_h``: the
+    recurrent regularizers or None."""
     return common.forward(_forward_native, _forward_ops, 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
-                        bias_u, gain_x, bias_x, batch_sizes, eps, save)
+                        bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes, eps, save)
 
 
 ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)(
@@ -226,7 +241,8 @@ ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema
 
 
 @ln_gru_op.register_fake
-def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes, eps, save):
+def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
+      eps, save):
     T, B, G = xw.shape
     H = G // 3
     new, new_stats = common.fake_saved(xw, save)
@@ -235,11 +251,11 @@ def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, batch_sizes,
 
 
 def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
-                       bias_x, out, hg_all, stats, path, batch_sizes):
+                       bias_x, out, hg_all, stats, path, batch_sizes, h_mask, zone_h):
     """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
-            bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes)
+            bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
     return common.backward("ln_gru_backward", path, xw, _backward_native, _backward_ops, args)
 
 
@@ -249,7 +265,7 @@ ln_gru_backward_op = torch.library.custom_op(
 
 @ln_gru_backward_op.register_fake
 def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
-      hg_all, stats, path, batch_sizes):
+      hg_all, stats, path, batch_sizes, h_mask, zone_h):
     T, B, G = xw.shape
     H = G // 3
     n = 12 * H if gain_x is not None else 6 * H
@@ -257,7 +273,7 @@ def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, b
 
 
 def _first_order(inputs, batch_sizes, out, saved, grads):
-    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = inputs
+    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, *masks = inputs
     T, B, G = xw.shape
     H = G // 3
     grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
@@ -265,31 +281,34 @@ def _first_order(inputs, batch_sizes, out, saved, grads):
     dxw, dh0, dw_hh, dparams = common.call(
         ln_gru_backward_op, _gru_backward_body,
         grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
-        *saved, batch_sizes)
+        *saved, batch_sizes, *masks)
     parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
                           [2 * H, 2 * H, H, H])
     dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
-    return (dxw, dh0, dw_hh, *parts[:4], *dx)
+    return (dxw, dh0, dw_hh, *parts[:4], *dx, None, None)  # the masks: no gradient
 
 
-def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps):
+def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps, h_mask=None,
+          zone_h=None):
     """The LN-GRU as the reference step in the reference loop (``layernorm.recurrence``): plain
-    differentiable torch ops. The recurrent term's LN: (r, z) jointly, U h on its own."""
+    differentiable torch ops, with the recurrent regularizers where given. The recurrent term's
+    LN: (r, z) jointly, U h on its own."""
     H = h0.shape[-1]
 
     def norm_hh(a, t):
         return torch.cat([F.layer_norm(a[:, :2 * H], (2 * H,), gain_h, bias_h, eps),
                           F.layer_norm(a[:, 2 * H:], (H,), gain_u, bias_u, eps)], -1)
-    out, (h,) = run_direction(lambda x, s, t: gru_step(x, s[0], w_hh, norm_hh), xg, (h0,),
-                              batch_sizes=batch_sizes)
+    out, (h,) = run_direction(
+        lambda x, s, t, h_mask=None: gru_step(x, s[0], w_hh, norm_hh, h_mask=h_mask), xg, (h0,),
+        batch_sizes=batch_sizes, h_mask=h_mask, zone=common.zone_arg(zone_h))
     return out, h
 
 
-def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
-                        batch_sizes, eps):
+def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
+                        zone_h, batch_sizes, eps):
     H = h0.shape[-1]
     xg, _, _ = common.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), eps, inside=False)
-    return _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps)
+    return _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps, h_mask, zone_h)
 
 
 _run = common.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
@@ -299,7 +318,8 @@ _run = common.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_in
 def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
                     gain_u: Tensor, bias_u: Tensor, lengths: Tensor | None = None,
                     eps: float = 1e-5, gain_x: Tensor | None = None, bias_x: Tensor | None = None,
-                    *, batch_sizes: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                    *, batch_sizes: Tensor | None = None, h_mask: Tensor | None = None,
+                    zone_h: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """One layer, one direction of the LN-GRU (paper, section 3.1) over a whole sequence::
 
         r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))   LN over 2H jointly
@@ -319,6 +339,9 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
         gain_h, bias_h: (2H,) the LN of W_h h. gain_u, bias_u: (H,) the LN of U h.
         lengths: None or (B,) integer tensor, any order; steps t >= lengths[b] copy the state
             forward and give out[t, b] = 0. batch_sizes: as in ``ln_lstm_sequence``.
+        h_mask: (B, H) recurrent dropout: W_h and U read h_{t-1} * h_mask, the update z h_{t-1}
+            the unmasked h_{t-1}. zone_h: (T, B, H) zoneout, h_t = z h_{t-1} + (1 - z) h~_t with
+            h~_t the GRU's new state. None: off (docs/rnn.md); the masks get no gradient.
     Returns:
         out (T, B, H), h_n (B, H) (at each example's true length), dtype as ``ln_lstm_sequence``.
     """
@@ -330,11 +353,14 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
+    regularized = common.check_masks(who, xg, T, B, H, h_mask=h_mask, zone_h=zone_h)
     if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
+        masks = {"h_mask": h_mask, "zone_h": zone_h} if regularized else {}
         return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
                                         _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
-                                        bias_x)
+                                        bias_x, **masks)
     compute, out_dtype = common.dtypes(xg)
+    masks = common.prepare_masks((h_mask, zone_h), compute, order)
     xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = (
         None if t is None else t.to(compute)
         for t in (xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x))
@@ -344,15 +370,15 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
         xg, _, _ = common.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=False)
 
         def run(xg_, h0_):
-            return _loop(xg_, h0_, *params, sizes, eps)
+            return _loop(xg_, h0_, *params, sizes, eps, *masks)
     else:
         common.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=True)
         save = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (xg, h0, *params, gain_x, bias_x))
 
         def run(xg_, h0_):
-            out, h_n, *_ = _run(xg_, h0_, *params, gain_x, bias_x, batch_sizes, float(eps),
-                                save)
+            out, h_n, *_ = _run(xg_, h0_, *params, gain_x, bias_x, *masks, batch_sizes,
+                                float(eps), save)
             return out, h_n
     outs = common.with_order(run, order, xg, (h0,))
     return tuple(o.to(out_dtype) for o in outs)

@@ -52,6 +52,8 @@ class LSTMArgs(ctypes.Structure):
         ("dh", _ptr), ("dc", _ptr),            # (B, H) backward
         ("dxg", _ptr),                         # (T, B, G) backward
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
+        ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
+        ("zone_h", _ptr), ("zone_c", _ptr),    # (T, B, H) zoneout, or NULL
         ("dparams", _ptr),                     # (18 H,) float64 backward
     ]
 
@@ -77,6 +79,8 @@ class GRUArgs(ctypes.Structure):
         ("dh", _ptr),                          # (B, H) backward
         ("dxg", _ptr),                         # (T, B, 3H) backward
         ("dhg", _ptr),                         # (t1 - t0, B, 3H) backward
+        ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
+        ("zone_h", _ptr),                      # (T, B, H) zoneout, or NULL
         ("dparams", _ptr),                     # (12 H,) float64 backward
     ]
 
@@ -107,6 +111,8 @@ class BNLSTMArgs(ctypes.Structure):
         ("dh", _ptr), ("dc", _ptr),            # (B, H) backward
         ("dxg", _ptr),                         # (T, B, G) backward
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
+        ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
+        ("zone_h", _ptr), ("zone_c", _ptr),    # (T, B, H) zoneout, or NULL
         ("dparams", _ptr),                     # (4 G + 2 H,) float64 backward
     ]
 
@@ -133,6 +139,8 @@ class BNGRUArgs(ctypes.Structure):
         ("dh", _ptr),                          # (B, H) backward
         ("dxg", _ptr),                         # (T, B, G) backward
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
+        ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
+        ("zone_h", _ptr),                      # (T, B, H) zoneout, or NULL
         ("dparams", _ptr),                     # (4 G,) float64 backward
     ]
 
@@ -162,10 +170,9 @@ def _declare(lib) -> None:
             f = getattr(lib, f"{cell}_{kernel}")
             f.argtypes = [p]  # a pointer to the cell's struct (LSTMArgs / GRUArgs)
             f.restype = i
-        # the cells' one step, W_hh h given as the second argument (GRU backward: the direct
-        # gradient of h_0 as the second)
-        step_backward = [p, p] if cell == "gru" else [p]
-        for kernel, args in (("step_forward", [p, p]), ("step_backward", step_backward)):
+        # the cells' one step, W_hh h given as the second argument (backward: the direct
+        # gradient of h_0 as the second, NULL for an LSTM without zoneout)
+        for kernel, args in (("step_forward", [p, p]), ("step_backward", [p, p])):
             f = getattr(lib, f"{cell}_{kernel}")
             f.argtypes = args
             f.restype = i

@@ -30,6 +30,10 @@ feed them:
   Python wrapper, twice the cost at batch 1; the pieces are read, never written in place, so the
   view tracking the safe variants pay for is not needed).
 
+The recurrent dropout of Gal & Ghahramani (2016) enters every step as ``h_mask`` (B, H), None =
+off: h_{t-1} * h_mask where h_{t-1} enters the recurrent product, nowhere else. Zoneout acts on
+the new state after the step, in the loop (``run_direction``'s ``zone``).
+
 Plain differentiable ops, so autograd of any order, torch.func, torch.compile and torch.jit.trace
 work as on any torch code.
 """
@@ -72,35 +76,47 @@ def gru_gates(rz: Tensor, x_n: Tensor, h_n: Tensor, h: Tensor) -> Tensor:
 
 # ---- the readable steps: any normalization ------------------------------------------------------
 
+def _masked(h: Tensor, h_mask: Tensor | None) -> Tensor:
+    """h_{t-1} as the recurrent product reads it: times the recurrent dropout mask, if any."""
+    return h if h_mask is None else h * h_mask
+
+
 def lstm_step(xg: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, norm_hh: Callable,
-              norm_c: Callable, t: int | None = None, w_hr: Tensor | None = None):
+              norm_c: Callable, t: int | None = None, w_hr: Tensor | None = None,
+              h_mask: Tensor | None = None):
     """One (LN-/BN-)LSTM step. xg: (B, 4H) = N(W_x x_t) + b_ih; h: (B, P); c: (B, H);
     w_hh: (4H, P); w_hr: (P, H) projection (torch's proj_size) or None (then P = H).
+    h_mask: (B, P) recurrent dropout mask or None: the recurrent term is W_h (h * h_mask).
 
     Returns (h_t, c_t); c_t is the raw cell, only its normalized copy enters h_t.
     """
-    outgate, c = lstm_gates(xg + norm_hh(F.linear(h, w_hh), t), c)      # (B, 4H) -> (B, H)
+    outgate, c = lstm_gates(xg + norm_hh(F.linear(_masked(h, h_mask), w_hh), t), c)  # (B, 4H)
     h = outgate * torch.tanh(norm_c(c, t))
     if w_hr is not None:
         h = F.linear(h, w_hr)                                           # (B, P)
     return h, c
 
 
-def gru_step(xg: Tensor, h: Tensor, w_hh: Tensor, norm_hh: Callable, t: int | None = None):
+def gru_step(xg: Tensor, h: Tensor, w_hh: Tensor, norm_hh: Callable, t: int | None = None,
+             h_mask: Tensor | None = None):
     """One (LN-)GRU step. xg: (B, 3H) = [N(W_x x_t) + b over r, z | N(W x_t) + b_in]; h: (B, H).
 
     The recurrent term is [N(W_h h) + b over r, z | N(U h) + b_hn]: U h is normalized before the
-    reset gate multiplies it (the LN-GRU of docs/rnn.md). Returns (h_t,).
+    reset gate multiplies it (the LN-GRU of docs/rnn.md). h_mask: (B, H) recurrent dropout mask
+    or None: the recurrent term reads h * h_mask, the convex combination z h the unmasked h.
+    Returns (h_t,).
     """
-    hg = norm_hh(F.linear(h, w_hh), t)                                  # (B, 3H)
+    hg = norm_hh(F.linear(_masked(h, h_mask), w_hh), t)                 # (B, 3H)
     H2 = 2 * h.shape[-1]
     return (gru_gates(xg[:, :H2] + hg[:, :H2], xg[:, H2:], hg[:, H2:], h),)
 
 
 def rnn_step(xw: Tensor, h: Tensor, w_hh: Tensor, norm_a: Callable,
-             nonlinearity: Callable = torch.tanh, t: int | None = None):
-    """One (LN-)RNN step, eq. 4: h_t = f(N(W_x x_t + W_h h_{t-1}) + b). xw: (B, H) = W_x x_t."""
-    return (nonlinearity(norm_a(xw + F.linear(h, w_hh), t)),)
+             nonlinearity: Callable = torch.tanh, t: int | None = None,
+             h_mask: Tensor | None = None):
+    """One (LN-)RNN step, eq. 4: h_t = f(N(W_x x_t + W_h h_{t-1}) + b). xw: (B, H) = W_x x_t.
+    h_mask: (B, H) recurrent dropout mask or None: W_h (h * h_mask)."""
+    return (nonlinearity(norm_a(xw + F.linear(_masked(h, h_mask), w_hh), t)),)
 
 
 # ---- the layer-normalized steps on torch's kernels ----------------------------------------------
@@ -108,14 +124,16 @@ def rnn_step(xw: Tensor, h: Tensor, w_hh: Tensor, norm_a: Callable,
 def ln_lstm_step(x: Tensor, h: Tensor, c: Tensor, w_ih: Tensor, w_hh: Tensor,
                  gain_ih: Tensor, bias_ih: Tensor | None, gain_hh: Tensor,
                  bias_hh: Tensor | None, gain_c: Tensor, bias_c: Tensor | None,
-                 eps: float) -> tuple[Tensor, Tensor]:
+                 eps: float, h_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """x (B, I), h, c (B, H) -> (h_t, c_t)::
 
         gates = LN(W_x x) + LN(W_h h)          each with its gain and bias, over all 4H jointly
         c_t = sigmoid(f) c + sigmoid(i) tanh(g)
         h_t = sigmoid(o) tanh(LN(c_t))
+
+    h_mask: (B, H) recurrent dropout mask or None: W_h (h * h_mask).
     """
-    return lstm_from_terms(F.linear(x, w_ih), F.linear(h, w_hh), c, gain_ih, bias_ih, gain_hh,
+    return lstm_from_terms(F.linear(x, w_ih), F.linear(_masked(h, h_mask), w_hh), c, gain_ih, bias_ih, gain_hh,
                            bias_hh, gain_c, bias_c, eps)
 
 
@@ -147,22 +165,24 @@ def gru_affine_parts(gain_ih: Tensor, bias_ih: Tensor | None, gain_hh: Tensor,
 
 def ln_gru_step(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, gain_ih: Tensor,
                 bias_ih: Tensor | None, gain_hh: Tensor, bias_hh: Tensor | None,
-                eps: float) -> Tensor:
+                eps: float, h_mask: Tensor | None = None) -> Tensor:
     """x (B, I), h (B, H) -> h_t::
 
         r, z = sigmoid(LN(W_x x)_rz + LN(W_h h)_rz)     LN over 2H jointly
         n    = tanh(LN(W x)_n + r * LN(U h)_n)           U h normalized before r multiplies it
         h_t  = n + z (h - n)
+
+    h_mask: (B, H) recurrent dropout mask or None: W_h, U read h * h_mask; z h reads h.
     """
     return ln_gru_step_parts(x, h, w_ih, w_hh,
-                             gru_affine_parts(gain_ih, bias_ih, gain_hh, bias_hh), eps)
+                             gru_affine_parts(gain_ih, bias_ih, gain_hh, bias_hh), eps, h_mask)
 
 
 def ln_gru_step_parts(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, parts: tuple,
-                      eps: float) -> Tensor:
+                      eps: float, h_mask: Tensor | None = None) -> Tensor:
     """``ln_gru_step`` with the gains and biases already split (``gru_affine_parts``): what a
     cell without autograd reuses from step to step while its parameters are unchanged."""
-    return gru_from_terms(F.linear(x, w_ih), F.linear(h, w_hh), h, parts, eps)
+    return gru_from_terms(F.linear(x, w_ih), F.linear(_masked(h, h_mask), w_hh), h, parts, eps)
 
 
 def gru_from_terms(xw: Tensor, hg: Tensor, h: Tensor, parts: tuple, eps: float) -> Tensor:
@@ -180,7 +200,9 @@ def gru_from_terms(xw: Tensor, hg: Tensor, h: Tensor, parts: tuple, eps: float) 
 
 
 def ln_rnn_step(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, gain: Tensor,
-                bias: Tensor | None, eps: float, nonlinearity: str) -> Tensor:
-    """x (B, I), h (B, H) -> h_t = f(LN(W_x x + W_h h) + b), eq. 4 (b = bias_ih + bias_hh)."""
-    a = torch.addmm(F.linear(x, w_ih), h, w_hh.t())                             # (B, H)
+                bias: Tensor | None, eps: float, nonlinearity: str,
+                h_mask: Tensor | None = None) -> Tensor:
+    """x (B, I), h (B, H) -> h_t = f(LN(W_x x + W_h h) + b), eq. 4 (b = bias_ih + bias_hh).
+    h_mask: (B, H) recurrent dropout mask or None: W_h (h * h_mask)."""
+    a = torch.addmm(F.linear(x, w_ih), _masked(h, h_mask), w_hh.t())           # (B, H)
     return NONLINEARITIES[nonlinearity](_ln(a, (h.shape[-1],), gain, bias, eps))

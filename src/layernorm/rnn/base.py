@@ -21,6 +21,7 @@ from .. import ops
 from ..ops.native import autocast_on
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
 from ._norm_kinds import NORM_KINDS
+from . import regularizers as _reg
 from .terms import Term, gate_groups, last_trained_slot
 
 # ---- the errors and checks of arguments, inputs and states
@@ -135,13 +136,27 @@ class RecurrentBase(nn.Module):
     use_fused = True
     # torch's cells take input_size and hidden_size 0 (empty states); its modules refuse them
     _zero_sizes = False
+    # the recurrent regularizers (``regularizers``; docs/rnn.md): off unless set (these class
+    # values also serve modules pickled before they existed). ``_rates`` = (recurrent_dropout,
+    # zoneout as given, dropconnect), ``_z_h`` / ``_z_c`` zoneout's rate of h and of c.
+    _rates: tuple = (0.0, 0.0, 0.0)
+    _z_h = _z_c = 0.0
+    _regularized = False            # any rate > 0
+    _held_masks = None              # a cell's recurrent-dropout and DropConnect masks
+    # while a forward with DropConnect runs: {"weight_hh<suffix>": W_hh * M}, read by ``_get``
+    # before the Parameters, so every path receives the masked weight
+    _masked = None
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, *, bias: bool = True,
                  norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
                  momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
-                 proj_size: int = 0, forget_bias: float = 0.0, device=None, dtype=None) -> None:
+                 proj_size: int = 0, forget_bias: float = 0.0, recurrent_dropout: float = 0.0,
+                 zoneout: float | tuple[float, float] = 0.0, dropconnect: float = 0.0,
+                 device=None, dtype=None) -> None:
         super().__init__()
         who = type(self).__name__
+        rates = _reg.check_rates(who, mode, recurrent_dropout, zoneout, dropconnect,
+                                 error_type=RNNTypeError)
         check_choice(norm, RNN_NORMS, "norm")
         check_nonlinearity(nonlinearity, who)
         if mode != "RNN" and nonlinearity != "tanh":
@@ -187,6 +202,8 @@ class RecurrentBase(nn.Module):
         self._kind = kind = NORM_KINDS[norm]
         self.gain_init = kind.default_gain if gain_init is None else float(gain_init)
         self.nonlinearity = nonlinearity
+        if any(rates[:1] + rates[2:]):     # the defaults stay the class's (pickles, repr)
+            self._store_rates(rates)
         self._factory = {"device": device, "dtype": dtype}
         if kind.running_stats:
             self.register_buffer("num_batches_tracked",
@@ -278,6 +295,13 @@ class RecurrentBase(nn.Module):
             raise ValueError(f"{type(self).__name__}(norm={self.norm!r}) has no torch.nn "
                              f"equivalent; to_torch() needs norm='none'. Build it with "
                              f"norm='none' (from_torch copies torch's weights) to get one.")
+        used = [f"{n}={getattr(self, n)!r}" for n in _reg.NAMES if getattr(self, n)]
+        if used:
+            raise ValueError(f"{type(self).__name__}(norm='none', {', '.join(used)}) has no "
+                             f"torch.nn equivalent: torch's module has no recurrent dropout, "
+                             f"zoneout or DropConnect, so to_torch() would compute another "
+                             f"function. Build the module with those rates at 0 and load this "
+                             f"one's state_dict into it, then call to_torch() on that.")
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")      # torch's dropout-with-one-layer warning, again
@@ -302,8 +326,13 @@ class RecurrentBase(nn.Module):
     def _get(self, name: str, suffix: str) -> torch.Tensor | None:
         # the Parameter dict first: 20x cheaper than nn.Module.__getattr__, which a step calls
         # ten times (a tensor set in a Parameter's place, as weight drop does, is found after it)
-        p = self._parameters.get(name + suffix)
-        return p if p is not None else getattr(self, name + suffix, None)
+        key = name + suffix
+        if self._masked is not None:             # DropConnect's masked W_hh, during a forward
+            w = self._masked.get(key)
+            if w is not None:
+                return w
+        p = self._parameters.get(key)
+        return p if p is not None else getattr(self, key, None)
 
     def _terms(self, suffix: str, batch_sizes: Sequence[int] | None = None) -> dict[str, Term]:
         """The normalized terms of one direction for this forward call."""
@@ -339,16 +368,20 @@ class RecurrentBase(nn.Module):
         return terms["ih"].all_steps(xw) if x.dim() == 3 else terms["ih"](xw, time_step)
 
     def _step_fn(self, suffix: str, terms: dict[str, Term]) -> StepFn:
-        """step(xg_t, state, t) -> new state (h_t first) for one direction."""
+        """step(xg_t, state, t, h_mask=None) -> new state (h_t first) for one direction;
+        ``h_mask`` (B, P): recurrent dropout, h_{t-1} * h_mask enters W_hh (``run_direction``
+        passes the running rows)."""
         w_hh = self._get("weight_hh", suffix)
         if self.mode == "LSTM":
             w_hr = self._get("weight_hr", suffix)
-            return lambda xg, s, t: lstm_step(xg, s[0], s[1], w_hh, terms["hh"], terms["c"], t,
-                                              w_hr)
+            return lambda xg, s, t, h_mask=None: lstm_step(xg, s[0], s[1], w_hh, terms["hh"],
+                                                           terms["c"], t, w_hr, h_mask)
         if self.mode == "GRU":
-            return lambda xg, s, t: gru_step(xg, s[0], w_hh, terms["hh"], t)
+            return lambda xg, s, t, h_mask=None: gru_step(xg, s[0], w_hh, terms["hh"], t,
+                                                          h_mask)
         act = NONLINEARITIES[self.nonlinearity]
-        return lambda xg, s, t: rnn_step(xg, s[0], w_hh, terms["a"], act, t)
+        return lambda xg, s, t, h_mask=None: rnn_step(xg, s[0], w_hh, terms["a"], act, t,
+                                                      h_mask)
 
     def _one_step_path(self, x: torch.Tensor) -> bool:
         """THE condition for ``_step_once``: a norm without running statistics ("layer":
@@ -356,9 +389,12 @@ class RecurrentBase(nn.Module):
         autocast (whose casts the readable path's dtype rule covers)."""
         return self.use_fused and not self._kind.running_stats and not autocast_on(x)
 
-    def _step_once(self, suffix: str, x: torch.Tensor, state: tuple) -> tuple:
+    def _step_once(self, suffix: str, x: torch.Tensor, state: tuple,
+                   h_mask: torch.Tensor | None = None) -> tuple:
         """One step of one direction where ``_one_step_path(x)``: x (B, I), state of (B, H)
-        -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops."""
+        -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops. ``h_mask``:
+        recurrent dropout of a layer-normalized GRU (the LSTM and RNN take h_{t-1} * h_mask as
+        their state instead: their h_{t-1} only enters W_hh h_{t-1})."""
         g = lambda name: self._get(name, suffix)  # noqa: E731
         w_ih, w_hh, b_ih, b_hh = g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh")
         if self._kind.torch_twin:                 # torch's cell ops, as torch.nn.*Cell calls
@@ -373,15 +409,16 @@ class RecurrentBase(nn.Module):
                 return ops.ln_lstm_step(lib, x, state[0], state[1], w_ih, w_hh,
                                               g("gain_ih"), b_ih, g("gain_hh"), b_hh,
                                               g("gain_c"), g("bias_c"), self.eps)
+            masks = {} if h_mask is None else {"h_mask": h_mask}
             return (ops.ln_gru_step(lib, x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
-                                          g("gain_hh"), b_hh, self.eps),)
+                                          g("gain_hh"), b_hh, self.eps, **masks),)
         if self.mode == "LSTM":
             return recurrence.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"),
                                            b_ih, g("gain_hh"), b_hh, g("gain_c"), g("bias_c"),
                                            self.eps)
         if self.mode == "GRU":
             return (recurrence.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
-                                           g("gain_hh"), b_hh, self.eps),)
+                                           g("gain_hh"), b_hh, self.eps, h_mask),)
         bias = None if b_ih is None else b_ih + b_hh
         return (recurrence.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
                                        self.nonlinearity),)
@@ -405,7 +442,86 @@ class RecurrentBase(nn.Module):
             s += f", forget_bias={self.forget_bias}"
         if self._kind.running_stats:
             s += f", max_length={self.max_length}, momentum={self.momentum}"
+        if self.recurrent_dropout:
+            s += f", recurrent_dropout={self.recurrent_dropout}"
+        if self._z_h or self._z_c:
+            s += f", zoneout={_reg.zoneout_repr(self.zoneout)}"
+        if self.dropconnect:
+            s += f", dropconnect={self.dropconnect}"
         return s
+
+    # ---- the recurrent regularizers (``regularizers``) ----------------------------------------
+    def _store_rates(self, rates: tuple) -> None:
+        self._rates, self._z_h, self._z_c = rates[:3], rates[3], rates[4]
+        self._regularized = bool(rates[0] or rates[2] or rates[3] or rates[4])
+        self._held_masks = None
+
+    def _set_rate(self, **change) -> None:
+        """Set one rate after construction, checked as the constructor checks it."""
+        now = dict(zip(_reg.NAMES, self._rates), **change)
+        self._store_rates(_reg.check_rates(type(self).__name__, self.mode, error_type=RNNTypeError,
+                                           **now))
+
+    @property
+    def recurrent_dropout(self) -> float:
+        """Recurrent (variational) dropout's rate p: W_hh (h_{t-1} * m), m = Bernoulli(1 - p) /
+        (1 - p) per sequence (docs/rnn.md, "Recurrent regularizers")."""
+        return self._rates[0]
+
+    @recurrent_dropout.setter
+    def recurrent_dropout(self, value) -> None:
+        self._set_rate(recurrent_dropout=value)
+
+    @property
+    def zoneout(self) -> float | tuple[float, float]:
+        """Zoneout's rate z (LSTM: (z_c, z_h) when given as a pair): h_t = k h_{t-1} + (1 - k)
+        h~_t, k = Bernoulli(z) per step in training, z in eval."""
+        return self._rates[1]
+
+    @zoneout.setter
+    def zoneout(self, value) -> None:
+        self._set_rate(zoneout=value)
+
+    @property
+    def dropconnect(self) -> float:
+        """DropConnect's rate p on W_hh: W_hh * M, M = Bernoulli(1 - p) / (1 - p) per forward."""
+        return self._rates[2]
+
+    @dropconnect.setter
+    def dropconnect(self, value) -> None:
+        self._set_rate(dropconnect=value)
+
+    @property
+    def _state_noise(self) -> bool:
+        """Whether a forward in this mode changes the recurrence's states: recurrent dropout in
+        training, zoneout in training and eval (its expectation). DropConnect only changes
+        W_hh, which every path takes."""
+        return bool(self._z_h or self._z_c or (self.training and self.recurrent_dropout))
+
+    def _weight_masks(self, suffixes, like: torch.Tensor) -> dict | None:
+        """DropConnect: {"weight_hh<suffix>": W_hh * M} for these directions, M sampled now
+        (training with dropconnect > 0), else None."""
+        if not (self.training and self.dropconnect):
+            return None
+        out = {}
+        for suffix in suffixes:
+            w = self._get("weight_hh", suffix)
+            out["weight_hh" + suffix] = w * _reg.dropout_mask(w.shape, self.dropconnect, w)
+        return out
+
+    def _state_masks(self, T: int | None, B: int, like: torch.Tensor) -> tuple:
+        """(h_mask (B, P) or None, zone_h, zone_c) for one direction: zone tensors (T, B, size),
+        or (B, size) for one step of a cell (T None), or None where that rate is 0. P is the
+        size of the h fed back (proj_size or hidden_size)."""
+        H = self.hidden_size
+        P = self.proj_size or H
+        h_mask = _reg.dropout_mask((B, P), self.recurrent_dropout, like) \
+            if self.training and self.recurrent_dropout else None
+        lead = (B,) if T is None else (T, B)
+        zone_h = _reg.zone_mask(lead + (P,), self._z_h, like, self.training)
+        zone_c = _reg.zone_mask(lead + (H,), self._z_c, like, self.training) \
+            if self.mode == "LSTM" else None
+        return h_mask, zone_h, zone_c
 
 
 def _copy_from_torch(ours: RecurrentBase, theirs: nn.Module) -> RecurrentBase:

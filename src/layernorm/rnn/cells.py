@@ -43,6 +43,7 @@ from .base import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa:
                    autocast_on, check_dtype, check_keywords, check_state_dtype)
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
 from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401
+from . import regularizers as _reg
 
 
 class _Cell(RecurrentBase):
@@ -50,19 +51,88 @@ class _Cell(RecurrentBase):
     _zero_sizes = True
 
     _KEYWORDS = ("input_size", "hidden_size", "bias", "norm", "gain_init", "eps", "momentum",
-                 "max_length", "nonlinearity", "forget_bias", "device", "dtype")
+                 "max_length", "nonlinearity", "forget_bias", "recurrent_dropout", "zoneout",
+                 "dropconnect", "device", "dtype")
+    # ``_held_masks``: the recurrent-dropout and DropConnect masks held since the last
+    # reset_dropout_masks(): ((batch, dtype, device) they were sampled for, h_mask or None,
+    # W_hh's mask or None)
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
                  norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
                  momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
-                 forget_bias: float = 0.0, device=None, dtype=None, **unknown) -> None:
+                 forget_bias: float = 0.0, recurrent_dropout: float = 0.0,
+                 zoneout: float = 0.0, dropconnect: float = 0.0, device=None, dtype=None,
+                 **unknown) -> None:
         check_keywords(type(self).__name__, unknown, self._KEYWORDS)
         super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
                          gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
-                         nonlinearity=nonlinearity, forget_bias=forget_bias, device=device,
-                         dtype=dtype)
+                         nonlinearity=nonlinearity, forget_bias=forget_bias,
+                         recurrent_dropout=recurrent_dropout, zoneout=zoneout,
+                         dropconnect=dropconnect, device=device, dtype=dtype)
         self._add_direction("", input_size)
         self.reset_parameters()
+
+    def reset_dropout_masks(self) -> None:
+        """Forget the recurrent-dropout and DropConnect masks: the next training call samples new
+        ones, which the calls after it reuse (a cell has no sequence boundary, so, as Keras'
+        cells, it keeps one mask per sequence until told: call this at the start of each
+        sequence). Zoneout samples a new mask at every call (every step) and needs no reset."""
+        self._held_masks = None
+
+    def _masks(self, x: torch.Tensor) -> tuple:
+        """(h_mask, zone (zone_h, zone_c), {"weight_hh": W_hh * M} or None) for one call on x
+        (B, I): the held masks in training (sampled for this batch shape if none is held, or the
+        held ones are for another), none in eval; zoneout's per call."""
+        h_mask = w_masks = None
+        if self.training and (self.recurrent_dropout or self.dropconnect):
+            key = (x.shape[0], x.dtype, x.device)
+            held = self._held_masks
+            if held is None or held[0] != key:
+                w = self._get("weight_hh", "")
+                held = (key, _reg.dropout_mask((x.shape[0], self.hidden_size),
+                                               self.recurrent_dropout, x)
+                        if self.recurrent_dropout else None,
+                        _reg.dropout_mask(w.shape, self.dropconnect, w)
+                        if self.dropconnect else None)
+                self._held_masks = held
+            h_mask = held[1]
+            if held[2] is not None:
+                w_masks = {"weight_hh": self._get("weight_hh", "") * held[2]}
+        zone = (_reg.zone_mask((x.shape[0], self.hidden_size), self._z_h, x, self.training),
+                _reg.zone_mask((x.shape[0], self.hidden_size), self._z_c, x, self.training))
+        return h_mask, zone, w_masks
+
+    def _regularized_step(self, input: torch.Tensor, hx: tuple, time_step: int) -> tuple:
+        """One step with the cell's regularizers (input (B, I), B >= 1): W_hh * M given to the
+        path through ``_get``; h_{t-1} * h_mask into the recurrent product; zoneout after the
+        step, k * h_{t-1} + (1 - k) * candidate."""
+        h_mask, zone, w_masks = self._masks(input)
+        self._masked = w_masks
+        try:
+            if self.mode == "GRU" and h_mask is not None:
+                if self._one_step_path(input) and not self._kind.torch_twin:
+                    new = self._step_once("", input, hx, h_mask)  # z h_{t-1} reads h unmasked
+                else:
+                    new = self._readable_step(input, hx, time_step, h_mask)
+            elif self._one_step_path(input):
+                # the LSTM's and RNN's h_{t-1} enters the step only through W_hh h_{t-1}: the
+                # masked state in the fast step is exact
+                state = hx if h_mask is None else (hx[0] * h_mask,) + hx[1:]
+                new = self._step_once("", input, state)
+            else:
+                new = self._readable_step(input, hx, time_step, h_mask)
+        finally:
+            self._masked = None
+        return _reg.zone_update(new, hx, zone[:len(new)])
+
+    def _readable_step(self, input: torch.Tensor, hx: tuple, time_step: int,
+                       h_mask: torch.Tensor | None = None) -> tuple:
+        """The readable terms and step (any norm; batch norm counts the step)."""
+        terms = self._terms("")
+        xg = self._input_term(input, "", terms, time_step)
+        new = self._step_fn("", terms)(xg, hx, time_step, h_mask)
+        self._count_steps([time_step])
+        return new
 
     def _torch_module(self) -> nn.Module:
         cls = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell, "RNN": nn.RNNCell}[self.mode]
@@ -119,7 +189,7 @@ class _Cell(RecurrentBase):
         ``_check`` and ``_one_step_path`` in a few attribute reads; whatever fails them takes
         ``_one_step``, which raises the error or runs the path that applies."""
         w = self._parameters.get("weight_ih")
-        if w is None or not self.use_fused or self._kind.running_stats or \
+        if w is None or not self.use_fused or self._kind.running_stats or self._regularized or \
                 not isinstance(x, torch.Tensor) or x.dim() != 2:
             return None
         B, I = x.shape
@@ -142,13 +212,12 @@ class _Cell(RecurrentBase):
             zero = (sum(p.sum() for p in self.parameters()) + input.sum()) * 0
             new = tuple(h + zero for h in hx)
             return new if batched else tuple(h.squeeze(0) for h in new)
-        if self._one_step_path(input):
+        if self._regularized:
+            new = self._regularized_step(input, hx, time_step)
+        elif self._one_step_path(input):
             new = self._step_once("", input, hx)
         else:
-            terms = self._terms("")
-            xg = self._input_term(input, "", terms, time_step)
-            new = self._step_fn("", terms)(xg, hx, time_step)
-            self._count_steps([time_step])
+            new = self._readable_step(input, hx, time_step)
         return new if batched else tuple(h.squeeze(0) for h in new)
 
     def _zeros(self, input: torch.Tensor) -> torch.Tensor:

@@ -262,7 +262,10 @@ class TorchLayout:
             fn = {"GRU": _VF.gru, "tanh": _VF.rnn_tanh, "relu": _VF.rnn_relu}[
                 "GRU" if self.mode == "GRU" else self.nonlinearity]
             state = hx[0]
-        args = (self._flat_weights, self.bias, self.num_layers, self.dropout, self.training,
+        weights = self._flat_weights
+        if self._masked is not None:                # DropConnect: W_hh * M in torch's list
+            weights = [self._masked.get(n, w) for n, w in zip(self._flat_weights_names, weights)]
+        args = (weights, self.bias, self.num_layers, self.dropout, self.training,
                 self.bidirectional)
         if packed:
             result = fn(input.data, input.batch_sizes, state, *args)
@@ -293,7 +296,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
     _KEYWORDS = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout",
                  "bidirectional", "proj_size", "norm", "gain_init", "eps", "momentum",
-                 "max_length", "nonlinearity", "forget_bias", "device", "dtype")
+                 "max_length", "nonlinearity", "forget_bias", "recurrent_dropout", "zoneout",
+                 "dropconnect", "device", "dtype")
 
     def _fused_recurrence(self) -> bool:
         """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``,
@@ -321,14 +325,16 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  proj_size: int = 0, *, norm: str = "layer", gain_init: float | None = None,
                  eps: float = 1e-5, momentum: float = 0.1, max_length: int = 100,
-                 nonlinearity: str = "tanh", forget_bias: float = 0.0, device=None, dtype=None,
-                 **unknown) -> None:
+                 nonlinearity: str = "tanh", forget_bias: float = 0.0,
+                 recurrent_dropout: float = 0.0, zoneout: float | tuple[float, float] = 0.0,
+                 dropconnect: float = 0.0, device=None, dtype=None, **unknown) -> None:
         who = type(self).__name__
         check_keywords(who, unknown, self._KEYWORDS)
         super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
                          gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
                          nonlinearity=nonlinearity, proj_size=proj_size, forget_bias=forget_bias,
-                         device=device, dtype=dtype)
+                         recurrent_dropout=recurrent_dropout, zoneout=zoneout,
+                         dropconnect=dropconnect, device=device, dtype=dtype)
         if not isinstance(num_layers, int) or isinstance(num_layers, bool):
             raise RNNTypeError(f"{who} expected num_layers to be a positive int, received "
                                f"{num_layers!r} ({type(num_layers).__name__}). Pass e.g. "
@@ -376,7 +382,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
-                       state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None):
+                       state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None,
+                       h_mask: torch.Tensor | None = None, zone: tuple | None = None):
         """One layer, one direction: x (T, B, I) already in processing order (reversed for the
         backward direction) -> (out (T, B, H), final state). batch_sizes (list of T ints, as
         ``PackedSequence.batch_sizes``, the batch sorted by decreasing length) describes a
@@ -388,10 +395,21 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         operator ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written
         backward) runs the recurrence. One step (T = 1) where ``_one_step_path`` holds is the
         cells' few-op step (``_step_once``), cheaper than either.
+
+        The recurrent regularizers (``regularizers``): ``h_mask`` (B, P) recurrent dropout,
+        ``zone`` zoneout's (T, B, size) weights per state tensor (None where off), passed to
+        the fused operators and to the loop alike; DropConnect's W_hh * M is what ``_get``
+        returns during the forward, so every path takes it.
         """
         suffix = self._suffix(layer, direction)
         g = lambda name: self._get(name, suffix)  # noqa: E731
-        if x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
+        masks = {}
+        if h_mask is not None or zone is not None:
+            zone_h, zone_c = (None, None) if zone is None else (tuple(zone) + (None,))[:2]
+            masks = {"h_mask": h_mask, "zone_h": zone_h}
+            if self.mode == "LSTM":
+                masks["zone_c"] = zone_c
+        elif x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
             state = self._step_once(suffix, x[0], state)
             return state[0].unsqueeze(0), state
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
@@ -403,20 +421,21 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             if self.mode == "LSTM":
                 out, h, c = ops.ln_lstm(xw, state[0], state[1], g("weight_hh"),
                                                     g("gain_hh"), g("bias_hh"), g("gain_c"),
-                                                    g("bias_c"), **inputs)
+                                                    g("bias_c"), **inputs, **masks)
                 return out, (h, c)
             # GRU: LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
             H2 = 2 * self.hidden_size
             out, h = ops.ln_gru(xw, state[0], g("weight_hh"), g("gain_hh")[:H2],
                                             g("bias_hh")[:H2], g("gain_hh")[H2:],
-                                            g("bias_hh")[H2:], **inputs)
+                                            g("bias_hh")[H2:], **inputs, **masks)
             return out, (h,)
         if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
-            return ops.bn_direction(self, suffix, x, state, batch_sizes)
-        return self._loop_direction(layer, direction, x, state, batch_sizes)
+            return ops.bn_direction(self, suffix, x, state, batch_sizes, **masks)
+        return self._loop_direction(layer, direction, x, state, batch_sizes, h_mask, zone)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
-                        state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None):
+                        state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None,
+                        h_mask: torch.Tensor | None = None, zone: tuple | None = None):
         """``_run_direction`` through THE loop ``run_direction`` (the readable path: any norm,
         proj_size, and torch.jit.trace, which records it step by step). Under autocast the
         output and the final state are in the autocast dtype, as the fused operators return
@@ -428,7 +447,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         else:
             xg = self._input_term(x, suffix, terms)                      # (T, B, G)
         out, state = run_direction(self._step_fn(suffix, terms), xg, state,
-                                   batch_sizes=batch_sizes)
+                                   batch_sizes=batch_sizes, h_mask=h_mask, zone=zone)
         dtype = _autocast_dtype(x)
         if dtype is not None and out.dtype != dtype:
             out, state = out.to(dtype), tuple(s.to(dtype) for s in state)
@@ -457,12 +476,18 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             if packed and input.sorted_indices is not None:
                 hx = tuple(h.index_select(1, input.sorted_indices) for h in hx)
 
-        if self._kind.torch_twin:
-            output, h_n = self._torch_forward(input, hx, packed)
-        elif B == 0:
-            output, h_n = self._empty_forward(input, hx)
+        # DropConnect: W_hh * M of every layer and direction, read through ``_get`` (and in
+        # torch's weight list) by whichever path runs
+        if self._regularized and self.dropconnect and self.training and B:
+            self._masked = self._weight_masks(
+                [self._suffix(k, d) for k in range(self.num_layers)
+                 for d in range(self.num_directions)], x_any)
+            try:
+                output, h_n = self._paths(input, hx, packed, B)
+            finally:
+                self._masked = None
         else:
-            output, h_n = self._normalized_forward(input, hx, packed)
+            output, h_n = self._paths(input, hx, packed, B)
 
         if packed and input.unsorted_indices is not None:
             h_n = tuple(h.index_select(1, input.unsorted_indices) for h in h_n)
@@ -470,6 +495,16 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             output = output.squeeze(0 if self.batch_first else 1)
             h_n = tuple(h.squeeze(1) for h in h_n)
         return output, h_n
+
+    def _paths(self, input, hx: tuple[torch.Tensor, ...], packed: bool, B: int):
+        """torch's own fused RNN op (norm="none" without recurrent dropout or zoneout, which
+        that op cannot take), empty outputs (a batch of 0 examples), or the normalized layers
+        (and norm="none" with those regularizers: the readable loop, no normalization)."""
+        if self._kind.torch_twin and not (self._regularized and self._state_noise):
+            return self._torch_forward(input, hx, packed)
+        if B == 0:
+            return self._empty_forward(input, hx)
+        return self._normalized_forward(input, hx, packed)
 
     def _empty_forward(self, x: torch.Tensor, hx: tuple[torch.Tensor, ...]):
         """A batch of 0 examples: empty outputs of torch's shapes, still connected to the
@@ -480,8 +515,21 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         shape = (0, T, width) if self.batch_first else (T, 0, width)
         return x.new_zeros(shape) + zero, tuple(h + zero for h in hx)
 
+    def _direction_masks(self, T: int, B: int, state: tuple) -> tuple:
+        """(h_mask, zone) of one layer and direction for ``_run_direction``, sampled now
+        (``regularizers``): (None, None) when this forward has no recurrent dropout or
+        zoneout."""
+        if not (self._regularized and self._state_noise):
+            return None, None
+        h_mask, zone_h, zone_c = self._state_masks(T, B, state[0])
+        zone = None if zone_h is None and zone_c is None else \
+            (zone_h, zone_c) if self.mode == "LSTM" else (zone_h,)
+        return h_mask, zone
+
     def _normalized_forward(self, input, hx: tuple[torch.Tensor, ...], packed: bool):
-        """norm="layer" / "batch" over checked input (B >= 1) and hx in processing order."""
+        """norm="layer" / "batch" over checked input (B >= 1) and hx in processing order (and
+        norm="none" with recurrent dropout or zoneout, which torch's op cannot take: the
+        readable loop with no normalization)."""
         if packed:
             # Work in the packed (decreasing length) order: active examples are a prefix.
             x, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes))
@@ -514,7 +562,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                 k = layer * self.num_directions + d
                 state0 = tuple(h[k] for h in hx)
                 xd = reverse(layer_input) if d else layer_input
-                out, state = run(layer, d, xd, state0, batch_sizes)
+                out, state = run(layer, d, xd, state0, batch_sizes,
+                                 *self._direction_masks(T, B, state0))
                 outs.append(reverse(out) if d else out)
                 finals.append(state)
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]

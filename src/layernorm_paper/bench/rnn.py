@@ -5,7 +5,9 @@ the same forward (no grad) and forward+backward (gradient of the output given, p
 set to None first, as ``optimizer.zero_grad()`` does); all candidates of a shape are interleaved
 in each round (``harness.compare``) and the table shows medians and ratios to torch's module
 measured in the same run, with the peak memory of one training step (``memory.peak_memory_mb``).
-Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM.
+Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; with
+``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
+module without one (``bench_regularizers``).
 
 Implementations:
     torch.nn.LSTM / torch.nn.GRU       torch's module (oneDNN on CPU, cuDNN on CUDA), no LN
@@ -52,6 +54,13 @@ QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
            "peak MB", "mem ratio", "vs eager", "compile s"]
 TABLES = ("modules", "cells", "bn")
+# tables run only when --tables names them
+EXTRA_TABLES = ("regularizers",)
+REG_COLUMNS = ["shape", "cell", "impl", "path", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
+# the regularizer rows: (name, keywords); "none" is the anchor
+REGULARIZERS = (("none", {}), ("recurrent_dropout=0.25", {"recurrent_dropout": 0.25}),
+                ("zoneout=0.1", {"zoneout": 0.1}), ("dropconnect=0.5", {"dropconnect": 0.5}),
+                ("all three", {"recurrent_dropout": 0.25, "zoneout": 0.1, "dropconnect": 0.5}))
 _HALF = torch.bfloat16
 
 
@@ -150,6 +159,57 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
     return rows
 
 
+def _path_of(m: nn.Module, x: torch.Tensor) -> str:
+    """Which path a training forward of this stack takes: "readable loop" where it calls
+    ``_loop_direction`` (THE loop of ``layernorm.recurrence``), else "fused" (the operators)."""
+    calls = []
+    loop = m._loop_direction
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return loop(*args, **kwargs)
+    m._loop_direction = spy
+    try:
+        with torch.no_grad():
+            m(x)
+    finally:
+        del m._loop_direction
+    return "readable loop" if calls else "fused"
+
+
+def bench_regularizers(shape=(100, 32, 128, 256), *, cells=("lstm", "gru"), repeat: int = 7,
+                       warmup: int = 2, device: str = "cpu", clock: str = "wall") -> list[dict]:
+    """The recurrent regularizers' cost (docs/rnn.md, "Recurrent regularizers"): LN-LSTM /
+    LN-GRU (norm="layer", one layer, training mode, so the masks are sampled at every call)
+    with each regularizer against the same module without one, all interleaved in the same
+    rounds; ratio = fwd+bwd time / the unregularized module's, "path" = the path the
+    regularized forward took."""
+    import layernorm
+    T, B, I, H = shape
+    rows = []
+    for cell in cells:
+        cls = {"lstm": layernorm.LSTM, "gru": layernorm.GRU}[cell]
+        torch.manual_seed(0)
+        base = cls(I, H, norm="layer").to(device)
+        x = torch.randn(T, B, I, device=device)
+        grad = torch.randn(T, B, H, device=device)
+        fns, paths = {}, {}
+        for name, kw in REGULARIZERS:
+            m = cls(I, H, norm="layer", **kw).to(device)
+            m.load_state_dict(base.state_dict())
+            paths[name] = _path_of(m, x)
+            fns[(name, "fwd")], fns[(name, "fb")] = module_steps(m, x, grad)
+        ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+        for name, _ in REGULARIZERS:
+            rows.append({"table": "regularizers", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B,
+                         "I": I, "H": H, "cell": cell, "impl": name, "path": paths[name],
+                         "fwd ms": ms[(name, "fwd")],
+                         "fwd ratio": ms[(name, "fwd")] / ms[("none", "fwd")],
+                         "fwd+bwd ms": ms[(name, "fb")],
+                         "ratio": ms[(name, "fb")] / ms[("none", "fb")]})
+    return rows
+
+
 def kernel_build_seconds() -> float | None:
     """Seconds to compile the C kernels from scratch (into a temporary cache, as on first use),
     or None when no C compiler is available (torch ops are used then)."""
@@ -232,6 +292,15 @@ def _run(args: argparse.Namespace) -> int:
               f"LN-LSTM's; BN-LSTM = the fused C time loop, loop = the readable path.")
         print(format_table(bn_rows, BN_COLUMNS))
         rows += bn_rows
+    if "regularizers" in args.tables:
+        reg_rows = bench_regularizers(configs[0][:4], cells=args.cells, repeat=repeat,
+                                      warmup=args.warmup, device=args.device, clock=args.clock)
+        print(f"\nRecurrent regularizers, LN-LSTM / LN-GRU (norm=layer), one layer, training "
+              f"mode (masks sampled every call), fp32, {args.device}, {timing}. ratio = "
+              f"fwd+bwd / the same module without a regularizer (row 'none'); path = where "
+              f"the regularized recurrence ran.")
+        print(format_table(reg_rows, REG_COLUMNS))
+        rows += reg_rows
     build = kernel_build_seconds() if args.device == "cpu" else None
     print("C kernels: " + ("no C compiler here, torch ops used" if build is None else
                            f"first-use compile {build:.2f} s (then cached per CPU)"))
@@ -255,9 +324,11 @@ def add_command(bench_subparsers) -> None:
                    help="with --shapes: numbers of layers (default 1)")
     p.add_argument("--bidirectional", action="store_true", help="with --shapes: bidirectional")
     p.add_argument("--cells", nargs="+", choices=["lstm", "gru"], default=["lstm", "gru"])
-    p.add_argument("--tables", nargs="+", choices=TABLES, default=list(TABLES),
+    p.add_argument("--tables", nargs="+", choices=TABLES + EXTRA_TABLES, default=list(TABLES),
                    help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
-                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM (default: all)")
+                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM (default: those three); "
+                        "regularizers: LN-LSTM / LN-GRU with recurrent dropout, zoneout, "
+                        "DropConnect vs without (first shape)")
     p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),
                    metavar="B", help="batch sizes of the cell table (default 1 32)")
     p.add_argument("--repeat", type=_positive, default=None,

@@ -1,0 +1,104 @@
+"""The recurrent regularizers of the modules (docs/rnn.md, "Recurrent regularizers"): their
+keyword checks and the sampling of their masks.
+
+    recurrent_dropout p   (Gal & Ghahramani 2016, "variational" dropout of the recurrence): one
+                          mask m (B, H) per sequence, layer and direction, m = Bernoulli(1 - p) /
+                          (1 - p); the recurrent term becomes W_hh (h_{t-1} * m). Nothing else
+                          sees the mask (the output, the GRU's z h_{t-1}, the carried state).
+    zoneout z             (Krueger et al. 2016): after the cell computes its candidate state
+                          (h~_t, c~_t), h_t = k_t h_{t-1} + (1 - k_t) h~_t with k_t (B, H) =
+                          Bernoulli(z) at every step (1 keeps the previous value); the same for c
+                          with its own rate (LSTM: ``zoneout=(z_c, z_h)`` or one float for both).
+                          Eval: k_t = z, the expectation.
+    dropconnect p         (Wan et al. 2013; the "weight drop" of Merity et al.'s AWD-LSTM) on
+                          W_hh: W_hh * M with M = Bernoulli(1 - p) / (1 - p) of W_hh's shape, one
+                          per forward call, layer and direction; every path receives the masked
+                          weight and autograd carries the gradient to the Parameter.
+
+In training the masks are sampled here, with ``torch.Tensor.bernoulli_`` on the input's device
+from torch's default generator (so ``torch.manual_seed`` reproduces a run); in eval there is no
+recurrent-dropout or DropConnect mask and zoneout uses its expectation. A rate of 0 samples
+nothing: the module runs exactly as without the keyword.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+NAMES = ("recurrent_dropout", "zoneout", "dropconnect")
+
+
+def _rate(value, name: str, who: str, fix: str, error_type: type) -> float:
+    """One rate: a real number (not a bool) in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise error_type(f"{name} should be a number in range [0, 1): {who} expected {name} to "
+                         f"be a float in [0, 1), received {value!r} ({type(value).__name__}). "
+                         f"{fix}")
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise ValueError(f"{name} should be a number in range [0, 1): {who} expected {name} in "
+                         f"[0, 1) (the probability of dropping, or for zoneout of keeping the "
+                         f"previous state; 1 would never update it), received {value!r}. {fix}")
+    return float(value)
+
+
+def check_rates(who: str, mode: str, recurrent_dropout, zoneout, dropconnect,
+                error_type: type = TypeError) -> tuple[float, float | tuple[float, float],
+                                                       float, float, float]:
+    """Check the three keywords -> (recurrent_dropout, zoneout as stored, dropconnect, z_h, z_c).
+
+    zoneout: one float (every state tensor), or for an LSTM / LSTMCell a pair (z_c, z_h); z_c is
+    0 for a GRU / RNN (no cell state)."""
+    p_rec = _rate(recurrent_dropout, "recurrent_dropout", who,
+                  "Pass e.g. recurrent_dropout=0.25, or 0 for none.", error_type)
+    p_w = _rate(dropconnect, "dropconnect", who, "Pass e.g. dropconnect=0.5, or 0 for none.",
+                error_type)
+    if isinstance(zoneout, (tuple, list)):
+        if mode != "LSTM":
+            raise ValueError(f"{who} expected zoneout to be one float (the rate of its one state "
+                             f"h), received the pair {tuple(zoneout)!r}: a pair (z_c, z_h) "
+                             f"applies to LSTM / LSTMCell, which have a cell state. Pass one "
+                             f"float, e.g. zoneout=0.1.")
+        if len(zoneout) != 2:
+            raise ValueError(f"{who} expected zoneout as one float or a pair (z_c, z_h), "
+                             f"received {len(zoneout)} values {tuple(zoneout)!r}. Pass e.g. "
+                             f"zoneout=(0.5, 0.05), or one float for both.")
+        fix = "Pass e.g. zoneout=(0.5, 0.05), or one float for both."
+        z_c = _rate(zoneout[0], "zoneout[0] (z_c)", who, fix, error_type)
+        z_h = _rate(zoneout[1], "zoneout[1] (z_h)", who, fix, error_type)
+        stored: float | tuple[float, float] = (z_c, z_h)
+    else:
+        z_h = _rate(zoneout, "zoneout", who, "Pass e.g. zoneout=0.1, or 0 for none.", error_type)
+        z_c = z_h if mode == "LSTM" else 0.0
+        stored = z_h
+    return p_rec, stored, p_w, z_h, z_c
+
+
+def zoneout_repr(zoneout) -> str:
+    return repr(tuple(zoneout)) if isinstance(zoneout, tuple) else repr(zoneout)
+
+
+def dropout_mask(shape, p: float, like: torch.Tensor) -> torch.Tensor:
+    """Bernoulli(1 - p) / (1 - p) of ``shape``, in ``like``'s dtype and on its device: the mask of
+    recurrent dropout and DropConnect (values 0 or 1 / (1 - p), mean 1)."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(1 - p) \
+        .div_(1 - p)
+
+
+def zone_mask(shape, z: float, like: torch.Tensor, training: bool) -> torch.Tensor | None:
+    """Zoneout's keep weights for ``shape``: Bernoulli(z) in training, z (the expectation) in
+    eval; None for z = 0 (no zoneout)."""
+    if not z:
+        return None
+    if training:
+        return torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(z)
+    return torch.full(shape, z, dtype=like.dtype, device=like.device)
+
+
+def zone_update(new: tuple, old: tuple, zone: tuple) -> tuple:
+    """new_state = k * old + (1 - k) * candidate = candidate + k (old - candidate) for each
+    state tensor whose k is not None: one step of the cells, the formula of the stacked
+    modules' loop (``layernorm.recurrence.run_direction``'s ``zone``)."""
+    return tuple(n if k is None else torch.lerp(n, o, k) if n.dtype == o.dtype == k.dtype
+                 else n + k * (o - n) for n, o, k in zip(new, old, zone))
