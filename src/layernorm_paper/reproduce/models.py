@@ -3,7 +3,8 @@
     repro_mlp        section 6.6's MLP: norm on the hidden layers (LN as the paper), optionally
                      batch norm on the logits too (``bn_logits``: BN "on all layers")
     convnet          small ConvNet, norm none / batch / layer (ConvLayerNorm) / weight after every
-                     convolution, global average pooling, linear logits (never normalized)
+                     convolution, a linear head on the flattened last feature map (never
+                     normalized)
     rnn_classifier   one-layer LSTM / BN-LSTM / LN-LSTM (``layernorm.LSTM``; torch's nn.LSTM for
                      norm "none") reading a sequence, a linear head on the last hidden state (or
                      on every step for per-step targets)
@@ -154,25 +155,37 @@ def repro_mlp(dataset, norm: str, hidden=(128, 128), unbiased: bool = False,
 
 
 class ConvNet(Scored):
-    """conv3x3(C0) - [norm] - ReLU, then conv3x3 stride 2 blocks doubling channels, global average
-    pooling, linear. Input (N, C, H, W). Normalization acts on the summed inputs of every conv
-    layer (``norm_block``); batch norm on a feature map averages over batch *and* positions, so
-    it still has statistics at batch size 1 — very noisy ones."""
+    """conv3x3(C0) - [norm] - ReLU, then conv3x3 stride 2 blocks doubling channels, a linear head
+    on the flattened last feature map. Input (N, C, H, W); ``image_size`` (H, W). Normalization
+    acts on the summed inputs of every conv layer (``norm_block``); batch norm on a feature map
+    averages over batch *and* positions, so it still has statistics at batch size 1 — very noisy
+    ones.
+
+    Why a flattened head and not global average pooling: at batch size 1, batch norm's per-channel
+    statistics are those of the one image, so the spatial mean of each channel of its output is
+    exactly its bias (β). Pooled over positions right after it, every channel reaches the head as
+    a function of the shape of that normalized map only (with a 2x2 map: four numbers of mean 0
+    and variance 1, then the ReLU), and the network can hardly represent a class at all. A BN
+    collapse measured that way would be the architecture's, not batch norm's. The flattened head
+    keeps where each value is; every norm arm gets the same head."""
 
     def __init__(self, in_channels: int, num_classes: int, norm: str, channels=(16, 32, 32),
-                 unbiased: bool = False):
+                 unbiased: bool = False, image_size: tuple[int, int] = (8, 8)):
         super().__init__()
         kw = batch_kwargs(norm, unbiased)
         layers, c_in = [], in_channels
+        h, w = image_size
         for i, c in enumerate(channels):
-            conv = nn.Conv2d(c_in, c, 3, stride=1 if i == 0 else 2, padding=1)
+            stride = 1 if i == 0 else 2
+            conv = nn.Conv2d(c_in, c, 3, stride=stride, padding=1)
             layers += [norm_block(conv, norm, **kw), nn.ReLU()]
             c_in = c
+            h, w = (h - 1) // stride + 1, (w - 1) // stride + 1   # 3x3, padding 1
         self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(c_in, num_classes)
+        self.head = nn.Linear(c_in * h * w, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x).mean(dim=(2, 3)))   # (N, C) -> logits (N, classes)
+        return self.head(self.features(x).flatten(1))   # (N, C*H'*W') -> logits (N, classes)
 
     def extra_metrics(self, x: torch.Tensor) -> dict:
         return self.scores()
@@ -184,7 +197,8 @@ def convnet(dataset, norm: str, channels=(16, 32, 32), unbiased: bool = False) -
         raise ValueError(f"convnet expects image inputs (C, H, W), received dataset "
                          f"{dataset.name!r} with input shape {dataset.input_shape}. Use an image "
                          f"view such as 'digits-image'.")
-    model = ConvNet(dataset.input_shape[0], dataset.output_size, norm, tuple(channels), unbiased)
+    model = ConvNet(dataset.input_shape[0], dataset.output_size, norm, tuple(channels), unbiased,
+                    tuple(dataset.input_shape[1:]))
     model._attach(dataset, norm)
     return model
 
