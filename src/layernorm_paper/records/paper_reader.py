@@ -21,7 +21,7 @@ def configs(preset: str) -> list:
     model = pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 32, "embed": 32},
                  full={"hidden": 128, "embed": 64})
     length = pick(preset, tiny={"steps": 4, "eval_every": 2},
-                  quick={"steps": 250, "eval_every": 25}, full={"steps": 4000, "eval_every": 100})
+                  quick={"steps": 750, "eval_every": 30}, full={"steps": 4000, "eval_every": 100})
     dataset = FULL_DATASET if preset == "full" else TASK
     return arms(preset, dataset, "reader", ("none", "batch", "layer"),
                 batch_size=pick(preset, tiny=16, quick=32, full=64), model_args=model,
