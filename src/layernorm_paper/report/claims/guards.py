@@ -38,7 +38,7 @@ ADDING_TOLERANCE = 0.04      # the adding problem's error threshold (data.embedd
 
 # Classes of the classification tasks, from their definitions (layernorm_paper.data).
 CLASSES = {"digits": 10, "digits-flat": 10, "digits-image": 10, "digits-rows": 10,
-           "digits-pixels": 10, "mnist": 10, "fashion-mnist": 10, "mnist1d": 10,
+           "digits-pixels": 10, "mnist": 10, "mnist-5k": 10, "fashion-mnist": 10, "mnist1d": 10,
            "mnist1d-seq": 10, "imdb": 2}
 PIXELS = {"digits-binary": 64, "binarized-mnist": 784}     # binary images (DRAW)
 ERROR_KEYS, LOSS_KEYS = (F_ERROR, F_ERROR_FAIR), (F_LOSS, F_LOSS_FAIR)
