@@ -13,10 +13,10 @@ from .analysis import geometry, invariance
 from .data import cli as data_cli
 from .experiments import cli as experiments_cli
 from .report import build as report
-from .reproduce import batch_split, command as reproduce_command
+from .reproduce import batch_split, command as reproduce_command, sweep_lr
 
 COMMANDS = (demo, bench, invariance, geometry, experiments_cli, data_cli, batch_split, report,
-            reproduce_command)
+            reproduce_command, sweep_lr)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -99,10 +99,10 @@ class _DatasetCache:
         self._cache = {}
 
     def get(self, config: Config):
-        from ..data import load_dataset
+        from .holdout import load_for
         key = (config.dataset, json.dumps(config.data_args, sort_keys=True))
         if key not in self._cache:
-            self._cache = {key: load_dataset(config.dataset, **config.data_args)}  # keep one
+            self._cache = {key: load_for(config)}  # keep one
         return self._cache[key]
 
 
@@ -132,11 +132,11 @@ def _run_group(configs: list[Config], dirs: list[Path], cache: _DatasetCache | N
                ) -> list[RunResult]:
     """One arm's new seeds trained together (``stacked.train_stacked``); a failed group is one
     failure per run, with the same error."""
-    from ..data import load_dataset
+    from .holdout import load_for
     from .stacked import train_stacked
     t0 = time.perf_counter()
     try:
-        datasets = [load_dataset(c.dataset, **c.data_args) for c in configs]
+        datasets = [load_for(c) for c in configs]
         train_stacked(configs, dirs, datasets)
         seconds = (time.perf_counter() - t0) / len(configs)
         return [RunResult(c, d, "done", seconds=seconds) for c, d in zip(configs, dirs)]

@@ -38,7 +38,8 @@ from layernorm import functional as LF
 from layernorm.norms import BatchNorm, LayerNorm
 
 from .._io import atomic_write_json, atomic_write_text
-from ..data import Dataset, load_dataset
+from ..data import Dataset
+from .holdout import load_for
 from .config import Config
 from .registry import STACKABLE, build_model
 from .rundir import (CHECKPOINT_FORMAT, _append_row, check_run_dir, claim, environment,
@@ -119,7 +120,7 @@ def _train_stacked(configs: list[Config], run_dirs: list[Path],
 
     S, cfg = len(configs), configs[0]
     device = resolve_device(cfg.device)
-    ds = datasets or [load_dataset(c.dataset, **c.data_args) for c in configs]
+    ds = datasets or [load_for(c) for c in configs]
     if not _rows_equal_lengths(ds):
         raise ValueError("train_stacked needs training sets of one shape for every seed.")
     sched = schedule(cfg, len(ds[0].x_train))

@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from .._io import atomic_write_json, atomic_write_text
-from ..data import Dataset, load_dataset
+from ..data import Dataset
 from .config import Config
+from .holdout import load_for
 from .registry import build_model
 from .rundir import (CHECKPOINT_FORMAT, RunDirError, _append_row, check_run_dir, claim,
                      environment, load_checkpoint, read_metrics, save_checkpoint, write_cost)
@@ -150,7 +151,7 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
     if status == "done":
         return run_dir
     device = resolve_device(config.device)
-    ds = dataset if dataset is not None else load_dataset(config.dataset, **config.data_args)
+    ds = dataset if dataset is not None else load_for(config)
     sched = schedule(config, len(ds.x_train), rt.world_size)
     total, per_epoch = sched["total_steps"], sched["steps_per_epoch"]
 

@@ -28,7 +28,8 @@ and lists the claims of every record in ``RECORDS`` order. The models are the ru
 by their registry names (``layernorm_paper.reproduce.models``, ``.paper``, ``.order``)."""
 from __future__ import annotations
 
-from ._record import FULL, QUICK, STANDARD, TIERS, Found, Record
+from ._record import (FULL, LEARNING_RATES, QUICK, STANDARD, TIERS, Found, Record, arm_name,
+                      learning_rates, swept, tuned)
 from . import (analysis, cnn_batch_size, ddp_batch_split, lstm_gain_init, mlp_batch_size,
                paper_charlm, paper_draw, paper_handwriting, paper_order, paper_reader,
                rnn_norms, rnn_stability, skip_thoughts)
@@ -69,8 +70,19 @@ def register_all() -> None:
     for r in RECORDS.values():
         if r.configs is not None:
             register_experiment(r.name, section=r.section, claim=r.claim,
-                                needs_download=r.tier == FULL)(r.configs)
+                                needs_download=r.tier == FULL)(_with_swept_lr(r))
 
 
-__all__ = ["FULL", "QUICK", "RECORDS", "STANDARD", "TIERS", "Found", "Record", "budgets",
-           "not_downloaded", "register_all", "run_order", "with_tier"]
+def _with_swept_lr(r: Record):
+    """The record's configs with each arm's learning rate chosen by ``layernorm sweep-lr``
+    where it was swept (``_record.tuned``); ``Record.configs`` itself stays the untuned form
+    (the sweep's grid is centred on it)."""
+    def configs(preset: str) -> list:
+        return tuned(r.name, preset, r.configs(preset))
+    configs.__doc__ = r.configs.__doc__
+    return configs
+
+
+__all__ = ["FULL", "LEARNING_RATES", "QUICK", "RECORDS", "STANDARD", "TIERS", "Found", "Record",
+           "arm_name", "budgets", "learning_rates", "not_downloaded", "register_all",
+           "run_order", "swept", "tuned", "with_tier"]

@@ -2,7 +2,10 @@
 the records' configs share. Imports neither the runner nor the report."""
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 # Tiers: which `layernorm reproduce` preset runs an experiment (docs/reproduce.md, "Cost").
@@ -83,3 +86,62 @@ def arms(preset: str, dataset: str, model: str, norms: tuple[str, ...], *, batch
                    optimizer="adam", lr=lr, grad_clip=grad_clip, model_args=dict(model_args),
                    data_args=dict(data_args), **length)
             for norm in norms for seed in SEEDS[preset]]
+
+
+# ----------------------------------------------------------------------------- learning rates
+# The learning rate of each arm, chosen on a validation split by ``layernorm sweep-lr``
+# (docs/reproduce.md, "Learning rates"), lives beside the records: scale -> experiment -> the
+# sweep's grid, per-value validation scores, seeds, budget, git commit and command, and per arm
+# (the run name without its seed: ``[tag-]norm-bsB``) the chosen value. An arm absent from it
+# keeps the value its record sets ("not swept" in the report).
+LEARNING_RATES = Path(__file__).with_name("learning_rates.json")
+_SEED_SUFFIX = re.compile(r"-seed\d+$")
+_cache: dict = {}
+
+
+def arm_name(run_name: str) -> str:
+    """The arm of a run: its run name without the seed (``[tag-]norm-bsB``)."""
+    return _SEED_SUFFIX.sub("", run_name)
+
+
+def learning_rates(path: str | Path | None = None) -> dict:
+    """The sweep's file (``LEARNING_RATES``) as a dict; {} when absent. Reread when it changed."""
+    p = Path(path or LEARNING_RATES)
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError:
+        return {}
+    if _cache.get("key") != (str(p), stamp):
+        try:
+            data = json.loads(p.read_text())
+        except ValueError as err:
+            raise ValueError(f"{p} is not valid JSON ({err}); it is written by `layernorm "
+                             f"sweep-lr`. Rerun that command, or restore the file from git.") \
+                from None
+        if not isinstance(data, dict) or not isinstance(data.get("scales", {}), dict):
+            raise ValueError(f"{p} must hold a JSON object with a 'scales' object (written by "
+                             f"`layernorm sweep-lr`), received {type(data).__name__}. Rerun "
+                             f"that command, or restore the file from git.")
+        _cache.update(key=(str(p), stamp), data=data)
+    return _cache["data"]
+
+
+def swept(experiment: str, scale: str, arm: str) -> dict | None:
+    """The sweep's entry of one arm (its grid, scores, chosen value, and the experiment's
+    command, seeds, budget, commit), or None where that arm was not swept at that scale."""
+    exp = learning_rates().get("scales", {}).get(scale, {}).get(experiment)
+    if not isinstance(exp, dict) or arm not in exp.get("arms", {}):
+        return None
+    common = {k: v for k, v in exp.items() if k != "arms"}
+    return {**common, **exp["arms"][arm]}
+
+
+def tuned(experiment: str, scale: str, configs: list) -> list:
+    """``configs`` with each arm's learning rate replaced by the one the sweep chose for it at
+    ``scale`` (the others keep their record's value)."""
+    from dataclasses import replace
+    out = []
+    for c in configs:
+        entry = swept(experiment, scale, arm_name(c.run_name()))
+        out.append(replace(c, lr=float(entry["chosen"])) if entry else c)
+    return out

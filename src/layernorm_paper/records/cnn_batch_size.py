@@ -17,7 +17,7 @@ def configs(preset: str) -> list:
     batches = pick(preset, tiny=(128, 1), quick=(128, 4, 1), full=(128, 4, 1))
     # (steps, eval_every) per batch size: see BUDGET
     length = pick(preset, tiny={128: (6, 3), 1: (6, 3)},
-                  quick={128: (600, 25), 4: (2400, 100), 1: (2400, 100)},
+                  quick={128: (1200, 50), 4: (2400, 100), 1: (4800, 200)},
                   full={128: (6000, 250), 4: (30000, 1000), 1: (30000, 1000)})
     out = []
     for norm in ("none", "batch", "layer"):

@@ -3,6 +3,8 @@ LSTM's final log-likelihood much faster, to about the same final value. The mode
 ``layernorm_paper.reproduce.paper``'s ``mdn``; scored on ``report.claims.paper.HW_SPEC``."""
 from __future__ import annotations
 
+from functools import partial
+
 from ._record import Record, arms, pick
 
 NAME = "paper_handwriting"
@@ -17,7 +19,7 @@ def configs(preset: str) -> list:
                  quick={"hidden": 48, "layers": 2, "mixtures": 5},
                  full={"hidden": 128, "layers": 3, "mixtures": 10})
     length = pick(preset, tiny={"steps": 4, "eval_every": 2},
-                  quick={"steps": 200, "eval_every": 20}, full={"steps": 3000, "eval_every": 100})
+                  quick={"steps": 500, "eval_every": 25}, full={"steps": 3000, "eval_every": 100})
     return arms(preset, "pen-strokes", "mdn", ("none", "layer"), batch_size=8,
                 model_args=model, data_args=data, length=length)
 
@@ -27,9 +29,11 @@ def claims(found, R) -> list:
         R.Claim("6.5-hw-fast", "paper 6.5", "“LN-LSTM reaches the LSTM's final log-likelihood "
               "much faster” (handwriting)", NAME, R.claim_loss_faster(R.HW_SPEC, ("none",)),
               HEADING),
+        # at a fixed budget (docs/reproduce.md, "Budgets"): both arms still improve by more than
+        # the margin at every update count the default tier can afford
         R.Claim("6.5-hw-same", "paper 6.5", "“… to about the same final log-likelihood” (LN's "
-              f"final NLL within ±{R.HW_MARGIN:g} nats/point of the LSTM's, TOST)", NAME,
-              R.claim_hw_no_worse,
+              f"NLL within ±{R.HW_MARGIN:g} nats/point of the LSTM's after the same fixed number "
+              f"of updates, TOST)", NAME, partial(R.claim_hw_no_worse, fixed_budget=True),
               HEADING),
     ]
 

@@ -17,7 +17,7 @@ def configs(preset: str) -> list:
                  quick={"dim": 64, "word_dim": 32, "image_hidden": 128},
                  full={"dim": 128, "word_dim": 64, "image_hidden": 256})
     length = pick(preset, tiny={"steps": 4, "eval_every": 2},
-                  quick={"steps": 1500, "eval_every": 75},
+                  quick={"steps": 2250, "eval_every": 75},
                   full={"steps": 6000, "eval_every": 200})
     return arms(preset, "digit-captions", "order", ("none", "layer"),
                 batch_size=pick(preset, tiny=16, quick=128, full=128), model_args=model,

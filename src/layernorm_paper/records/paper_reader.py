@@ -3,6 +3,8 @@ reaches a lower validation error. The model is ``layernorm_paper.reproduce.paper
 judged by the RNN rules (``report.claims.rnn``) through ``report.claims.paper.claim_reader``."""
 from __future__ import annotations
 
+from functools import partial
+
 from ._record import Record, arms, pick
 
 NAME = "paper_reader"
@@ -21,7 +23,7 @@ def configs(preset: str) -> list:
     model = pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 32, "embed": 32},
                  full={"hidden": 128, "embed": 64})
     length = pick(preset, tiny={"steps": 4, "eval_every": 2},
-                  quick={"steps": 250, "eval_every": 25}, full={"steps": 4000, "eval_every": 100})
+                  quick={"steps": 1500, "eval_every": 50}, full={"steps": 4000, "eval_every": 100})
     dataset = FULL_DATASET if preset == "full" else TASK
     return arms(preset, dataset, "reader", ("none", "batch", "layer"),
                 batch_size=pick(preset, tiny=16, quick=32, full=64), model_args=model,
@@ -29,13 +31,19 @@ def configs(preset: str) -> list:
 
 
 def _lines(R, task: str, suffix: str, heading: str) -> list:
+    # on the generated cloze task "lower error" is judged at the fixed budget: the arms end near
+    # 0-1% error still moving by about the margin between late evaluations at every update count
+    # the default tier affords (docs/reproduce.md, "Budgets"); the full form keeps its final form
+    fixed = task == TASK
+    best = (R.claim_reader(partial(R.claim_rnn_best, fixed_budget=True), task) if fixed else
+            R.claim_reader(R.claim_rnn_best, task))
     return [
         R.Claim(f"6.2-reader-fast{suffix}", "paper 6.2", "“LN-LSTM converges faster than LSTM and "
               "BN-LSTM” (attentive reader, validation error vs updates)", NAME,
               R.claim_reader(R.claim_rnn_fastest, task), heading),
         R.Claim(f"6.2-reader-best{suffix}", "paper 6.2", "“LN-LSTM reaches a lower validation "
-              "error than LSTM and BN-LSTM” (attentive reader)", NAME,
-              R.claim_reader(R.claim_rnn_best, task), heading),
+              "error than LSTM and BN-LSTM” (attentive reader" + (", after the same fixed number "
+              "of updates)" if fixed else ")"), NAME, best, heading),
     ]
 
 

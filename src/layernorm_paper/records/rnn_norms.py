@@ -30,7 +30,7 @@ def rnn_tasks(preset: str) -> list[dict]:
     # digits and MNIST-1D sequences are read 4 values per step (16 and 10 steps), the adding
     # problem 1 per step (30).
     # BN-LSTM's per-step statistics make it the slowest model: the adding length sets the cost.
-    length = {"steps": 3000, "eval_every": 100} if big else {"steps": 600, "eval_every": 30}
+    length = {"steps": 3000, "eval_every": 100} if big else {"steps": 900, "eval_every": 30}
     model = {"hidden": 128, "chunk": 1, "embed": 64} if big else \
         {"hidden": 48, "chunk": 4, "embed": 32}
     return [
@@ -84,17 +84,23 @@ def download_configs(preset: str) -> list:
 
 
 def task_claims(tasks: list[tuple[str, str]], R) -> list:
-    """"Converges fastest" and "best accuracy" for every (experiment, task)."""
+    """"Converges fastest" and "best accuracy" for every (experiment, task). On the embedded
+    tasks (``rnn_norms``) "best accuracy" is judged at the fixed budget: the arms still improve
+    at every update count the default tier can afford (docs/reproduce.md, "Budgets")."""
     out = []
     for rnn, t in tasks:
         name = TASK_NAMES.get(t, t)
         sec = f"RNNs: LSTM vs BN-LSTM vs LN-LSTM on {name}"
+        fixed = rnn == NAME
+        best = (f"“LN-LSTM reaches the best accuracy” ({name}: the lowest test error after the "
+                f"same fixed number of updates)" if fixed else
+                f"“LN-LSTM reaches the best accuracy” ({name})")
         out += [
             R.Claim(f"rnn-fast-{t}", "summary B",
                   f"“LSTM with LN converges fastest” ({name})", rnn, R.claim_rnn_fastest(rnn, t),
                   sec),
-            R.Claim(f"rnn-best-{t}", "summary B", f"“LN-LSTM reaches the best accuracy” ({name})",
-                  rnn, R.claim_rnn_best(rnn, t), sec),
+            R.Claim(f"rnn-best-{t}", "summary B", best, rnn,
+                    R.claim_rnn_best(rnn, t, fixed_budget=fixed), sec),
         ]
     return out
 

@@ -257,7 +257,16 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
             (failed_analysis if part != ANALYSIS else not_run)[part] = why
         not_run.update(failed_analysis)
         parts["analysis"] = time.time() - t
+    # each arm's learning rate where `layernorm sweep-lr` chose it (records/learning_rates.json),
+    # as trained: the report's "Settings" line says which arms were swept
+    swept = {}
+    for n in names:
+        entry = records.learning_rates().get("scales", {}).get(scale, {}).get(n)
+        if isinstance(entry, dict):
+            common = {k: v for k, v in entry.items() if k not in ("arms", "budget")}
+            swept[n] = {arm: {**common, **e} for arm, e in entry.get("arms", {}).items()}
     meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
+            "learning_rates": swept,
             "runs": len(configs), "failed_runs": failed, "not_run": not_run,
             "failed_analysis": failed_analysis,
             "loadavg_start": load0, "cpu_count": os.cpu_count(), "git_commit": git_commit(),

@@ -113,10 +113,64 @@ def absent(inp: Inputs, experiment: str, what: str) -> ClaimResult:
 
 
 # ---------------------------------------------------------------------------------------------
+# Claims at a fixed budget
+
+AT_BUDGET = ("a claim at this fixed budget, not about where the arms end: the undertrained guard "
+             "does not apply; the “baseline did not learn” guard does")
+
+
+def at_budget(v: Verdict, runs: list[Run]) -> Verdict:
+    """``v`` with its rule saying it is judged at the runs' fixed number of updates."""
+    from dataclasses import replace
+    return replace(v, rule=f"at the fixed budget of {_fmt_range([updates(r) for r in runs])} "
+                           f"updates ({AT_BUDGET}): " + v.rule)
+
+
+# ---------------------------------------------------------------------------------------------
 # How a claim could be wrong
 
-def _settings(runs: list[Run], experiment: str) -> str:
-    """One line: what these runs are, next to what the paper ran."""
+def _arm_of(run: Run) -> str:
+    """The run's arm: its run directory's name without the seed (``[tag-]norm-bsB``)."""
+    return re.sub(r"-seed\d+$", "", run.path.name)
+
+
+def _lr_of_arm(rs: list[Run], swept: dict) -> tuple[str, dict | None]:
+    """(the arm's learning rate(s), the sweep's entry where it chose that value, else None).
+    ``swept``: arm -> the sweep's entry, as ``layernorm reproduce`` recorded it when it trained
+    (``reproduce.json``'s ``learning_rates``)."""
+    lrs = sorted({float(r.config.get("lr", math.nan)) for r in rs})
+    text = "/".join(f"{v:g}" for v in lrs)
+    entries = [swept.get(_arm_of(r)) for r in rs]
+    ok = all(e is not None and float(e["chosen"]) == float(r.config.get("lr", math.nan))
+             for e, r in zip(entries, rs))
+    return text, (entries[0] if ok and entries else None)
+
+
+def learning_rates_text(arms: dict[str, list[Run]], swept: dict) -> str:
+    """Each arm's learning rate and whether ``layernorm sweep-lr`` chose it (on a validation
+    split held apart from the test split, docs/reproduce.md "Learning rates"), with the command
+    that reruns the sweep."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, rs in arms.items():
+        if not rs:
+            continue
+        text, entry = _lr_of_arm(rs, swept)
+        how = "not swept" if entry is None else (
+            "chosen on a validation split among " + "/".join(
+                f"{float(v):g}" for v in entry.get("grid", [])) + " by "
+            + f"`{entry.get('command') or 'layernorm sweep-lr'}`")
+        groups.setdefault((text, how), []).append(name)
+    if len(groups) == 1:
+        (lr, how), _ = next(iter(groups.items()))
+        return f"lr {lr} for every arm ({how})"
+    return "; ".join(f"lr {lr} for {', '.join(names)} ({how})"
+                     for (lr, how), names in groups.items())
+
+
+def _settings(runs: list[Run], experiment: str, arms: dict[str, list[Run]] | None = None,
+              swept: dict | None = None) -> str:
+    """One line: what these runs are (each arm's learning rate, and whether the sweep chose
+    it), next to what the paper ran."""
     if not runs:
         return ""
     c = runs[0].config
@@ -131,7 +185,8 @@ def _settings(runs: list[Run], experiment: str) -> str:
     lengths = sorted({f"{r.config['epochs']:g} epochs" if r.config.get("epochs") is not None
                       else f"{r.config.get('steps')} steps" for r in runs})
     parts.append(" / ".join(lengths))
-    parts.append(f"{c.get('optimizer', '?')} lr {c.get('lr', '?')}")
+    lr_line = learning_rates_text(arms, swept or {}) if arms else ""
+    parts.append(f"{c.get('optimizer', '?')} " + (lr_line or f"lr {c.get('lr', '?')}"))
     parts.append("batch " + ", ".join(str(b) for b in sorted({r.batch_size for r in runs},
                                                               reverse=True)))
     paper = PAPER_SETTINGS.get(experiment)
@@ -170,7 +225,10 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
     ``bn_fields``: the fields of a BN arm's score with population statistics and with its
     running averages (EMA)."""
     runs = [r for rs in arms.values() for r in rs]
-    out = [_settings(runs, experiment)] if runs else []
+    recorded = (inp.meta or {}).get("learning_rates")
+    swept = recorded.get(experiment) if isinstance(recorded, dict) else None
+    out = [_settings(runs, experiment, arms, swept if isinstance(swept, dict) else {})] \
+        if runs else []
     out.append(_budget(inp, experiment, runs) + ". Updates per arm: " + "; ".join(
         f"{name} {_fmt_range([updates(r) for r in rs])}" for name, rs in arms.items() if rs))
     changes = {}

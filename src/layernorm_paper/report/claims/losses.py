@@ -15,7 +15,8 @@ from ..scoring import (F_LOSS, F_LOSS_FAIR, F_STEP, LAST_K, RNN_LABEL, _fmt_rang
 from ...verdicts import (INCONCLUSIVE, LEVEL, NOT_SUPPORTED, SUPPORTED, Verdict, all_of, exceeds,
                          ratio_at_least, sample, sooner)
 from ..scoring import steps_margin
-from .base import BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, how_wrong, not_run
+from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
+                   not_run)
 from .guards import gate
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NUMBERS
 
@@ -157,8 +158,11 @@ def _all(g: dict[str, list[Run]]) -> list[Run]:
     return [r for rs in g.values() for r in rs]
 
 
-def claim_loss_lower(spec: LossSpec, margin: float, others: tuple[str, ...]):
-    """LN's final ``spec.key`` is lower than each of ``others``' by >= margin."""
+def claim_loss_lower(spec: LossSpec, margin: float, others: tuple[str, ...], *,
+                     fixed_budget: bool = False):
+    """LN's final ``spec.key`` is lower than each of ``others``' by >= margin. ``fixed_budget``:
+    the claim is about the value at the runs' budget (``base.at_budget``: no undertrained
+    guard), not where the arms end."""
     def evaluate(inp: Inputs) -> ClaimResult:
         g = loss_groups(inp, spec)
         if (note := _need(g)) or (note := _need_field(g, spec.key)):
@@ -170,8 +174,10 @@ def claim_loss_lower(spec: LossSpec, margin: float, others: tuple[str, ...]):
                           f"is lower than " + " and than ".join(RNN_LABEL[o] + "'s" for o in others)
                    + f", each by ≥ {margin * spec.scale:g}{spec.unit} over the whole {LEVEL:.0%} "
                      f"interval")
+        if fixed_budget:
+            v = at_budget(v, _all(g))
         v = gate(v, _named(g), margin, key=lambda rs: arm_key(spec, rs), scale=spec.scale,
-                 unit=spec.unit)
+                 unit=spec.unit, final=not fixed_budget)
         key = ", ".join(f"{RNN_LABEL[n]} {fin[n].mean * spec.scale:.{spec.digits}f}"
                         for n in g) + spec.unit
         here = f"{key} after {_fmt_range([updates(r) for r in _all(g)])} updates"

@@ -15,7 +15,7 @@ from ..scoring import (F_ERROR, F_ERROR_FAIR, LAST_K, PP, RNN_LABEL, _fmt_range,
 from ...verdicts import LEVEL, all_of, equivalent, exceeds
 from .guards import gate
 from .base import (BEATS_MARGIN, BPC_MARGIN, DRAW_MARGIN, HW_MARGIN, ClaimResult, Figure, _need,
-                   how_wrong, not_run)
+                   at_budget, how_wrong, not_run)
 from .losses import (F_NLL_POINT, LossSpec, _need_field, _paper_caveats, arm_key, final_loss,
                      loss_groups, loss_table, measured_vs_paper, no_worse, paper_figure)
 from .sources import FULL_FORMS, PAPER_NOT_RUN
@@ -31,10 +31,11 @@ CHARLM_SPEC = LossSpec("paper_charlm", "test_loss", " bits/char", 1 / LN2,
                        margin=BPC_MARGIN)
 
 
-def claim_hw_no_worse(inp: Inputs) -> ClaimResult:
+def claim_hw_no_worse(inp: Inputs, fixed_budget: bool = False) -> ClaimResult:
     """6.5's "about the same final log-likelihood": LN-LSTM's final NLL per point equals the
     LSTM's within ±HW_MARGIN (TOST, ``verdicts.equivalent``): an LN-LSTM far better is not
-    "the same" either. (The name is the catalog's; the rule is an equivalence test.)"""
+    "the same" either. (The name is the catalog's; the rule is an equivalence test.)
+    ``fixed_budget``: judged at the runs' budget (``base.at_budget``: no undertrained guard)."""
     spec = HW_SPEC
     g = loss_groups(inp, spec)
     if (note := _need(g)) or (note := _need_field(g, spec.key)):
@@ -42,8 +43,10 @@ def claim_hw_no_worse(inp: Inputs) -> ClaimResult:
     fin = {n: arm(rs, lambda r: final_loss(r, spec.key)) for n, rs in g.items()}
     v = equivalent(fin["layer"], fin["none"], HW_MARGIN, a_name=f"LN-LSTM final {spec.what}",
                    b_name="LSTM's", unit=spec.unit)
+    if fixed_budget:
+        v = at_budget(v, [r for rs in g.values() for r in rs])
     v = gate(v, {RNN_LABEL[n]: rs for n, rs in g.items()}, HW_MARGIN, key=spec.key,
-             unit=spec.unit)
+             unit=spec.unit, final=not fixed_budget)
     key = f"LSTM {fin['none'].mean:.3f}, LN-LSTM {fin['layer'].mean:.3f}{spec.unit}"
     allr = [r for rs in g.values() for r in rs]
     return ClaimResult(v, key, loss_table(g, spec, None), paper_figure(spec, allr), notes=[

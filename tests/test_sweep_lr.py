@@ -1,0 +1,120 @@
+"""``layernorm sweep-lr``: a tiny sweep over 2 learning rates chooses the validation-best value,
+never reads the test split, and the records' configs pick up what it wrote."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import layernorm_paper.reproduce  # noqa: F401  registers the experiments
+from layernorm_paper import records
+from layernorm_paper.data import registry as data_registry
+from layernorm_paper.experiments import get_experiment
+from layernorm_paper.experiments.holdout import HOLDOUT, VALIDATION, validation_view
+from layernorm_paper.records import _record
+from layernorm_paper.reproduce import sweep_lr
+
+EXPERIMENT, DATASET = "paper_handwriting", "pen-strokes"
+
+
+class _TestSplit:
+    """Stands in for a test split that must not be read: any use raises."""
+
+    def _read(self, *args, **kwargs):
+        raise AssertionError("the sweep read the test split")
+
+    __getitem__ = __len__ = __iter__ = _read
+
+    def __getattr__(self, name):
+        self._read()
+
+
+@pytest.fixture
+def guarded_test_split(monkeypatch):
+    """The dataset's loader with its test tensors replaced by ``_TestSplit``."""
+    entry = data_registry.DATASETS[DATASET]
+
+    def load(**kwargs):
+        ds = entry.fn(**kwargs)
+        ds.x_test, ds.y_test, ds.lengths_test = _TestSplit(), _TestSplit(), _TestSplit()
+        return ds
+    load.__wrapped__ = entry.fn.__wrapped__
+    monkeypatch.setitem(data_registry.DATASETS, DATASET,
+                        data_registry._Entry(load, entry.description, entry.embedded))
+
+
+def test_validation_view_carves_from_training_only(guarded_test_split):
+    ds = data_registry.load_dataset(DATASET, length=12, n_train=20, n_test=8)
+    train = ds.x_train.clone()
+    view = validation_view(ds)
+    assert len(view.x_test) == 4 and len(view.x_train) == 16     # a fifth held apart
+    rows = {tuple(r.flatten().tolist()) for r in train}
+    held = [tuple(r.flatten().tolist()) for r in view.x_test]
+    kept = [tuple(r.flatten().tolist()) for r in view.x_train]
+    assert set(held) <= rows and set(kept) <= rows and not set(held) & set(kept)
+    assert view.info[HOLDOUT]["evaluated_on"] == VALIDATION
+    again = validation_view(data_registry.load_dataset(DATASET, length=12, n_train=20, n_test=8))
+    assert torch.equal(again.x_test, view.x_test)          # the same rows every time
+
+
+def test_tiny_sweep_chooses_the_validation_best(tmp_path, monkeypatch, guarded_test_split):
+    path = tmp_path / "learning_rates.json"
+    done = sweep_lr.sweep([EXPERIMENT], tier="tiny", values=[1e-3, 3e-2], out=tmp_path / "sweep",
+                          json_path=path, jobs=1, log=lambda *a: None)
+    entry = json.loads(path.read_text())["scales"]["tiny"][EXPERIMENT]
+    assert entry == json.loads(json.dumps(done[EXPERIMENT]))
+    assert set(entry["arms"]) == {"layer-bs8", "none-bs8"}
+    assert entry["seeds"] == [0] and entry["command"].startswith("layernorm sweep-lr")
+    for arm, e in entry["arms"].items():
+        assert e["grid"] == [1e-3, 3e-2] and e["current"] == 1e-3
+        # each score recomputed from its run: the mean of the last 3 validation NLLs per point
+        for lr, score in e["scores"].items():
+            run = tmp_path / "sweep" / "runs" / EXPERIMENT / f"lr{float(lr):.3g}-{arm}-seed0"
+            config = json.loads((run / "config.json").read_text())
+            assert config["data_args"][HOLDOUT] == VALIDATION and config["lr"] == float(lr)
+            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            vals = [r["test_nll_per_point"] for r in rows][-3:]
+            assert math.isclose(score, sum(vals) / len(vals), rel_tol=1e-12)
+        best = min(e["scores"], key=e["scores"].get)
+        assert e["chosen"] == float(best)
+
+    # the records' configs read the chosen value of their arm; others keep the record's
+    monkeypatch.setattr(_record, "LEARNING_RATES", path)
+    configs = get_experiment(EXPERIMENT).configs("tiny")
+    for c in configs:
+        assert c.lr == entry["arms"][records.arm_name(c.run_name())]["chosen"]
+    assert all(c.lr == 1e-3 for c in records.RECORDS[EXPERIMENT].configs("tiny"))
+    quick = get_experiment("paper_draw").configs("tiny")         # not in the file
+    assert all(c.lr == 1e-3 for c in quick)
+
+
+def test_ties_go_to_the_record_value_and_bad_holdout_is_refused():
+    assert sweep_lr._choose({1e-3: 0.5, 3e-3: 0.5, 1e-2: 0.7}, "min", 3e-3) == 3e-3
+    assert sweep_lr._choose({1e-3: 0.5, 3e-3: 0.4}, "max", 3e-3) == 1e-3
+    from layernorm_paper.experiments.config import Config
+    from layernorm_paper.experiments.holdout import load_for
+    with pytest.raises(ValueError, match="holdout"):
+        load_for(Config(dataset="digits", data_args={HOLDOUT: "test"}, steps=1))
+
+
+def test_settings_line_says_which_arms_were_swept():
+    from pathlib import Path
+
+    from layernorm_paper.report.claims.base import learning_rates_text
+    from layernorm_paper.report.runs import Run
+
+    def run(name, lr):
+        return Run(Path("runs") / EXPERIMENT / name, {"lr": lr}, [])
+    swept = {"layer-bs8": {"chosen": 9e-3, "grid": [1e-3, 3e-3, 9e-3],
+                           "command": "layernorm sweep-lr --only paper_handwriting"}}
+    arms = {"LN-LSTM": [run("layer-bs8-seed0", 9e-3), run("layer-bs8-seed1", 9e-3)],
+            "LSTM": [run("none-bs8-seed0", 1e-3)]}
+    text = learning_rates_text(arms, swept)
+    assert ("lr 0.009 for LN-LSTM (chosen on a validation split among 0.001/0.003/0.009 by "
+            "`layernorm sweep-lr --only paper_handwriting`)") in text
+    assert "lr 0.001 for LSTM (not swept)" in text
+    # a run whose lr is not the sweep's choice (trained before the sweep) is not called swept
+    arms["LN-LSTM"][1] = run("layer-bs8-seed1", 1e-3)
+    assert "LN-LSTM (not swept)" in learning_rates_text(arms, swept)
