@@ -24,12 +24,14 @@ def configs(preset: str) -> list:
 
 def _lines(R, spec, suffix: str, heading: str) -> list:
     return [
-        # at a fixed budget (docs/reproduce.md, "Budgets"): both arms still improve by more than
-        # the margin at every epoch count the default tier can afford
+        # embedded: at a fixed budget (docs/reproduce.md, "Budgets"): both arms still improve by
+        # more than the margin at every epoch count the default tier can afford; binarized MNIST
+        # (the full form) keeps the paper's final-value claim and its undertrained guard
         R.Claim(f"6.4-draw-bound{suffix}", "paper 6.4", "“DRAW with LN reaches a lower test "
-              "variational bound” (82.36 -> 82.09 nats; here: lower after the same fixed number "
-              "of epochs)", NAME,
-              R.claim_loss_lower(spec, R.DRAW_MARGIN, ("none",), fixed_budget=True), heading),
+              "variational bound” (82.36 -> 82.09 nats" + (
+                  "" if suffix else "; here: lower after the same fixed number of epochs") + ")",
+              NAME, R.claim_loss_lower(spec, R.DRAW_MARGIN, ("none",), fixed_budget=not suffix),
+              heading),
         R.Claim(f"6.4-draw-fast{suffix}", "paper 6.4", "“LN reaches the baseline's bound about 2x "
               "faster” (DRAW, epochs; the ratio of update counts ≥ 2/√2)", NAME,
               R.claim_loss_faster(spec, ("none",), factor=2.0), heading),
