@@ -25,7 +25,7 @@ def configs(preset: str) -> list:
     dataset = pick(preset, tiny="mnist-5k", quick="mnist-5k", full="mnist")
     hidden = pick(preset, tiny=[16, 16], quick=[128, 128], full=[1000, 1000])
     # (steps, eval_every) per batch size: see BUDGET
-    length = pick(preset, tiny={128: (8, 2), 4: (8, 2)}, quick={128: (800, 25), 4: (3200, 50)},
+    length = pick(preset, tiny={128: (8, 2), 4: (8, 2)}, quick={128: (800, 25), 4: (6400, 100)},
                   full={128: (12800, 100), 4: (51200, 400)})
     arms = [(norm, "", False) for norm in norms] + [("batch", "bnall", True)]
     out = []

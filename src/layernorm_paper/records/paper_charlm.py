@@ -5,6 +5,8 @@ Completion format. The model is ``layernorm_paper.reproduce.paper``'s ``char_lm`
 ``report.claims.paper.CHARLM_SPEC`` and ``claim_completion``."""
 from __future__ import annotations
 
+from functools import partial
+
 from ._record import Record, arms, pick
 
 NAME = "paper_charlm"
@@ -45,9 +47,12 @@ def claims(found, R) -> list:
         R.Claim("charlm-fast", "summary B", "“LN-LSTM converges fastest” (char-level LM: updates "
               "to the LSTM's final bits/char)", NAME,
               R.claim_loss_faster(R.CHARLM_SPEC, ("none", "batch")), HEADING),
+        # at a fixed budget, as charlm-best: the LSTM's and BN-LSTM's completion accuracy still
+        # rises by more than the margin over the last quarter of the default tier's budget
         R.Claim("charlm-completion", "summary B", "“LN-LSTM reaches the best accuracy” (MSR-format "
-              "5-way sentence completion, scored by the char-level LM)", NAME,
-              R.claim_completion, HEADING),
+              "5-way sentence completion, scored by the char-level LM, after the same fixed "
+              "number of updates)", NAME,
+              partial(R.claim_completion, fixed_budget=True), HEADING),
     ]
 
 

@@ -145,8 +145,9 @@ def _above_chance(v, acc: dict, chance: float):
                    f"updates or a higher budget", parts=(v,))
 
 
-def claim_completion(inp: Inputs) -> ClaimResult:
-    """LN-LSTM answers more of the 5-way completion questions than LSTM and than BN-LSTM."""
+def claim_completion(inp: Inputs, fixed_budget: bool = False) -> ClaimResult:
+    """LN-LSTM answers more of the 5-way completion questions than LSTM and than BN-LSTM.
+    ``fixed_budget``: judged at the runs' budget (``base.at_budget``: no undertrained guard)."""
     g = loss_groups(inp, CHARLM_SPEC)
     if (note := _need(g)) or (note := _need_field(g, F_COMPLETION)):
         return not_run(note)
@@ -165,8 +166,10 @@ def claim_completion(inp: Inputs) -> ClaimResult:
     v = all_of(parts, f"LN-LSTM's 5-way completion accuracy (mean of its last {LAST_K} "
                       f"evaluations) is higher than LSTM's and than BN-LSTM's, each by ≥ "
                       f"{BEATS_MARGIN * PP:g} pp over the whole {LEVEL:.0%} interval")
+    if fixed_budget:
+        v = at_budget(v, allr)
     v = gate(v, {RNN_LABEL[n]: rs for n, rs in g.items()}, BEATS_MARGIN, key=F_COMPLETION,
-             rising=True, scale=PP, unit=" pp", learn=False)
+             rising=True, scale=PP, unit=" pp", learn=False, final=not fixed_budget)
     v = _above_chance(v, acc, chance)
     key = ", ".join(f"{RNN_LABEL[n]} {acc[n].mean * PP:.1f}%" for n in g) + \
         f" (chance {chance * PP:.0f}%" + (f", {questions} questions)" if questions else ")")
