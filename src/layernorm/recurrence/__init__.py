@@ -21,11 +21,12 @@ and torch.func transforms differentiate the steps here.
 
 This package imports torch only: it sits below every other part of ``layernorm``.
 """
-from .loop import run_direction
+from .loop import run_direction, zone_update
 from .steps import (NONLINEARITIES, StepFn, gru_affine_parts, gru_from_terms, gru_gates,
                     gru_step, ln_gru_step, ln_gru_step_parts, ln_lstm_step, ln_rnn_step,
                     lstm_from_terms, lstm_gates, lstm_step, rnn_step)
 
-__all__ = ["run_direction", "NONLINEARITIES", "StepFn", "lstm_step", "gru_step", "rnn_step",
+__all__ = ["run_direction", "zone_update",
+           "NONLINEARITIES", "StepFn", "lstm_step", "gru_step", "rnn_step",
            "lstm_gates", "gru_gates", "ln_lstm_step", "lstm_from_terms", "ln_gru_step",
            "ln_gru_step_parts", "gru_from_terms", "gru_affine_parts", "ln_rnn_step"]

@@ -66,13 +66,14 @@ def _zoneout(new: tuple, old: tuple, zone: tuple, t: int, bs: int) -> tuple:
         raise ValueError(f"run_direction expected one zoneout tensor per state tensor "
                          f"({len(new)}: h first, then c for the LSTM), received {len(zone)}. "
                          f"Pass zone=(zone_h, zone_c) for an LSTM, (zone_h,) for a GRU / RNN.")
-    return tuple(n if z is None else _lerp(n, s, z[t, :bs] if bs < z.shape[1] else z[t])
-                 for n, s, z in zip(new, old, zone))
+    return zone_update(new, old, tuple(None if z is None else z[t, :bs] if bs < z.shape[1]
+                                       else z[t] for z in zone))
 
 
-def _lerp(n: torch.Tensor, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """z s + (1 - z) n = n + z (s - n): one op where the dtypes agree (under autocast the step's
-    dtype can differ from the state's: then promoted)."""
-    if n.dtype == s.dtype == z.dtype:
-        return torch.lerp(n, s, z)
-    return n + z * (s - n)
+def zone_update(new: tuple, old: tuple, zone: tuple) -> tuple:
+    """One step of zoneout: s_t = z s_{t-1} + (1 - z) s~_t = s~_t + z (s_{t-1} - s~_t) for each
+    state tensor whose z is not None (the loop's rows at step t, or a cell's one step). One op
+    where the dtypes agree (under autocast the step's dtype can differ from the state's: then
+    promoted)."""
+    return tuple(n if z is None else torch.lerp(n, s, z) if n.dtype == s.dtype == z.dtype
+                 else n + z * (s - n) for n, s, z in zip(new, old, zone))

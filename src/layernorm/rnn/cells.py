@@ -123,7 +123,7 @@ class _Cell(RecurrentBase):
                 new = self._readable_step(input, hx, time_step, h_mask)
         finally:
             self._masked = None
-        return _reg.zone_update(new, hx, zone[:len(new)])
+        return recurrence.zone_update(new, hx, zone[:len(new)])
 
     def _readable_step(self, input: torch.Tensor, hx: tuple, time_step: int,
                        h_mask: torch.Tensor | None = None) -> tuple:

@@ -101,11 +101,3 @@ def zone_mask(shape, z: float, like: torch.Tensor, training: bool) -> torch.Tens
     if training:
         return _uniform(shape, like).lt_(z).to(like.dtype)
     return torch.full(shape, z, dtype=like.dtype, device=like.device)
-
-
-def zone_update(new: tuple, old: tuple, zone: tuple) -> tuple:
-    """new_state = k * old + (1 - k) * candidate = candidate + k (old - candidate) for each
-    state tensor whose k is not None: one step of the cells, the formula of the stacked
-    modules' loop (``layernorm.recurrence.run_direction``'s ``zone``)."""
-    return tuple(n if k is None else torch.lerp(n, o, k) if n.dtype == o.dtype == k.dtype
-                 else n + k * (o - n) for n, o, k in zip(new, old, zone))
