@@ -78,6 +78,14 @@ static inline void copy_(float *dst, const float *src, size_t n) {
     if (dst != src) memcpy(dst, src, sizeof(float) * n);
 }
 
+/* Zoneout of one row: s_t = s~ + z (s_prev - s~). s may be the candidate or the previous row
+ * (each j is read and written only at j). */
+static inline void zoneout_(float *s, const float *cand, const float *prev, const float *z,
+                            int H) {
+#pragma omp simd
+    for (int j = 0; j < H; j++) s[j] = cand[j] + z[j] * (prev[j] - cand[j]);
+}
+
 /* ---- the recurrent GEMM  y = h @ W^T  for a few rows of h, W packed in column panels ---------
  *
  * W (G, K) row-major is packed (by the caller, in torch) into panels of NR output columns,
@@ -415,16 +423,8 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
         tcb[j] = tanhf_((cc[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
         h[j] = og[j] * tcb[j];
     }
-    if (L->zone_c) {  /* c_t = c~ + z (c_prev - c~); cp may be c: read at j before the write */
-        const float *z = L->zone_c + tb * H;
-#pragma omp simd  /* c and cp: the same row or disjoint; each j read and written only at j */
-        for (int j = 0; j < H; j++) c[j] = cc[j] + z[j] * (cp[j] - cc[j]);
-    }
-    if (L->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
-        const float *z = L->zone_h + tb * H;
-#pragma omp simd
-        for (int j = 0; j < H; j++) h[j] += z[j] * (hp[j] - h[j]);
-    }
+    if (L->zone_c) zoneout_(c, cc, cp, L->zone_c + tb * H, H);  /* cp may be c */
+    if (L->zone_h) zoneout_(h, h, hp, L->zone_h + tb * H, H);
     copy_(L->h_n + (long)b * H, h, H);
     if (save) {
         float *st = L->stats;
@@ -604,11 +604,7 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     }
     gru_gates(R, tb, hgb, st, rz, un, n);
     for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
-    if (R->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
-        const float *zh = R->zone_h + tb * H;
-#pragma omp simd
-        for (int j = 0; j < H; j++) h[j] += zh[j] * (hp[j] - h[j]);
-    }
+    if (R->zone_h) zoneout_(h, h, hp, R->zone_h + tb * H, H);
     copy_(R->h_n + (long)b * H, h, H);
     if (R->hg_all) {
         copy_(R->hg_all + tb * G, hgb, G);
@@ -964,15 +960,10 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
                 tcb[j] = tanhf_((c[j] - muc[j]) * rsc[j] * L->gain_c[j] + L->bias_c[j]);
                 h[j] = og[j] * tcb[j];
             }
-            if (L->zone_c) {  /* c_t = c~ + z (c_prev - c~) (without save c_prev is c_n) */
-                const float *z = L->zone_c + tb * H;
-                const float *cp = save ? L->cs + tb * H : cz;
-                for (int j = 0; j < H; j++) cz[j] = c[j] + z[j] * (cp[j] - c[j]);
-            }
-            if (L->zone_h) {  /* h_t = h~ + z (h_prev - h~) */
-                const float *z = L->zone_h + tb * H, *hpb = prev_h(L->h0, L->out, t, B, H, b);
-                for (int j = 0; j < H; j++) h[j] += z[j] * (hpb[j] - h[j]);
-            }
+            if (L->zone_c)  /* without save c_prev is c_n */
+                zoneout_(cz, c, save ? L->cs + tb * H : cz, L->zone_c + tb * H, H);
+            if (L->zone_h)
+                zoneout_(h, h, prev_h(L->h0, L->out, t, B, H, b), L->zone_h + tb * H, H);
             copy_(L->h_n + (long)b * H, h, H);
             if (save) copy_(L->c_n + (long)b * H, cz, H);
         }
