@@ -87,12 +87,13 @@ class _Workspace:
                     return buf.view(shape)
             need = like.element_size() * math.prod(shape)
             total = sum(b.numel() * b.element_size() for b in self._bufs)
-            for buf in list(self._bufs):  # make room: drop free buffers, oldest first
-                if total + need <= WORKSPACE_BYTES:
-                    break
-                if self._free(buf):
-                    self._bufs.remove(buf)
+            kept = []  # make room: drop free buffers, oldest first
+            for buf in self._bufs:  # by identity: ``list.remove`` would compare tensors with ==
+                if total + need > WORKSPACE_BYTES and self._free(buf):
                     total -= buf.numel() * buf.element_size()
+                else:
+                    kept.append(buf)
+            self._bufs = kept
             with torch.inference_mode(False):  # a pooled buffer outlives inference mode
                 buf = like.new_empty(shape)
             if total + need <= WORKSPACE_BYTES:
