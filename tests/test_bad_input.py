@@ -55,6 +55,13 @@ def _lock_dir(tmp_path):
         pass
 
 
+def _state(**kw):
+    """A checkpoint as the runner writes it (format 1, every key), with ``kw`` replaced."""
+    return {**dict(format=1, config=_cfg().to_dict(), step=3, model={}, optimizer={},
+                   rng_torch=torch.get_rng_state(), wall_time=0.5, cpu_time=0.5,
+                   train_loss_sum=1.0, train_loss_count=3), **kw}
+
+
 ROW = json.dumps({"step": 10, "test_error": 0.5})
 
 
@@ -118,6 +125,25 @@ API = [
      ["expected a layernorm checkpoint with", r"lacks \['step', 'model'", "Delete it"]),
     ("checkpoint not a dict", lambda t: load_checkpoint(_checkpoint(t, [1]), _cfg()),
      RunDirError, ["not a layernorm checkpoint of format 1", "checkpoint.pt", "Delete it"]),
+    ("checkpoint step a string", lambda t: load_checkpoint(
+        _checkpoint(t, _state(step="3")), _cfg()), RunDirError,
+     ["expected step and train_loss_count integers >= 0", "step='3' \\(str\\)",
+      "checkpoint.pt", "Delete it to restart this run from step 0"]),
+    ("checkpoint wall_time a list", lambda t: load_checkpoint(
+        _checkpoint(t, _state(wall_time=[1.0], train_loss_count=True)), _cfg()), RunDirError,
+     ["wall_time, cpu_time and train_loss_sum numbers",
+      r"train_loss_count=True \(bool\), wall_time=\[1.0\] \(list\)", "Delete it"]),
+    ("checkpoint a malicious pickle", lambda t: load_checkpoint(_malicious(t), _cfg()),
+     RunDirError, ["checkpoint.pt cannot be read as a checkpoint", "Unsupported global",
+                   "may be malicious: do not load it with weights_only=False", "Delete it"]),
+    ("checkpoint not a checkpoint", lambda t: load_checkpoint(
+        (t / "c.pt").write_bytes(b"not a checkpoint") and t / "c.pt", _cfg()), RunDirError,
+     ["c.pt cannot be read as a checkpoint", "damaged or not a checkpoint", "Delete it"]),
+    ("a JSON file that is not JSON", lambda t: _io.read_json(
+        (t / "env.json").write_text('{"torch": ') and t / "env.json", "the run's environment",
+        "Delete it."), ValueError,
+     [r"env.json is not valid JSON \(Expecting value", "expected the run's environment",
+      "Delete it"]),
     ("lock path a directory", _lock_dir, _io.BusyError,
      ["expected a plain file", "l.lock is a directory", "Remove that directory"]),
     ("--out a file", lambda t: _io.output_dir((t / "f").write_text("x") and t / "f"),
@@ -156,6 +182,30 @@ def test_api_bad_input(call, error, parts, tmp_path):
 def _file(t):
     (t / "f").write_text("a file")
     return str(t / "f")
+
+
+def _malicious(t, path=None):
+    """A pickle that ``torch.load(weights_only=True)`` refuses: it names an arbitrary global (a
+    process launcher), as a malicious checkpoint would."""
+    import pickle
+    import subprocess
+    path = path or t / "checkpoint.pt"
+    with open(path, "wb") as f:
+        pickle.dump({"step": 1, "model": {"w": subprocess.Popen}}, f, protocol=2)
+    return path
+
+
+def _ddp_runs(t, damage):
+    """A batch-split experiment folder: runs ``layer`` and ``layer-w2``, finished; ``damage``
+    rewrites the second one's checkpoint."""
+    exp = t / "ddp_batch_split"
+    for name in ("layer", "layer-w2"):
+        (exp / name).mkdir(parents=True)
+        (exp / name / "config.json").write_text(json.dumps({"norm": "layer", "batch_size": 8}))
+        (exp / name / "done").write_text("{}")
+        torch.save({"step": 1, "model": {"w": torch.zeros(2)}}, exp / name / "checkpoint.pt")
+    damage(exp / "layer-w2" / "checkpoint.pt")
+    return ["ddp-compare", str(exp)]
 
 
 def _read_only_fs(t):
@@ -219,6 +269,23 @@ CLI = [
      [r"--seed: expected a seed in \[0, ", "received -3"]),
     ("ddp-compare on a file", lambda t: ["ddp-compare", _file(t)],
      ["expected an experiment folder", "which is not a directory"]),
+    ("ddp-compare, a malicious checkpoint", lambda t: _ddp_runs(t, lambda p: _malicious(t, p)),
+     ["layer-w2/checkpoint.pt cannot be read as a checkpoint", "Unsupported global",
+      "may be malicious: do not load it with weights_only=False",
+      "delete .*layer-w2 and train that run again"]),
+    ("ddp-compare, a damaged checkpoint", lambda t: _ddp_runs(
+        t, lambda p: p.write_bytes(p.read_bytes()[:100])),
+     ["layer-w2/checkpoint.pt cannot be read as a checkpoint", "RuntimeError: PytorchStreamReader",
+      "delete .*layer-w2 and train that run again"]),
+    ("ddp-compare, a checkpoint without step", lambda t: _ddp_runs(
+        t, lambda p: torch.save({"model": {"w": torch.zeros(2)}, "step": "1"}, p)),
+     ["layer-w2/checkpoint.pt cannot be read as a checkpoint", r"expected a dict with 'model' "
+      r"\(tensors\) and 'step' \(an integer\), received \{'model': 'dict', 'step': 'str'\}",
+      "train that run again"]),
+    ("ddp-compare, a config.json that is not JSON", lambda t: _ddp_runs(
+        t, lambda p: (p.parent.parent / "layer" / "config.json").write_text("{'norm'")),
+     [r"layer/config.json is not valid JSON \(Expecting property name",
+      "expected the run's config", "Delete .*layer and train that run again"]),
     ("data fetch nosuch", lambda t: ["data", "fetch", "nosuch"],
      ["is not a downloadable dataset", "expected one of"]),
     ("unknown command", lambda t: ["nosuch"], ["invalid choice: 'nosuch'", "--help"]),
@@ -234,9 +301,87 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, parts, tmp_path, capsys, mon
     assert "Traceback" not in captured.err and captured.err.count("\n") == 1, captured.err
     for part in parts:
         assert re.search(part, captured.err), f"{part!r} not in: {captured.err}"
+    # torch's own advice for a refused checkpoint is wrong for a malicious file: never shown
+    assert "Re-running" not in captured.err and "add_safe_globals" not in captured.err
     assert not (tmp_path / "runs").exists()
 
 
 def test_the_tables_cover_what_they_say():
     assert len(API) >= 30 and len(CLI) >= 20
     assert Path(__file__).name == "test_bad_input.py"
+
+
+def test_a_resume_names_a_damaged_env_json_or_checkpoint_and_the_fix(tmp_path):
+    from functools import partial
+
+    from layernorm_paper.experiments import holdout, training
+    cfg = _cfg(steps=4, checkpoint_every=2, model_args={"hidden": [8]})
+    train = partial(training.train, dataset=holdout.load_for(cfg))     # loaded once
+    run = train(cfg, tmp_path / "run")
+    (run / "done").unlink()                         # as if killed before the end: a resume
+    env = run / "env.json"
+    env.write_text('{"torch": "2.13", ')
+    with pytest.raises(RunDirError, match=r"env.json is not valid JSON \(Expecting .*expected a "
+                                          r"JSON object .* Delete .*env.json \(the resume"):
+        train(cfg, run)
+    env.write_text("[1, 2]\n")
+    with pytest.raises(RunDirError, match=r"env.json holds a JSON list; expected a JSON object"):
+        train(cfg, run)
+    env.unlink()                                    # the fix the errors name: a resume rewrites it
+    train(cfg, run)
+    assert (run / "done").exists() and json.loads(env.read_text())["resumes"][0]["step"] == 4
+    (run / "done").unlink()
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    torch.save({**state, "step": "4"}, run / "checkpoint.pt")
+    with pytest.raises(RunDirError, match=r"checkpoint .*checkpoint.pt holds step='4' \(str\); "
+                                          r"expected step .* integers >= 0.* Delete it"):
+        train(cfg, run)
+
+
+def _child_failed(tmp_path):
+    """torch's error when a rank of an elastic launch dies, as its launcher builds it: the text
+    starts with a row of '=' and the cause sits at the end of the failed rank's traceback."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    error_file = tmp_path / "error.json"
+    error_file.write_text(json.dumps({"message": {"message": "RuntimeError: boom", "extraInfo": {
+        "py_callstack": 'Traceback (most recent call last):\n  File "w.py", line 9, in run\n'
+                        '    train()\n    ^^^^^^^\nRuntimeError: ddp_batch_split: 1 run(s) '
+                        'failed on rank 1: ValueError: the batch of 8 does not split\n',
+        "timestamp": "1700000000"}}}))
+    return ChildFailedError("_ddp_worker", {
+        1: ProcessFailure(local_rank=1, pid=4242, exitcode=1, error_file=str(error_file)),
+        0: ProcessFailure(local_rank=0, pid=4241, exitcode=-9, error_file="")})
+
+
+def test_a_dead_rank_keeps_its_cause_in_reproduce_json(tmp_path, monkeypatch):
+    import torch.distributed.launcher.api as launcher
+
+    from layernorm_paper.experiments import runner
+    from layernorm_paper.reproduce import command
+    err = _child_failed(tmp_path)
+    assert str(err).strip().splitlines()[0].strip("=") == ""     # what was kept before: a row of =
+
+    def launch(config, entrypoint):
+        def run(*args):
+            raise err
+        return run
+    monkeypatch.setattr(launcher, "elastic_launch", launch)
+    monkeypatch.setattr(runner, "run_configs", lambda *a, **k: [])     # the 1-process runs
+    not_run = command.run_distributed(tmp_path, "tiny", log=lambda *a: None)
+    text = not_run[command.DDP_EXPERIMENT]
+    assert "\n" not in text and "===" not in text and "---" not in text, text
+    assert text.startswith("the 2-process run failed: _ddp_worker FAILED | Root Cause"), text
+    for part in ("rank : 1 (local_rank: 1)", "exitcode : 1 (pid: 4242)", "RuntimeError: "
+                 "ddp_batch_split: 1 run(s) failed on rank 1: ValueError: the batch of 8 does "
+                 "not split", "Other failures", "(SIGKILL)"):
+        assert part in text, (part, text)
+    assert 'File "w.py"' not in text and "train()" not in text and "^^^" not in text
+
+
+def test_error_text_keeps_the_end_of_a_long_error():
+    from layernorm_paper._io import error_text
+    text = "\n".join(["=" * 40, "title"] + [f"line {i}" for i in range(400)] + ["the cause"])
+    short = error_text(RuntimeError(text), limit=200)
+    assert len(short) <= 200 and short.startswith("title | line 0") and \
+        short.endswith("line 399 | the cause")
+    assert error_text(RuntimeError("")) == "RuntimeError"

@@ -239,7 +239,7 @@ def test_unreadable_or_mismatched_checkpoint_is_a_clear_error(tmp_path):
     train(cfg, run)
     (run / "done").unlink()
     (run / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(RunDirError, match="cannot read checkpoint.*Delete it"):
+    with pytest.raises(RunDirError, match="checkpoint.pt cannot be read as a checkpoint.*Delete it"):
         train(cfg, run)
     other = train(_cfg(steps=20, seed=5), tmp_path / "other")
     (run / "checkpoint.pt").write_bytes((other / "checkpoint.pt").read_bytes())

@@ -1,11 +1,13 @@
 """Files that survive kills: atomic writes (a reader, or a run resumed after a kill, never sees a
 half-written file), stale temporary files cleared, locks that a dead holder releases, output
-directories checked up front, and the one reader of the runner's JSON-lines metrics."""
+directories checked up front, the one reader of the runner's JSON-lines metrics, of JSON files
+and of checkpoints (each failure names the file and the fix), and an error's text on one line."""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -179,3 +181,93 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     """The rows of ``run_dir/metrics.jsonl``, the one reader of metrics for the whole project
     (the runner's resume, the runner's summary and the report). See ``read_jsonl``."""
     return read_jsonl(Path(run_dir) / "metrics.jsonl", required=METRIC_REQUIRED)
+
+
+# ----------------------------------------------------------------------------- errors as text
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FRAME = re.compile(r'^(\s*)File ".*", line \d+')
+
+
+def error_text(err: BaseException | str, limit: int = 1000) -> str:
+    """An error's message on one line, with what informs kept. torch's multi-line errors lose
+    their separator rows (of '=' or '-'), blank lines, repeated lines and traceback frames; a
+    failed rank's report from torch's elastic launcher puts its "Root Cause" section right after
+    its title.
+    The kept lines are joined with " | "; past ``limit`` characters the start and the end (the
+    exception that ended the failed process) are kept."""
+    text = _ANSI.sub("", err if isinstance(err, str) else str(err))
+    kept, frame = [], None
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if frame is not None and indent > frame and line.strip():
+            continue                           # a frame's source line or its ^^^ marker
+        frame = None
+        if _FRAME.match(line):
+            frame = indent
+            continue
+        header = "Traceback (most recent call last):"
+        s = " ".join(line.replace(header, "").split())
+        if (not s or set(s) <= {"=", "-"} or s == "<NO_OTHER_FAILURES>" or s in kept
+                or (header in line and s.endswith(":"))):
+            continue                           # a frame's header ("traceback : Traceback...")
+        kept.append(s)
+    if not kept:
+        return type(err).__name__ if isinstance(err, BaseException) else ""
+    root = next((i for i, s in enumerate(kept) if s.startswith("Root Cause")), None)
+    if root:
+        others = [s for s in kept[1:root] if s != "Failures:"]
+        kept = kept[:1] + kept[root:] + (["Other failures:"] + others if others else [])
+    out = " | ".join(kept)
+    if len(out) > limit:
+        head = limit // 3
+        out = out[:head] + " ... " + out[len(out) - (limit - head - 5):]
+    return out
+
+
+# ----------------------------------------------------------------------------- JSON, checkpoints
+def read_json(path: str | os.PathLike, what: str, fix: str, *,
+              error: type[Exception] = ValueError, required: bool = False):
+    """The JSON value in ``path``; None when the file does not exist and is not ``required``.
+    A missing required file, an unreadable one or one that is not JSON raises ``error`` naming
+    the file, ``what`` it holds and ``fix`` (what to do about it)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise error(f"{path} not found; expected {what}. {fix}") from None
+        return None
+    except OSError as err:
+        raise error(f"{path} cannot be read ({err.strerror or err}); expected {what}. "
+                    f"{fix}") from None
+    except UnicodeDecodeError as err:
+        raise error(f"{path} is not valid JSON (not UTF-8 text: {err.reason}); expected "
+                    f"{what}. {fix}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise error(f"{path} is not valid JSON ({err}); expected {what}. {fix}") from None
+
+
+def load_weights(path: str | os.PathLike, fix: str, *, error: type[Exception] = ValueError):
+    """``torch.load(path, weights_only=True)`` onto the CPU. A checkpoint layernorm writes holds
+    tensors and plain containers only; a file that needs more is refused (it may be malicious,
+    and is never loaded with ``weights_only=False``). Any failure raises ``error`` naming the
+    file, torch's reason (without its advice to load with ``weights_only=False``) and ``fix``."""
+    import torch
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 — torch raises many types for a damaged file
+        text = _ANSI.sub("", str(err))
+        if "Weights only load failed" in text:
+            after = text.split("WeightsUnpickler error:", 1)[-1]
+            detail = " ".join(re.split(r"Please use|Check the documentation", after)[0].split())
+            if detail.startswith("Unsupported global"):
+                reason = (f"it holds objects other than tensors and plain containers, which a "
+                          f"layernorm checkpoint never does ({detail}); it may be malicious: do "
+                          f"not load it with weights_only=False")
+            else:
+                reason = f"it is damaged or not a checkpoint ({detail or 'unreadable pickle'})"
+        else:
+            reason = f"{type(err).__name__}: {error_text(err, 300)}"
+        raise error(f"{path} cannot be read as a checkpoint ({reason}). {fix}") from None

@@ -7,22 +7,40 @@ both ``layernorm ddp-compare`` (``layernorm_paper.distributed``) and the reprodu
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
 
+from ._io import load_weights, read_json
+
 DDP_EXPERIMENT = "ddp_batch_split"   # the experiment whose run directories these are
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 
+class CheckpointError(ValueError):
+    """A finished run's checkpoint cannot be read (names the file and the fix)."""
+
+
 def final_parameters(run_dir: str | os.PathLike) -> tuple[dict[str, torch.Tensor], int]:
     """The model parameters (float64, batch-norm buffers left out) and step of ``run_dir``'s
-    checkpoint."""
-    state = torch.load(Path(run_dir) / "checkpoint.pt", map_location="cpu", weights_only=True)
-    params = {k: v.double() for k, v in state["model"].items() if not k.endswith(BUFFERS)}
-    return params, state["step"]
+    checkpoint. A checkpoint that cannot be loaded with ``weights_only=True`` or does not hold
+    ``model`` (tensors) and ``step`` (an integer) raises a CheckpointError naming it."""
+    path = Path(run_dir) / "checkpoint.pt"
+    fix = (f"It is loaded with weights_only=True and must be a checkpoint the runner wrote; "
+           f"delete {run_dir} and train that run again.")
+    state = load_weights(path, fix, error=CheckpointError)
+    model = state.get("model") if isinstance(state, dict) else None
+    step = state.get("step") if isinstance(state, dict) else None
+    if (not isinstance(model, dict) or not all(torch.is_tensor(v) for v in model.values())
+            or not isinstance(step, int) or isinstance(step, bool)):
+        got = ({k: type(v).__name__ for k, v in state.items()} if isinstance(state, dict)
+               else type(state).__name__)
+        raise CheckpointError(f"{path} cannot be read as a checkpoint (expected a dict with "
+                              f"'model' (tensors) and 'step' (an integer), received {got}). "
+                              f"{fix}")
+    params = {k: v.double() for k, v in model.items() if not k.endswith(BUFFERS)}
+    return params, step
 
 
 def batch_split_rows(exp_dir: str | os.PathLike) -> list[dict]:
@@ -40,7 +58,9 @@ def batch_split_rows(exp_dir: str | os.PathLike) -> list[dict]:
             if not (multi / "done").exists() or not multi.name[len(single.name) + 2:].isdigit():
                 continue
             world = int(multi.name[len(single.name) + 2:])
-            config = json.loads((single / "config.json").read_text())
+            config = read_json(single / "config.json", "the run's config, written by the "
+                               "runner", f"Delete {single} and train that run again.",
+                               required=True)
             a, step_a = final_parameters(single)
             b, step_b = final_parameters(multi)
             if step_a != step_b or a.keys() != b.keys():

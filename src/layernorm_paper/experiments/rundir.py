@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .._io import (MetricsError, atomic_write_bytes, atomic_write_json, clean_stale_temp_files,
-                   exclusive_lock, read_jsonl, read_metrics)
+                   exclusive_lock, load_weights, read_jsonl, read_metrics)
 from .config import Config
 
 CHECKPOINT_FORMAT = 1
@@ -128,16 +128,27 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+# What the runner writes into a checkpoint (``load_checkpoint`` checks the types, not only the keys)
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_CHECKPOINT_TYPES = {"step": _count, "train_loss_count": _count, "wall_time": _number,
+                     "cpu_time": _number, "train_loss_sum": _number, "model": lambda v: isinstance(v, dict),
+                     "optimizer": lambda v: isinstance(v, dict),
+                     "rng_torch": lambda v: torch.is_tensor(v) and v.dtype == torch.uint8}
+
+
 def load_checkpoint(path: str | os.PathLike, config: Config) -> dict:
     """Read ``checkpoint.pt`` and check it belongs to ``config``; clear errors otherwise."""
     path = Path(path)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for a damaged file
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        raise RunDirError(f"cannot read checkpoint {path} ({type(err).__name__}: {first}). It is "
-                          f"damaged or not a layernorm checkpoint. Delete it to restart this run "
-                          f"from step 0 (its metrics rows are then recomputed).") from err
+    state = load_weights(path, "It is damaged or not a layernorm checkpoint. Delete it to "
+                         "restart this run from step 0 (its metrics rows are then recomputed).",
+                         error=RunDirError)
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise RunDirError(f"checkpoint {path} is not a layernorm checkpoint of format "
                           f"{CHECKPOINT_FORMAT}. Delete it to restart this run from step 0.")
@@ -146,6 +157,14 @@ def load_checkpoint(path: str | os.PathLike, config: Config) -> dict:
         raise RunDirError(f"checkpoint {path} lacks {missing}; expected a layernorm checkpoint "
                           f"with {list(CHECKPOINT_KEYS)}. Delete it to restart this run from "
                           f"step 0.")
+    wrong = [f"{k}={state[k]!r:.40} ({type(state[k]).__name__})"
+             for k, ok in _CHECKPOINT_TYPES.items() if k in state and not ok(state[k])]
+    if wrong:
+        raise RunDirError(f"checkpoint {path} holds {', '.join(wrong)}; expected step and "
+                          f"train_loss_count integers >= 0, wall_time, cpu_time and "
+                          f"train_loss_sum numbers, model and optimizer dicts, rng_torch a "
+                          f"uint8 tensor, as layernorm writes them. Delete it to restart this "
+                          f"run from step 0.")
     if state.get("config") != config.to_dict():
         raise RunDirError(f"checkpoint {path} was written for another config than "
                           f"{path.parent / 'config.json'}. Delete the checkpoint (restart from "

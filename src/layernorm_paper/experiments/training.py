@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._io import atomic_write_json, atomic_write_text
+from .._io import atomic_write_json, atomic_write_text, read_json
 from ..data import Dataset
 from .config import Config
 from .holdout import load_for
@@ -184,7 +184,16 @@ def _train(config: Config, run_dir: str | os.PathLike, *, runtime: Runtime | Non
                               {**environment(device), "world_size": rt.world_size})
         else:   # resume: keep the original env.json, record the resume in it
             env_path = run_dir / "env.json"
-            env = json.loads(env_path.read_text()) if env_path.exists() else environment(device)
+            env = read_json(env_path, "a JSON object of versions and device, written by the "
+                            "runner", f"Delete {env_path} (the resume writes a new one) or "
+                            f"restore it.", error=RunDirError)
+            if env is None:
+                env = environment(device)
+            elif not isinstance(env, dict):
+                raise RunDirError(f"{env_path} holds a JSON {type(env).__name__}; expected a "
+                                  f"JSON object of versions and device, written by the runner. "
+                                  f"Delete {env_path} (the resume writes a new one) or restore "
+                                  f"it.")
             env.setdefault("resumes", []).append(
                 {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "device": str(device), "torch": torch.__version__,

@@ -13,12 +13,11 @@ skipped run. Unfinished runs (no ``done``) are ignored.
 """
 from __future__ import annotations
 
-import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._io import read_metrics
+from .._io import read_json as _read_json, read_metrics
 from ..records import budgets, not_downloaded
 from ..batch_split import DDP_EXPERIMENT
 
@@ -29,21 +28,11 @@ class ReportInputError(ValueError):
 
 def read_json(path: Path, what: str = "", *, required: bool = False):
     """The JSON in ``path``; None when it does not exist (and is not ``required``). A file that
-    is not JSON raises a ReportInputError naming it."""
-    path = Path(path)
-    if not path.exists():
-        if required:
-            raise ReportInputError(f"{path} not found ({what}).")
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ReportInputError(
-            f"{path} is not valid JSON ({err}); it is {what or 'written by layernorm'}. Delete it "
-            f"(and rerun what wrote it) or restore it; `layernorm reproduce --out "
-            f"{_out_of(path)}` rewrites what is missing.") from None
-    except OSError as err:
-        raise ReportInputError(f"{path} cannot be read ({err.strerror or err}).") from None
+    is not JSON raises a ReportInputError naming it (``layernorm_paper._io.read_json``)."""
+    return _read_json(path, what or "a file written by layernorm",
+                      f"Delete it (and rerun what wrote it) or restore it; `layernorm reproduce "
+                      f"--out {_out_of(Path(path))}` rewrites what is missing.",
+                      error=ReportInputError, required=required)
 
 
 def _out_of(path: Path) -> Path:
@@ -168,9 +157,11 @@ def _ddp(out: Path) -> tuple[list[dict] | None, str | None]:
     exp_dir = out / "runs" / DDP_EXPERIMENT
     if not exp_dir.is_dir():
         return None, None
-    from ..batch_split import batch_split_rows, final_parameters
+    from ..batch_split import CheckpointError, batch_split_rows, final_parameters
     try:
         return batch_split_rows(exp_dir), None
+    except CheckpointError as err:      # names the checkpoint and the fix
+        raise ReportInputError(str(err)) from None
     except ValueError as err:           # a NAME / NAME-wW pair of two different runs
         if "not the same run" in str(err):
             return [], str(err)

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from .. import _args
 from .. import records
-from .._io import atomic_write_json, clean_stale_temp_files, exclusive_lock, output_dir
+from .._io import (atomic_write_json, clean_stale_temp_files, error_text, exclusive_lock,
+                   output_dir)
 from ..batch_split import DDP_EXPERIMENT
 
 # The experiments and their tiers are the records' (``layernorm_paper.records``): EXPERIMENTS in
@@ -123,7 +124,7 @@ def _ddp_worker(preset: str, runs: str) -> None:
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise RuntimeError(f"{DDP_EXPERIMENT}: {len(failed)} run(s) failed on rank "
-                           f"{runtime.rank}: {failed[0].error.splitlines()[0]}")
+                           f"{runtime.rank}: {error_text(failed[0].error)}")
 
 
 def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
@@ -143,7 +144,7 @@ def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
     failed = [r for r in run_configs(configs, runs, jobs=1, progress=False, log=log)
               if r.status == "failed"]
     if failed:
-        return {DDP_EXPERIMENT: f"the 1-process run failed: {failed[0].error.splitlines()[0]}"}
+        return {DDP_EXPERIMENT: f"the 1-process run failed: {error_text(failed[0].error)}"}
     exp_dir = runs / DDP_EXPERIMENT
     if all((exp_dir / f"{c.run_name()}-w{DDP_WORLD}" / "done").exists() for c in configs):
         return {}
@@ -161,8 +162,8 @@ def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
     try:
         elastic_launch(config, _ddp_worker)(preset, str(runs))
     except Exception as err:    # the report lists it as not run, with the reason
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        return {DDP_EXPERIMENT: f"the {DDP_WORLD}-process run failed: {first}"}
+        # torch's text frames the failed rank's report in rows of '=': keep what it says
+        return {DDP_EXPERIMENT: f"the {DDP_WORLD}-process run failed: {error_text(err)}"}
     return {}
 
 
