@@ -312,3 +312,88 @@ def test_modules_run_the_kernels_through_the_fused_hook(K, monkeypatch, mode):
     (dx_ref,) = torch.autograd.grad(out_ref.square().sum(), x)
     torch.testing.assert_close(out, out_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(dx, dx_ref, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd to any order, as on the CPU (docs/rnnfast.md)
+# ---------------------------------------------------------------------------------------------
+
+def _second_order(outs, inputs, seed=2):
+    """(first-order grads under create_graph=True, grads of sum(first * v) w.r.t. inputs)."""
+    g = torch.Generator().manual_seed(seed)
+    upstream = [torch.randn(o.shape, generator=g).to(o) for o in outs]
+    first = torch.autograd.grad(outs, inputs, upstream, create_graph=True)
+    probe = sum((f * torch.randn(f.shape, generator=g).to(f)).sum() for f in first)
+    return first, torch.autograd.grad(probe, inputs, allow_unused=True)
+
+
+@needs_triton
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_recurrence_second_order_as_on_the_cpu(K, monkeypatch, mode):
+    """The Triton path (chosen before the registered operator) differentiates twice: under
+    create_graph=True its backward runs the reference recurrence, so first and second order
+    equal the CPU path's (which differentiates the same reference), here with unsorted lengths,
+    the input LN and all recurrent regularizers on (their masks in the batch's order)."""
+    from layernorm.ops import gru as ops_gru, lstm as ops_lstm
+    T, B, H = 3, 3, 3
+    ts = _tensors(mode, T, B, H, torch.float32, True)
+    g = torch.Generator().manual_seed(5)
+    masks = {"h_mask": (torch.rand(B, H, generator=g) > 0.3).float() / 0.7,
+             "zone_h": (torch.rand(T, B, H, generator=g) > 0.5).float()}
+    if mode == "LSTM":
+        masks["zone_c"] = (torch.rand(T, B, H, generator=g) > 0.5).float()
+    fn = ops_lstm.ln_lstm_sequence if mode == "LSTM" else ops_gru.ln_gru_sequence
+    lens = torch.tensor([2, 3, 1])
+    inputs = list(ts.values())
+
+    outs = fn(**ts, lengths=lens, **{k: v.to(DEVICE) for k, v in masks.items()})
+    assert type(outs[0].grad_fn).__name__ == f"_{mode}FunctionBackward", "not the Triton path"
+    first, second = _second_order(outs, inputs)
+    # the Triton backward's own first order (without create_graph), same upstream gradients
+    g = torch.Generator().manual_seed(2)
+    plain = torch.autograd.grad(fn(**ts, lengths=lens, **masks), inputs,
+                                [torch.randn(o.shape, generator=g).to(o) for o in outs])
+    monkeypatch.setattr(K, "ENABLED", False)    # the CPU path: C kernels / registered operator
+    outs_cpu = fn(**ts, lengths=lens, **masks)
+    assert type(outs_cpu[0].grad_fn).__name__ != f"_{mode}FunctionBackward"
+    first_cpu, second_cpu = _second_order(outs_cpu, inputs)
+    for name, a, b, c in zip(ts, first, first_cpu, plain):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=lambda m: f"d{name}: {m}")
+        torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5, msg=lambda m: f"d{name}: {m}")
+    for name, a, b in zip(ts, second, second_cpu):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert float(a.abs().max()) > 0, name
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5,
+                                       msg=lambda m: f"d2/d{name}: {m}")
+
+
+@needs_triton
+@pytest.mark.parametrize("center", [True, False], ids=["layer", "rms"])
+def test_norm_second_order_matches_reference(K, center):
+    """The norm kernels differentiate twice: under create_graph=True the backward is the
+    readable normalization's, so second order equals the float64 reference's."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(3, 4, 5, generator=g) * 2 + 1).to(DEVICE).requires_grad_()
+    w = (1 + 0.5 * torch.randn(4, 5, generator=g)).to(DEVICE).requires_grad_()
+    b = torch.randn(4, 5, generator=g).to(DEVICE).requires_grad_()
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    if center:
+        y, params = K.layer_norm(x, (4, 5), w, b), (x, w, b)
+        ref, params64 = ref_layer_norm(x64, 2, w64, b64), (x64, w64, b64)
+    else:
+        y, params = K.rms_norm(x, (4, 5), w), (x, w)
+        ref, params64 = ref_rms_norm(x64, 2, w64), (x64, w64)
+    assert type(y.grad_fn).__name__ == "_NormFunctionBackward", "not the Triton path"
+    first, second = _second_order([y], params)
+    first64, second64 = _second_order([ref], params64)
+    plain = torch.autograd.grad(y, params, torch.randn(y.shape, generator=torch.Generator()
+                                                       .manual_seed(2)).to(y))
+    for name, a, b_, c in zip("xwb", first, first64, plain):
+        _close(a, b_, torch.float32, f"d{name}")
+        _close(c, b_, torch.float32, f"d{name} (the Triton backward)")
+    for name, a, b_ in zip("xwb", second, second64):
+        assert (a is None) == (b_ is None), name
+        if a is not None:
+            assert float(b_.abs().max()) > 0, name
+            _close(a, b_, torch.float32, f"d2/d{name}")

@@ -24,7 +24,6 @@ import warnings
 from typing import Sequence
 
 import torch
-from torch.autograd.function import once_differentiable
 
 __all__ = ["available", "applies_rnn", "applies_norm", "layer_norm", "rms_norm",
            "ln_lstm_sequence", "ln_gru_sequence", "ENABLED", "NORMS"]
@@ -107,7 +106,9 @@ def _on(x: torch.Tensor):
 # ---------------------------------------------------------------------------------------------
 
 class _NormFunction(torch.autograd.Function):
-    """y = norm(x) * weight + bias over the last n units (x viewed as (rows, n))."""
+    """y = norm(x) * weight + bias over the last n units (x viewed as (rows, n)). Differentiable
+    to any order: the backward is the Triton kernel, and under ``create_graph=True`` (a gradient
+    that is differentiated again) the reference path's (``layernorm.functional.normalize``)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, n: int, eps: float, center: bool):
@@ -117,22 +118,38 @@ class _NormFunction(torch.autograd.Function):
         b = None if bias is None else bias.contiguous().view(n)
         with _on(x2):
             y, mean, rstd = _norms.norm_forward(x2, w, b, eps, center)
-        ctx.save_for_backward(x2, w, mean, rstd)
-        ctx.center, ctx.shape = center, x.shape
+        ctx.save_for_backward(x2, w, mean, rstd, x, weight, bias)
+        ctx.center, ctx.shape, ctx.n, ctx.eps = center, x.shape, n, eps
         ctx.params = [None if p is None else (p.shape, p.dtype) for p in (weight, bias)]
         return y.view(x.shape)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy):
         from . import _norms
-        x2, w, mean, rstd = ctx.saved_tensors
+        x2, w, mean, rstd, x, weight, bias = ctx.saved_tensors
+        if torch.is_grad_enabled():     # create_graph=True: a backward autograd can differentiate
+            return (*_norm_reference_grads(ctx, x, weight, bias, dy), None, None, None)
         with _on(x2):
             dx, dw, db = _norms.norm_backward(dy.contiguous().view(x2.shape), x2, w, mean, rstd,
                                               ctx.center)
         grads = [None if p is None else g.to(p[1]).view(p[0]) for g, p in zip((dw, db),
                                                                               ctx.params)]
         return dx.view(ctx.shape), *grads, None, None, None
+
+
+def _norm_reference_grads(ctx, x, weight, bias, dy):
+    """The gradients of x, weight, bias as differentiable functions of them and of dy: those of
+    the readable normalization (``layernorm.functional.normalize``: the same math, statistics in
+    float32 for half types) over the same (rows, n) view."""
+    from ..functional import normalize
+    from ..ops.common import differentiable_backward
+    n = ctx.n
+
+    def reference(x_, w_, b_):
+        return normalize(x_.reshape(-1, n), (-1,), eps=ctx.eps, center=ctx.center,
+                         weight=None if w_ is None else w_.reshape(n),
+                         bias=None if b_ is None else b_.reshape(n)).view(ctx.shape)
+    return differentiable_backward(reference, (x, weight, bias), ctx.needs_input_grad[:3], (dy,))
 
 
 def _norm(x, weight, bias, normalized_shape, eps, center):

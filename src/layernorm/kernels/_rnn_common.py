@@ -122,3 +122,32 @@ def _masks(xg, h_mask, *zones):
     h_mask = None if h_mask is None else h_mask.detach().to(xg.dtype).contiguous()
     return (h_mask, *(None if z is None else z.detach().to(torch.float32).contiguous()
                       for z in zones))
+
+
+def reference_grads(cell: str, inputs: tuple, lens, eps: float, masks: tuple, needs_input_grad,
+                    grads: tuple) -> list:
+    """The backward under ``create_graph=True`` (a gradient that autograd differentiates again):
+    the gradients of the reference recurrence (``layernorm.recurrence``'s step in its loop, the
+    same function the CPU operators differentiate for second order) as differentiable functions
+    of ``inputs`` (the autograd Function's tensors, ``xg`` first, then the states, ``w_hh`` and
+    the LN parameters) and of ``grads`` (of out and the final states; None where not needed).
+    ``lens``: (B,) lengths in the batch's order or None; ``masks``: the regularizers' masks, in
+    the batch's order. -> one gradient or None per input."""
+    from ..functional import stats_dtype
+    from ..ops import common, gru, lstm
+    from ..recurrence.lengths import from_lengths
+    xg = inputs[0]
+    T, B = xg.shape[:2]
+    order, batch_sizes = from_lengths(None if lens is None else lens.cpu(), T, B)
+    compute = stats_dtype(xg.dtype)        # as the kernels: float32 arithmetic for half types
+    masks = common.prepare_masks(masks, compute, order)
+    loop, n_states = (lstm._loop_with_input_ln, 2) if cell == "lstm" else (gru._loop_with_input_ln,
+                                                                          1)
+
+    def reference(*tensors):
+        xg_, *rest = (None if t is None else t.to(compute) for t in tensors)
+        states, params = rest[:n_states], rest[n_states:]
+        outs = common.with_order(lambda x, *s: loop(x, *s, *params, *masks, batch_sizes, eps),
+                                 order, xg_, tuple(states))
+        return tuple(o.to(xg.dtype) for o in outs)
+    return common.differentiable_backward(reference, inputs, needs_input_grad, grads)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
 from ._norms import LAUNCH
 from ._rnn_common import (_acc, _block, _c, _center, _center2, _check_pairs, _dh_in, _ld, _lengths,
-                          _ln_backward1, _masks, _tanh, _xhat)
+                          _ln_backward1, _masks, _tanh, _xhat, reference_grads)
 
 
 @triton.jit(do_not_specialize=["t", "hg_slot"])  # one compile for all steps
@@ -192,22 +191,29 @@ def _gru_forward(xg, h0, w_hh, params, lens, eps, save: bool, masks=(None, None)
 
 
 class _GRUFunction(torch.autograd.Function):
+    """Differentiable to any order, as ``_rnn_lstm._LSTMFunction``."""
+
     @staticmethod
     def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, lens, eps,
                 h_mask=None, zone_h=None):
-        params = tuple(_c(p) for p in (gain_h, bias_h, gain_u, bias_u, gain_x, bias_x))
-        ctx.masks = (h_mask, zone_h)
+        inputs = (xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)
+        params = tuple(_c(p) for p in inputs[3:])
+        ctx.masks, ctx.eps = (h_mask, zone_h), eps
         out, h_n, (hg_all, hs, stats) = _gru_forward(xg, h0, w_hh, params, lens, eps, True,
                                                      ctx.masks)
-        ctx.save_for_backward(xg, w_hh, hg_all, hs, stats, *params)
-        ctx.lens, ctx.dtypes = lens, [None if p is None else p.dtype for p in
-                                      (gain_h, bias_h, gain_u, bias_u, gain_x, bias_x)]
+        ctx.save_for_backward(hg_all, hs, stats, *inputs)
+        ctx.lens, ctx.dtypes = lens, [None if p is None else p.dtype for p in inputs[3:]]
         return out, h_n
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_out, grad_hn):
-        xg, w_hh, hg_all, hs, stats, gh, bh, gu, bu, gx, bx = ctx.saved_tensors
+        hg_all, hs, stats, *inputs = ctx.saved_tensors
+        if torch.is_grad_enabled():     # create_graph=True: a backward autograd can differentiate
+            found = reference_grads("gru", tuple(inputs), ctx.lens, ctx.eps, ctx.masks,
+                                    ctx.needs_input_grad[:9], (grad_out, grad_hn))
+            return (*found, None, None, None, None)
+        xg, w_hh = inputs[0], inputs[2]
+        gh, bh, gu, bu, gx, bx = (_c(p) for p in inputs[3:])
         lens = ctx.lens
         T, B, G = xg.shape
         H = G // 3

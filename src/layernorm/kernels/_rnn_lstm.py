@@ -10,11 +10,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
 from ._norms import LAUNCH
 from ._rnn_common import (_acc, _block, _c, _center, _center4, _check_pairs, _dh_in, _ld, _lengths,
-                          _ln_backward1, _masks, _tanh, _xhat)
+                          _ln_backward1, _masks, _tanh, _xhat, reference_grads)
 
 
 @triton.jit(do_not_specialize=["t", "hg_slot", "c_in", "c_out"])  # one compile for all steps
@@ -245,23 +244,31 @@ def _lstm_forward(xg, h0, c0, w_hh, params, lens, eps, save: bool, masks=(None, 
 
 
 class _LSTMFunction(torch.autograd.Function):
+    """Differentiable to any order: the backward runs the Triton step kernels, and under
+    ``create_graph=True`` the reference recurrence (``_rnn_common.reference_grads``)."""
+
     @staticmethod
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, lens,
                 eps, h_mask=None, zone_h=None, zone_c=None):
-        params = tuple(_c(p) for p in (gain_h, bias_h, gain_c, bias_c, gain_x, bias_x))
+        inputs = (xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)
+        params = tuple(_c(p) for p in inputs[4:])
         masks = (h_mask, zone_h, zone_c)
         out, h_n, c_n, (hg_all, hs, cs, stats) = _lstm_forward(xg, h0, c0, w_hh, params, lens,
                                                                eps, True, masks)
-        ctx.masks = masks
-        ctx.save_for_backward(xg, w_hh, hg_all, hs, cs, stats, *params)
-        ctx.lens, ctx.dtypes = lens, [None if p is None else p.dtype for p in
-                                      (gain_h, bias_h, gain_c, bias_c, gain_x, bias_x)]
+        ctx.masks, ctx.eps = masks, eps
+        ctx.save_for_backward(hg_all, hs, cs, stats, *inputs)
+        ctx.lens, ctx.dtypes = lens, [None if p is None else p.dtype for p in inputs[4:]]
         return out, h_n, c_n
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_out, grad_hn, grad_cn):
-        xg, w_hh, hg_all, hs, cs, stats, gh, bh, gc, bc, gx, bx = ctx.saved_tensors
+        hg_all, hs, cs, stats, *inputs = ctx.saved_tensors
+        if torch.is_grad_enabled():     # create_graph=True: a backward autograd can differentiate
+            found = reference_grads("lstm", tuple(inputs), ctx.lens, ctx.eps, ctx.masks,
+                                    ctx.needs_input_grad[:10], (grad_out, grad_hn, grad_cn))
+            return (*found, None, None, None, None, None)
+        xg, w_hh = inputs[0], inputs[3]
+        gh, bh, gc, bc, gx, bx = (_c(p) for p in inputs[4:])
         lens = ctx.lens
         T, B, G = xg.shape
         H = G // 4
