@@ -286,6 +286,10 @@ CLI = [
         t, lambda p: (p.parent.parent / "layer" / "config.json").write_text("{'norm'")),
      [r"layer/config.json is not valid JSON \(Expecting property name",
       "expected the run's config", "Delete .*layer and train that run again"]),
+    ("ddp-compare, a config.json that is a list", lambda t: _ddp_runs(
+        t, lambda p: (p.parent.parent / "layer" / "config.json").write_text("[8]")),
+     [r"layer/config.json holds \[8\]; expected the run's config with 'norm' and "
+      r"'batch_size'", "Delete .*layer and train that run again"]),
     ("data fetch nosuch", lambda t: ["data", "fetch", "nosuch"],
      ["is not a downloadable dataset", "expected one of"]),
     ("unknown command", lambda t: ["nosuch"], ["invalid choice: 'nosuch'", "--help"]),

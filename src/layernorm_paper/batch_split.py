@@ -58,9 +58,13 @@ def batch_split_rows(exp_dir: str | os.PathLike) -> list[dict]:
             if not (multi / "done").exists() or not multi.name[len(single.name) + 2:].isdigit():
                 continue
             world = int(multi.name[len(single.name) + 2:])
+            fix = f"Delete {single} and train that run again."
             config = read_json(single / "config.json", "the run's config, written by the "
-                               "runner", f"Delete {single} and train that run again.",
-                               required=True)
+                               "runner", fix, required=True)
+            if not (isinstance(config, dict) and isinstance(config.get("norm"), str)
+                    and isinstance(config.get("batch_size"), int)):
+                raise ValueError(f"{single / 'config.json'} holds {str(config)[:80]}; expected "
+                                 f"the run's config with 'norm' and 'batch_size'. {fix}")
             a, step_a = final_parameters(single)
             b, step_b = final_parameters(multi)
             if step_a != step_b or a.keys() != b.keys():
