@@ -192,9 +192,8 @@ def error_text(err: BaseException | str, limit: int = 1000) -> str:
     """An error's message on one line, with what informs kept. torch's multi-line errors lose
     their separator rows (of '=' or '-'), blank lines, repeated lines and traceback frames; a
     failed rank's report from torch's elastic launcher puts its "Root Cause" section right after
-    its title.
-    The kept lines are joined with " | "; past ``limit`` characters the start and the end (the
-    exception that ended the failed process) are kept."""
+    its title. The kept lines are joined with " | "; past ``limit`` characters the start and the
+    end (the exception that ended the failed process) are kept."""
     text = _ANSI.sub("", err if isinstance(err, str) else str(err))
     kept, frame = [], None
     for line in text.splitlines():
@@ -208,8 +207,8 @@ def error_text(err: BaseException | str, limit: int = 1000) -> str:
         header = "Traceback (most recent call last):"
         s = " ".join(line.replace(header, "").split())
         if (not s or set(s) <= {"=", "-"} or s == "<NO_OTHER_FAILURES>" or s in kept
-                or (header in line and s.endswith(":"))):
-            continue                           # a frame's header ("traceback : Traceback...")
+                or (header in line and s.endswith(":"))):     # "traceback : Traceback (...):"
+            continue
         kept.append(s)
     if not kept:
         return type(err).__name__ if isinstance(err, BaseException) else ""
