@@ -14,12 +14,35 @@ bounded below (``nll_floor_per_step``).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from layernorm.rnn import LSTM
+
+
+def _check_points(x: torch.Tensor, least: int) -> None:
+    if x.dim() != 3 or x.shape[-1] != 3:
+        raise ValueError(f"HandwritingMDN expected pen points (N, T, 3) = (dx, dy, "
+                         f"end_of_stroke), received shape {tuple(x.shape)}.")
+    if x.shape[1] < least:
+        raise ValueError(f"HandwritingMDN needs sequences of at least {least} point"
+                         f"{'s' if least > 1 else ''}, received T={x.shape[1]}.")
+
+
+class Mixture(NamedTuple):
+    """The predicted distribution of a next pen point (Graves 2013, eqs. 17-22): the
+    end-of-stroke logit and the M bivariate Gaussians' log weights, means, standard deviations
+    and correlations."""
+    eos_logit: torch.Tensor
+    log_pi: torch.Tensor
+    mu_x: torch.Tensor
+    mu_y: torch.Tensor
+    sigma_x: torch.Tensor
+    sigma_y: torch.Tensor
+    rho: torch.Tensor
 
 
 class HandwritingMDN(nn.Module):
@@ -47,31 +70,32 @@ class HandwritingMDN(nn.Module):
         """The smallest NLL one point can have: -log of the largest density the bounds allow."""
         return math.log(2 * math.pi * self.sigma_min ** 2 * math.sqrt(1 - self.rho_max ** 2))
 
-    def point_nll(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, T-1): the NLL of points 1..T-1 given the points before each."""
-        if x.dim() != 3 or x.shape[-1] != 3:
-            raise ValueError(f"HandwritingMDN expected pen points (N, T, 3) = (dx, dy, "
-                             f"end_of_stroke), received shape {tuple(x.shape)}.")
-        if x.shape[1] < 2:
-            raise ValueError(f"HandwritingMDN needs sequences of at least 2 points, received "
-                             f"T={x.shape[1]}.")
-        out, _ = self.lstm(x[:, :-1])                                  # (N, T-1, H)
+    def mixture(self, x: torch.Tensor) -> Mixture:
+        """The predicted distribution of the point after each point of x (N, T, 3): every field
+        (N, T, M), ``eos_logit`` (N, T); step t is predicted from points 0..t."""
+        _check_points(x, 1)
+        out, _ = self.lstm(x)                                          # (N, T, H)
         p = self.head(out)
         M = self.mixtures
-        eos_logit = p[..., 0]
-        log_pi = F.log_softmax(p[..., 1:1 + M], dim=-1)                # (N, T-1, M)
         mu_x, mu_y, s_x, s_y, r = p[..., 1 + M:].split(M, dim=-1)
-        sigma_x = self.sigma_min + F.softplus(s_x)
-        sigma_y = self.sigma_min + F.softplus(s_y)
-        rho = self.rho_max * torch.tanh(r)
+        return Mixture(eos_logit=p[..., 0], log_pi=F.log_softmax(p[..., 1:1 + M], dim=-1),
+                       mu_x=mu_x, mu_y=mu_y, sigma_x=self.sigma_min + F.softplus(s_x),
+                       sigma_y=self.sigma_min + F.softplus(s_y),
+                       rho=self.rho_max * torch.tanh(r))
+
+    def point_nll(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, T-1): the NLL of points 1..T-1 given the points before each."""
+        _check_points(x, 2)
+        m = self.mixture(x[:, :-1])
         target = x[:, 1:]
-        dx, dy = target[..., :1] - mu_x, target[..., 1:2] - mu_y       # broadcast over M
-        zx, zy = dx / sigma_x, dy / sigma_y
-        one_m_rho2 = 1 - rho ** 2
-        log_n = -(zx ** 2 + zy ** 2 - 2 * rho * zx * zy) / (2 * one_m_rho2) \
-            - torch.log(2 * math.pi * sigma_x * sigma_y * one_m_rho2.sqrt())
-        offset_nll = -torch.logsumexp(log_pi + log_n, dim=-1)
-        eos_nll = F.binary_cross_entropy_with_logits(eos_logit, target[..., 2], reduction="none")
+        dx, dy = target[..., :1] - m.mu_x, target[..., 1:2] - m.mu_y   # broadcast over M
+        zx, zy = dx / m.sigma_x, dy / m.sigma_y
+        one_m_rho2 = 1 - m.rho ** 2
+        log_n = -(zx ** 2 + zy ** 2 - 2 * m.rho * zx * zy) / (2 * one_m_rho2) \
+            - torch.log(2 * math.pi * m.sigma_x * m.sigma_y * one_m_rho2.sqrt())
+        offset_nll = -torch.logsumexp(m.log_pi + log_n, dim=-1)
+        eos_nll = F.binary_cross_entropy_with_logits(m.eos_logit, target[..., 2],
+                                                     reduction="none")
         return offset_nll + eos_nll
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
