@@ -88,7 +88,7 @@ def test_draw_rejects_batch_norm_and_bad_shapes():
 # ----------------------------------------------------------------------------- MDN (6.5)
 def _reference_point_nll(model, x):
     """Mixture of torch.distributions' bivariate normals + Bernoulli, one point at a time."""
-    out, _ = model.lstm(x[:, :-1])
+    out, _ = model.lstm(torch.tanh(F.linear(x[:, :-1], model.embed[0].weight, model.embed[0].bias)))
     p = model.head(out)
     M = model.mixtures
     log_pi = torch.log_softmax(p[..., 1:1 + M], -1)
@@ -122,6 +122,30 @@ def test_mdn_lengths_score_only_the_prefix():
     short = model(x, lengths=torch.tensor([5, 12, 3, 12]))
     torch.testing.assert_close(short[0], model(x[:1, :5])[0])
     torch.testing.assert_close(short[2], model(x[2:3, :3])[0])
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0])
+def test_mdn_ln_lstm_prediction_depends_on_the_length_of_the_offsets(scale):
+    """Layer norm of ``W_x x`` is invariant to re-scaling x (paper 5.1, Table 1): an LN-LSTM
+    reading the raw (dx, dy, end_of_stroke) cannot tell a stroke from the same stroke drawn
+    ``scale`` times as large. The tanh embedding before the LSTM makes the prediction change."""
+    torch.manual_seed(0)
+    x = load_dataset("pen-strokes", length=12, n_train=4, n_test=1).x_train.double()
+    x[..., 2] = 0           # one stroke per sequence: no pen-up bit to carry the length
+    scaled = x.clone()
+    scaled[..., :2] *= scale
+    model = HandwritingMDN(hidden=8, layers=2, mixtures=3, norm="layer", max_length=12).double()
+    with torch.no_grad():
+        change = max(float((a - b).abs().max())
+                     for a, b in zip(model.mixture(x), model.mixture(scaled)))
+    assert change > 1e-2, f"the prediction moved by {change:.2e} only"
+    _every_parameter_gets_a_gradient(model, model(scaled).mean())
+
+
+def test_mdn_rejects_an_embedding_width_below_1():
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match=r"embed >= 1.*Pass e.g. embed=32"):
+            HandwritingMDN(embed=bad)
 
 
 # ----------------------------------------------------------------------------- reader (6.2)

@@ -1,15 +1,23 @@
 """Handwriting sequence generation (Graves 2013) with LN-LSTM (paper section 6.5).
 
-A stack of ``layernorm.LSTM`` layers reads pen points ``(dx, dy, end_of_stroke)`` and predicts the
-next one with a mixture-density output (Graves 2013, eqs. 15-25): ``M`` bivariate Gaussians over
-the offset and a Bernoulli end-of-stroke bit. The loss is the negative log-likelihood of every
-next point, summed over the sequence (nats per sequence).
+A stack of ``layernorm.LSTM`` layers reads pen points ``(dx, dy, end_of_stroke)``, each through a
+learned embedding ``tanh(Linear(3 -> embed))``, and predicts the next one with a mixture-density
+output (Graves 2013, eqs. 15-25): ``M`` bivariate Gaussians over the offset and a Bernoulli
+end-of-stroke bit. The loss is the negative log-likelihood of every next point, summed over the
+sequence (nats per sequence).
 
 Reduced form (how it differs from the paper's 3 x 400 LN-LSTM on IAM-OnDB, length 500, batch 8):
 fewer and smaller layers, generated pen strokes (``layernorm_paper.data`` "pen-strokes") instead of
 IAM-OnDB, no skip connections from the input to every layer, and a lower bound on the standard
 deviations (``sigma_min``) and on ``1 - rho^2`` (``rho_max``) so the density, and so the NLL, is
 bounded below (``nll_floor_per_step``).
+
+Why the embedding: layer norm of the input term ``W_x x`` is invariant to re-scaling x (paper
+section 5.1, Table 1), so an LN-LSTM reading the raw point could not tell a stroke from the same
+stroke drawn twice as large, and could not learn stroke sizes from its input. The tanh in
+between makes the term depend on the offsets' length. Every norm gets the same embedding, so the
+LSTM and LN-LSTM arms differ only in the norm (as the reproduction's sequence classifiers,
+``layernorm_paper.reproduce.models.SequenceClassifier``).
 """
 from __future__ import annotations
 
@@ -50,18 +58,22 @@ class HandwritingMDN(nn.Module):
 
     Point t+1 is scored from the LSTM state after point t (T - 1 scored points per sequence; with
     ``lengths``, only points before each length). norm: "none", "batch" or "layer", passed to
-    ``layernorm.LSTM``.
+    ``layernorm.LSTM``. embed: the width of the input embedding ``tanh(Linear(3 -> embed))``.
     """
 
     def __init__(self, hidden: int = 64, layers: int = 2, mixtures: int = 5, norm: str = "layer",
                  max_length: int = 500, sigma_min: float = 1e-2, rho_max: float = 0.95,
-                 gain_init: float | None = None) -> None:
+                 gain_init: float | None = None, embed: int = 32) -> None:
         super().__init__()
         if not (sigma_min > 0 and 0 < rho_max < 1):
             raise ValueError(f"HandwritingMDN needs sigma_min > 0 and 0 < rho_max < 1, received "
                              f"sigma_min={sigma_min!r}, rho_max={rho_max!r}.")
+        if isinstance(embed, bool) or not isinstance(embed, int) or embed < 1:
+            raise ValueError(f"HandwritingMDN needs an embedding width embed >= 1 (an integer), "
+                             f"received embed={embed!r}. Pass e.g. embed=32.")
         self.mixtures, self.sigma_min, self.rho_max, self.norm = mixtures, sigma_min, rho_max, norm
-        self.lstm = LSTM(3, hidden, num_layers=layers, batch_first=True, norm=norm,
+        self.embed = nn.Sequential(nn.Linear(3, embed), nn.Tanh())
+        self.lstm = LSTM(embed, hidden, num_layers=layers, batch_first=True, norm=norm,
                          gain_init=gain_init, max_length=max_length)
         self.head = nn.Linear(hidden, 1 + 6 * mixtures)   # eos, pi, mu_x, mu_y, s_x, s_y, rho
 
@@ -74,7 +86,7 @@ class HandwritingMDN(nn.Module):
         """The predicted distribution of the point after each point of x (N, T, 3): every field
         (N, T, M), ``eos_logit`` (N, T); step t is predicted from points 0..t."""
         _check_points(x, 1)
-        out, _ = self.lstm(x)                                          # (N, T, H)
+        out, _ = self.lstm(self.embed(x))                              # (N, T, H)
         p = self.head(out)
         M = self.mixtures
         mu_x, mu_y, s_x, s_y, r = p[..., 1 + M:].split(M, dim=-1)

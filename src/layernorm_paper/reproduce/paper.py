@@ -97,14 +97,14 @@ class MdnForRunner(LossAsRegression):
 
 @register_model("mdn", norms=RNN_NORMS)
 def mdn(dataset, norm: str, hidden: int = 64, layers: int = 2, mixtures: int = 5,
-        gain_init: float | None = None):
+        gain_init: float | None = None, embed: int = 32):
     """Mixture-density LSTM (``layernorm_paper.models.HandwritingMDN``); NLL in nats per sequence."""
     if len(dataset.input_shape) != 2 or dataset.input_shape[1] != 3:
         raise ValueError(f"mdn expects pen points (T, 3), received dataset {dataset.name!r} with "
                          f"input shape {dataset.input_shape}. Use 'pen-strokes'.")
     length = dataset.input_shape[0]
     model = HandwritingMDN(hidden, layers, mixtures, norm=norm, max_length=length,
-                           gain_init=gain_init)
+                           gain_init=gain_init, embed=embed)
     return MdnForRunner(model, floor=-(length - 1) * model.nll_floor_per_step)
 
 
