@@ -15,9 +15,9 @@ def configs(preset: str) -> list:
     data = pick(preset, tiny={"length": 12, "n_train": 16, "n_test": 8},
                 quick={"length": 100, "n_train": 256, "n_test": 64},
                 full={"length": 300, "n_train": 2048, "n_test": 256})
-    model = pick(preset, tiny={"hidden": 8, "layers": 2, "mixtures": 2},
-                 quick={"hidden": 48, "layers": 2, "mixtures": 5},
-                 full={"hidden": 128, "layers": 3, "mixtures": 10})
+    model = pick(preset, tiny={"hidden": 8, "layers": 2, "mixtures": 2, "embed": 8},
+                 quick={"hidden": 48, "layers": 2, "mixtures": 5, "embed": 32},
+                 full={"hidden": 128, "layers": 3, "mixtures": 10, "embed": 64})
     length = pick(preset, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 500, "eval_every": 25}, full={"steps": 3000, "eval_every": 100})
     return arms(preset, "pen-strokes", "mdn", ("none", "layer"), batch_size=8,
