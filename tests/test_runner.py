@@ -80,6 +80,16 @@ if "test-probe" not in MODELS:
     def _one_bad(preset):
         return [_cfg(batch_size=5000, tag="bad"), _cfg(steps=10, tag="good")]
 
+if "test-multiline-error" not in MODELS:
+    @register_model("test-multiline-error")
+    def _multiline_error(dataset, norm):
+        raise RuntimeError("the model cannot be built:\n  expected input width 64\n  received 63"
+                           "\nPass an input of width 64.")
+
+    @register_experiment("test-multiline-error", section="test", claim="its run fails")
+    def _multiline(preset):
+        return [_cfg(model="test-multiline-error", model_args={}, steps=10)]
+
 
 # --------------------------------------------------------------------------- determinism
 def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):
@@ -306,6 +316,16 @@ def test_cli_failed_config_exits_1(tmp_path, capsys):
     assert main(["run", "test-one-bad", "--out", str(tmp_path), "--no-progress"]) == 1
     captured = capsys.readouterr()
     assert "1 trained, 0 reused, 1 failed" in captured.out and "FAILED" in captured.err
+
+
+def test_cli_failed_run_shows_every_line_of_its_error_on_one_line(tmp_path, capsys):
+    assert main(["run", "test-multiline-error", "--out", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    failed = [line for line in err.splitlines() if "FAILED" in line]
+    assert len(failed) == 1, err
+    assert failed[0].endswith(": RuntimeError: the model cannot be built: | expected input width "
+                              "64 | received 63 | Pass an input of width 64."), failed[0]
+    assert "Traceback" not in err and 'File "' not in err, err
 
 
 @pytest.mark.slow

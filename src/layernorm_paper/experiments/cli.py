@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from .. import _args
+from .._io import error_text
 from .config import DEVICES
 from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment
 
@@ -87,7 +88,7 @@ def _run_all(args, exp, configs, runtime, run_configs) -> int:
     say(f"finished: {counts['done']} trained, {counts['skipped']} reused, "
         f"{counts['failed']} failed")
     for r in failed:
-        print(f"  FAILED {r.run_dir}: {r.error.splitlines()[0]}", file=sys.stderr)
+        print(f"  FAILED {r.run_dir}: {error_text(r.error)}", file=sys.stderr)
     return 1 if failed else 0
 
 
