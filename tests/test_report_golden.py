@@ -87,6 +87,20 @@ def build_tree(root: Path) -> None:
         (d / "metrics.jsonl").write_text("".join(json.dumps(r | {"test_mse": 0.169}) + "\n"
                                                  for r in rows))
     write_rnn(root, "rnn_stability", "adding", 120, CURVES, dataset="adding")
+    # hidden-state stability on a plain LSTM that never learned the adding problem (test MSE at
+    # the constant predictor's 1/6): the guard refuses the verdict its statistics would give
+    for d in (root / "runs" / "rnn_stability").glob("adding-none-*"):
+        rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r | {"test_mse": 0.169}) + "\n"
+                                                 for r in rows))
+    # every arm at 0 test error on the pixel-by-pixel digits: "best accuracy" is not testable
+    for norm, first in (("none", 0.8), ("batch", 0.6), ("layer", 0.5)):
+        for seed in range(5):
+            cfg = {"experiment": "rnn_norms", "task": "digits-pixels", "dataset": "digits-pixels",
+                   "norm": norm, "batch_size": 32, "seed": seed, "steps": 200,
+                   "model": "rnn_classifier", "model_args": {"hidden": 48}, "data_args": {}}
+            write_run(root, f"rnn_norms/digits-pixels-{norm}-{seed}", cfg,
+                      rnn_rows([first + 0.01 * seed, 0.2] + [0.0] * 6, [[0.0, 0.3]] * 8))
     # 6.2: gain initialisation
     for gain, errs in ((1.0, [0.5, 0.2, 0.1, 0.1]), (0.1, [0.8, 0.6, 0.3, 0.2])):
         for seed in range(5):
@@ -129,3 +143,5 @@ def test_report_is_the_golden_report(tmp_path):
                                                                 "rnn-best-tiny-shakespeare"]
     assert status["rnn-best-imdb"] == "undertrained"
     assert status["rnn-best-adding"] == status["rnn-fast-adding"] == "baseline did not learn"
+    assert status["rnn-hidden-adding"] == "baseline did not learn"
+    assert status["rnn-best-digits-pixels"] == "not testable here"

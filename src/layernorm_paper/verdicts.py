@@ -47,9 +47,12 @@ Every interval's power is printed: its half-width h, the smallest difference it 
 which it is: underpowered (h > margin: the interval is wider than the margin it must clear) or a
 straddle (h <= margin: the difference sits at the margin).
 
-Two outcomes come before any rule (``UNDERTRAINED``, ``NO_LEARNING``), set by the report's
-guards when an arm did not beat the trivial predictor of its task or, for a claim about final
-values, was still improving by the claim's margin over the last quarter of its evaluations.
+Three outcomes come before any rule (``UNDERTRAINED``, ``NO_LEARNING``, ``CEILING``), set by
+the report's guards when an arm did not beat the trivial predictor of its task, or, for a claim
+about final values, was still improving by the claim's margin over the last quarter of its
+evaluations, or every arm sits at its measure's best possible value (no difference can show).
+``Verdict.guards`` names the guards a verdict went through; the report refuses a seeded claim's
+verdict that did not go through the learning guard.
 
 Fewer than ``MIN_SEEDS`` (5) values on either side (or pairs, for a paired difference):
 inconclusive, whatever the numbers. Below 5 the interval is honest but uninformative (t = 4.3 at
@@ -68,7 +71,13 @@ NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
 UNDERTRAINED = "undertrained"             # an arm still improving by the claim's margin
 NO_LEARNING = "baseline did not learn"    # an arm no better than its task's trivial predictor
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, UNDERTRAINED, NO_LEARNING)
+CEILING = "not testable here"             # every arm at its measure's best possible value
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, UNDERTRAINED, NO_LEARNING, CEILING)
+GUARD_OUTCOMES = (UNDERTRAINED, NO_LEARNING, CEILING)   # set before any rule, counted apart
+# The guards a verdict can pass (``Verdict.guards``): "learned" (every arm beat its task's
+# trivial predictor), "flat" (no arm still improving by the claim's margin), "ceiling" (not
+# every arm at the best possible value of its measure).
+LEARNED, FLAT, NOT_AT_CEILING = "learned", "flat", "ceiling"
 MIN_SEEDS = 5
 LEVEL = 0.95          # two-sided confidence level of every interval
 
@@ -230,6 +239,7 @@ class Verdict:
     detail: str = ""           # the measured numbers the rule was applied to
     parts: tuple["Verdict", ...] = field(default=())
     interval: Interval | None = None
+    guards: tuple[str, ...] = ()   # the guards applied before the rule (LEARNED, FLAT, ...)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -327,11 +337,15 @@ def all_of(parts: Sequence[Verdict], rule: str = "") -> Verdict:
         v = NO_LEARNING
     elif any(v == UNDERTRAINED for v in vs):
         v = UNDERTRAINED
+    elif any(v == CEILING for v in vs):
+        v = CEILING
     else:
         v = INCONCLUSIVE
     text = rule or "all parts must hold: supported if every part is supported, not supported " \
                    "if any part is not supported, else inconclusive"
-    return Verdict(v, text, "; ".join(f"[{p.verdict}] {p.detail}" for p in parts), tuple(parts))
+    common = tuple(g for g in parts[0].guards if all(g in p.guards for p in parts))
+    return Verdict(v, text, "; ".join(f"[{p.verdict}] {p.detail}" for p in parts), tuple(parts),
+                   guards=common)
 
 
 def matches(measured: dict, expected: dict, *, what: str = "cell") -> Verdict:

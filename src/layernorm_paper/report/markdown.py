@@ -6,8 +6,8 @@ from __future__ import annotations
 import platform
 import time
 
-from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NO_LEARNING, NOT_SUPPORTED, SUPPORTED,
-                        UNDERTRAINED)
+from ..verdicts import (CEILING, GUARD_OUTCOMES, INCONCLUSIVE, LEVEL, MIN_SEEDS, NO_LEARNING,
+                        NOT_SUPPORTED, SUPPORTED, UNDERTRAINED)
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
                      DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
                      ClaimResult, paper_not_run)
@@ -16,10 +16,11 @@ from .runs import Inputs
 
 VERDICT_MARK = {SUPPORTED: "✅ supported", NOT_SUPPORTED: "❌ not supported",
                 INCONCLUSIVE: "❔ inconclusive", UNDERTRAINED: "⏳ undertrained",
-                NO_LEARNING: "🚫 baseline did not learn", NOT_RUN: "⏸ not run"}
+                NO_LEARNING: "🚫 baseline did not learn",
+                CEILING: "🔝 not testable here: every arm at ceiling", NOT_RUN: "⏸ not run"}
 CHECK_MARK = {SUPPORTED: "✅ holds", NOT_SUPPORTED: "❌ fails", INCONCLUSIVE: "❔ inconclusive",
               UNDERTRAINED: "⏳ undertrained", NO_LEARNING: "🚫 baseline did not learn",
-              NOT_RUN: "⏸ not run"}
+              CEILING: "🔝 not testable here: every arm at ceiling", NOT_RUN: "⏸ not run"}
 
 
 def cell(v) -> str:
@@ -50,13 +51,14 @@ def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
         rs = [r.status for c, r in results if c.kind == kind]
         return {v: rs.count(v) for v in VERDICT_MARK if rs.count(v)}, len(rs)
     claims, n = count(CLAIM)
-    judged = {k: v for k, v in claims.items() if k not in (UNDERTRAINED, NO_LEARNING)}
-    apart = {k: v for k, v in claims.items() if k in (UNDERTRAINED, NO_LEARNING)}
+    judged = {k: v for k, v in claims.items() if k not in GUARD_OUTCOMES}
+    apart = {k: v for k, v in claims.items() if k in GUARD_OUTCOMES}
     lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in judged.items())]
     if apart:
         lines.append("Claims the experiment could not judge as run (counted apart: an arm did "
-                     "not beat its task's trivial predictor, or was still improving by the "
-                     "claim's margin; each section says what would fix it): "
+                     "not beat its task's trivial predictor, was still improving by the "
+                     "claim's margin, or every arm sat at its measure's best value; each section "
+                     "says what would fix it): "
                      + ", ".join(f"{k}: {v}" for k, v in apart.items()))
     comp = [(c, r) for c, r in results if c.kind == COMPOSITE]
     if comp:
@@ -108,14 +110,16 @@ def environment(inp: Inputs) -> list[str]:
 
 
 HOW = (
-    f"Before any rule, two guards: an arm that does not beat its task's trivial predictor (the "
+    f"Before any rule, three guards, applied to every seeded claim: an arm that does not beat its task's trivial predictor (the "
     f"uniform guess over K classes, the adding problem's constant prediction with MSE 1/6, a fair "
     f"coin per binary pixel, the unigram model of the training text for a language model, one "
     f"Gaussian of the pen offsets and the pen-up rate for handwriting, chance recall for "
     f"retrieval, chance on the completion test) by 10% of that predictor's score "
     f"makes the claim **baseline did not learn**; for a claim about final values, an arm still "
     f"improving by the claim's margin from the third to the last quarter of its updates makes it "
-    f"**undertrained**. Both are counted apart, with what would fix them. "
+    f"**undertrained**; for a claim about final values, every run of every arm at its "
+    f"measure's best possible value (a test error of 0) makes it **not testable here: every "
+    f"arm at ceiling**. All three are counted apart, with what would fix them. "
     f"Each claim is a comparison of measured numbers, one per seed; every run is scored on the "
     f"mean of its last {LAST_K} evaluations (so one spiking final iterate does not decide it). "
     f"With d = the difference of the two arms' means, its {LEVEL:.0%} t-interval is **paired** "
@@ -226,7 +230,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
             md += ["How this could be wrong:", ""] + [f"- {c}" for c in res.caveats] + [""]
         md += [f"**Verdict: {mark(claim, res)}.** Rule: {res.verdict.rule}.", ""]
         v = res.verdict
-        if v.verdict in (UNDERTRAINED, NO_LEARNING) and len(v.parts) == 1:
+        if v.verdict in GUARD_OUTCOMES and len(v.parts) == 1:
             inner = v.parts[0]
             md += [f"- {v.detail}.", "", f"The claim's own rule, shown and not counted: "
                    f"**{inner.verdict}** — {inner.rule}.", ""]

@@ -12,7 +12,7 @@ from typing import Callable
 from ..runs import Inputs, Run
 from ..scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, F_LOSS, LAST_K, PP, _fmt_range,
                        _seeds_text, error_key, has, late_change, seq_len, updates)
-from ...verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, Verdict
+from ...verdicts import INCONCLUSIVE, LEARNED, LEVEL, MIN_SEEDS, Verdict
 from .sources import PAPER_SETTINGS
 
 NOT_RUN = "not run"
@@ -79,8 +79,17 @@ class ClaimResult:
 CLAIM, COMPOSITE, CHECK = "claim", "composite", "check"
 
 
+class GuardSkipped(RuntimeError):
+    """A seeded claim produced a verdict that did not go through the learning guard."""
+
+
 @dataclass
 class Claim:
+    """One catalog line. A seeded claim's (``kind == CLAIM``) ``evaluate`` is wrapped so that
+    every measured verdict it returns must have gone through the "baseline did not learn" guard
+    (``guards.gate``, which records it in ``Verdict.guards``): a claim that skips it raises
+    ``GuardSkipped`` naming the claim, rather than printing a verdict on a network that may
+    never have learned its task."""
     id: str
     source: str                              # "paper 6.6", "summary B" (docs/paper.md), ...
     quote: str                               # the claim in one line
@@ -89,6 +98,26 @@ class Claim:
     section: str = ""                        # heading it is listed under
     kind: str = CLAIM                        # claim (seeds) | composite (of parts) | check
     parts: tuple[str, ...] = ()              # a composite's part ids
+
+    def __post_init__(self):
+        if self.kind == CLAIM and self.evaluate is not None \
+                and not getattr(self.evaluate, "guarded", False):
+            self.evaluate = _guarded(self.id, self.evaluate)
+
+
+def _guarded(claim_id: str, evaluate: Callable[[Inputs], ClaimResult]):
+    def run(inp: Inputs) -> ClaimResult:
+        res = evaluate(inp)
+        if res.measured and LEARNED not in res.verdict.guards:
+            raise GuardSkipped(
+                f"claim {claim_id!r} returned the verdict {res.verdict.verdict!r} without the "
+                f"“baseline did not learn” guard: its evaluate must pass the verdict through "
+                f"layernorm_paper.report.claims.guards.gate (or a guard of its own that records "
+                f"{LEARNED!r} in Verdict.guards) before returning it.")
+        return res
+    run.guarded = True
+    run.__doc__ = evaluate.__doc__
+    return run
 
 
 def not_run(reason: str) -> ClaimResult:

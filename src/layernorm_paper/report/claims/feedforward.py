@@ -10,7 +10,7 @@ from typing import Callable
 from ..runs import Inputs, Run, select
 from ..scoring import (F_TRAIN_LOSS, F_TRAIN_NLL, NORM_LABEL, PP, _increase, _num, arm,
                        err_sample, err_table, has, log_area, score, updates)
-from ...verdicts import LEVEL, all_of, equivalent, exceeds
+from ...verdicts import GUARD_OUTCOMES, LEVEL, all_of, equivalent, exceeds
 from .base import (BEATS_MARGIN, COLLAPSE_MARGIN, FASTER_MARGIN, STABLE_MARGIN, ClaimResult,
                    Figure, _need, how_wrong, not_run)
 from .guards import gate
@@ -66,7 +66,9 @@ def _gate_batch(v, g: dict, large: int, margin: float):
     must have flattened by the claim's margin."""
     w = gate(v, _arm_names({k: rs for k, rs in g.items() if k.endswith(f"@{large}")}), margin,
              final=False)
-    return w if w is not v else gate(v, _arm_names(g), margin, learn=False, unit=" pp", scale=PP)
+    if w.verdict in GUARD_OUTCOMES:
+        return w
+    return gate(w, _arm_names(g), margin, learn=False, unit=" pp", scale=PP)
 
 
 def _control(runs, experiment: str, smalls: tuple[int, ...], large: int) -> dict | None:
