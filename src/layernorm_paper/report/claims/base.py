@@ -98,6 +98,8 @@ class Claim:
     section: str = ""                        # heading it is listed under
     kind: str = CLAIM                        # claim (seeds) | composite (of parts) | check
     parts: tuple[str, ...] = ()              # a composite's part ids
+    paper: str = ""                          # the source's number, or "qualitative, Fig. N"
+    data: str = ""                           # "real" | "stand-in"; "": the record's data
 
     def __post_init__(self):
         if self.kind == CLAIM and self.evaluate is not None \
@@ -222,6 +224,17 @@ def _settings(runs: list[Run], experiment: str, arms: dict[str, list[Run]] | Non
     return f"Settings: {'; '.join(parts)}" + (f" — {paper}." if paper else ".")
 
 
+def experiment_settings(inp: Inputs, experiment: str, runs: list[Run]) -> str:
+    """The settings line of one experiment (``_settings``), its arms being its run directories
+    without the seed, each with its learning rate and whether the sweep chose it."""
+    recorded = (inp.meta or {}).get("learning_rates")
+    swept = recorded.get(experiment) if isinstance(recorded, dict) else None
+    arms: dict[str, list[Run]] = {}
+    for r in runs:
+        arms.setdefault(_arm_of(r), []).append(r)
+    return _settings(runs, experiment, arms, swept if isinstance(swept, dict) else {})
+
+
 def _leaves(v: Verdict) -> list[Verdict]:
     return [leaf for p in v.parts for leaf in _leaves(p)] if v.parts else [v]
 
@@ -254,10 +267,7 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
     ``bn_fields``: the fields of a BN arm's score with population statistics and with its
     running averages (EMA)."""
     runs = [r for rs in arms.values() for r in rs]
-    recorded = (inp.meta or {}).get("learning_rates")
-    swept = recorded.get(experiment) if isinstance(recorded, dict) else None
-    out = [_settings(runs, experiment, arms, swept if isinstance(swept, dict) else {})] \
-        if runs else []
+    out = []          # the experiment's settings: once per experiment (``experiment_settings``)
     out.append(_budget(inp, experiment, runs) + ". Updates per arm: " + "; ".join(
         f"{name} {_fmt_range([updates(r) for r in rs])}" for name, rs in arms.items() if rs))
     changes = {}

@@ -7,13 +7,14 @@ averages (EMA) shown beside."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_LOSS, F_LOSS_FAIR, F_STEP, LAST_K, RNN_LABEL, _fmt_range, _num, arm,
                        fair_key, has, score, updates)
-from ...verdicts import (INCONCLUSIVE, LEVEL, NOT_SUPPORTED, SUPPORTED, Verdict, all_of, exceeds,
-                         ratio_at_least, sample, sooner)
+from ...verdicts import (CENSORED, CENSORED_BUILT_IN, INCONCLUSIVE, LEVEL, MIN_SEEDS,
+                         NOT_SUPPORTED, SUPPORTED, Verdict, all_of, boundary_text, censor, exceeds,
+                         leave_one_out, ratio_at_least, sample, sooner)
 from ..scoring import steps_margin
 from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
                    not_run)
@@ -39,17 +40,23 @@ def steps_to_loss(run: Run, target: float, key: str) -> tuple[float, bool]:
 
 
 def no_worse(a, b, margin: float, *, a_name: str, b_name: str, unit: str = "",
-             scale: float = 1.0) -> Verdict:
+             scale: float = 1.0, loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
     """Claim: ``a`` is not worse (larger) than ``b`` by ``margin`` or more (non-inferiority):
     supported if the whole t-interval of a − b is < margin, not supported if the whole interval
     is ≥ margin, else inconclusive (and inconclusive below MIN_SEEDS) — ``exceeds`` read the
     other way round."""
-    ex = exceeds(a, b, margin, a_name=a_name, b_name=b_name, unit=unit, scale=scale)
+    ex = exceeds(a, b, margin, a_name=a_name, b_name=b_name, unit=unit, scale=scale, loso=False,
+                 min_seeds=min_seeds)
     flip = {SUPPORTED: NOT_SUPPORTED, NOT_SUPPORTED: SUPPORTED}.get(ex.verdict, INCONCLUSIVE)
     rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is < "
             f"{margin * scale:.3g}{unit} (no worse by that much), not supported if the whole "
             f"interval is ≥ {margin * scale:.3g}{unit}, else inconclusive")
-    return Verdict(flip, rule, ex.detail, interval=ex.interval)
+    flips = leave_one_out(a, b, flip, lambda a2, b2, ka, kb: no_worse(
+        a2, b2, margin, a_name=a_name, b_name=b_name, loso=False, min_seeds=2).verdict,
+        a_name=a_name, b_name=b_name) if loso else None
+    out = Verdict(flip, rule, ex.detail, interval=ex.interval, bounds=ex.bounds, flips=flips,
+                  reason=ex.reason, scale=ex.scale, unit=ex.unit)
+    return replace(out, detail=ex.detail + boundary_text(out))
 
 
 @dataclass(frozen=True)
@@ -191,20 +198,28 @@ def _named(g: dict[str, list[Run]]) -> dict[str, list[Run]]:
     return {RNN_LABEL[n]: rs for n, rs in g.items()}
 
 
-def ratio_censored(a, b, k: float, reached_a, reached_b, *, a_name: str, b_name: str) -> Verdict:
+def ratio_censored(a, b, k: float, reached_a, reached_b, *, a_name: str, b_name: str,
+                   loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
     """``ratio_at_least`` with censored counts (a run that never reached the target enters at the
     budget, a lower bound): a censored ``b`` forbids "supported", a censored ``a`` forbids "not
-    supported" (as ``verdicts.sooner``)."""
-    r = ratio_at_least(a, b, k, a_name=a_name, b_name=b_name)
-    v, why = r.verdict, ""
-    if v == SUPPORTED and not all(reached_b):
-        v, why = INCONCLUSIVE, f"; {b_name} has runs that never reached the target"
-    elif v == NOT_SUPPORTED and not all(reached_a):
-        v, why = INCONCLUSIVE, f"; {a_name} has runs that never reached the target"
+    supported" (``verdicts.censor``, as ``verdicts.sooner``)."""
+    r = ratio_at_least(a, b, k, a_name=a_name, b_name=b_name, loso=False, min_seeds=min_seeds)
+    v = censor(r.verdict, reached_a, reached_b)
+    why = ""
+    if v != r.verdict:
+        why = f"; {b_name if r.verdict == SUPPORTED else a_name} has runs that never reached " \
+              f"the target"
     frac = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
             f"{sum(reached_b)}/{len(reached_b)}")
-    return Verdict(v, r.rule + "; a run that never reaches the target is censored at the budget",
-                   r.detail + frac + why, interval=r.interval)
+    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: ratio_censored(
+        a2, b2, k, [reached_a[i] for i in ka], [reached_b[i] for i in kb], a_name=a_name,
+        b_name=b_name, loso=False, min_seeds=2).verdict, a_name=a_name, b_name=b_name) \
+        if loso else None
+    reason = (CENSORED if v != r.verdict else r.reason) if v == INCONCLUSIVE else ""
+    out = Verdict(v, r.rule + "; a run that never reaches the target is censored at the budget",
+                  r.detail + frac + why, interval=r.interval, bounds=r.bounds, flips=flips,
+                  reason=reason, log=True)
+    return replace(out, detail=out.detail + boundary_text(out))
 
 
 def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | None = None):
@@ -245,6 +260,8 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                        f"evaluation step) over the whole {LEVEL:.0%} interval; a run that never "
                        f"reaches the target is censored at the budget (a lower bound: it cannot "
                        f"help the side it would favour)")
+        if v.reason == CENSORED:     # the target is the LSTM's own endpoint: built in
+            v = replace(v, reason=CENSORED_BUILT_IN)
         v = gate(v, _named(g), m, key=lambda rs: arm_key(spec, rs), final=False)
         ratio = st["none"].mean / max(st["layer"].mean, 1.0)
         key = ", ".join(f"{RNN_LABEL[n]} {st[n].mean:.0f}" for n in g) + \
