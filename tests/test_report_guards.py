@@ -85,3 +85,14 @@ def test_every_arm_at_ceiling_is_not_testable_here(tmp_path):
     assert "every arm at ceiling" in res.verdict.detail
     # the speed claim is still judged: the arms reach the ceiling at different times or not
     assert _results(tmp_path)["rnn-fast-digits-pixels"].verdict.verdict != CEILING
+
+
+def test_a_count_met_at_the_first_evaluation_is_flagged_left_censored(tmp_path):
+    # BN-LSTM's error is already under the target (halfway from the first evaluation's mean
+    # error to the best final one) at its first evaluation: its step count is an upper bound
+    curves = {**CURVES, "batch": [0.3, 0.25, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]}
+    write_rnn(tmp_path, "rnn_norms", "mnist1d-seq", 10, curves)
+    v = _results(tmp_path)["rnn-fast-mnist1d-seq"].verdict
+    bn = next(p for p in v.parts if p.rule.startswith("BN-LSTM steps"))
+    assert "met it at the first evaluation (left-censored: the count is an upper bound): " \
+           "BN-LSTM steps 5/5, LN-LSTM steps 0/5" in bn.detail

@@ -249,3 +249,19 @@ def test_leave_one_out_applies_censoring_and_the_equivalence_band():
     assert eq.verdict == SUPPORTED and eq.bounds == (-0.01, 0.01) and eq.flips == ()
     few = exceeds(sample([1.0, 2.0, 3.0]), sample([0.0, 0.1, 0.2]), 0.1)
     assert few.verdict == INCONCLUSIVE and few.reason == V.FEW_SEEDS
+
+
+def test_a_count_met_at_the_first_evaluation_is_left_censored():
+    a, b = sample([100.0, 110, 90, 105, 95], SEEDS), sample([50.0, 55, 45, 52, 48], SEEDS)
+    # the arm claimed slower (a) met the target at its first evaluation in two runs: its true
+    # counts may be smaller, so "b is sooner" cannot be shown
+    v = V.sooner(a, b, 10, [True] * 5, [True] * 5, first_a=[True, True, False, False, False])
+    assert v.verdict == INCONCLUSIVE and v.reason == V.LEFT_CENSORED
+    assert "met it at the first evaluation (left-censored: the count is an upper bound): a 2/5" \
+        in v.detail and "(their count is an upper bound) forbid “supported”" in v.detail
+    # left-censored runs in b only make b look slower than it is: "supported" stands
+    w = V.sooner(a, b, 10, [True] * 5, [True] * 5, first_b=[True] + [False] * 4)
+    assert w.verdict == SUPPORTED
+    # ... and forbid "not supported"
+    n = V.sooner(b, a, 10, [True] * 5, [True] * 5, first_b=[True] + [False] * 4)
+    assert n.verdict == INCONCLUSIVE and n.reason == V.LEFT_CENSORED

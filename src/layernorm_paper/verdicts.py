@@ -79,6 +79,8 @@ FEW_SEEDS = "fewer seeds than the rule needs"
 UNDERPOWERED = "underpowered"                       # half-width h > margin
 STRADDLE = "interval straddles the margin"           # h <= margin, the difference at it
 CENSORED = "censored"                                # a censored run forbids the verdict
+LEFT_CENSORED = "left-censored"                      # a run met the target at its first
+#                                                     evaluation: its count is an upper bound
 CENSORED_BUILT_IN = "censored by construction"      # ... at a target that is one arm's own
 #                                                     endpoint, which half its runs miss
 BORDERLINE_DISTANCE = 0.5   # a decided verdict within half a half-width of its boundary, or
@@ -647,20 +649,42 @@ def ratio_at_least(a: Sample, b: Sample, k: float, *, a_name: str = "a", b_name:
     return replace(out, detail=detail + boundary_text(out))
 
 
-def censor(verdict: str, reached_a: Sequence[bool], reached_b: Sequence[bool]) -> str:
-    """A count comparison's verdict with censored runs (never reached the target, entered at the
-    budget): a censored ``b`` forbids "supported", a censored ``a`` "not supported"."""
-    if verdict == SUPPORTED and not all(reached_b):
+def censor(verdict: str, reached_a: Sequence[bool], reached_b: Sequence[bool],
+           first_a: Sequence[bool] = (), first_b: Sequence[bool] = ()) -> str:
+    """A count comparison's verdict (d = a − b) with censored runs. Right-censored (never reached
+    the target, entered at the budget: a lower bound): one in ``b`` forbids "supported", one in
+    ``a`` "not supported". Left-censored (``first_*``: met the target at the first evaluation,
+    an upper bound of its count): one in ``a`` forbids "supported", one in ``b`` "not
+    supported"."""
+    if verdict == SUPPORTED and (not all(reached_b) or any(first_a)):
         return INCONCLUSIVE
-    if verdict == NOT_SUPPORTED and not all(reached_a):
+    if verdict == NOT_SUPPORTED and (not all(reached_a) or any(first_b)):
         return INCONCLUSIVE
     return verdict
 
 
+def censor_reason(verdict: str, reached_a, reached_b, first_a=(), first_b=()) -> str:
+    """Which censoring forbade ``verdict`` (LEFT_CENSORED or CENSORED)."""
+    if verdict == SUPPORTED:
+        return CENSORED if not all(reached_b) else LEFT_CENSORED
+    return CENSORED if not all(reached_a) else LEFT_CENSORED
+
+
+def censor_text(a_name: str, b_name: str, reached_a, reached_b, first_a=(), first_b=()) -> str:
+    """The fractions of runs that reached the target (and met it at the first evaluation)."""
+    out = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
+           f"{sum(reached_b)}/{len(reached_b)}")
+    if any(first_a) or any(first_b):
+        out += (f"; met it at the first evaluation (left-censored: the count is an upper "
+                f"bound): {a_name} {sum(first_a)}/{len(reached_a)}, {b_name} "
+                f"{sum(first_b)}/{len(reached_b)}")
+    return out
+
+
 def sooner(a: Sample, b: Sample, margin: float, reached_a: Sequence[bool],
            reached_b: Sequence[bool], *, a_name: str = "a", b_name: str = "b",
-           paired: bool | None = None, loso: bool = True,
-           min_seeds: int = MIN_SEEDS) -> Verdict:
+           paired: bool | None = None, loso: bool = True, min_seeds: int = MIN_SEEDS,
+           first_a: Sequence[bool] = (), first_b: Sequence[bool] = ()) -> Verdict:
     """Claim: ``b`` reaches a common target in fewer updates than ``a`` by >= ``margin``
     (``exceeds(a, b, margin)``), with censored runs: ``reached_*`` says, per value, whether the
     run reached the target (False: entered at the budget, a lower bound). See module doc."""
@@ -672,21 +696,25 @@ def sooner(a: Sample, b: Sample, margin: float, reached_a: Sequence[bool],
             f"not supported if the whole interval is < {{m}}, else inconclusive")
     ex = _compare(a, b, margin, "sooner", decide, rule, paired=paired, unit="", scale=1.0,
                   bounds=(margin,), loso=False, min_seeds=min_seeds)
-    v = censor(ex.verdict, reached_a, reached_b)
-    why = ""
+    first_a, first_b = tuple(first_a) or (False,) * a.n, tuple(first_b) or (False,) * b.n
+    v = censor(ex.verdict, reached_a, reached_b, first_a, first_b)
+    why, how = "", ""
     if v != ex.verdict:
-        who = b_name if ex.verdict == SUPPORTED else a_name
+        how = censor_reason(ex.verdict, reached_a, reached_b, first_a, first_b)
         what = "supported" if ex.verdict == SUPPORTED else "not supported"
-        why = (f"; {who} has runs that never reached the target (their budget is a lower "
-               f"bound), so “{what}” cannot be shown")
-    frac = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
-            f"{sum(reached_b)}/{len(reached_b)}")
+        why = (f"; runs that never reached the target (their budget is a lower bound)"
+               if how == CENSORED else "; runs that met the target at their first evaluation "
+               "(their count is an upper bound)") + f" forbid “{what}”"
+    frac = censor_text(a_name, b_name, reached_a, reached_b, first_a, first_b)
     rule = (ex.rule + "; a run that never reaches the target is censored: entered at the budget "
-            "(a lower bound), it cannot help the side it would favour")
+            "(a lower bound), it cannot help the side it would favour; a run that meets it at "
+            "its first evaluation is left-censored (an upper bound), likewise")
     flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: sooner(
         a2, b2, margin, [reached_a[i] for i in ka], [reached_b[i] for i in kb], paired=paired,
-        loso=False, min_seeds=2).verdict, a_name=a_name, b_name=b_name) if loso else None
-    reason = (CENSORED if v != ex.verdict else ex.reason) if v == INCONCLUSIVE else ""
+        loso=False, min_seeds=2, first_a=[first_a[i] for i in ka],
+        first_b=[first_b[i] for i in kb]).verdict, a_name=a_name, b_name=b_name) \
+        if loso else None
+    reason = (how if v != ex.verdict else ex.reason) if v == INCONCLUSIVE else ""
     out = Verdict(v, rule, ex.detail + frac + why, interval=ex.interval, bounds=(margin,),
                   flips=flips, reason=reason, unit=" updates")
     return replace(out, detail=out.detail + boundary_text(out))

@@ -12,8 +12,8 @@ import statistics
 from ..records import RECORDS
 from ..records._record import REAL, STAND_IN
 from ..verdicts import (CEILING, CENSORED, CENSORED_BUILT_IN, FEW_SEEDS, INCONCLUSIVE,
-                        NO_LEARNING, NOT_SUPPORTED, STRADDLE, SUPPORTED, UNDERPOWERED,
-                        UNDERTRAINED, Verdict, borderline, nearest)
+                        LEFT_CENSORED, NO_LEARNING, NOT_SUPPORTED, STRADDLE, SUPPORTED,
+                        UNDERPOWERED, UNDERTRAINED, Verdict, borderline, nearest)
 from .claims import CHECK, COMPOSITE, NOT_RUN, Claim, ClaimResult
 from .runs import Inputs, Run, select
 from .scoring import _fmt_range, updates
@@ -37,6 +37,8 @@ INCONCLUSIVE_WORDS = {UNDERPOWERED: "inconclusive: underpowered",
                       STRADDLE: "inconclusive: interval straddles the margin",
                       CENSORED: "inconclusive: censored runs",
                       CENSORED_BUILT_IN: "inconclusive: censored by construction",
+                      LEFT_CENSORED: "inconclusive: left-censored (target met at the first "
+                                     "evaluation)",
                       FEW_SEEDS: "inconclusive: too few seeds"}
 
 

@@ -11,10 +11,11 @@ from dataclasses import dataclass, replace
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_LOSS, F_LOSS_FAIR, F_STEP, LAST_K, RNN_LABEL, _fmt_range, _num, arm,
-                       fair_key, has, score, updates)
+                       at_first, fair_key, has, score, updates)
 from ...verdicts import (CENSORED, CENSORED_BUILT_IN, INCONCLUSIVE, LEVEL, MIN_SEEDS,
-                         NOT_SUPPORTED, SUPPORTED, Verdict, all_of, boundary_text, censor, exceeds,
-                         leave_one_out, ratio_at_least, sample, sooner)
+                         NOT_SUPPORTED, SUPPORTED, Verdict, all_of, boundary_text, censor,
+                         censor_reason, censor_text, exceeds, leave_one_out, ratio_at_least,
+                         sample, sooner)
 from ..scoring import steps_margin
 from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
                    not_run)
@@ -199,24 +200,29 @@ def _named(g: dict[str, list[Run]]) -> dict[str, list[Run]]:
 
 
 def ratio_censored(a, b, k: float, reached_a, reached_b, *, a_name: str, b_name: str,
-                   loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
+                   loso: bool = True, min_seeds: int = MIN_SEEDS, first_a=(),
+                   first_b=()) -> Verdict:
     """``ratio_at_least`` with censored counts (a run that never reached the target enters at the
-    budget, a lower bound): a censored ``b`` forbids "supported", a censored ``a`` forbids "not
-    supported" (``verdicts.censor``, as ``verdicts.sooner``)."""
+    budget, a lower bound; one that met it at the first evaluation, an upper bound): they forbid
+    the verdict they would favour (``verdicts.censor``, as ``verdicts.sooner``)."""
+    first_a, first_b = tuple(first_a) or (False,) * a.n, tuple(first_b) or (False,) * b.n
     r = ratio_at_least(a, b, k, a_name=a_name, b_name=b_name, loso=False, min_seeds=min_seeds)
-    v = censor(r.verdict, reached_a, reached_b)
-    why = ""
+    v = censor(r.verdict, reached_a, reached_b, first_a, first_b)
+    why, how = "", ""
     if v != r.verdict:
-        why = f"; {b_name if r.verdict == SUPPORTED else a_name} has runs that never reached " \
-              f"the target"
-    frac = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
-            f"{sum(reached_b)}/{len(reached_b)}")
+        how = censor_reason(r.verdict, reached_a, reached_b, first_a, first_b)
+        who = b_name if (r.verdict == SUPPORTED) == (how == CENSORED) else a_name
+        why = f"; {who} has runs that " + ("never reached the target" if how == CENSORED else
+                                           "met the target at their first evaluation")
+    frac = censor_text(a_name, b_name, reached_a, reached_b, first_a, first_b)
     flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: ratio_censored(
         a2, b2, k, [reached_a[i] for i in ka], [reached_b[i] for i in kb], a_name=a_name,
-        b_name=b_name, loso=False, min_seeds=2).verdict, a_name=a_name, b_name=b_name) \
+        b_name=b_name, loso=False, min_seeds=2, first_a=[first_a[i] for i in ka],
+        first_b=[first_b[i] for i in kb]).verdict, a_name=a_name, b_name=b_name) \
         if loso else None
-    reason = (CENSORED if v != r.verdict else r.reason) if v == INCONCLUSIVE else ""
-    out = Verdict(v, r.rule + "; a run that never reaches the target is censored at the budget",
+    reason = (how if v != r.verdict else r.reason) if v == INCONCLUSIVE else ""
+    out = Verdict(v, r.rule + "; a run that never reaches the target is censored at the budget, "
+                  "one that meets it at its first evaluation is left-censored",
                   r.detail + frac + why, interval=r.interval, bounds=r.bounds, flips=flips,
                   reason=reason, log=True)
     return replace(out, detail=out.detail + boundary_text(out))
@@ -238,11 +244,14 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
               for n, rs in g.items()}
         ok = {n: [steps_to_loss(r, target, arm_key(spec, rs))[1] for r in rs]
               for n, rs in g.items()}
+        first = {n: [at_first(r, *steps_to_loss(r, target, arm_key(spec, rs)), arm_key(spec, rs))
+                     for r in rs] for n, rs in g.items()}
         tgt = f"{target * spec.scale:.{spec.digits}f}{spec.unit}"
         if factor:
             parts = [ratio_censored(st[o], st["layer"], factor, ok[o], ok["layer"],
                                     a_name=f"{RNN_LABEL[o]} updates to the target",
-                                    b_name="LN-LSTM's") for o in others]
+                                    b_name="LN-LSTM's", first_a=first[o],
+                                    first_b=first["layer"]) for o in others]
             v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} (the LSTM's final value, "
                               f"mean over its seeds) about {factor:g}× faster than " +
                        " and than ".join(RNN_LABEL[o] for o in others) + f": the ratio of "
@@ -251,8 +260,8 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                        f"at the budget")
         else:
             parts = [sooner(st[o], st["layer"], m, ok[o], ok["layer"],
-                            a_name=f"{RNN_LABEL[o]} updates to the target", b_name="LN-LSTM's")
-                     for o in others]
+                            a_name=f"{RNN_LABEL[o]} updates to the target", b_name="LN-LSTM's",
+                            first_a=first[o], first_b=first["layer"]) for o in others]
             v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} (the LSTM's final value, "
                               f"mean over its seeds) in fewer updates than " + " and than ".join(
                                   RNN_LABEL[o] for o in others) + f", each by ≥ {m:.0f} updates "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_ERROR, F_HIDDEN_STD, F_STEP, LAST_K, PP, REGRESSION_TASKS, RNN_LABEL,
-                       RNN_NORMS, _fmt_range, arm, bn_gap_note, err_sample, error_key,
+                       RNN_NORMS, _fmt_range, arm, at_first, bn_gap_note, err_sample, error_key,
                        hidden_stats, loss_key, mean_curve, rnn_table, seq_len, steps_margin,
                        steps_to, target_error, updates)
 from ...verdicts import LEVEL, all_of, exceeds, sooner
@@ -97,8 +97,13 @@ def claim_rnn_fastest(experiment: str, task: str):
         def ok(rs):
             key = error_key(rs)
             return [steps_to(r, target, key)[1] for r in rs]
+
+        def first(rs):
+            key = error_key(rs)
+            return [at_first(r, *steps_to(r, target, key), key) for r in rs]
         parts = [sooner(st(g[b]), st(g["layer"]), m, ok(g[b]), ok(g["layer"]),
-                        a_name=f"{RNN_LABEL[b]} steps", b_name="LN-LSTM steps")
+                        a_name=f"{RNN_LABEL[b]} steps", b_name="LN-LSTM steps",
+                        first_a=first(g[b]), first_b=first(g["layer"]))
                  for b in ("none", "batch")]
         v = all_of(parts, f"LN-LSTM reaches test error ≤ {target * PP:.1f}% in fewer steps than "
                           f"LSTM and than BN-LSTM, each by ≥ {m:.0f} steps ({STEPS_FRACTION:.0%} "
