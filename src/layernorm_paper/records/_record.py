@@ -133,6 +133,23 @@ def learning_rates(path: str | Path | None = None) -> dict:
     return _cache["data"]
 
 
+INTERIOR = "interior"
+
+
+def where_on_grid(grid, chosen: float) -> str:
+    """Where a sweep's pick fell on the learning rates it tried: "interior", or an edge ("edge
+    (lowest)", "edge (highest)": a better value may lie beyond it)."""
+    g = sorted(float(v) for v in grid)
+    chosen = float(chosen)
+    if chosen not in g:
+        return "not on the grid"
+    if len(g) == 1:
+        return "edge (a grid of one value)"
+    if chosen == g[0]:
+        return "edge (lowest)"
+    return "edge (highest)" if chosen == g[-1] else INTERIOR
+
+
 def swept(experiment: str, scale: str, arm: str) -> dict | None:
     """The sweep's entry of one arm (its grid, scores, chosen value, and the experiment's
     command, seeds, budget, commit), or None where that arm was not swept at that scale."""

@@ -10,7 +10,7 @@ import math
 import statistics
 
 from ..records import RECORDS
-from ..records._record import REAL, STAND_IN
+from ..records._record import INTERIOR, REAL, STAND_IN, where_on_grid
 from ..verdicts import (CEILING, CENSORED, CENSORED_BUILT_IN, FEW_SEEDS, INCONCLUSIVE,
                         LEFT_CENSORED, NO_LEARNING, NOT_SUPPORTED, STRADDLE, SUPPORTED,
                         UNDERPOWERED, UNDERTRAINED, Verdict, borderline, nearest)
@@ -262,16 +262,11 @@ def lr_pick(e: dict) -> dict:
     file or of ``reproduce.json``): grid, pick, where it fell, winning margin and seed spread."""
     grid = sorted(float(v) for v in e.get("grid") or [])
     chosen = float(e["chosen"])
-    if not grid or chosen not in grid:
-        where = "not on the grid"
-    elif len(grid) == 1:
-        where = "edge (a grid of one value)"
-    elif chosen == grid[0]:
-        where = "edge (lowest)"
-    elif chosen == grid[-1]:
-        where = "edge (highest)"
-    else:
-        where = "interior"
+    where = where_on_grid(grid, chosen)
+    if e.get("extended") and where != INTERIOR:
+        where += f", after widening by {len(e['extended'])}"
+    elif e.get("extended"):
+        where += f" (widened by {len(e['extended'])})"
     scores = {float(k): float(v) for k, v in (e.get("scores") or {}).items()}
     per_seed = {float(k): [float(x) for x in v]
                 for k, v in (e.get("scores_per_seed") or {}).items()}
