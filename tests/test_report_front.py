@@ -68,3 +68,20 @@ def test_cpu_flags_and_blas_build_are_read_from_their_text():
     assert blas_summary(config) == ("BLAS_INFO=mkl; LAPACK_INFO=mkl; Intel(R) oneAPI Math Kernel "
                                     "Library Version 2024.2")
     assert blas_summary("nothing") == "not reported by torch.__config__.show()"
+
+
+def test_a_grid_of_targets_from_the_start_to_the_worst_arms_end():
+    from layernorm_paper.report.claims import targets
+    import pytest
+    flat = [x for pair in targets.grid(1.0, 0.2) for x in pair]
+    assert flat == pytest.approx([0.25, 0.8, 0.5, 0.6, 0.75, 0.4, 0.9, 0.28])
+    v = {0.8: SUPPORTED, 0.6: SUPPORTED, 0.4: INCONCLUSIVE}
+    note, caveat = targets.at_targets(1.0, 0.2, lambda t: Verdict(v.get(round(t, 6), SUPPORTED),
+                                                                  "r"),
+                                      lambda t: f"{t:.2f}", SUPPORTED)
+    assert "25% of the way (0.80): supported" in note and "75% of the way (0.40): " \
+        "inconclusive" in note
+    assert caveat.startswith("The verdict depends on the target: the rule says supported at "
+                             "the counted target and inconclusive")
+    assert targets.at_targets(1.0, 0.2, lambda t: Verdict(SUPPORTED, "r"), str, SUPPORTED)[1] \
+        is None

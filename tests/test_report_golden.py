@@ -151,12 +151,17 @@ def test_report_is_the_golden_report(tmp_path):
     # seed 2, 3 or 4 makes it inconclusive
     assert rows["6.4-draw-fast"]["borderline"] and "0.41 h" in rows["6.4-draw-fast"]["distance"]
     assert "without seed 2: inconclusive" in rows["6.4-draw-fast"]["distance"]
-    assert rows["6.4-draw-fast"]["words"] == "reproduced in the stand-in (borderline)"
+    assert rows["6.4-draw-fast"]["words"].startswith("reproduced in the stand-in (borderline)")
     assert not rows["6.2-reader-best-cnn"]["borderline"]
     assert rows["rnn-best-digits-pixels"]["words"] == "not testable here: every arm at ceiling"
-    assert rows["6.4-draw-fast-mnist"]["words"] == "inconclusive: censored by construction"
+    assert rows["6.4-draw-fast-mnist"]["words"].startswith("inconclusive: censored by "
+                                                           "construction")
     assert rows["cnn-ln-stable"]["words"] == "inconclusive: underpowered"
     assert rows["6.4-draw-bound-mnist"]["words"] == "not reproduced on the source's data"
+    # handwriting: LN is "faster" only to the LSTM's own endpoint; at the grid of targets from
+    # the start to the worst arm's final mean it is not
+    assert rows["6.5-hw-fast"]["words"] == ("reproduced in the stand-in (borderline) (depends on "
+                                            "the target)")
     assert (tmp_path / "figures" / "forest.png").stat().st_size > 1000
     # every measured seeded claim went through the learning guard
     seeded = [r for r in rows.values() if r["kind"] == "claim" and r["verdict"] != R.NOT_RUN]

@@ -15,6 +15,7 @@ from ..verdicts import (CEILING, CENSORED, CENSORED_BUILT_IN, FEW_SEEDS, INCONCL
                         LEFT_CENSORED, NO_LEARNING, NOT_SUPPORTED, STRADDLE, SUPPORTED,
                         UNDERPOWERED, UNDERTRAINED, Verdict, borderline, nearest)
 from .claims import CHECK, COMPOSITE, NOT_RUN, Claim, ClaimResult
+from .claims.targets import TARGET_DEPENDS
 from .runs import Inputs, Run, select
 from .scoring import _fmt_range, updates
 
@@ -86,8 +87,11 @@ def words(claim: Claim, res: ClaimResult) -> str:
         out = "not testable here: every arm at ceiling"
     else:
         out = {NO_LEARNING: "baseline did not learn", UNDERTRAINED: "undertrained"}[v.verdict]
-    return out + (" (borderline)" if v.verdict in (SUPPORTED, NOT_SUPPORTED) and borderline(v)
-                  else "")
+    if v.verdict in (SUPPORTED, NOT_SUPPORTED) and borderline(v):
+        out += " (borderline)"
+    if any(c.startswith(TARGET_DEPENDS) for c in res.caveats):
+        out += " (depends on the target)"
+    return out
 
 
 def _bounds_text(leaf: Verdict) -> str:

@@ -20,6 +20,7 @@ from ..scoring import steps_margin
 from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
                    not_run)
 from .guards import gate
+from .targets import at_targets
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NUMBERS
 
 F_NLL = "test_nll"                  # handwriting: the exact NLL, nats per sequence (not test_loss,
@@ -271,6 +272,32 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                        f"help the side it would favour)")
         if v.reason == CENSORED:     # the target is the LSTM's own endpoint: built in
             v = replace(v, reason=CENSORED_BUILT_IN)
+        rule_verdict = v.verdict
+
+        def judge_at(t: float) -> Verdict:
+            """The same rule with every count read to target ``t`` (no leave-one-out)."""
+            reach = {n: [steps_to_loss(r, t, arm_key(spec, rs)) for r in rs]
+                     for n, rs in g.items()}
+            cnt = {n: sample((s for s, _ in reach[n]), (r.seed for r in g[n])) for n in g}
+            fin = {n: [at_first(r, s, o, arm_key(spec, g[n])) for r, (s, o) in
+                       zip(g[n], reach[n])] for n in g}
+            hit = {n: [o for _, o in reach[n]] for n in g}
+            if factor:
+                ps = [ratio_censored(cnt[o], cnt["layer"], factor, hit[o], hit["layer"],
+                                     a_name=o, b_name="layer", loso=False, first_a=fin[o],
+                                     first_b=fin["layer"]) for o in others]
+            else:
+                ps = [sooner(cnt[o], cnt["layer"], m, hit[o], hit["layer"], loso=False,
+                             first_a=fin[o], first_b=fin["layer"]) for o in others]
+            return all_of(ps)
+        start = sum(_num(next((x[arm_key(spec, rs)] for x in r.rows
+                               if x.get(arm_key(spec, rs)) is not None), BAD_LOSS), BAD_LOSS)
+                    for rs in g.values() for r in rs) / len(allr)
+        end = max(arm(rs, lambda r, k=arm_key(spec, rs): final_loss(r, k)).mean
+                  for rs in g.values())
+        grid_note, grid_caveat = at_targets(
+            start, end, judge_at, lambda t: f"{t * spec.scale:.{spec.digits}f}{spec.unit}",
+            rule_verdict)
         v = gate(v, _named(g), m, key=lambda rs: arm_key(spec, rs), final=False)
         ratio = st["none"].mean / max(st["layer"].mean, 1.0)
         key = ", ".join(f"{RNN_LABEL[n]} {st[n].mean:.0f}" for n in g) + \
@@ -283,5 +310,7 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
             measured_vs_paper(spec.experiment, key, spec.dataset),
             f"Target: {tgt}, the LSTM's final {spec.what} (mean over its seeds of the mean of "
             f"each run's last {LAST_K} evaluations): the same target for every arm, the LSTM's "
-            f"own runs included."], caveats=_paper_caveats(inp, spec, g, v, spec.margin))
+            f"own runs included.", grid_note],
+            caveats=_paper_caveats(inp, spec, g, v, spec.margin)
+            + ([grid_caveat] if grid_caveat else []))
     return evaluate
