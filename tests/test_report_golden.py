@@ -28,7 +28,25 @@ ENV = {"python": "3.11.7", "torch": "2.3.0", "numpy": "1.26.4", "layernorm": "0.
        "device": "cpu", "platform": "Linux-golden-x86_64", "torch_threads": 1,
        "git_commit": "0123456789abcdef", "cpu_capability": "AVX2",
        "cpu_flags": "sse4_2 avx avx2 fma f16c", "blas": "BLAS_INFO=mkl; LAPACK_INFO=mkl"}
+# the sweep's entries as `layernorm reproduce` records them: an interior pick won by less than
+# the seed-to-seed spread, and a pick still at the grid's top edge after widening twice
+SWEPT = {"paper_handwriting": {
+    "layer-bs8": {"grid": [3e-4, 1e-3, 3e-3], "chosen": 1e-3, "current": 1e-3, "extended": [],
+                  "where": "interior", "direction": "min", "seeds": [0, 1, 2],
+                  "command": "layernorm sweep-lr --only paper_handwriting --seeds 3",
+                  "scores": {"0.0003": 1.30, "0.001": 1.20, "0.003": 1.21},
+                  "scores_per_seed": {"0.0003": [1.28, 1.30, 1.32], "0.001": [1.15, 1.20, 1.25],
+                                      "0.003": [1.20, 1.21, 1.22]}},
+    "none-bs8": {"grid": [3e-4, 1e-3, 3e-3, 9e-3, 0.027], "chosen": 0.027, "current": 1e-3,
+                 "extended": [9e-3, 0.027], "where": "edge (highest)", "direction": "min",
+                 "seeds": [0, 1, 2],
+                 "command": "layernorm sweep-lr --only paper_handwriting --seeds 3",
+                 "scores": {"0.0003": 1.9, "0.001": 1.6, "0.003": 1.4, "0.009": 1.3, "0.027": 1.1},
+                 "scores_per_seed": {"0.0003": [1.9, 1.9, 1.9], "0.001": [1.6, 1.6, 1.6],
+                                     "0.003": [1.4, 1.4, 1.4], "0.009": [1.29, 1.3, 1.31],
+                                     "0.027": [1.09, 1.1, 1.11]}}}}
 META = {"preset": "quick", "cpu_count": 2, "git_commit": "0123456789abcdef",
+        "learning_rates": SWEPT,
         "not_run": {"rnn_downloads": "needs downloaded data; run with --full"},
         "invocations": [{"started": "2026-01-01T00:00:00Z", "argv": ["reproduce", "--quick"],
                          "jobs": 2, "runs": 400, "trained_runs": 400, "wall_time_s": 540.0,
@@ -163,6 +181,12 @@ def test_report_is_the_golden_report(tmp_path):
     assert rows["6.5-hw-fast"]["words"] == ("reproduced in the stand-in (borderline) (depends on "
                                             "the target)")
     assert (tmp_path / "figures" / "forest.png").stat().st_size > 1000
+    # the learning-rate table: where each pick fell, its margin against the seeds' spread
+    front = got["report.md"].split("\n# Appendix\n")[0]
+    assert ("| `paper_handwriting` | layer-bs8 | 0.0003/0.001/0.003 | 0.001 | interior | 0.01 | "
+            "0.38× the seed spread 0.0267 | 3 |") in front
+    assert "| none-bs8 | 0.0003/0.001/0.003/0.009/0.027 | 0.027 | edge (highest), after " \
+           "widening by 2 |" in front
     # every measured seeded claim went through the learning guard
     seeded = [r for r in rows.values() if r["kind"] == "claim" and r["verdict"] != R.NOT_RUN]
     assert seeded and all("learned" in r["guards"] for r in seeded), \
