@@ -1,7 +1,9 @@
 """What every claim is built from: the margins of the rules (stated once, printed with every
 verdict), the result types (``Claim``, ``ClaimResult``, ``Figure``, "not run"), and the lines that
-say how a verdict could be wrong (``how_wrong``: settings next to the paper's, budget and update
-counts, arms still improving, seeds, how batch norm was scored, the interval)."""
+say how a verdict could be wrong (``how_wrong``: budget and update counts, arms still improving,
+seeds, how batch norm was scored, the interval; the settings next to the paper's once per
+experiment, ``experiment_settings``). A seeded claim's verdict must have passed the learning
+guard (``Claim`` checks it)."""
 from __future__ import annotations
 
 import math
@@ -259,8 +261,9 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
               extra: tuple[str, ...] = (), late: tuple | None = None, rising: bool = False,
               scored: str | None = None,
               bn_fields: tuple[str, str] = (F_ERROR_FAIR, F_ERROR)) -> list[str]:
-    """The lines that say how a claim's verdict could be wrong: the settings (vs the paper), the
-    update counts and seeds of each arm, how BN was scored, the interval. ``late``: (key, what,
+    """The lines that say how a claim's verdict could be wrong: the update counts and seeds of
+    each arm, how BN was scored, the interval (the settings next to the paper's are the
+    experiment's, printed once: ``experiment_settings``). ``late``: (key, what,
     scale, unit, threshold) of a claim scored on another field than the test error, whose late
     change is read on that field (``rising``: higher is better, as a recall or an accuracy).
     ``scored``: how each run was scored, when not on the mean of its last evaluations.
