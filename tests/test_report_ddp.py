@@ -9,6 +9,7 @@ from torch import nn
 from layernorm_paper import report as R
 from layernorm_paper.experiments.rundir import save_checkpoint
 from layernorm_paper.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from .test_report import prose
 
 DDP_CLAIMS = ("ddp-ln", "ddp-bn", "ddp-bn-sync")
 
@@ -51,13 +52,14 @@ def test_three_facts_supported_and_section_written(tmp_path):
     s = summary(tmp_path)
     assert {c: s[c]["verdict"] for c in DDP_CLAIMS} == dict.fromkeys(DDP_CLAIMS, SUPPORTED)
     assert "1.0e-01" in s["ddp-bn"]["key"] and "1 x 8 vs 2 x 4" in s["ddp-bn"]["key"]
-    md = (tmp_path / "report.md").read_text()
+    md = prose(tmp_path)
     assert "## Distributed: 1 process x batch 8 vs 2 processes x 4" in md
-    assert "(#ddp-bn-sync) | check of this implementation | ✅ holds |" in md    # a summary row
+    assert "(#ddp-bn-sync) | ✅ holds |" in md    # a row of the front page's checks table
     assert "### Checks of this implementation" in md
     # the rows as a table, printed once and referred to by the other two claims
     assert md.count("| batch + sync | 1 x 8 vs 2 x 4 | 6 |") == 1
-    assert md.count("Measured numbers: the table under [ddp-ln](#ddp-ln).") == 2
+    assert all(f"The measured numbers of {c}: as under [ddp-ln](#ddp-ln)." in md
+               for c in ("ddp-bn", "ddp-bn-sync"))
     assert "diff / tolerance" in md and "1.0e-04" in md
 
 
@@ -76,7 +78,7 @@ def test_no_runs_is_not_run_with_the_commands(tmp_path):
     (tmp_path / "analysis" / "invariance.json").write_text("{}")   # something else to judge
     s = summary(tmp_path)
     assert {c: s[c]["verdict"] for c in DDP_CLAIMS} == dict.fromkeys(DDP_CLAIMS, R.NOT_RUN)
-    md = (tmp_path / "report.md").read_text()
+    md = prose(tmp_path)
     runs = tmp_path / "runs"
     assert (f"`torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --preset tiny "
             f"--out {runs}`") in md
@@ -91,4 +93,4 @@ def test_mismatched_pair_is_inconclusive_not_a_crash(tmp_path):
     write_pair(tmp_path, "layer", "layer", 0.0, steps_multi=4)
     s = summary(tmp_path)
     assert s["ddp-ln"]["verdict"] == INCONCLUSIVE and "not the same run" in \
-        (tmp_path / "report.md").read_text()
+        prose(tmp_path)

@@ -12,6 +12,7 @@ from layernorm_paper.report.claims import (RECALL_MARGIN, RECALLS, best_row, cla
                                      claim_order_sooner, judge, recall_at_best)
 from layernorm_paper.report.runs import Inputs, Run
 from layernorm_paper.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from .test_report import prose
 
 SEEDS = range(5)
 STEPS = [50 * (i + 1) for i in range(10)]      # evaluations at 50 ... 500 updates
@@ -140,7 +141,7 @@ def test_report_section_figure_and_not_run_list(tmp_path):
     s = {r["claim"]: r for r in json.loads((tmp_path / "summary.json").read_text())}
     assert s["6.1-order-recall"]["verdict"] == SUPPORTED
     assert s["6.1-order-sooner"]["verdict"] == SUPPORTED
-    md = (tmp_path / "report.md").read_text()
+    md = prose(tmp_path)
     assert "## 6.1 order embeddings (reduced form)" in md
     assert "order embeddings on MS-COCO (6.1)" in md          # the paper's data: not run
     assert (tmp_path / "figures" / "paper_order_curves.png").stat().st_size > 1000

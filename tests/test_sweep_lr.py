@@ -118,3 +118,55 @@ def test_settings_line_says_which_arms_were_swept():
     # a run whose lr is not the sweep's choice (trained before the sweep) is not called swept
     arms["LN-LSTM"][1] = run("layer-bs8-seed1", 1e-3)
     assert "LN-LSTM (not swept)" in learning_rates_text(arms, swept)
+
+
+def _fake_sweep(tmp_path, monkeypatch, widen: int, seeds: int = 3):
+    """The sweep's logic on a fake: no training; each run's validation score is a bowl in
+    log10(lr) with its minimum at 0.1, far above the default grid (1/3, 1, 3 x 1e-3), plus a
+    per-seed offset (the seed-to-seed spread)."""
+    import re
+
+    from layernorm_paper.experiments import runner
+    monkeypatch.setattr(runner, "run_configs", lambda configs, *a, **k: [])
+
+    def score(run_dir, experiment):
+        m = re.match(r"lr([0-9.e-]+)-.*-seed(\d+)$", run_dir.name)
+        lr, seed = float(m.group(1)), int(m.group(2))
+        return (math.log10(lr) + 1.0) ** 2 + 0.001 * seed
+    monkeypatch.setattr(sweep_lr, "run_score", score)
+    path = tmp_path / f"lr-{widen}.json"
+    done = sweep_lr.sweep([EXPERIMENT], tier="tiny", seeds=seeds, widen=widen,
+                          out=tmp_path / "sweep", json_path=path, log=lambda *a: None)
+    return done[EXPERIMENT]
+
+
+def test_widening_until_the_pick_is_interior(tmp_path, monkeypatch):
+    entry = _fake_sweep(tmp_path, monkeypatch, widen=5)
+    assert "--seeds 3" in entry["command"] and entry["seeds"] == [0]   # tiny runs one seed
+    for e in entry["arms"].values():
+        # 3e-3 at the grid's top edge: 9e-3, 0.027, 0.081, 0.243 tried; 0.081 wins, inside
+        assert e["extended"] == [0.009, 0.027, 0.081, 0.243]
+        assert e["chosen"] == 0.081 and e["where"] == "interior"
+    # two widenings are not enough: the pick stays at the top edge, and the entry says so
+    short = _fake_sweep(tmp_path, monkeypatch, widen=2)
+    for e in short["arms"].values():
+        assert e["extended"] == [0.009, 0.027] and e["where"] == "edge (highest)"
+    # no widening: the grid only
+    none = _fake_sweep(tmp_path, monkeypatch, widen=0)
+    assert all(e["extended"] == [] and e["chosen"] == 0.003 for e in none["arms"].values())
+
+
+def test_the_pick_is_shown_against_the_seed_to_seed_spread(tmp_path, monkeypatch):
+    from layernorm_paper.report.front import lr_pick
+    e = {"grid": [1e-3, 3e-3, 9e-3], "chosen": 3e-3, "extended": [9e-3],
+         "scores": {"0.001": 0.30, "0.003": 0.20, "0.009": 0.21},
+         "scores_per_seed": {"0.001": [0.29, 0.30, 0.31], "0.003": [0.15, 0.20, 0.25],
+                             "0.009": [0.20, 0.21, 0.22]}}
+    row = lr_pick(e)
+    assert row["where"] == "interior (widened by 1)" and row["seeds"] == 3
+    # won by 0.01 against a seed-to-seed standard deviation of 0.023 on average: less than it
+    assert row["winning margin"] == "0.01" and \
+        row["vs seed-to-seed"] == "0.43× the seed spread 0.0233"
+    assert sweep_lr.beyond_edge({1e-3: [0.3], 3e-3: [0.2]}, "min", 1e-3) == 0.009
+    assert sweep_lr.beyond_edge({1e-3: [0.3], 3e-3: [0.2], 9e-3: [0.25]}, "min", 1e-3) is None
+    assert sweep_lr.beyond_edge({1e-3: [0.1], 3e-3: [0.2]}, "min", 1e-3) == 0.000333

@@ -201,3 +201,67 @@ def test_all_of_keeps_the_guards_outcomes():
         == V.NO_LEARNING
     assert V.all_of([V.Verdict(V.NOT_SUPPORTED, "r"), V.Verdict(V.NO_LEARNING, "r")]).verdict \
         == V.NOT_SUPPORTED
+
+
+def _paired(diffs, margin):
+    return exceeds(sample(diffs, SEEDS), sample([0.0] * 5, SEEDS), margin)
+
+
+def test_distance_to_the_margin_in_half_widths_and_borderline():
+    far = _paired([1.0, 1.1, 0.9, 1.0, 1.05], 0.5)
+    h = far.half_width
+    assert far.verdict == SUPPORTED and math.isclose(far.distance, (far.interval.lo - 0.5) / h)
+    assert far.flips == () and not V.borderline(far)
+    assert "4.54 half-widths" in far.detail and "leaving one seed out changes nothing" in far.detail
+    # lower end 0.26 half-widths above the margin: borderline, and one seed decides it too
+    near = _paired([1.0, 1.2, 0.8, 1.1, 2.0], 0.5)
+    assert near.verdict == SUPPORTED and near.distance < V.BORDERLINE_DISTANCE
+    assert V.borderline(near) and "; borderline" in near.detail
+    # 0.51 half-widths from the margin, yet without seed 1 the interval straddles it
+    flip = _paired([0.74, 0.92, 0.73, 0.76, 1.19], 0.5)
+    assert flip.distance > V.BORDERLINE_DISTANCE
+    assert flip.flips == (("seed 1", INCONCLUSIVE),) and V.borderline(flip)
+    assert "without seed 1 inconclusive" in flip.detail
+    # an inconclusive interval straddles its boundary: distance 0, never "borderline"
+    mid = _paired([0.4, 0.6, 0.5, 0.45, 0.55], 0.5)
+    assert mid.verdict == INCONCLUSIVE and mid.distance == 0 and not V.borderline(mid)
+    assert mid.flips is None and mid.reason == V.STRADDLE
+
+
+def test_borderline_of_a_statement_of_parts():
+    far, near = _paired([1.0, 1.1, 0.9, 1.0, 1.05], 0.5), _paired([1.0, 1.2, 0.8, 1.1, 2.0], 0.5)
+    assert V.borderline(all_of([far, near]))              # supported: any borderline part
+    assert V.nearest(all_of([far, near])) is near
+    low = _paired([0.0, 0.1, -0.1, 0.05, 0.0], 0.5)     # surely below the margin
+    assert low.verdict == NOT_SUPPORTED and not V.borderline(low)
+    assert not V.borderline(all_of([near, low]))          # not supported, decided by ``low``
+
+
+def test_leave_one_out_applies_censoring_and_the_equivalence_band():
+    a, b = sample([100.0, 110, 90, 105, 95], SEEDS), sample([50.0, 55, 45, 52, 48], SEEDS)
+    v = V.sooner(a, b, 10, [True] * 5, [True] * 5)
+    assert v.verdict == SUPPORTED and v.flips == ()
+    # a censored run of b forbids "supported": inconclusive, and says why
+    c = V.sooner(a, b, 10, [True] * 5, [True, True, True, True, False])
+    assert c.verdict == INCONCLUSIVE and c.reason == V.CENSORED
+    eq = V.equivalent(sample([0.10, 0.11, 0.09, 0.10, 0.10], SEEDS),
+                      sample([0.10, 0.10, 0.10, 0.10, 0.10], SEEDS), 0.01)
+    assert eq.verdict == SUPPORTED and eq.bounds == (-0.01, 0.01) and eq.flips == ()
+    few = exceeds(sample([1.0, 2.0, 3.0]), sample([0.0, 0.1, 0.2]), 0.1)
+    assert few.verdict == INCONCLUSIVE and few.reason == V.FEW_SEEDS
+
+
+def test_a_count_met_at_the_first_evaluation_is_left_censored():
+    a, b = sample([100.0, 110, 90, 105, 95], SEEDS), sample([50.0, 55, 45, 52, 48], SEEDS)
+    # the arm claimed slower (a) met the target at its first evaluation in two runs: its true
+    # counts may be smaller, so "b is sooner" cannot be shown
+    v = V.sooner(a, b, 10, [True] * 5, [True] * 5, first_a=[True, True, False, False, False])
+    assert v.verdict == INCONCLUSIVE and v.reason == V.LEFT_CENSORED
+    assert "met it at the first evaluation (left-censored: the count is an upper bound): a 2/5" \
+        in v.detail and "(their count is an upper bound) forbid “supported”" in v.detail
+    # left-censored runs in b only make b look slower than it is: "supported" stands
+    w = V.sooner(a, b, 10, [True] * 5, [True] * 5, first_b=[True] + [False] * 4)
+    assert w.verdict == SUPPORTED
+    # ... and forbid "not supported"
+    n = V.sooner(b, a, 10, [True] * 5, [True] * 5, first_b=[True] + [False] * 4)
+    assert n.verdict == INCONCLUSIVE and n.reason == V.LEFT_CENSORED

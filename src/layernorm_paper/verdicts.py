@@ -47,9 +47,12 @@ Every interval's power is printed: its half-width h, the smallest difference it 
 which it is: underpowered (h > margin: the interval is wider than the margin it must clear) or a
 straddle (h <= margin: the difference sits at the margin).
 
-Two outcomes come before any rule (``UNDERTRAINED``, ``NO_LEARNING``), set by the report's
-guards when an arm did not beat the trivial predictor of its task or, for a claim about final
-values, was still improving by the claim's margin over the last quarter of its evaluations.
+Three outcomes come before any rule (``UNDERTRAINED``, ``NO_LEARNING``, ``CEILING``), set by
+the report's guards when an arm did not beat the trivial predictor of its task, or, for a claim
+about final values, was still improving by the claim's margin over the last quarter of its
+evaluations, or every arm sits at its measure's best possible value (no difference can show).
+``Verdict.guards`` names the guards a verdict went through; the report refuses a seeded claim's
+verdict that did not go through the learning guard.
 
 Fewer than ``MIN_SEEDS`` (5) values on either side (or pairs, for a paired difference):
 inconclusive, whatever the numbers. Below 5 the interval is honest but uninformative (t = 4.3 at
@@ -60,7 +63,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 SUPPORTED = "supported"
@@ -68,7 +71,24 @@ NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
 UNDERTRAINED = "undertrained"             # an arm still improving by the claim's margin
 NO_LEARNING = "baseline did not learn"    # an arm no better than its task's trivial predictor
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, UNDERTRAINED, NO_LEARNING)
+CEILING = "not testable here"             # every arm at its measure's best possible value
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, UNDERTRAINED, NO_LEARNING, CEILING)
+GUARD_OUTCOMES = (UNDERTRAINED, NO_LEARNING, CEILING)   # set before any rule, counted apart
+# Why an interval leaves the verdict inconclusive (``Verdict.reason``).
+FEW_SEEDS = "fewer seeds than the rule needs"
+UNDERPOWERED = "underpowered"                       # half-width h > margin
+STRADDLE = "interval straddles the margin"           # h <= margin, the difference at it
+CENSORED = "censored"                                # a censored run forbids the verdict
+LEFT_CENSORED = "left-censored"                      # a run met the target at its first
+#                                                     evaluation: its count is an upper bound
+CENSORED_BUILT_IN = "censored by construction"      # ... at a target that is one arm's own
+#                                                     endpoint, which half its runs miss
+BORDERLINE_DISTANCE = 0.5   # a decided verdict within half a half-width of its boundary, or
+#                             one that a single seed's removal changes, is "borderline"
+# The guards a verdict can pass (``Verdict.guards``): "learned" (every arm beat its task's
+# trivial predictor), "flat" (no arm still improving by the claim's margin), "ceiling" (not
+# every arm at the best possible value of its measure).
+LEARNED, FLAT, NOT_AT_CEILING = "learned", "flat", "ceiling"
 MIN_SEEDS = 5
 LEVEL = 0.95          # two-sided confidence level of every interval
 
@@ -230,10 +250,54 @@ class Verdict:
     detail: str = ""           # the measured numbers the rule was applied to
     parts: tuple["Verdict", ...] = field(default=())
     interval: Interval | None = None
+    guards: tuple[str, ...] = ()   # the guards applied before the rule (LEARNED, FLAT, ...)
+    bounds: tuple[float, ...] = ()  # the rule's boundaries on the interval's scale (margins)
+    flips: tuple[tuple[str, str], ...] | None = None   # leave-one-seed-out: (seed, verdict
+    #                                 without it) for each seed whose removal changes the
+    #                                 verdict; None: not computed (no interval, not decided)
+    reason: str = ""               # why inconclusive: FEW_SEEDS | UNDERPOWERED | STRADDLE |
+    #                                CENSORED (empty otherwise)
+    scale: float = 1.0             # how the interval is printed: value * scale, unit; ``log``:
+    unit: str = ""                 # the interval is of a log ratio, printed as ×exp(value)
+    log: bool = False
+
+    def fmt(self, x: float) -> str:
+        """One value on the interval's scale, as printed (``×1.23`` for a log ratio)."""
+        if self.log:
+            return f"×{math.exp(x):.3g}" if math.isfinite(x) else ("×∞" if x > 0 else "×0")
+        return self.fmt_bare(x) + self.unit
+
+    def fmt_bare(self, x: float) -> str:
+        """``fmt`` without the unit (a log ratio keeps its ×)."""
+        if self.log:
+            return self.fmt(x)
+        return f"{(0.0 if abs(x) < 1e-12 else x) * self.scale:+.3g}"
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, received {self.verdict!r}")
+
+    @property
+    def half_width(self) -> float | None:
+        """The interval's half-width h (its level's t · se); None without an interval."""
+        iv = self.interval
+        if iv is None or not iv.defined or not math.isfinite(iv.se):
+            return None
+        return iv.t * iv.se
+
+    @property
+    def distance(self) -> float | None:
+        """How far the interval sits from the nearest boundary of its rule, in half-widths:
+        0 when it straddles one (inconclusive); None without an interval or boundaries."""
+        h, iv = self.half_width, self.interval
+        if h is None or not self.bounds:
+            return None
+        gaps = [0.0 if iv.lo <= b <= iv.hi else min(abs(iv.lo - b), abs(iv.hi - b))
+                for b in self.bounds]
+        gap = min(gaps)
+        # a width at float rounding (every seed gave the same value) is no width
+        tiny = 1e-9 * max(1.0, abs(iv.d), *(abs(b) for b in self.bounds))
+        return gap / h if h > tiny else (math.inf if gap > tiny else 0.0)
 
 
 def _check_margin(margin: float, who: str) -> None:
@@ -242,17 +306,128 @@ def _check_margin(margin: float, who: str) -> None:
                          f"the smallest difference that matters, in the metric's units.")
 
 
+def _take(s: Sample, keep: Sequence[int]) -> Sample:
+    return Sample(tuple(s.values[i] for i in keep),
+                  None if s.seeds is None else tuple(s.seeds[i] for i in keep))
+
+
+def _drops(a: Sample, b: Sample, a_name: str, b_name: str):
+    """(label, kept indices of a, kept indices of b), one per seed left out (from both arms when
+    they carry seeds; else one value of either arm at a time)."""
+    if a.seeds is not None and b.seeds is not None:
+        for s in dict.fromkeys(a.seeds + b.seeds):
+            yield (f"seed {s}", [i for i, x in enumerate(a.seeds) if x != s],
+                   [i for i, x in enumerate(b.seeds) if x != s])
+        return
+    for i in range(a.n):
+        yield f"{a_name} run {i + 1}", [j for j in range(a.n) if j != i], list(range(b.n))
+    for i in range(b.n):
+        yield f"{b_name} run {i + 1}", list(range(a.n)), [j for j in range(b.n) if j != i]
+
+
+def leave_one_out(a: Sample, b: Sample, verdict: str, judge, *, a_name: str = "a",
+                  b_name: str = "b") -> tuple[tuple[str, str], ...] | None:
+    """For a decided ``verdict`` (supported / not supported), each seed whose removal changes
+    it: (the seed, the verdict without it), by ``judge(a', b', kept_a, kept_b)`` (the same rule
+    on the remaining values, its seed minimum aside: only the data decide a flip). None for a
+    verdict the rule did not decide."""
+    if verdict not in (SUPPORTED, NOT_SUPPORTED):
+        return None
+    out = []
+    for label, ka, kb in _drops(a, b, a_name, b_name):
+        if len(ka) < 2 or len(kb) < 2:
+            continue
+        w = judge(_take(a, ka), _take(b, kb), ka, kb)
+        if w != verdict:
+            out.append((label, w))
+    return tuple(out)
+
+
+def borderline(v: Verdict) -> bool:
+    """A decided verdict that one seed's removal changes, or whose interval sits within half a
+    half-width of its boundary (``BORDERLINE_DISTANCE``); for a statement of parts, a supported
+    one with a borderline part, a not supported one whose every not-supported part is."""
+    if v.verdict in GUARD_OUTCOMES and len(v.parts) == 1:
+        return borderline(v.parts[0])
+    if v.verdict not in (SUPPORTED, NOT_SUPPORTED):
+        return False
+    if v.parts:
+        deciding = [p for p in v.parts if p.verdict == v.verdict]
+        test = any if v.verdict == SUPPORTED else all
+        return bool(deciding) and test(borderline(p) for p in deciding)
+    d = v.distance
+    return bool(v.flips) or (d is not None and d < BORDERLINE_DISTANCE)
+
+
+def nearest(v: Verdict) -> Verdict | None:
+    """The leaf verdict whose interval decides ``v`` with the least room: its distance from the
+    boundary is the one to show (``Verdict.distance``). For supported statements of parts the
+    closest part, for not supported the farthest not-supported part (any one decides)."""
+    if v.verdict in GUARD_OUTCOMES and len(v.parts) == 1:
+        return nearest(v.parts[0])
+    if not v.parts:
+        return v if v.distance is not None else None
+    if v.verdict == INCONCLUSIVE:
+        cands = [p for p in v.parts if p.verdict == INCONCLUSIVE]
+    elif v.verdict == NOT_SUPPORTED:
+        cands = [p for p in v.parts if p.verdict == NOT_SUPPORTED]
+    else:
+        cands = list(v.parts)
+    leaves = [x for x in (nearest(p) for p in cands) if x is not None]
+    if not leaves:
+        return None
+    key = lambda x: x.distance  # noqa: E731
+    return max(leaves, key=key) if v.verdict == NOT_SUPPORTED else min(leaves, key=key)
+
+
+def boundary_text(v: Verdict) -> str:
+    """"; distance from the boundary: X half-widths; leave one seed out: ..." for a decided
+    verdict with an interval (empty otherwise)."""
+    if v.flips is None or v.distance is None:
+        return ""
+    d = v.distance
+    out = (f"; distance from the nearest boundary: {d:.2f} half-widths" if math.isfinite(d)
+           else "; distance from the nearest boundary: the interval has no width")
+    if v.flips:
+        out += "; leaving one seed out changes the verdict: " + ", ".join(
+            f"without {s} {w}" for s, w in v.flips)
+    else:
+        out += "; leaving one seed out changes nothing"
+    if borderline(v):
+        out += "; borderline"
+    return out
+
+
+def _why(iv: Interval, margin: float, few: bool) -> str:
+    """Why an interval leaves its verdict inconclusive."""
+    if few:
+        return FEW_SEEDS
+    h = iv.t * iv.se if iv.defined and math.isfinite(iv.se) else math.inf
+    return UNDERPOWERED if h > margin else STRADDLE
+
+
 def _compare(a: Sample, b: Sample, margin: float, who: str, decide, rule: str, *, paired,
-             unit: str, scale: float) -> Verdict:
+             unit: str, scale: float, bounds: tuple[float, ...], a_name: str = "a",
+             b_name: str = "b", loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
     """The t-interval [lo, hi] of d = mean(a) - mean(b), judged by ``decide(lo, hi)``;
-    fewer than MIN_SEEDS values (or pairs): inconclusive."""
+    fewer than ``min_seeds`` values (or pairs): inconclusive. ``bounds``: the rule's boundaries
+    (the distance of a decided interval is measured to them); ``loso``: check each seed's
+    removal (``leave_one_out``)."""
     _check_margin(margin, who)
     iv = difference(a, b, paired)
-    few = iv.n < MIN_SEEDS
+    few = iv.n < min_seeds
     v = INCONCLUSIVE if few or math.isnan(iv.lo) or math.isnan(iv.hi) else decide(iv.lo, iv.hi)
+    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: _compare(
+        a2, b2, margin, who, decide, rule, paired=paired, unit=unit, scale=scale,
+        bounds=bounds, loso=False, min_seeds=2).verdict, a_name=a_name, b_name=b_name) \
+        if loso else None
     detail = iv.text(scale, unit) + (f"; only {iv.n} seed(s), the rule needs ≥ {MIN_SEEDS}"
                                      if few else "") + power_text(iv, margin, v, scale, unit)
-    return Verdict(v, rule.format(m=f"{margin * scale:.3g}{unit}"), detail, interval=iv)
+    out = Verdict(v, rule.format(m=f"{margin * scale:.3g}{unit}"), detail, interval=iv,
+                  bounds=bounds, flips=flips,
+                  reason=_why(iv, margin, few) if v == INCONCLUSIVE else "", scale=scale,
+                  unit=unit)
+    return replace(out, detail=detail + boundary_text(out))
 
 
 def seeds_needed(sd: float, margin: float, level: float = LEVEL, cap: int = 1000) -> int | None:
@@ -288,7 +463,8 @@ def power_text(iv: Interval, margin: float, verdict: str, scale: float = 1.0,
 
 
 def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
-            unit: str = "", scale: float = 1.0, paired: bool | None = None) -> Verdict:
+            unit: str = "", scale: float = 1.0, paired: bool | None = None,
+            loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
     """Claim: ``a`` is larger than ``b`` by a difference that matters (>= margin). See module doc.
 
     ``scale`` and ``unit`` only affect how numbers are printed (e.g. 100, " pp" for errors).
@@ -299,11 +475,14 @@ def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: s
         return NOT_SUPPORTED if hi < margin else INCONCLUSIVE
     rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is ≥ {{m}}, "
             f"not supported if the whole interval is < {{m}}, else inconclusive")
-    return _compare(a, b, margin, "exceeds", decide, rule, paired=paired, unit=unit, scale=scale)
+    return _compare(a, b, margin, "exceeds", decide, rule, paired=paired, unit=unit, scale=scale,
+                    bounds=(margin,), a_name=a_name, b_name=b_name, loso=loso,
+                    min_seeds=min_seeds)
 
 
 def within(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
-           unit: str = "", scale: float = 1.0, paired: bool | None = None) -> Verdict:
+           unit: str = "", scale: float = 1.0, paired: bool | None = None,
+           loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
     """Claim: ``a`` and ``b`` agree to within ``margin`` (an equivalence claim). See module doc."""
     def decide(lo, hi):
         if -margin <= lo and hi <= margin:
@@ -311,7 +490,9 @@ def within(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: st
         return NOT_SUPPORTED if lo > margin or hi < -margin else INCONCLUSIVE
     rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval lies inside "
             f"±{{m}}, not supported if it lies entirely outside, else inconclusive")
-    return _compare(a, b, margin, "within", decide, rule, paired=paired, unit=unit, scale=scale)
+    return _compare(a, b, margin, "within", decide, rule, paired=paired, unit=unit, scale=scale,
+                    bounds=(-margin, margin), a_name=a_name, b_name=b_name, loso=loso,
+                    min_seeds=min_seeds)
 
 
 def all_of(parts: Sequence[Verdict], rule: str = "") -> Verdict:
@@ -327,11 +508,17 @@ def all_of(parts: Sequence[Verdict], rule: str = "") -> Verdict:
         v = NO_LEARNING
     elif any(v == UNDERTRAINED for v in vs):
         v = UNDERTRAINED
+    elif any(v == CEILING for v in vs):
+        v = CEILING
     else:
         v = INCONCLUSIVE
     text = rule or "all parts must hold: supported if every part is supported, not supported " \
                    "if any part is not supported, else inconclusive"
-    return Verdict(v, text, "; ".join(f"[{p.verdict}] {p.detail}" for p in parts), tuple(parts))
+    common = tuple(g for g in parts[0].guards if all(g in p.guards for p in parts))
+    reason = next((p.reason for p in parts if p.verdict == INCONCLUSIVE and p.reason), "") \
+        if v == INCONCLUSIVE else ""
+    return Verdict(v, text, "; ".join(f"[{p.verdict}] {p.detail}" for p in parts), tuple(parts),
+                   guards=common, reason=reason)
 
 
 def matches(measured: dict, expected: dict, *, what: str = "cell") -> Verdict:
@@ -385,12 +572,14 @@ def in_range(value: Sample | float, lo: float, hi: float, *, name: str = "value"
 
 
 def equivalent(a: Sample, b: Sample, band: float, *, a_name: str = "a", b_name: str = "b",
-               unit: str = "", scale: float = 1.0, paired: bool | None = None) -> Verdict:
+               unit: str = "", scale: float = 1.0, paired: bool | None = None,
+               loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
     """Claim: ``a`` and ``b`` are about the same, within ±``band`` (two one-sided tests, TOST,
-    each at 5%: the 90% t-interval of d inside the band). See module doc."""
+    each at 5%: the 90% t-interval of d inside the band). See module doc. ``loso``,
+    ``min_seeds``: as ``_compare``'s."""
     _check_margin(band, "equivalent")
     iv = difference(a, b, paired, level=0.90)
-    few = iv.n < MIN_SEEDS
+    few = iv.n < min_seeds
     if few or math.isnan(iv.lo) or math.isnan(iv.hi):
         v = INCONCLUSIVE
     elif -band <= iv.lo and iv.hi <= band:
@@ -405,11 +594,18 @@ def equivalent(a: Sample, b: Sample, band: float, *, a_name: str = "a", b_name: 
             f"outside the band, else inconclusive")
     detail = iv.text(scale, unit) + (f"; only {iv.n} seed(s), the rule needs ≥ {MIN_SEEDS}"
                                      if few else "") + power_text(iv, band, v, scale, unit)
-    return Verdict(v, rule, detail, interval=iv)
+    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: equivalent(
+        a2, b2, band, paired=paired, loso=False, min_seeds=2).verdict,
+        a_name=a_name, b_name=b_name) if loso else None
+    out = Verdict(v, rule, detail, interval=iv, bounds=(-band, band), flips=flips,
+                  reason=_why(iv, band, few) if v == INCONCLUSIVE else "", scale=scale,
+                  unit=unit)
+    return replace(out, detail=detail + boundary_text(out))
 
 
 def ratio_at_least(a: Sample, b: Sample, k: float, *, a_name: str = "a", b_name: str = "b",
-                   paired: bool | None = None) -> Verdict:
+                   paired: bool | None = None, loso: bool = True,
+                   min_seeds: int = MIN_SEEDS) -> Verdict:
     """Claim: ``a / b`` (update counts, > 0) is about ``k`` or more. Judged on the log ratio, the
     95% t-interval of mean(log a) − mean(log b) against log(k / √2). See module doc."""
     if not (k > 1 and math.isfinite(k)):
@@ -420,7 +616,7 @@ def ratio_at_least(a: Sample, b: Sample, k: float, *, a_name: str = "a", b_name:
     lb = sample((math.log(v) for v in b.values), b.seeds)
     bar = k / math.sqrt(2)
     iv = difference(la, lb, paired)
-    few = iv.n < MIN_SEEDS
+    few = iv.n < min_seeds
     if few:
         v = INCONCLUSIVE
     elif iv.lo >= math.log(bar):
@@ -444,28 +640,81 @@ def ratio_at_least(a: Sample, b: Sample, k: float, *, a_name: str = "a", b_name:
             detail += ("; inconclusive: underpowered (the interval spans more than ×√2 either "
                        "side)" if half > math.log(math.sqrt(2)) else
                        "; inconclusive: a straddle (the ratio sits at k/√2)")
-    return Verdict(v, rule, detail, interval=iv)
+    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: ratio_at_least(
+        a2, b2, k, paired=paired, loso=False, min_seeds=2).verdict,
+        a_name=a_name, b_name=b_name) if loso else None
+    out = Verdict(v, rule, detail, interval=iv, bounds=(math.log(bar),), flips=flips,
+                  reason=_why(iv, math.log(math.sqrt(2)), few) if v == INCONCLUSIVE else "",
+                  log=True)
+    return replace(out, detail=detail + boundary_text(out))
+
+
+def censor(verdict: str, reached_a: Sequence[bool], reached_b: Sequence[bool],
+           first_a: Sequence[bool] = (), first_b: Sequence[bool] = ()) -> str:
+    """A count comparison's verdict (d = a − b) with censored runs. Right-censored (never reached
+    the target, entered at the budget: a lower bound): one in ``b`` forbids "supported", one in
+    ``a`` "not supported". Left-censored (``first_*``: met the target at the first evaluation,
+    an upper bound of its count): one in ``a`` forbids "supported", one in ``b`` "not
+    supported"."""
+    if verdict == SUPPORTED and (not all(reached_b) or any(first_a)):
+        return INCONCLUSIVE
+    if verdict == NOT_SUPPORTED and (not all(reached_a) or any(first_b)):
+        return INCONCLUSIVE
+    return verdict
+
+
+def censor_reason(verdict: str, reached_a, reached_b, first_a=(), first_b=()) -> str:
+    """Which censoring forbade ``verdict`` (LEFT_CENSORED or CENSORED)."""
+    if verdict == SUPPORTED:
+        return CENSORED if not all(reached_b) else LEFT_CENSORED
+    return CENSORED if not all(reached_a) else LEFT_CENSORED
+
+
+def censor_text(a_name: str, b_name: str, reached_a, reached_b, first_a=(), first_b=()) -> str:
+    """The fractions of runs that reached the target (and met it at the first evaluation)."""
+    out = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
+           f"{sum(reached_b)}/{len(reached_b)}")
+    if any(first_a) or any(first_b):
+        out += (f"; met it at the first evaluation (left-censored: the count is an upper "
+                f"bound): {a_name} {sum(first_a)}/{len(reached_a)}, {b_name} "
+                f"{sum(first_b)}/{len(reached_b)}")
+    return out
 
 
 def sooner(a: Sample, b: Sample, margin: float, reached_a: Sequence[bool],
            reached_b: Sequence[bool], *, a_name: str = "a", b_name: str = "b",
-           paired: bool | None = None) -> Verdict:
+           paired: bool | None = None, loso: bool = True, min_seeds: int = MIN_SEEDS,
+           first_a: Sequence[bool] = (), first_b: Sequence[bool] = ()) -> Verdict:
     """Claim: ``b`` reaches a common target in fewer updates than ``a`` by >= ``margin``
     (``exceeds(a, b, margin)``), with censored runs: ``reached_*`` says, per value, whether the
     run reached the target (False: entered at the budget, a lower bound). See module doc."""
-    ex = exceeds(a, b, margin, a_name=a_name, b_name=b_name, paired=paired)
-    cens_a, cens_b = not all(reached_a), not all(reached_b)
-    v = ex.verdict
-    why = ""
-    if v == SUPPORTED and cens_b:
-        v, why = INCONCLUSIVE, (f"; {b_name} has runs that never reached "
-                                f"the target (their budget is a lower bound), so “supported” "
-                                f"cannot be shown")
-    elif v == NOT_SUPPORTED and cens_a:
-        v, why = INCONCLUSIVE, (f"; {a_name} has runs that never reached the target (their "
-                                f"budget is a lower bound), so “not supported” cannot be shown")
-    frac = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
-            f"{sum(reached_b)}/{len(reached_b)}")
+    def decide(lo, hi):
+        if lo >= margin:
+            return SUPPORTED
+        return NOT_SUPPORTED if hi < margin else INCONCLUSIVE
+    rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is ≥ {{m}}, "
+            f"not supported if the whole interval is < {{m}}, else inconclusive")
+    ex = _compare(a, b, margin, "sooner", decide, rule, paired=paired, unit="", scale=1.0,
+                  bounds=(margin,), loso=False, min_seeds=min_seeds)
+    first_a, first_b = tuple(first_a) or (False,) * a.n, tuple(first_b) or (False,) * b.n
+    v = censor(ex.verdict, reached_a, reached_b, first_a, first_b)
+    why, how = "", ""
+    if v != ex.verdict:
+        how = censor_reason(ex.verdict, reached_a, reached_b, first_a, first_b)
+        what = "supported" if ex.verdict == SUPPORTED else "not supported"
+        why = (f"; runs that never reached the target (their budget is a lower bound)"
+               if how == CENSORED else "; runs that met the target at their first evaluation "
+               "(their count is an upper bound)") + f" forbid “{what}”"
+    frac = censor_text(a_name, b_name, reached_a, reached_b, first_a, first_b)
     rule = (ex.rule + "; a run that never reaches the target is censored: entered at the budget "
-            "(a lower bound), it cannot help the side it would favour")
-    return Verdict(v, rule, ex.detail + frac + why, interval=ex.interval)
+            "(a lower bound), it cannot help the side it would favour; a run that meets it at "
+            "its first evaluation is left-censored (an upper bound), likewise")
+    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: sooner(
+        a2, b2, margin, [reached_a[i] for i in ka], [reached_b[i] for i in kb], paired=paired,
+        loso=False, min_seeds=2, first_a=[first_a[i] for i in ka],
+        first_b=[first_b[i] for i in kb]).verdict, a_name=a_name, b_name=b_name) \
+        if loso else None
+    reason = (how if v != ex.verdict else ex.reason) if v == INCONCLUSIVE else ""
+    out = Verdict(v, rule, ex.detail + frac + why, interval=ex.interval, bounds=(margin,),
+                  flips=flips, reason=reason, unit=" updates")
+    return replace(out, detail=out.detail + boundary_text(out))

@@ -15,6 +15,10 @@ STANDARD = "standard"   # --preset standard and --full, not --quick: with the tr
 FULL = "full"           # --full only: needs downloaded data
 TIERS = (QUICK, STANDARD, FULL)
 
+# Whose data an experiment runs on (``Record.data``): the dataset the paper (or the summary)
+# used, or a stand-in for it (embedded, generated or another dataset).
+REAL, STAND_IN = "real", "stand-in"
+
 
 @dataclass(frozen=True)
 class Found:
@@ -44,6 +48,9 @@ class Record:
     full_form: tuple[str, str] | None = None   # (dataset, what it is): its downloaded form
     not_downloaded: str = ""         # why no preset downloads its paper's data
     not_run: dict = field(default_factory=dict)   # the paper's forms with no runs here -> why
+    data: str = STAND_IN             # STAND_IN | REAL: whether its runs use the dataset the
+    #                                  paper (or the summary) used; a claim can say otherwise
+    #                                  (``Claim.data``: a downloaded full form)
 
 
 # Section 6 experiments, quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so
@@ -124,6 +131,23 @@ def learning_rates(path: str | Path | None = None) -> dict:
                              f"that command, or restore the file from git.")
         _cache.update(key=(str(p), stamp), data=data)
     return _cache["data"]
+
+
+INTERIOR = "interior"
+
+
+def where_on_grid(grid, chosen: float) -> str:
+    """Where a sweep's pick fell on the learning rates it tried: "interior", or an edge ("edge
+    (lowest)", "edge (highest)": a better value may lie beyond it)."""
+    g = sorted(float(v) for v in grid)
+    chosen = float(chosen)
+    if chosen not in g:
+        return "not on the grid"
+    if len(g) == 1:
+        return "edge (a grid of one value)"
+    if chosen == g[0]:
+        return "edge (lowest)"
+    return "edge (highest)" if chosen == g[-1] else INTERIOR
 
 
 def swept(experiment: str, scale: str, arm: str) -> dict | None:

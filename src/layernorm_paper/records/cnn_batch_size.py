@@ -37,14 +37,18 @@ def configs(preset: str) -> list:
 def claims(found, R) -> list:
     return [
         R.Claim("6.7-ln-none", "paper 6.7", "“LN beats no normalization” (ConvNets)", NAME,
-              R.claim_beats(NAME, "layer", "none", 128, "ConvNet"), HEADING),
+              R.claim_beats(NAME, "layer", "none", 128, "ConvNet"), HEADING,
+              paper="qualitative, text (preliminary results)"),
         R.Claim("6.7-bn-ln", "paper 6.7; summary B", "“BN beats LN” (paper) / “at batch 128 BN is "
               "slightly better than LN” (summary B)", NAME,
-              R.claim_beats(NAME, "batch", "layer", 128, "ConvNet"), HEADING),
+              R.claim_beats(NAME, "batch", "layer", 128, "ConvNet"), HEADING,
+              paper="qualitative, text (preliminary results); summary B: no number"),
         R.Claim("cnn-bn-collapse", "summary B", "“when the batch size drops to 1 or 4, BN's "
-              "performance falls sharply”", NAME, R.claim_bn_collapse(NAME), HEADING),
+              "performance falls sharply”", NAME, R.claim_bn_collapse(NAME), HEADING,
+              paper="qualitative, no number"),
         R.Claim("cnn-ln-stable", "summary B", "“… while LN's performance stays stable” (batch 1, 4 "
-              "vs 128)", NAME, R.claim_ln_stable(NAME, (4, 1), 128, "ConvNet"), HEADING),
+              "vs 128)", NAME, R.claim_ln_stable(NAME, (4, 1), 128, "ConvNet"), HEADING,
+              paper="qualitative, no number"),
         R.Claim("6.7-paper", "paper 6.7", "Paper, as a whole: “LN beats no normalization, BN beats "
               "LN” (ConvNet, batch 128)", NAME, None, HEADING, R.COMPOSITE,
               ("6.7-ln-none", "6.7-bn-ln")),

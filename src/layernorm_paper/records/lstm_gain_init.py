@@ -20,7 +20,7 @@ def configs(preset: str) -> list:
 def claims(found, R) -> list:
     return [R.Claim("6.2-gain", "paper 6.2", "“initializing the LN gain to 1.0 is significantly "
                   "better than 0.1” (LN-LSTM)", NAME, R.claim_gain_init(NAME),
-                  "6.2 gain initialisation")]
+                  "6.2 gain initialisation", paper="qualitative, text")]
 
 
 RECORD = Record(

@@ -46,12 +46,14 @@ def configs(preset: str) -> list:
 def claims(found, R) -> list:
     return [
         R.Claim("6.6-bn", "paper 6.6", "“BN suffers at batch 4” (MLP, Adam, batch 128 vs 4)", NAME,
-              R.claim_bn_suffers(NAME, 4, 128, R.SUFFERS_MARGIN, "MLP"), HEADING),
+              R.claim_bn_suffers(NAME, 4, 128, R.SUFFERS_MARGIN, "MLP"), HEADING,
+              paper="qualitative, Fig. 6"),
         R.Claim("6.6-ln", "paper 6.6", "“LN robust to batch size”", NAME,
-              R.claim_ln_stable(NAME, (4,), 128, "MLP"), HEADING),
+              R.claim_ln_stable(NAME, (4,), 128, "MLP"), HEADING, paper="qualitative, Fig. 6"),
         R.Claim("6.6-fast", "paper 6.6", "“[LN] faster than BN” (training error over training; "
               "the NLL where no error is recorded)", NAME,
-              R.claim_ln_faster_than_bn(NAME, (128, 4), "MLP"), HEADING),
+              R.claim_ln_faster_than_bn(NAME, (128, 4), "MLP"), HEADING,
+              paper="qualitative, Fig. 6"),
     ]
 
 

@@ -43,16 +43,18 @@ def claims(found, R) -> list:
               "lower test bits/char than LSTM and BN-LSTM after the same fixed number of "
               "updates)", NAME,
               R.claim_loss_lower(R.CHARLM_SPEC, R.BPC_MARGIN, ("none", "batch"),
-                                 fixed_budget=True), HEADING),
+                                 fixed_budget=True), HEADING, paper="qualitative, no number"),
         R.Claim("charlm-fast", "summary B", "“LN-LSTM converges fastest” (char-level LM: updates "
               "to the LSTM's final bits/char)", NAME,
-              R.claim_loss_faster(R.CHARLM_SPEC, ("none", "batch")), HEADING),
+              R.claim_loss_faster(R.CHARLM_SPEC, ("none", "batch")), HEADING,
+              paper="qualitative, no number"),
         # at a fixed budget, as charlm-best: the LSTM's and BN-LSTM's completion accuracy still
         # rises by more than the margin over the last quarter of the default tier's budget
         R.Claim("charlm-completion", "summary B", "“LN-LSTM reaches the best accuracy” (MSR-format "
               "5-way sentence completion, scored by the char-level LM, after the same fixed "
               "number of updates)", NAME,
-              partial(R.claim_completion, fixed_budget=True), HEADING),
+              partial(R.claim_completion, fixed_budget=True), HEADING,
+              paper="qualitative, no number"),
     ]
 
 

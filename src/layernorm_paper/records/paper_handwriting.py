@@ -28,13 +28,13 @@ def claims(found, R) -> list:
     return [
         R.Claim("6.5-hw-fast", "paper 6.5", "“LN-LSTM reaches the LSTM's final log-likelihood "
               "much faster” (handwriting)", NAME, R.claim_loss_faster(R.HW_SPEC, ("none",)),
-              HEADING),
+              HEADING, paper="qualitative, Fig. 5"),
         # at a fixed budget (docs/reproduce.md, "Budgets"): both arms still improve by more than
         # the margin at every update count the default tier can afford
         R.Claim("6.5-hw-same", "paper 6.5", "“… to about the same final log-likelihood” (LN's "
               f"NLL within ±{R.HW_MARGIN:g} nats/point of the LSTM's after the same fixed number "
               f"of updates, TOST)", NAME, partial(R.claim_hw_no_worse, fixed_budget=True),
-              HEADING),
+              HEADING, paper="qualitative, Fig. 5"),
     ]
 
 

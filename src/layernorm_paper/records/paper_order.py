@@ -29,11 +29,12 @@ def claims(found, R) -> list:
     return [
         R.Claim("6.1-order-recall", "paper 6.1", "“order embeddings with an LN-GRU caption encoder "
               "reach a higher recall” (R@1 and R@10, caption and image retrieval)",
-              NAME, R.claim_order_recall, HEADING),
+              NAME, R.claim_order_recall, HEADING,
+              paper="caption R@1 46.6 → 48.5, image R@1 37.8 → 38.9 (Table 2)"),
         R.Claim("6.1-order-sooner", "paper 6.1", "“… and their best validation model in 60% of "
               "the time” (LN-GRU's updates to a validation R-sum both arms reach / the GRU's "
               "≈ 0.6: the ratio GRU / LN-GRU ≥ (1/0.6)/√2)",
-              NAME, R.claim_order_sooner, HEADING),
+              NAME, R.claim_order_sooner, HEADING, paper="≈ 60% of the time, Fig. 1"),
     ]
 
 

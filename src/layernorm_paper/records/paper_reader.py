@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ._record import Record, arms, pick
+from ._record import REAL, STAND_IN, Record, arms, pick
 
 NAME = "paper_reader"
 HEADING = "6.2 attentive reader (reduced form)"
@@ -35,15 +35,18 @@ def _lines(R, task: str, suffix: str, heading: str) -> list:
     # 0-1% error still moving by about the margin between late evaluations at every update count
     # the default tier affords (docs/reproduce.md, "Budgets"); the full form keeps its final form
     fixed = task == TASK
+    data = STAND_IN if fixed else REAL       # the full form runs on the CNN questions
     best = (R.claim_reader(partial(R.claim_rnn_best, fixed_budget=True), task) if fixed else
             R.claim_reader(R.claim_rnn_best, task))
     return [
         R.Claim(f"6.2-reader-fast{suffix}", "paper 6.2", "“LN-LSTM converges faster than LSTM and "
               "BN-LSTM” (attentive reader, validation error vs updates)", NAME,
-              R.claim_reader(R.claim_rnn_fastest, task), heading),
+              R.claim_reader(R.claim_rnn_fastest, task), heading,
+              paper="qualitative, Fig. 2", data=data),
         R.Claim(f"6.2-reader-best{suffix}", "paper 6.2", "“LN-LSTM reaches a lower validation "
               "error than LSTM and BN-LSTM” (attentive reader" + (", after the same fixed number "
-              "of updates)" if fixed else ")"), NAME, best, heading),
+              "of updates)" if fixed else ")"), NAME, best, heading,
+              paper="≈ 0.38 → ≈ 0.34 validation error read off Fig. 2", data=data),
     ]
 
 

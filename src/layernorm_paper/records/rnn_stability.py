@@ -37,7 +37,8 @@ def task_claims(tasks: list[tuple[str, str]], R) -> list:
                          f"“LN keeps the hidden-state distribution stable, while the plain "
                          f"LSTM's changes sharply” ({name}, T ≥ {R.MIN_HIDDEN_T})", exp,
                          R.claim_rnn_hidden_stable(exp, t),
-                         f"RNNs: hidden-state stability on {name}"))
+                         f"RNNs: hidden-state stability on {name}",
+                         paper="qualitative: an argument (3.1); summary B: no number"))
     return out
 
 

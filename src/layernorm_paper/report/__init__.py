@@ -8,8 +8,11 @@
                   group of claims: feed-forward, RNN, section 6, checks), the margins, and the
                   claim list (``catalog``), assembled from the records' catalog lines
                   (``layernorm_paper.records``: one module per experiment)
-    figures.py    matplotlib only
-    markdown.py   the text of report.md
+    figures.py    matplotlib only (the curves, the forest plot of every interval)
+    front.py      the front page: a summary table per source, the verdict in words, the
+                  learning-rate and scale tables
+    machine.py    the CPU's features and the BLAS build, for the environment
+    markdown.py   the text of report.md: the front page, then the appendix
     build.py      build_report(DIR) and `layernorm report DIR`
 
 Every verdict is computed by a rule of ``layernorm_paper.verdicts`` from the measured numbers — never

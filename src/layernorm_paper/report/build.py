@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .._io import atomic_write_text
 from .claims import judge
+from .front import FOREST, forest_rows
 from .markdown import render, summary_rows
 from .runs import Inputs, ReportInputError, read_inputs
 
@@ -44,7 +45,7 @@ def build_report(out: str | Path) -> Path:
         raise ReportInputError(_nothing_to_judge(inp))
     _remove_stale_tmp(out)
     results = judge(inp)
-    from .figures import draw     # matplotlib only when there is something to draw
+    from .figures import draw, forest   # matplotlib only when there is something to draw
     paths: dict[str, str] = {}
     for _, res in results:
         for fig in res.figures:
@@ -53,6 +54,11 @@ def build_report(out: str | Path) -> Path:
                 draw(fig, inp, out / rel)
                 if (out / rel).exists():
                     paths[fig.name] = rel
+    rows = forest_rows(results)
+    if rows:
+        rel = f"figures/{FOREST}.png"
+        forest(rows, out / rel)
+        paths[FOREST] = rel
     path = out / "report.md"
     atomic_write_text(path, render(inp, results, paths))
     atomic_write_text(out / "summary.json", json.dumps(summary_rows(results), indent=2) + "\n")

@@ -314,6 +314,34 @@ def order_curves(runs: list[Run], path: Path, title: str) -> None:
     _finish(fig, axes, path, f"{title} (mean ± std over seeds)")
 
 
+def forest(rows: list[dict], path: Path) -> None:
+    """Every claim's interval in units of its boundary (``front.forest_rows``): a row per claim,
+    its boundary (or band) as dashed lines, the verdict as colour, borderline hollow."""
+    plt = _plt()
+    colors = {"supported": "tab:green", "not supported": "tab:red"}
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.24 * n))
+    lim = 4.0
+    for i, r in enumerate(reversed(rows)):
+        lo, hi, d = (max(-lim, min(lim, x)) if x == x else 0.0 for x in (r["lo"], r["hi"], r["d"]))
+        c = colors.get(r["verdict"], "tab:gray")
+        ax.plot([lo, hi], [i, i], color=c, lw=2)
+        ax.plot([d], [i], "o", color=c, mfc="white" if r["borderline"] else c, ms=6)
+        for b in r["bounds"]:
+            ax.plot([b, b], [i - 0.4, i + 0.4], color="black", lw=1, ls="--")
+    ax.axvline(0, color="gray", lw=0.8)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([r["claim"] for r in reversed(rows)], fontsize=7)
+    ax.set_xlim(-lim, lim)
+    ax.set_xlabel("difference in units of the rule's boundary (dashed); clipped at ±4", fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    from matplotlib.lines import Line2D
+    ax.legend(handles=[Line2D([], [], color=v, lw=2, label=k) for k, v in
+                       (("supported", "tab:green"), ("not supported", "tab:red"),
+                        ("other", "tab:gray"))], fontsize=7, loc="lower right")
+    _save(fig, path)
+
+
 DRAW = {"paper_curves": paper_curves, "order_curves": order_curves, "ff_curves": ff_curves,
         "error_bars": error_bars, "rnn_curves": rnn_curves, "hidden": hidden, "gain": gain}
 

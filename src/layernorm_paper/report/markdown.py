@@ -4,22 +4,27 @@ verdict and its rule). Pure: it formats results it is given."""
 from __future__ import annotations
 
 import platform
+import re
 import time
 
-from ..verdicts import (INCONCLUSIVE, LEVEL, MIN_SEEDS, NO_LEARNING, NOT_SUPPORTED, SUPPORTED,
-                        UNDERTRAINED)
+from ..verdicts import (CEILING, GUARD_OUTCOMES, INCONCLUSIVE, LEVEL, MIN_SEEDS, NO_LEARNING,
+                        NOT_SUPPORTED, SUPPORTED, UNDERTRAINED)
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
                      DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
                      ClaimResult, paper_not_run)
+from . import front
+from .claims.base import experiment_settings
+from .front import FOREST
 from .scoring import LAST_K, PP
-from .runs import Inputs
+from .runs import Inputs, select
 
 VERDICT_MARK = {SUPPORTED: "✅ supported", NOT_SUPPORTED: "❌ not supported",
                 INCONCLUSIVE: "❔ inconclusive", UNDERTRAINED: "⏳ undertrained",
-                NO_LEARNING: "🚫 baseline did not learn", NOT_RUN: "⏸ not run"}
+                NO_LEARNING: "🚫 baseline did not learn",
+                CEILING: "🔝 not testable here: every arm at ceiling", NOT_RUN: "⏸ not run"}
 CHECK_MARK = {SUPPORTED: "✅ holds", NOT_SUPPORTED: "❌ fails", INCONCLUSIVE: "❔ inconclusive",
               UNDERTRAINED: "⏳ undertrained", NO_LEARNING: "🚫 baseline did not learn",
-              NOT_RUN: "⏸ not run"}
+              CEILING: "🔝 not testable here: every arm at ceiling", NOT_RUN: "⏸ not run"}
 
 
 def cell(v) -> str:
@@ -50,13 +55,14 @@ def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
         rs = [r.status for c, r in results if c.kind == kind]
         return {v: rs.count(v) for v in VERDICT_MARK if rs.count(v)}, len(rs)
     claims, n = count(CLAIM)
-    judged = {k: v for k, v in claims.items() if k not in (UNDERTRAINED, NO_LEARNING)}
-    apart = {k: v for k, v in claims.items() if k in (UNDERTRAINED, NO_LEARNING)}
+    judged = {k: v for k, v in claims.items() if k not in GUARD_OUTCOMES}
+    apart = {k: v for k, v in claims.items() if k in GUARD_OUTCOMES}
     lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in judged.items())]
     if apart:
         lines.append("Claims the experiment could not judge as run (counted apart: an arm did "
-                     "not beat its task's trivial predictor, or was still improving by the "
-                     "claim's margin; each section says what would fix it): "
+                     "not beat its task's trivial predictor, was still improving by the "
+                     "claim's margin, or every arm sat at its measure's best value; each section "
+                     "says what would fix it): "
                      + ", ".join(f"{k}: {v}" for k, v in apart.items()))
     comp = [(c, r) for c, r in results if c.kind == COMPOSITE]
     if comp:
@@ -108,14 +114,17 @@ def environment(inp: Inputs) -> list[str]:
 
 
 HOW = (
-    f"Before any rule, two guards: an arm that does not beat its task's trivial predictor (the "
+    f"Before any rule, three guards, applied to every seeded claim: an arm that does not beat "
+    f"its task's trivial predictor (the "
     f"uniform guess over K classes, the adding problem's constant prediction with MSE 1/6, a fair "
     f"coin per binary pixel, the unigram model of the training text for a language model, one "
     f"Gaussian of the pen offsets and the pen-up rate for handwriting, chance recall for "
     f"retrieval, chance on the completion test) by 10% of that predictor's score "
     f"makes the claim **baseline did not learn**; for a claim about final values, an arm still "
     f"improving by the claim's margin from the third to the last quarter of its updates makes it "
-    f"**undertrained**. Both are counted apart, with what would fix them. "
+    f"**undertrained**; for a claim about final values, every run of every arm at its "
+    f"measure's best possible value (a test error of 0) makes it **not testable here: every "
+    f"arm at ceiling**. All three are counted apart, with what would fix them. "
     f"Each claim is a comparison of measured numbers, one per seed; every run is scored on the "
     f"mean of its last {LAST_K} evaluations (so one spiking final iterate does not decide it). "
     f"With d = the difference of the two arms' means, its {LEVEL:.0%} t-interval is **paired** "
@@ -133,9 +142,9 @@ HOW = (
     f"{MIN_SEEDS} seeds per arm: inconclusive. Margins: beats = {BEATS_MARGIN * PP:g} pp of "
     f"error, suffers = {SUFFERS_MARGIN * PP:g} pp, collapses = {COLLAPSE_MARGIN * PP:g} pp, "
     f"stable = ±{STABLE_MARGIN * PP:g} pp (no wider than “suffers”; against the un-normalized "
-    f"arm's change where it ran), trains faster = mean eval-mode training error over training "
-    f"higher by {BEATS_MARGIN * PP:g} pp (eval-mode training NLL ≥ 1.2× on geometric average, log "
-    f"margin {FASTER_MARGIN:.3f}, where no training error is recorded); steps-to-target margins "
+    f"arm's change where it ran), trains faster = eval-mode training NLL ≥ 1.2× on geometric "
+    f"average over training (log margin {FASTER_MARGIN:.3f}; the training error shown beside, "
+    f"not counted); steps-to-target margins "
     f"are at least one evaluation step. Statements made of "
     f"several claims are judged from their parts and not counted again in the totals. Checks "
     f"are deterministic measurements (Table 1, the curvature exponents, the distributed pairs: "
@@ -143,27 +152,47 @@ HOW = (
     f"different if more than {DDP_DIFF_FACTOR:g} times that), counted apart.")
 
 
-SUMMARIES = ("Summary A: a Chinese digest of the paper by Neil Zhu (University AI, published on "
-             "Jianshu), following its sections 1-5. Summary B: “from batch norm to layer norm”, a "
-             "Chinese blog article by “Fairy Girl”, with two experiments it attributes to the "
-             "paper. Both are described, with what each says, in the project's `docs/paper.md`; "
-             "where a summary and the paper disagree, the paper wins.")
-IMPLEMENTATION = "check of this implementation"
+def machine_lines(inp: Inputs) -> list[str]:
+    """The CPU's features and the BLAS build: of the runs where they recorded them (``env.json``:
+    cpu_capability, cpu_flags, blas), else of the machine that built the report, said so."""
+    env = inp.runs[0].env if inp.runs else {}
+    keys = ("cpu_capability", "cpu_flags", "blas")
+    if all(env.get(k) for k in keys):
+        got, whose = {k: env[k] for k in keys}, "as the runs recorded them"
+    else:
+        from .machine import this_machine
+        got, whose = this_machine(), ("of the machine that built this report (the runs did not "
+                                      "record theirs)")
+    return [f"- arithmetic, {whose}: CPU capability {got['cpu_capability']}; CPU flags "
+            f"{got['cpu_flags']}; BLAS: {got['blas']}. Another CPU or BLAS rounds differently, "
+            f"so its runs act as new seeds."]
 
 
-def summary_groups(results):
-    """The summary's three tables: the paper's claims (the paper named among the sources), the
-    summaries' claims (only a summary names them), the checks of this implementation."""
-    impl = [(c, r) for c, r in results if c.source.startswith(IMPLEMENTATION)]
-    paper = [(c, r) for c, r in results if "paper" in c.source and (c, r) not in impl]
-    rest = [(c, r) for c, r in results if (c, r) not in impl and (c, r) not in paper]
-    out = [("The paper's claims", "Ba, Kiros, Hinton (2016), arXiv:1607.06450; the sections "
-                                  "are the paper's.", paper),
-           ("The summaries' claims", SUMMARIES, rest),
-           ("Checks of this implementation", "Not claims of the paper: deterministic checks that "
-                                             "this implementation's layers behave as its docs say "
-                                             "under a batch split over processes (DDP).", impl)]
-    return [g for g in out if g[2]]
+BORDERLINE_TEXT = (
+    "Near the boundary: every decided verdict prints the distance of its interval from the "
+    "nearest boundary of its rule in half-widths h (the front page's “distance”; 0 when the "
+    "interval straddles it) and a leave-one-seed-out check, the same rule on the values of the "
+    "other seeds (its seed minimum aside). A verdict is **borderline** when the distance is under "
+    "0.5 h or when leaving out one seed changes it. The verdict in words says what was tested: "
+    "“reproduced” / “not reproduced”, in the stand-in or on the source's data; “inconclusive: "
+    "underpowered” (h above the margin), “inconclusive: interval straddles the margin” (h within "
+    "it), “inconclusive: censored runs” (a run that never reached a target forbids the verdict), "
+    "“inconclusive: censored by construction” (the target is one arm's own endpoint, which about "
+    "half its runs miss), “inconclusive: too few seeds”.")
+
+
+def _settings_block(inp: Inputs, results) -> list[str]:
+    """One settings line per experiment with runs, beside what the source ran."""
+    out, seen = [], set()
+    for claim, _ in results:
+        exp = claim.experiment
+        if exp in seen:
+            continue
+        seen.add(exp)
+        runs = select(inp.runs, experiment=exp)
+        if runs:
+            out.append(f"- `{exp}` — {experiment_settings(inp, exp, runs)}")
+    return out
 
 
 def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
@@ -177,72 +206,131 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                f"embedded data only ({', '.join(map(str, data))}) — not the paper's datasets or "
                f"scale. Verdicts say what these runs show, nothing more. `layernorm reproduce "
                f"--full` runs the paper's scale where the data can be downloaded.", ""]
-    md += ["## Summary", ""]
-    for title, intro, rows in summary_groups(results):
-        md += [f"### {title}", ""] + ([intro, ""] if intro else [])
-        md += ["| claim | source | verdict | key number |", "|---|---|---|---|"]
-        for claim, res in rows:
-            quote = claim.quote if claim.kind != CHECK else f"check: {claim.quote}"
-            md.append(f"| [{cell(quote)}](#{claim.id}) | {claim.source} | {mark(claim, res)} | "
-                      f"{cell(res.key_number)} |")
-        md += [""]
+    md += ["## Summary", "", "Per claim: the source's number; ours, the difference the verdict "
+           "rests on with its interval and the rule's boundary (margin, band or bar); real data "
+           "or a stand-in; the runs' scale; the verdict in words; the interval's distance from "
+           "its boundary in half-widths h, with the seeds whose removal flips it. The rules, "
+           "the settings and every number behind a verdict follow in the appendix.", ""]
+    md += front.summary_tables(inp, results, mark)
     md += [f"{line}  " for line in totals(results)] + [""]
-    md += ["## Environment", ""] + environment(inp) + [""]
-    md += ["## How verdicts are computed", "", HOW, ""]
+    if figure_paths.get(FOREST):
+        md += ["### Every interval against its boundary", "",
+               "Each claim's interval in units of its boundary (the margin at 1, a band at ±1, "
+               "a ratio's bar at 1 on the log scale); hollow markers are borderline.", "",
+               f"![{FOREST}]({figure_paths[FOREST]})", ""]
+    lr = front.learning_rate_rows(inp)
+    md += ['<a id="learning-rates"></a>', "### Learning rates", ""]
+    md += ([md_table(lr), "", "Where the pick fell on each arm's grid (an edge: a better value "
+            "may lie beyond it), and its winning margin over the runner-up against the "
+            "seed-to-seed spread of the sweep's scores.", ""] if lr else
+           ["No arm's learning rate was chosen by `layernorm sweep-lr` in these runs (each "
+            "arm's rate is in the settings, appendix).", ""])
+    scale = front.scale_rows(inp, results)
+    if scale:
+        md += ['<a id="scale"></a>', "### Scale: what the source ran, what ran here", "",
+               md_table(scale), ""]
+    md += ["# Appendix", ""]
+    md += ["## Environment", ""] + environment(inp) + machine_lines(inp) + [""]
+    md += ["## How verdicts are computed", "", HOW, "", BORDERLINE_TEXT, ""]
+    settings = _settings_block(inp, results)
+    if settings:
+        md += ["## Settings per experiment", ""] + settings + [""]
 
-    section, shown = None, {}
+    section, shown, blocks = None, {}, {}
+
+    def emit(cid: str, what: str, lines: list[str]) -> None:
+        """A block of the appendix, or a pointer to where the same block stands already (no
+        paragraph of the report is printed twice)."""
+        text = "\n".join(lines)
+        if not lines:
+            return
+        if text in blocks:
+            md.extend([f"{what[:1].upper() + what[1:]} of {cid}: as under [{blocks[text]}]"
+                       f"(#{blocks[text]}).", ""])
+            return
+        blocks[text] = cid
+        md.extend(lines + [""])
+
     for claim, res in results:
+        cid = claim.id
         if claim.section != section:
             section = claim.section
             md += [f"## {section}", ""]
         kind = {CHECK: " Check (deterministic).", COMPOSITE: " Made of: " + ", ".join(
             f"[{p}](#{p})" for p in claim.parts) + "."}.get(claim.kind, "")
-        md += [f'<a id="{claim.id}"></a>', f"### {claim.quote}", "",
-               f"*Source: {claim.source}. Experiment: `{claim.experiment}`.*{kind}", ""]
+        md += [f'<a id="{cid}"></a>', f"### {claim.quote}", "",
+               f"*`{cid}` — source: {claim.source}; experiment: `{claim.experiment}`.*{kind}", ""]
         if res.table:   # claims of one experiment share their table: print it once
-            table = md_table(res.table)
-            if table in shown:
-                md += [f"Measured numbers: the table under [{shown[table]}](#{shown[table]}).", ""]
-            else:
-                shown[table] = claim.id
-                md += [table, ""]
-        md += [f"- {note}" for note in res.notes] + ([""] if res.notes else [])
-        again = []
-        for fig in res.figures:
-            rel = figure_paths.get(fig.name)
-            if rel is None:
-                continue
-            if rel not in shown:
-                md += [f"![{fig.name}]({rel})", ""]
-                shown[rel] = claim.id
-            else:
-                again.append(f"[{fig.name}]({rel})")
-        if again:
-            md += ["Figures (shown above): " + ", ".join(again), ""]
+            emit(cid, "the measured numbers", [md_table(res.table)])
+        emit(cid, "the notes", [f"- {note}" for note in res.notes])
+        figs = [f"![{fig.name}]({figure_paths[fig.name]})" for fig in res.figures
+                if fig.name in figure_paths]
+        emit(cid, "the figures", [x for f in figs for x in (f, "")][:-1])
         if not res.measured:
-            md += [f"**{mark(claim, res)}**: {res.verdict.detail}.", ""]
+            md += [f"**{mark(claim, res)}** ({cid}): {res.verdict.detail}.", ""]
             continue
         if res.caveats:
-            md += ["How this could be wrong:", ""] + [f"- {c}" for c in res.caveats] + [""]
-        md += [f"**Verdict: {mark(claim, res)}.** Rule: {res.verdict.rule}.", ""]
+            md += [f"How {cid} could be wrong:", ""]
+            emit(cid, "what could make it wrong", [f"- {c}" for c in res.caveats])
+        said = front.words(claim, res)
+        verdict = (f"{mark(claim, res)}" if said == res.status else
+                   f"{mark(claim, res).split()[0]} {said}** ({res.status})**")
+        md += [f"**Verdict on {cid}: {verdict}.** Rule: {res.verdict.rule}.", ""]
         v = res.verdict
-        if v.verdict in (UNDERTRAINED, NO_LEARNING) and len(v.parts) == 1:
+        if v.verdict in GUARD_OUTCOMES and len(v.parts) == 1:
             inner = v.parts[0]
-            md += [f"- {v.detail}.", "", f"The claim's own rule, shown and not counted: "
-                   f"**{inner.verdict}** — {inner.rule}.", ""]
+            emit(cid, "the guard's finding", [f"- {v.detail}."])
+            md += [f"The rule's own verdict on {cid}, shown and not counted: **{inner.verdict}** "
+                   f"— {inner.rule}.", ""]
             v = inner
-        for p in v.parts or (v,):
-            md += [f"- [{p.verdict}] {p.rule}: {p.detail}"]
-        md += [""]
+        if claim.kind == COMPOSITE:
+            emit(cid, "the parts", [f"- [{p.verdict}] [{name}](#{name})"
+                                    for name, p in zip(claim.parts, v.parts)])
+        else:
+            emit(cid, "the numbers behind the verdict",
+                 [f"- [{p.verdict}] {_leaf_rule(p)}: {p.detail}" for p in v.parts or (v,)])
 
     missing = meta.get("not_run") or {}
     missing = {**(missing if isinstance(missing, dict) else {}), **paper_not_run(inp)}
     md += ["## Not run", ""] + [f"- `{k}`: {v}" for k, v in missing.items()]
     md += ["", f"*Report built {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
            f"`layernorm report {inp.out}` from {len(runs)} run directories.*", ""]
-    return "\n".join(md)
+    return wrap("\n".join(md))
+
+
+def _leaf_rule(p) -> str:
+    """A part's comparison without the rule sentence every part shares (stated once, in "How
+    verdicts are computed"): "a − b = d" of an interval rule, the whole rule otherwise."""
+    if p.interval is not None and " = d; " in p.rule:
+        return p.rule.split(" = d; ")[0]
+    return p.rule
+
+
+WIDTH = 100     # prose is wrapped to this width; no line of the report exceeds MAX_LINE
+MAX_LINE = 400
+
+
+def wrap(text: str) -> str:
+    """Prose lines (paragraphs, list items, quotes) wrapped at ``WIDTH``; tables, headings,
+    images and HTML anchors as they are."""
+    import textwrap
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= WIDTH or line.startswith(("|", "#", "![", "<")):
+            out.append(line)
+            continue
+        lead = re.match(r"^(\s*(?:[-*] |> )?)", line).group(1)
+        indent = " " * len(lead) if lead.strip() != ">" else "> "
+        out += textwrap.wrap(line, WIDTH, initial_indent="", subsequent_indent=indent,
+                             break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out)
 
 
 def summary_rows(results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
-    return [{"claim": c.id, "kind": c.kind, "verdict": r.status, "key": r.key_number}
-            for c, r in results]
+    """summary.json: per claim its verdict, the verdict in words, whether it is borderline, the
+    distance of its interval from the boundary and the guards it went through."""
+    from ..verdicts import borderline
+    return [{"claim": c.id, "kind": c.kind, "verdict": r.status, "words": front.words(c, r),
+             "borderline": bool(r.measured and borderline(r.verdict)),
+             "distance": front.distance(r), "guards": list(r.verdict.guards),
+             "key": r.key_number} for c, r in results]

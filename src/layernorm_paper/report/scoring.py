@@ -104,6 +104,13 @@ def steps_to(run: Run, target_error: float, key: str = F_ERROR) -> tuple[float, 
     return float(run.rows[-1][F_STEP]), False
 
 
+def at_first(run: Run, step: float, reached: bool, key: str) -> bool:
+    """A count met at the run's first evaluation of ``key``: left-censored (the target may have
+    been met at any update before it, so the count is an upper bound)."""
+    first = next((float(r[F_STEP]) for r in run.rows if r.get(key) is not None), None)
+    return bool(reached) and first is not None and step <= first
+
+
 def eval_spacing(runs: list[Run]) -> int:
     """The largest gap between two successive evaluations of these runs: the resolution of any
     "updates to a target" count read from them (a margin below it cannot be resolved)."""

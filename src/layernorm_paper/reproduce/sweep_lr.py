@@ -27,8 +27,11 @@ from pathlib import Path
 from .. import _args, records
 from .._io import atomic_write_json, read_metrics
 from ..experiments.holdout import HOLDOUT, VALIDATION
+from ..records._record import INTERIOR, where_on_grid
 
 FACTORS = (1 / 3, 1.0, 3.0)       # the default grid, times the record's learning rate
+SEEDS = 3                         # seeds per learning rate: a pick's margin against their spread
+WIDEN = 3                         # values tried beyond an edge until the pick is interior
 LAST_K = 3                        # each run scored on the mean of its last 3 evaluations
 SCALE = {"tiny": "tiny", "embedded": "quick"}    # the sweep's tier -> the runner's scale
 # The experiments, cheapest first (measured per run with `reproduce --costs`); the batch-size
@@ -127,6 +130,19 @@ def sweep_configs(experiment: str, scale: str, seeds: int, values: list[float] |
     return out, arms
 
 
+def beyond_edge(per_seed: dict[float, list[float]], how: str, current: float) -> float | None:
+    """Where the best mean score lies at an edge of the values tried: the next value beyond it
+    (times, or divided by, the ratio of the two values at that edge; 3 significant digits);
+    None where the best is interior (or fewer than two values were tried)."""
+    scores = {lr: sum(v) / len(v) for lr, v in per_seed.items()}
+    best = _choose(scores, how, current)
+    g = sorted(scores)
+    if len(g) < 2 or best not in (g[0], g[-1]):
+        return None
+    ratio = g[-1] / g[-2] if best == g[-1] else g[0] / g[1]
+    return float(f"{best * ratio:.3g}")
+
+
 def _choose(scores: dict[float, float], how: str, current: float) -> float:
     """The best value; a tie goes to the record's value, else to the smaller rate."""
     best = min(scores.values()) if how == "min" else max(scores.values())
@@ -147,16 +163,18 @@ def write_choice(path: Path, scale: str, experiment: str, entry: dict) -> None:
     atomic_write_json(path, data)
 
 
-def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds: int = 1,
+def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds: int = SEEDS,
           values: list[float] | None = None, factors: tuple[float, ...] = FACTORS,
           out: str | os.PathLike = "runs/sweep-lr", json_path: str | os.PathLike | None = None,
           jobs: int = 1, command: str | None = None, batch: int | None = None,
-          extend: int = 1, log=print) -> dict:
+          widen: int = WIDEN, log=print) -> dict:
     """Sweep ``experiments`` (default: every experiment of the default tier, cheapest first);
     returns {experiment: its entry in the file}. Each experiment's entry is written as soon as
     its runs finish. ``batch``: only the arms at that batch size (the others keep their record's
-    value). ``extend``: where an arm's best value is at the edge of the default grid, try up to
-    that many more values beyond it, one at a time."""
+    value). ``widen``: where an arm's best value is at the edge of the values tried, try the
+    next value beyond it, one at a time, until the best is interior or ``widen`` values were
+    added; each arm's entry says where its pick fell (``where``: "interior" or the edge it is
+    still at)."""
     from ..experiments.rundir import git_commit
     from ..experiments.runner import run_configs
     from layernorm._checks import check_choice
@@ -169,7 +187,10 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
     for n in names:
         check_choice(n, default, "experiment for --only")
     if not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"seeds must be an integer >= 1, received {seeds!r}. Pass --seeds 1.")
+        raise ValueError(f"seeds must be an integer >= 1, received {seeds!r}. Pass --seeds 3.")
+    if not isinstance(widen, int) or widen < 0:
+        raise ValueError(f"widen must be an integer >= 0, received {widen!r}. Pass --widen "
+                         f"{WIDEN}.")
     path = Path(json_path or records.LEARNING_RATES)
     out = Path(out)
     done = {}
@@ -196,24 +217,20 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
             return {lr: [run_score(run_dir_for(c, out / "runs"), name) for c in cs]
                     for lr, cs in a["runs"].items()}
 
-        # a best value at the edge of the grid: one more value beyond it (x or / the grid's
-        # ratio), up to ``extend`` times
-        for _ in range(extend if not values else 0):
+        # a best value at the edge of the values tried: the next value beyond it (x or / the
+        # ratio at that edge), until the best is interior, up to ``widen`` times
+        for _ in range(widen if not values else 0):
             more = []
             for a in arms.values():
-                per = scores_of(a)
-                best = _choose({lr: sum(v) / len(v) for lr, v in per.items()}, how, a["current"])
-                g = sorted(a["runs"])
-                if len(g) < 2 or best not in (g[0], g[-1]):
+                lr = beyond_edge(scores_of(a), how, a["current"])
+                if lr is None or lr in a["runs"]:
                     continue
-                ratio = g[-1] / g[-2] if best == g[-1] else g[0] / g[1]
-                lr = float(f"{best * ratio:.3g}")
                 a["runs"][lr] = [_sweep_run(c, lr) for c in a["configs"]]
                 a.setdefault("extended", []).append(lr)
                 more += a["runs"][lr]
             if not more:
                 break
-            log(f"sweep-lr {name}: {len(more)} more run(s), beyond the grid's edge")
+            log(f"sweep-lr {name}: {len(more)} more run(s), beyond the edge of the values tried")
             train(more, name)
         entry_arms = {}
         for arm, a in arms.items():
@@ -223,6 +240,7 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
             tried = sorted(scores)
             entry_arms[arm] = {"current": a["current"], "grid": tried, "chosen": chosen,
                                "extended": a.get("extended", []),
+                               "where": where_on_grid(tried, chosen),
                                "scores": {f"{lr:g}": scores[lr] for lr in tried},
                                "scores_per_seed": {f"{lr:g}": per_seed[lr] for lr in tried}}
         entry = {"scored_on": f"{what} (`{key}` on the validation split)", "direction": how,
@@ -236,7 +254,9 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
         write_choice(path, scale, name, entry)
         for arm, e in entry_arms.items():
             log(f"  {name} {arm}: " + ", ".join(f"{lr} -> {s:.4g}" for lr, s in e["scores"].items())
-                + f"; chosen {e['chosen']:g} (record: {e['current']:g})")
+                + f"; chosen {e['chosen']:g} (record: {e['current']:g}), {e['where']}"
+                + ("" if e["where"] == INTERIOR else
+                   f" after {len(e['extended'])} value(s) beyond the grid: not interior"))
         done[name] = entry
     return done
 
@@ -253,7 +273,7 @@ def _command(name: str, tier: str, seeds: int, values: list[float] | None,
     return (f"layernorm sweep-lr --only {name}"
             + (" --values " + " ".join(f"{v:g}" for v in values) if values else "")
             + (f" --batch {batch}" if batch is not None else "")
-            + (f" --seeds {seeds}" if seeds != 1 else "")
+            + f" --seeds {seeds}"
             + (f" --tier {tier}" if tier != "embedded" else ""))
 
 
@@ -271,8 +291,9 @@ def _rerun_command(args: argparse.Namespace, name: str) -> str:
         parts.append("--values " + " ".join(f"{v:g}" for v in args.values))
     if args.batch is not None:
         parts.append(f"--batch {args.batch}")
-    if args.seeds != 1:
-        parts.append(f"--seeds {args.seeds}")
+    parts.append(f"--seeds {args.seeds}")      # always: the file's older entries used 1
+    if args.widen != WIDEN:
+        parts.append(f"--widen {args.widen}")
     if args.tier != "embedded":
         parts.append(f"--tier {args.tier}")
     return " ".join(parts)
@@ -283,7 +304,8 @@ def _run(args: argparse.Namespace) -> int:
         sweep([name] if name else None, tier=args.tier, seeds=args.seeds, values=args.values,
               out=args.out or f"runs/sweep-lr-{args.tier}", json_path=args.json,
               jobs=args.jobs or max(1, min(2, os.cpu_count() or 1)),
-              command=_rerun_command(args, name) if name else None, batch=args.batch)
+              command=_rerun_command(args, name) if name else None, batch=args.batch,
+              widen=args.widen)
     return 0
 
 
@@ -297,8 +319,13 @@ def add_commands(sub) -> None:
     p.add_argument("--values", type=_args.positive_float, nargs="+", metavar="LR",
                    help="the learning rates to try (every arm); default: each arm's record "
                         "value x 1/3, 1 and 3")
-    p.add_argument("--seeds", type=_args.int_at_least(1), default=1,
-                   help="seeds per learning rate (the arm's first ones; default 1)")
+    p.add_argument("--seeds", type=_args.int_at_least(1), default=SEEDS,
+                   help=f"seeds per learning rate (the arm's first ones; default {SEEDS}): the "
+                        f"report sets a pick's winning margin against their spread")
+    p.add_argument("--widen", type=_args.int_at_least(0), default=WIDEN,
+                   help=f"where an arm's best value is at an edge of the values tried, try the "
+                        f"next one beyond it until the best is interior, at most this many "
+                        f"times (default {WIDEN}; 0: the grid only)")
     p.add_argument("--batch", type=_args.positive_int, metavar="B",
                    help="sweep only the arms at batch size B (the others keep their record's "
                         "value, listed as not swept)")

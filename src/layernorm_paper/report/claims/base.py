@@ -1,7 +1,9 @@
 """What every claim is built from: the margins of the rules (stated once, printed with every
 verdict), the result types (``Claim``, ``ClaimResult``, ``Figure``, "not run"), and the lines that
-say how a verdict could be wrong (``how_wrong``: settings next to the paper's, budget and update
-counts, arms still improving, seeds, how batch norm was scored, the interval)."""
+say how a verdict could be wrong (``how_wrong``: budget and update counts, arms still improving,
+seeds, how batch norm was scored, the interval; the settings next to the paper's once per
+experiment, ``experiment_settings``). A seeded claim's verdict must have passed the learning
+guard (``Claim`` checks it)."""
 from __future__ import annotations
 
 import math
@@ -12,7 +14,7 @@ from typing import Callable
 from ..runs import Inputs, Run
 from ..scoring import (F_BN_SCORING, F_ERROR, F_ERROR_FAIR, F_LOSS, LAST_K, PP, _fmt_range,
                        _seeds_text, error_key, has, late_change, seq_len, updates)
-from ...verdicts import INCONCLUSIVE, LEVEL, MIN_SEEDS, Verdict
+from ...verdicts import INCONCLUSIVE, LEARNED, LEVEL, MIN_SEEDS, Verdict
 from .sources import PAPER_SETTINGS
 
 NOT_RUN = "not run"
@@ -79,8 +81,17 @@ class ClaimResult:
 CLAIM, COMPOSITE, CHECK = "claim", "composite", "check"
 
 
+class GuardSkipped(RuntimeError):
+    """A seeded claim produced a verdict that did not go through the learning guard."""
+
+
 @dataclass
 class Claim:
+    """One catalog line. A seeded claim's (``kind == CLAIM``) ``evaluate`` is wrapped so that
+    every measured verdict it returns must have gone through the "baseline did not learn" guard
+    (``guards.gate``, which records it in ``Verdict.guards``): a claim that skips it raises
+    ``GuardSkipped`` naming the claim, rather than printing a verdict on a network that may
+    never have learned its task."""
     id: str
     source: str                              # "paper 6.6", "summary B" (docs/paper.md), ...
     quote: str                               # the claim in one line
@@ -89,6 +100,28 @@ class Claim:
     section: str = ""                        # heading it is listed under
     kind: str = CLAIM                        # claim (seeds) | composite (of parts) | check
     parts: tuple[str, ...] = ()              # a composite's part ids
+    paper: str = ""                          # the source's number, or "qualitative, Fig. N"
+    data: str = ""                           # "real" | "stand-in"; "": the record's data
+
+    def __post_init__(self):
+        if self.kind == CLAIM and self.evaluate is not None \
+                and not getattr(self.evaluate, "guarded", False):
+            self.evaluate = _guarded(self.id, self.evaluate)
+
+
+def _guarded(claim_id: str, evaluate: Callable[[Inputs], ClaimResult]):
+    def run(inp: Inputs) -> ClaimResult:
+        res = evaluate(inp)
+        if res.measured and LEARNED not in res.verdict.guards:
+            raise GuardSkipped(
+                f"claim {claim_id!r} returned the verdict {res.verdict.verdict!r} without the "
+                f"“baseline did not learn” guard: its evaluate must pass the verdict through "
+                f"layernorm_paper.report.claims.guards.gate (or a guard of its own that records "
+                f"{LEARNED!r} in Verdict.guards) before returning it.")
+        return res
+    run.guarded = True
+    run.__doc__ = evaluate.__doc__
+    return run
 
 
 def not_run(reason: str) -> ClaimResult:
@@ -193,6 +226,17 @@ def _settings(runs: list[Run], experiment: str, arms: dict[str, list[Run]] | Non
     return f"Settings: {'; '.join(parts)}" + (f" — {paper}." if paper else ".")
 
 
+def experiment_settings(inp: Inputs, experiment: str, runs: list[Run]) -> str:
+    """The settings line of one experiment (``_settings``), its arms being its run directories
+    without the seed, each with its learning rate and whether the sweep chose it."""
+    recorded = (inp.meta or {}).get("learning_rates")
+    swept = recorded.get(experiment) if isinstance(recorded, dict) else None
+    arms: dict[str, list[Run]] = {}
+    for r in runs:
+        arms.setdefault(_arm_of(r), []).append(r)
+    return _settings(runs, experiment, arms, swept if isinstance(swept, dict) else {})
+
+
 def _leaves(v: Verdict) -> list[Verdict]:
     return [leaf for p in v.parts for leaf in _leaves(p)] if v.parts else [v]
 
@@ -217,18 +261,16 @@ def how_wrong(inp: Inputs, experiment: str, arms: dict[str, list[Run]], verdict:
               extra: tuple[str, ...] = (), late: tuple | None = None, rising: bool = False,
               scored: str | None = None,
               bn_fields: tuple[str, str] = (F_ERROR_FAIR, F_ERROR)) -> list[str]:
-    """The lines that say how a claim's verdict could be wrong: the settings (vs the paper), the
-    update counts and seeds of each arm, how BN was scored, the interval. ``late``: (key, what,
+    """The lines that say how a claim's verdict could be wrong: the update counts and seeds of
+    each arm, how BN was scored, the interval (the settings next to the paper's are the
+    experiment's, printed once: ``experiment_settings``). ``late``: (key, what,
     scale, unit, threshold) of a claim scored on another field than the test error, whose late
     change is read on that field (``rising``: higher is better, as a recall or an accuracy).
     ``scored``: how each run was scored, when not on the mean of its last evaluations.
     ``bn_fields``: the fields of a BN arm's score with population statistics and with its
     running averages (EMA)."""
     runs = [r for rs in arms.values() for r in rs]
-    recorded = (inp.meta or {}).get("learning_rates")
-    swept = recorded.get(experiment) if isinstance(recorded, dict) else None
-    out = [_settings(runs, experiment, arms, swept if isinstance(swept, dict) else {})] \
-        if runs else []
+    out = []          # the experiment's settings: once per experiment (``experiment_settings``)
     out.append(_budget(inp, experiment, runs) + ". Updates per arm: " + "; ".join(
         f"{name} {_fmt_range([updates(r) for r in rs])}" for name, rs in arms.items() if rs))
     changes = {}

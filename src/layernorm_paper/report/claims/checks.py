@@ -9,7 +9,7 @@ import math
 from ..runs import DDP_EXPERIMENT, Inputs
 from ..scoring import NORM_LABEL
 from ...analysis.invariance import PAPER_TABLE, TRANSFORMATIONS
-from ...verdicts import (INCONCLUSIVE, LEVEL, NO_LEARNING, NOT_SUPPORTED, SUPPORTED, Verdict,
+from ...verdicts import (INCONCLUSIVE, LEARNED, LEVEL, NO_LEARNING, NOT_SUPPORTED, SUPPORTED, Verdict,
                          all_of, exceeds, in_range, matches, sample)
 from .base import DDP_DIFF_FACTOR, DDP_REL_TOL, LR_DECAY_MARGIN, ClaimResult, Figure, not_run
 from .guards import LEARN_FRACTION
@@ -121,8 +121,14 @@ def _learned(v: Verdict, kl: dict, split: list[str]) -> Verdict:
     must beat the uniform distribution's ln K by ``LEARN_FRACTION`` of it. ``split`` collects the
     single runs that do not, in an arm that does on average."""
     K = int(kl.get("classes") or 0)
+    from dataclasses import replace
+    v = replace(v, guards=tuple(dict.fromkeys(v.guards + (LEARNED,))))
     if K < 2:
-        return v
+        return Verdict(INCONCLUSIVE, "before the rule: every arm must beat its task's trivial "
+                                     "predictor (the uniform distribution over K classes)",
+                       f"the per-update KL runs record {K} classes, so the learning guard "
+                       f"cannot be applied; rerun `layernorm geometry` with this version, which "
+                       f"records the class count", parts=(v,), guards=v.guards)
     bar = (1 - LEARN_FRACTION) * math.log(K)
     low = []
     for arm, name in KL_ARMS.items():
@@ -139,7 +145,8 @@ def _learned(v: Verdict, kl: dict, split: list[str]) -> Verdict:
     return Verdict(NO_LEARNING, f"before the rule: every arm must beat its task's trivial "
                                 f"predictor by ≥ {LEARN_FRACTION:.0%} of its score",
                    "did not learn: " + "; ".join(low) + ". A verdict needs both networks to "
-                   "learn: more updates (`layernorm geometry --steps`)", parts=(v,))
+                   "learn: more updates (`layernorm geometry --steps`)", parts=(v,),
+                   guards=v.guards)
 
 
 def _sizes(kl: dict) -> str:

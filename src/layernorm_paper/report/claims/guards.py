@@ -39,8 +39,15 @@
     else the outcome is "undertrained" (``verdicts.UNDERTRAINED``): more updates (a higher
     budget) would fix it.
 
-Both outcomes are counted apart from supported / not supported / inconclusive in the summary; the
-rule's own verdict is shown under them, not counted."""
+(c) For a claim about final values: not every run of every arm at the best possible value of
+    its measure (a test error of 0, a recall of 100%), else the outcome is "not testable here:
+    every arm at ceiling" (``verdicts.CEILING``): no difference can show, so "not supported"
+    would say nothing about the claim; a harder task would test it.
+
+The outcomes are counted apart from supported / not supported / inconclusive in the summary; the
+rule's own verdict is shown under them, not counted. ``gate`` records on the verdict the guards
+it applied (``Verdict.guards``); the claim type (``base.Claim``) refuses a seeded claim's verdict
+that did not go through the learning guard, so a new claim cannot skip it."""
 from __future__ import annotations
 
 import functools
@@ -53,7 +60,8 @@ from typing import Callable
 from ..runs import Run
 from ..scoring import (F_ERROR, F_ERROR_FAIR, F_LOSS, F_LOSS_FAIR, F_TEST_MSE, LAST_K, error_key,
                        late_change, score)
-from ...verdicts import NO_LEARNING, UNDERTRAINED, Verdict
+from ...verdicts import (CEILING, FLAT, LEARNED, NO_LEARNING, NOT_AT_CEILING, UNDERTRAINED,
+                         Verdict)
 
 LEARN_FRACTION = 0.10        # an arm learned: its score beats the trivial one by >= 10% of it
 ADDING_TOLERANCE = 0.04      # the adding problem's error threshold (data.embedded._adding)
@@ -276,12 +284,39 @@ def still_improving(arms: dict[str, list[Run]], margin: float, key: str | KeyOf 
     return out
 
 
+def at_ceiling(arms: dict[str, list[Run]], key: str | KeyOf | None = None) -> str | None:
+    """What shows every run of every arm at the best possible value of its measure (a test error
+    of 0, a recall of 100%), or None: the measure of ``key`` has no ceiling here, or a run is
+    below it."""
+    runs = [(rs, r) for rs in arms.values() for r in rs]
+    if not runs:
+        return None
+    vals = []
+    for rs, r in runs:
+        k = _key(key, rs)
+        best = 100.0 if higher_is_better(k) else 0.0 if k in ERROR_KEYS else None
+        if best is None:
+            return None
+        vals.append((k, score(r, k, math.nan), best))
+    if not all(abs(v - b) <= 1e-12 for _, v, b in vals):
+        return None
+    keys = sorted({k for k, _, _ in vals})
+    return (f"every run of every arm ({len(vals)} runs) scores the best possible value on "
+            f"{', '.join(f'`{k}`' for k in keys)} (mean of its last {LAST_K} evaluations)")
+
+
 def gate(v: Verdict, arms: dict[str, list[Run]], margin: float, *,
          key: str | KeyOf | None = None, final: bool = True, rising: bool = False,
          scale: float = 1.0, unit: str = "", learn_key: str | KeyOf | None = None,
-         learn: bool = True) -> Verdict:
-    """``v`` when every arm learned (``learn``) and (``final``) has flattened; else the guard's
-    outcome, with what would fix it and ``v`` shown as its one part (not counted)."""
+         learn: bool = True, ceiling: bool | None = None) -> Verdict:
+    """``v`` when every arm learned (``learn``), (``final``) has flattened and (``ceiling``,
+    by default ``final``) not every arm sits at its measure's best value; else the guard's
+    outcome, with what would fix it and ``v`` shown as its one part (not counted). The guards
+    applied are added to ``Verdict.guards`` (of the outcome and of ``v``)."""
+    from dataclasses import replace
+    done = tuple(g for g, on in ((LEARNED, learn), (FLAT, final),
+                                 (NOT_AT_CEILING, final if ceiling is None else ceiling)) if on)
+    v = replace(v, guards=tuple(dict.fromkeys(v.guards + done)))
     split: list[str] = []
     dnl = did_not_learn(arms, learn_key if learn_key is not None else key, split) if learn else []
     if dnl:
@@ -289,7 +324,7 @@ def gate(v: Verdict, arms: dict[str, list[Run]], margin: float, *,
                                     f"predictor by ≥ {LEARN_FRACTION:.0%} of its score",
                        "did not learn: " + "; ".join(dnl) + ". A verdict needs every arm to "
                        "learn: more updates, a higher budget or a setting in which this arm "
-                       "trains", parts=(v,))
+                       "trains", parts=(v,), guards=v.guards)
     if final:
         imp = still_improving(arms, margin, key, rising, scale, unit)
         if imp:
@@ -298,9 +333,13 @@ def gate(v: Verdict, arms: dict[str, list[Run]], margin: float, *,
                                          f"({margin * scale:.3g}{unit}) from the third to the last "
                                          f"quarter of its updates",
                            "still improving: " + "; ".join(imp) + ". More updates (a higher "
-                           "budget) would show where these arms end", parts=(v,))
+                           "budget) would show where these arms end", parts=(v,), guards=v.guards)
+    if NOT_AT_CEILING in done and (top := at_ceiling(arms, key)):
+        return Verdict(CEILING, "before the rule: a final-value claim needs a measure on which "
+                                "the arms can differ, not every run at its best possible value",
+                       f"every arm at ceiling: {top}. A harder task (or a larger test split) "
+                       f"would let the arms differ", parts=(v,), guards=v.guards)
     if split:
-        from dataclasses import replace
         return replace(v, detail=(v.detail + "; " if v.detail else "") + "bimodal: runs that beat "
                        "the trivial predictor by " f"{LEARN_FRACTION:.0%}: " + ", ".join(split)
                        + " (the others did not learn: the mean mixes two outcomes)")

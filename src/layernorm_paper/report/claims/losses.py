@@ -7,17 +7,20 @@ averages (EMA) shown beside."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_LOSS, F_LOSS_FAIR, F_STEP, LAST_K, RNN_LABEL, _fmt_range, _num, arm,
-                       fair_key, has, score, updates)
-from ...verdicts import (INCONCLUSIVE, LEVEL, NOT_SUPPORTED, SUPPORTED, Verdict, all_of, exceeds,
-                         ratio_at_least, sample, sooner)
+                       at_first, fair_key, has, score, updates)
+from ...verdicts import (CENSORED, CENSORED_BUILT_IN, INCONCLUSIVE, LEVEL, MIN_SEEDS,
+                         NOT_SUPPORTED, SUPPORTED, Verdict, all_of, boundary_text, censor,
+                         censor_reason, censor_text, exceeds, leave_one_out, ratio_at_least,
+                         sample, sooner)
 from ..scoring import steps_margin
 from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
                    not_run)
 from .guards import gate
+from .targets import at_targets
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NUMBERS
 
 F_NLL = "test_nll"                  # handwriting: the exact NLL, nats per sequence (not test_loss,
@@ -39,17 +42,23 @@ def steps_to_loss(run: Run, target: float, key: str) -> tuple[float, bool]:
 
 
 def no_worse(a, b, margin: float, *, a_name: str, b_name: str, unit: str = "",
-             scale: float = 1.0) -> Verdict:
+             scale: float = 1.0, loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
     """Claim: ``a`` is not worse (larger) than ``b`` by ``margin`` or more (non-inferiority):
     supported if the whole t-interval of a − b is < margin, not supported if the whole interval
     is ≥ margin, else inconclusive (and inconclusive below MIN_SEEDS) — ``exceeds`` read the
     other way round."""
-    ex = exceeds(a, b, margin, a_name=a_name, b_name=b_name, unit=unit, scale=scale)
+    ex = exceeds(a, b, margin, a_name=a_name, b_name=b_name, unit=unit, scale=scale, loso=False,
+                 min_seeds=min_seeds)
     flip = {SUPPORTED: NOT_SUPPORTED, NOT_SUPPORTED: SUPPORTED}.get(ex.verdict, INCONCLUSIVE)
     rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is < "
             f"{margin * scale:.3g}{unit} (no worse by that much), not supported if the whole "
             f"interval is ≥ {margin * scale:.3g}{unit}, else inconclusive")
-    return Verdict(flip, rule, ex.detail, interval=ex.interval)
+    flips = leave_one_out(a, b, flip, lambda a2, b2, ka, kb: no_worse(
+        a2, b2, margin, a_name=a_name, b_name=b_name, loso=False, min_seeds=2).verdict,
+        a_name=a_name, b_name=b_name) if loso else None
+    out = Verdict(flip, rule, ex.detail, interval=ex.interval, bounds=ex.bounds, flips=flips,
+                  reason=ex.reason, scale=ex.scale, unit=ex.unit)
+    return replace(out, detail=ex.detail + boundary_text(out))
 
 
 @dataclass(frozen=True)
@@ -191,20 +200,33 @@ def _named(g: dict[str, list[Run]]) -> dict[str, list[Run]]:
     return {RNN_LABEL[n]: rs for n, rs in g.items()}
 
 
-def ratio_censored(a, b, k: float, reached_a, reached_b, *, a_name: str, b_name: str) -> Verdict:
+def ratio_censored(a, b, k: float, reached_a, reached_b, *, a_name: str, b_name: str,
+                   loso: bool = True, min_seeds: int = MIN_SEEDS, first_a=(),
+                   first_b=()) -> Verdict:
     """``ratio_at_least`` with censored counts (a run that never reached the target enters at the
-    budget, a lower bound): a censored ``b`` forbids "supported", a censored ``a`` forbids "not
-    supported" (as ``verdicts.sooner``)."""
-    r = ratio_at_least(a, b, k, a_name=a_name, b_name=b_name)
-    v, why = r.verdict, ""
-    if v == SUPPORTED and not all(reached_b):
-        v, why = INCONCLUSIVE, f"; {b_name} has runs that never reached the target"
-    elif v == NOT_SUPPORTED and not all(reached_a):
-        v, why = INCONCLUSIVE, f"; {a_name} has runs that never reached the target"
-    frac = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
-            f"{sum(reached_b)}/{len(reached_b)}")
-    return Verdict(v, r.rule + "; a run that never reaches the target is censored at the budget",
-                   r.detail + frac + why, interval=r.interval)
+    budget, a lower bound; one that met it at the first evaluation, an upper bound): they forbid
+    the verdict they would favour (``verdicts.censor``, as ``verdicts.sooner``)."""
+    first_a, first_b = tuple(first_a) or (False,) * a.n, tuple(first_b) or (False,) * b.n
+    r = ratio_at_least(a, b, k, a_name=a_name, b_name=b_name, loso=False, min_seeds=min_seeds)
+    v = censor(r.verdict, reached_a, reached_b, first_a, first_b)
+    why, how = "", ""
+    if v != r.verdict:
+        how = censor_reason(r.verdict, reached_a, reached_b, first_a, first_b)
+        who = b_name if (r.verdict == SUPPORTED) == (how == CENSORED) else a_name
+        why = f"; {who} has runs that " + ("never reached the target" if how == CENSORED else
+                                           "met the target at their first evaluation")
+    frac = censor_text(a_name, b_name, reached_a, reached_b, first_a, first_b)
+    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: ratio_censored(
+        a2, b2, k, [reached_a[i] for i in ka], [reached_b[i] for i in kb], a_name=a_name,
+        b_name=b_name, loso=False, min_seeds=2, first_a=[first_a[i] for i in ka],
+        first_b=[first_b[i] for i in kb]).verdict, a_name=a_name, b_name=b_name) \
+        if loso else None
+    reason = (how if v != r.verdict else r.reason) if v == INCONCLUSIVE else ""
+    out = Verdict(v, r.rule + "; a run that never reaches the target is censored at the budget, "
+                  "one that meets it at its first evaluation is left-censored",
+                  r.detail + frac + why, interval=r.interval, bounds=r.bounds, flips=flips,
+                  reason=reason, log=True)
+    return replace(out, detail=out.detail + boundary_text(out))
 
 
 def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | None = None):
@@ -223,11 +245,14 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
               for n, rs in g.items()}
         ok = {n: [steps_to_loss(r, target, arm_key(spec, rs))[1] for r in rs]
               for n, rs in g.items()}
+        first = {n: [at_first(r, *steps_to_loss(r, target, arm_key(spec, rs)), arm_key(spec, rs))
+                     for r in rs] for n, rs in g.items()}
         tgt = f"{target * spec.scale:.{spec.digits}f}{spec.unit}"
         if factor:
             parts = [ratio_censored(st[o], st["layer"], factor, ok[o], ok["layer"],
                                     a_name=f"{RNN_LABEL[o]} updates to the target",
-                                    b_name="LN-LSTM's") for o in others]
+                                    b_name="LN-LSTM's", first_a=first[o],
+                                    first_b=first["layer"]) for o in others]
             v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} (the LSTM's final value, "
                               f"mean over its seeds) about {factor:g}× faster than " +
                        " and than ".join(RNN_LABEL[o] for o in others) + f": the ratio of "
@@ -236,8 +261,8 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                        f"at the budget")
         else:
             parts = [sooner(st[o], st["layer"], m, ok[o], ok["layer"],
-                            a_name=f"{RNN_LABEL[o]} updates to the target", b_name="LN-LSTM's")
-                     for o in others]
+                            a_name=f"{RNN_LABEL[o]} updates to the target", b_name="LN-LSTM's",
+                            first_a=first[o], first_b=first["layer"]) for o in others]
             v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} (the LSTM's final value, "
                               f"mean over its seeds) in fewer updates than " + " and than ".join(
                                   RNN_LABEL[o] for o in others) + f", each by ≥ {m:.0f} updates "
@@ -245,6 +270,34 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                        f"evaluation step) over the whole {LEVEL:.0%} interval; a run that never "
                        f"reaches the target is censored at the budget (a lower bound: it cannot "
                        f"help the side it would favour)")
+        if v.reason == CENSORED:     # the target is the LSTM's own endpoint: built in
+            v = replace(v, reason=CENSORED_BUILT_IN)
+        rule_verdict = v.verdict
+
+        def judge_at(t: float) -> Verdict:
+            """The same rule with every count read to target ``t`` (no leave-one-out)."""
+            reach = {n: [steps_to_loss(r, t, arm_key(spec, rs)) for r in rs]
+                     for n, rs in g.items()}
+            cnt = {n: sample((s for s, _ in reach[n]), (r.seed for r in g[n])) for n in g}
+            fin = {n: [at_first(r, s, o, arm_key(spec, g[n])) for r, (s, o) in
+                       zip(g[n], reach[n])] for n in g}
+            hit = {n: [o for _, o in reach[n]] for n in g}
+            if factor:
+                ps = [ratio_censored(cnt[o], cnt["layer"], factor, hit[o], hit["layer"],
+                                     a_name=o, b_name="layer", loso=False, first_a=fin[o],
+                                     first_b=fin["layer"]) for o in others]
+            else:
+                ps = [sooner(cnt[o], cnt["layer"], m, hit[o], hit["layer"], loso=False,
+                             first_a=fin[o], first_b=fin["layer"]) for o in others]
+            return all_of(ps)
+        start = sum(_num(next((x[arm_key(spec, rs)] for x in r.rows
+                               if x.get(arm_key(spec, rs)) is not None), BAD_LOSS), BAD_LOSS)
+                    for rs in g.values() for r in rs) / len(allr)
+        end = max(arm(rs, lambda r, k=arm_key(spec, rs): final_loss(r, k)).mean
+                  for rs in g.values())
+        grid_note, grid_caveat = at_targets(
+            start, end, judge_at, lambda t: f"{t * spec.scale:.{spec.digits}f}{spec.unit}",
+            rule_verdict)
         v = gate(v, _named(g), m, key=lambda rs: arm_key(spec, rs), final=False)
         ratio = st["none"].mean / max(st["layer"].mean, 1.0)
         key = ", ".join(f"{RNN_LABEL[n]} {st[n].mean:.0f}" for n in g) + \
@@ -257,5 +310,7 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
             measured_vs_paper(spec.experiment, key, spec.dataset),
             f"Target: {tgt}, the LSTM's final {spec.what} (mean over its seeds of the mean of "
             f"each run's last {LAST_K} evaluations): the same target for every arm, the LSTM's "
-            f"own runs included."], caveats=_paper_caveats(inp, spec, g, v, spec.margin))
+            f"own runs included.", grid_note],
+            caveats=_paper_caveats(inp, spec, g, v, spec.margin)
+            + ([grid_caveat] if grid_caveat else []))
     return evaluate

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..runs import Inputs, Run, select
-from ..scoring import F_STEP, _fmt_range, _num, arm, has, steps_margin, updates
+from ..scoring import F_STEP, _fmt_range, _num, arm, at_first, has, steps_margin, updates
 from ...verdicts import LEVEL, all_of, exceeds, sample, sooner
 from .guards import gate
 from .losses import ratio_censored
@@ -180,11 +180,13 @@ def claim_order_sooner(inp: Inputs) -> ClaimResult:
     reach = {n: [_steps_up(r, target) for r in rs] for n, rs in g.items()}
     st = {n: sample((s for s, _ in reach[n]), (r.seed for r in g[n])) for n in g}
     ok = {n: [o for _, o in reach[n]] for n in g}
+    first = {n: [at_first(r, s, o, F_SELECT) for r, (s, o) in zip(g[n], reach[n])] for n in g}
     budget = max(updates(r) for r in rs_all)
     m = steps_margin(rs_all, STEPS_FRACTION)
     k = ORDER_FACTOR
     ratio_v = ratio_censored(st["none"], st["layer"], k, ok["none"], ok["layer"],
-                             a_name="GRU updates to the common target", b_name="LN-GRU's")
+                             a_name="GRU updates to the common target", b_name="LN-GRU's",
+                             first_a=first["none"], first_b=first["layer"])
     v = all_of([ratio_v], f"LN-GRU reaches a common validation R-sum (the worse arm's mean best, "
                           f"{target:.1f}: a model as good as both arms' best on average) in about "
                           f"{PAPER_FRACTION:.0%} of the GRU's updates (the paper: its best "
@@ -197,7 +199,8 @@ def claim_order_sooner(inp: Inputs) -> ClaimResult:
     v = gate(v, {ORDER_LABEL[n]: rs for n, rs in g.items()}, m, final=False,
              learn_key=F_SELECT)    # learned: validation R-sum above chance by 10% of it
     soon = sooner(st["none"], st["layer"], m, ok["none"], ok["layer"],
-                  a_name="GRU updates to the common target", b_name="LN-GRU's")
+                  a_name="GRU updates to the common target", b_name="LN-GRU's",
+                  first_a=first["none"], first_b=first["layer"])
     own = {n: arm(rs, best_step) for n, rs in g.items()}
     ratio = st["layer"].mean / max(st["none"].mean, 1.0)
     key = (f"GRU {st['none'].mean:.0f}, LN-GRU {st['layer'].mean:.0f} updates to validation "

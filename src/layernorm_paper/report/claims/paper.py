@@ -133,8 +133,10 @@ def completion_table(g: dict[str, list[Run]]) -> list[dict]:
 def _above_chance(v, acc: dict, chance: float):
     """The completion test's trivial predictor is chance (one of the candidates at random): every
     arm's accuracy must beat it by ≥ 10% of it, else "baseline did not learn"."""
-    from ...verdicts import NO_LEARNING, Verdict
+    from dataclasses import replace
+    from ...verdicts import LEARNED, NO_LEARNING, Verdict
     from .guards import LEARN_FRACTION
+    v = replace(v, guards=tuple(dict.fromkeys(v.guards + (LEARNED,))))
     bar = chance * (1 + LEARN_FRACTION)
     low = [f"{RNN_LABEL[n]} {a.mean * PP:.1f}%" for n, a in acc.items() if a.mean < bar]
     if not low:
@@ -142,7 +144,7 @@ def _above_chance(v, acc: dict, chance: float):
     return Verdict(NO_LEARNING, f"before the rule: every arm's accuracy must beat chance "
                                 f"({chance * PP:.0f}%) by ≥ {LEARN_FRACTION:.0%} of it",
                    f"did not learn: {', '.join(low)} against ≥ {bar * PP:.1f}% needed. More "
-                   f"updates or a higher budget", parts=(v,))
+                   f"updates or a higher budget", parts=(v,), guards=v.guards)
 
 
 def claim_completion(inp: Inputs, fixed_budget: bool = False) -> ClaimResult:

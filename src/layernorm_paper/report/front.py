@@ -1,0 +1,312 @@
+"""The report's front page: what a researcher reads first. One summary table per source (the
+paper; summary A; summary B, docs/paper.md; the checks of this implementation) with, per claim,
+the source's number, ours with its interval and the margin, real data or a stand-in, our scale,
+the verdict in words that say what was tested and the interval's distance from its boundary; the
+rows of the forest plot; the learning-rate table; the scale table (the paper's settings beside
+the runs'). Pure: it formats results it is given (``figures.forest`` draws the plot)."""
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..records import RECORDS
+from ..records._record import INTERIOR, REAL, STAND_IN, where_on_grid
+from ..verdicts import (CEILING, CENSORED, CENSORED_BUILT_IN, FEW_SEEDS, INCONCLUSIVE,
+                        LEFT_CENSORED, NO_LEARNING, NOT_SUPPORTED, STRADDLE, SUPPORTED,
+                        UNDERPOWERED, UNDERTRAINED, Verdict, borderline, nearest)
+from .claims import CHECK, COMPOSITE, NOT_RUN, Claim, ClaimResult
+from .claims.targets import TARGET_DEPENDS
+from .runs import Inputs, Run, select
+from .scoring import _fmt_range, updates
+
+IMPLEMENTATION = "check of this implementation"
+FOREST = "forest"         # the forest plot's figure name (figures/forest.png)
+PAPER, SUMMARY_A, SUMMARY_B = "paper", "summary A", "summary B"
+SOURCES = (
+    (PAPER, "The paper", "Ba, Kiros, Hinton (2016), “Layer Normalization”, arXiv:1607.06450; "
+                         "the sections are the paper's (docs/paper.md)."),
+    (SUMMARY_A, "Summary A", "A Chinese digest of the paper by Neil Zhu, following its sections "
+                             "1-5 (docs/paper.md, section 6)."),
+    (SUMMARY_B, "Summary B", "“From batch norm to layer norm”, a Chinese blog article with two "
+                             "experiments it attributes to the paper (docs/paper.md, section 6); "
+                             "where it and the paper disagree, the paper wins."),
+    (IMPLEMENTATION, "Checks of this implementation", "Not claims of the paper: deterministic "
+                                                      "checks of this implementation's layers "
+                                                      "under a batch split over processes."))
+
+INCONCLUSIVE_WORDS = {UNDERPOWERED: "inconclusive: underpowered",
+                      STRADDLE: "inconclusive: interval straddles the margin",
+                      CENSORED: "inconclusive: censored runs",
+                      CENSORED_BUILT_IN: "inconclusive: censored by construction",
+                      LEFT_CENSORED: "inconclusive: left-censored (target met at the first "
+                                     "evaluation)",
+                      FEW_SEEDS: "inconclusive: too few seeds"}
+
+
+def sources_of(claim: Claim) -> list[str]:
+    """The sources a claim's catalog line names (``Claim.source``), in ``SOURCES`` order."""
+    found = set()
+    for token in claim.source.split(";"):
+        t = token.strip()
+        if t.startswith(IMPLEMENTATION):
+            found.add(IMPLEMENTATION)
+        elif t.startswith("paper"):
+            found.add(PAPER)
+        elif t.startswith(SUMMARY_A):
+            found.add(SUMMARY_A)
+        elif t.startswith(SUMMARY_B):
+            found.add(SUMMARY_B)
+    return [s for s, _, _ in SOURCES if s in found] or [PAPER]
+
+
+def data_of(claim: Claim) -> str:
+    """"real" (the dataset the source used) or "stand-in", from the claim or its record."""
+    if claim.data:
+        return claim.data
+    rec = RECORDS.get(claim.experiment)
+    return rec.data if rec is not None else STAND_IN
+
+
+def words(claim: Claim, res: ClaimResult) -> str:
+    """The verdict in words that say what was tested: "reproduced in the stand-in", "not
+    reproduced in the stand-in", "inconclusive: underpowered", "not testable here: every arm at
+    ceiling", ... with "(borderline)" where one seed or half a half-width decides it."""
+    if not res.measured:
+        return NOT_RUN
+    v = res.verdict
+    if claim.kind == CHECK:
+        return {SUPPORTED: "holds", NOT_SUPPORTED: "fails"}.get(v.verdict, v.verdict)
+    where = {REAL: " on the source's data", STAND_IN: " in the stand-in"}.get(data_of(claim), "")
+    if v.verdict == SUPPORTED:
+        out = "reproduced" + where
+    elif v.verdict == NOT_SUPPORTED:
+        out = "not reproduced" + where
+    elif v.verdict == INCONCLUSIVE:
+        out = INCONCLUSIVE_WORDS.get(v.reason, "inconclusive")
+    elif v.verdict == CEILING:
+        out = "not testable here: every arm at ceiling"
+    else:
+        out = {NO_LEARNING: "baseline did not learn", UNDERTRAINED: "undertrained"}[v.verdict]
+    if v.verdict in (SUPPORTED, NOT_SUPPORTED) and borderline(v):
+        out += " (borderline)"
+    if any(c.startswith(TARGET_DEPENDS) for c in res.caveats):
+        out += " (depends on the target)"
+    return out
+
+
+def _bounds_text(leaf: Verdict) -> str:
+    b = leaf.bounds
+    if len(b) == 2 and math.isclose(b[0], -b[1]):
+        return "band ±" + leaf.fmt(b[1]).lstrip("+")
+    return ("bar " if leaf.log else "margin ") + ", ".join(leaf.fmt(x) for x in b)
+
+
+def ours(res: ClaimResult) -> str:
+    """The difference the verdict rests on, its interval and its boundary (for a statement of
+    parts, the part with the least room), or the key number where there is no interval."""
+    if not res.measured:
+        return res.key_number
+    leaf = nearest(res.verdict)
+    if leaf is None or leaf.interval is None:
+        return _short(res.key_number)
+    iv = leaf.interval
+    n_parts = len(res.verdict.parts) if res.verdict.parts and not (
+        len(res.verdict.parts) == 1) else 0
+    return (f"{leaf.fmt(iv.d)} [{leaf.fmt_bare(iv.lo)}, {leaf.fmt_bare(iv.hi)}] "
+            f"({iv.level:.0%}), "
+            f"{_bounds_text(leaf)}" + (f"; closest of {n_parts} parts" if n_parts > 1 else ""))
+
+
+def distance(res: ClaimResult) -> str:
+    """The interval's distance from its boundary in half-widths, and the seeds whose removal
+    changes the verdict."""
+    if not res.measured:
+        return ""
+    leaf = nearest(res.verdict)
+    if leaf is None or leaf.distance is None:
+        return ""
+    d = leaf.distance
+    decided = leaf.verdict in (SUPPORTED, NOT_SUPPORTED)
+    out = ("0 h (on the boundary)" if decided else "straddles") if d == 0 else (
+        f"{d:.2f} h" if math.isfinite(d) else "no width")
+    if leaf.flips:
+        out += "; without " + ", ".join(f"{s}: {w}" for s, w in leaf.flips)
+    elif leaf.flips is not None:
+        out += "; no seed flips it"
+    return out
+
+
+def _short(text: str, n: int = 110) -> str:
+    return text if len(text) <= n else text[:n - 1].rstrip() + "…"
+
+
+def scale_here(runs: list[Run]) -> str:
+    """The runs' scale in a few words: data, width, updates, seeds per arm."""
+    if not runs:
+        return ""
+    c = runs[0].config
+    margs = c.get("model_args") or {}
+    width = margs.get("hidden") or margs.get("channels") or margs.get("dim")
+    if isinstance(width, (list, tuple)):
+        width = "-".join(map(str, width))
+    arms: dict[str, set] = {}
+    for r in runs:
+        arms.setdefault(_arm_key(r), set()).add(r.seed)
+    seeds = sorted({len(v) for v in arms.values()})
+    parts = [str(c.get("dataset") or runs[0].task)]
+    if width is not None:
+        parts.append(f"width {width}")
+    parts.append(f"{_fmt_range([updates(r) for r in runs])} updates")
+    parts.append(f"{'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])} per arm")
+    return ", ".join(parts)
+
+
+def _arm_key(run: Run) -> str:
+    """A run's arm: its config without the seed (nor a split drawn with it)."""
+    import json
+    c = {k: v for k, v in run.config.items() if k not in ("seed", "run_name")}
+    c["data_args"] = {k: v for k, v in (c.get("data_args") or {}).items()
+                      if k not in ("seed", "split_seed")}
+    return json.dumps(c, sort_keys=True, default=str)
+
+
+def _experiment_runs(inp: Inputs, experiment: str) -> list[Run]:
+    return select(inp.runs, experiment=experiment)
+
+
+def claim_runs(inp: Inputs, claim: Claim) -> list[Run]:
+    """The runs a claim is judged on, as far as the catalog line tells: its experiment's, on
+    the downloaded full form or not (``Claim.data``), of the task its id names where the
+    experiment ran several."""
+    runs = _experiment_runs(inp, claim.experiment)
+    rec = RECORDS.get(claim.experiment)
+    if rec is not None and rec.full_form:
+        full = rec.full_form[0]
+        real = data_of(claim) == REAL
+        runs = [r for r in runs if (str(r.config.get("dataset") or r.task) == full) == real]
+    tasks = {r.task for r in runs}
+    if len(tasks) > 1:
+        runs = [r for r in runs if claim.id.endswith("-" + str(r.task))]
+    return runs
+
+
+def summary_tables(inp: Inputs, results: list[tuple[Claim, ClaimResult]], mark) -> list[str]:
+    """One table per source; a claim is listed under every source that makes it."""
+    md = []
+    for src, title, intro in SOURCES:
+        rows = [(c, r) for c, r in results if src in sources_of(c)]
+        if not rows:
+            continue
+        md += [f"### {title}", "", intro, ""]
+        if src == IMPLEMENTATION:
+            md += ["| check | verdict | measured |", "|---|---|---|"]
+            md += [f"| [{_cell(c.quote)}](#{c.id}) | {mark(c, r)} | {_cell(_short(r.key_number))} |"
+                   for c, r in rows] + [""]
+            continue
+        md += ["| claim | the source | ours: d [interval], boundary | data | scale here "
+               "([vs the paper](#scale)) | verdict | distance |", "|---|---|---|---|---|---|---|"]
+        for c, r in rows:
+            one = c.kind != COMPOSITE
+            scale = scale_here(claim_runs(inp, c)) if one and r.measured else ""
+            md.append(f"| [{c.id}](#{c.id}) | {_cell(c.paper or _parts_of(c))} | "
+                      f"{_cell(ours(r))} | {data_of(c) if one else ''} | {_cell(scale)} | "
+                      f"{mark(c, r).split()[0]} {_cell(words(c, r))} | {_cell(distance(r))} |")
+        md += [""]
+    return md
+
+
+def _parts_of(c: Claim) -> str:
+    return ("as a whole: " + ", ".join(c.parts)) if c.kind == COMPOSITE else "qualitative"
+
+
+def _cell(v) -> str:
+    return str(v).replace("|", "\\|")
+
+
+def forest_rows(results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
+    """Per claim with an interval: the interval in units of its boundary (the margin at 1, a
+    band at ±1, a ratio's bar at 1 on the log scale), the verdict and whether it is borderline."""
+    out = []
+    for c, r in results:
+        if not r.measured or c.kind != "claim":
+            continue
+        leaf = nearest(r.verdict)
+        if leaf is None or leaf.interval is None or not leaf.bounds or not leaf.interval.defined:
+            continue
+        unit = max(abs(b) for b in leaf.bounds)
+        if not unit > 0:
+            continue
+        iv = leaf.interval
+        out.append({"claim": c.id, "d": iv.d / unit, "lo": iv.lo / unit, "hi": iv.hi / unit,
+                    "bounds": tuple(b / unit for b in leaf.bounds), "verdict": r.status,
+                    "borderline": borderline(r.verdict)})
+    return out
+
+
+def learning_rate_rows(inp: Inputs) -> list[dict]:
+    """Each swept arm as trained (``reproduce.json``'s ``learning_rates``): its grid, the pick
+    and where it fell (interior, or the grid's low / high edge), the winning margin over the
+    runner-up against the spread over the sweep's seeds."""
+    recorded = (inp.meta or {}).get("learning_rates")
+    if not isinstance(recorded, dict):
+        return []
+    rows = []
+    for exp, arms in recorded.items():
+        if not isinstance(arms, dict):
+            continue
+        for arm, e in sorted(arms.items()):
+            if not isinstance(e, dict) or "chosen" not in e:
+                continue
+            rows.append({"experiment": f"`{exp}`", "arm": arm, **lr_pick(e)})
+    return rows
+
+
+def lr_pick(e: dict) -> dict:
+    """One sweep entry's row of the learning-rate table (``lr_pick`` of ``layernorm sweep-lr``'s
+    file or of ``reproduce.json``): grid, pick, where it fell, winning margin and seed spread."""
+    grid = sorted(float(v) for v in e.get("grid") or [])
+    chosen = float(e["chosen"])
+    where = where_on_grid(grid, chosen)
+    if e.get("extended") and where != INTERIOR:
+        where += f", after widening by {len(e['extended'])}"
+    elif e.get("extended"):
+        where += f" (widened by {len(e['extended'])})"
+    scores = {float(k): float(v) for k, v in (e.get("scores") or {}).items()}
+    per_seed = {float(k): [float(x) for x in v]
+                for k, v in (e.get("scores_per_seed") or {}).items()}
+    lower = e.get("direction", "min") != "max"
+    ranked = sorted(scores, key=lambda k: scores[k], reverse=not lower)
+    margin = abs(scores[ranked[1]] - scores[ranked[0]]) if len(ranked) > 1 else None
+    seeds = len(per_seed.get(chosen, [])) or len(e.get("seeds") or [])
+    spreads = [statistics.stdev(v) for v in per_seed.values() if len(v) > 1]
+    spread = statistics.fmean(spreads) if spreads else None
+    if margin is None:
+        vs = "one value scored"
+    elif spread is None:
+        vs = f"{seeds} seed: no spread to compare"
+    else:
+        vs = (f"{margin / spread:.2g}× the seed spread {spread:.3g}" if spread > 0 else
+              "the seeds agree exactly")
+    return {"grid": "/".join(f"{v:g}" for v in grid), "pick": f"{chosen:g}", "where": where,
+            "winning margin": "" if margin is None else f"{margin:.3g}", "vs seed-to-seed": vs,
+            "seeds": seeds}
+
+
+def scale_rows(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
+    """Per experiment with runs: the source's settings (its record) beside the runs' scale."""
+    rows, seen = [], set()
+    for c, _ in results:
+        exp = c.experiment
+        if exp in seen or exp not in RECORDS:
+            continue
+        seen.add(exp)
+        runs = _experiment_runs(inp, exp)
+        if not runs:
+            continue
+        rec = RECORDS[exp]
+        datasets = sorted({str(r.config.get("dataset") or r.task) for r in runs})
+        rows.append({"experiment": f"`{exp}`", "the source ran": rec.paper or "no experiment",
+                     "here": scale_here(runs) + (f" (data: {', '.join(datasets)})"
+                                                 if len(datasets) > 1 else ""),
+                     "data": rec.data})
+    return rows

@@ -1,0 +1,87 @@
+"""The front page's pieces on constructed inputs: the verdict in words, the learning-rate pick
+(interior or edge, winning margin against the seed spread), the sources a claim is listed under,
+the machine's arithmetic (CPU flags, BLAS build)."""
+from layernorm_paper.report import front
+from layernorm_paper.report.claims import CHECK, Claim, ClaimResult
+from layernorm_paper.report.machine import blas_summary, cpu_flags
+from layernorm_paper.verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Verdict, exceeds,
+                                      sample, sooner)
+
+SEEDS = tuple(range(5))
+
+
+def _claim(**kw):
+    return Claim("x", kw.pop("source", "paper 6.6"), "a claim", "mlp_batch_size", None, **kw)
+
+
+def test_words_say_what_was_tested():
+    z = sample([0.0] * 5, SEEDS)
+    low = exceeds(sample([0.0, 0.1, -0.1, 0.05, 0.0], SEEDS), z, 0.5)
+    assert low.verdict == NOT_SUPPORTED
+    res = ClaimResult(low, "k", [])
+    assert front.words(_claim(), res) == "not reproduced in the stand-in"
+    assert front.words(_claim(data="real"), res) == "not reproduced on the source's data"
+    wide = exceeds(sample([0.0, 2.0, -1.0, 3.0, 0.5], SEEDS), z, 0.5)
+    assert front.words(_claim(), ClaimResult(wide, "k", [])) == "inconclusive: underpowered"
+    cens = sooner(sample([100.0, 110, 90, 105, 95], SEEDS), sample([50.0, 55, 45, 52, 48], SEEDS),
+                  10, [True] * 5, [True] * 4 + [False])
+    assert front.words(_claim(), ClaimResult(cens, "k", [])) == "inconclusive: censored runs"
+    near = exceeds(sample([1.0, 1.2, 0.8, 1.1, 2.0], SEEDS), z, 0.5)
+    assert front.words(_claim(), ClaimResult(near, "k", [])) == \
+        "reproduced in the stand-in (borderline)"
+    assert front.distance(ClaimResult(near, "k", [])).startswith("0.26 h; without seed 0")
+    check = Verdict(SUPPORTED, "r")
+    assert front.words(_claim(kind=CHECK), ClaimResult(check, "k", [])) == "holds"
+
+
+def test_a_claim_is_listed_under_every_source_it_names():
+    assert front.sources_of(_claim(source="paper 6.7; summary B")) == ["paper", "summary B"]
+    assert front.sources_of(_claim(source="paper 5.1 (Table 1); summary A")) == \
+        ["paper", "summary A"]
+    assert front.sources_of(_claim(source="check of this implementation")) == \
+        ["check of this implementation"]
+
+
+def test_learning_rate_pick_interior_or_edge_against_the_seed_spread():
+    e = {"grid": [1e-4, 3e-4, 1e-3], "chosen": 3e-4, "direction": "min",
+         "scores": {"0.0001": 0.30, "0.0003": 0.20, "0.001": 0.25},
+         "scores_per_seed": {"0.0001": [0.29, 0.31], "0.0003": [0.19, 0.21],
+                             "0.001": [0.24, 0.26]}}
+    row = front.lr_pick(e)
+    assert row["where"] == "interior" and row["winning margin"] == "0.05"
+    assert row["vs seed-to-seed"].startswith("3.5× the seed spread 0.0141") and row["seeds"] == 2
+    top = front.lr_pick({**e, "chosen": 1e-3})
+    assert top["where"] == "edge (highest)"
+    one = front.lr_pick({"grid": [1e-3, 3e-3], "chosen": 1e-3, "seeds": [0],
+                         "scores": {"0.001": 0.1, "0.003": 0.2},
+                         "scores_per_seed": {"0.001": [0.1], "0.003": [0.2]}})
+    assert one["where"] == "edge (lowest)" and one["vs seed-to-seed"] == \
+        "1 seed: no spread to compare"
+
+
+def test_cpu_flags_and_blas_build_are_read_from_their_text():
+    info = "processor : 0\nflags : fpu sse4_2 avx avx2 fma avx512f avx512_vnni\n"
+    assert cpu_flags(info) == ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni"]
+    assert cpu_flags("Features : fp asimd sve\n") == ["asimd", "sve"]
+    config = ("PyTorch built with:\n  - Intel(R) oneAPI Math Kernel Library Version 2024.2\n"
+              "  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release, LAPACK_INFO=mkl, \n")
+    assert blas_summary(config) == ("BLAS_INFO=mkl; LAPACK_INFO=mkl; Intel(R) oneAPI Math Kernel "
+                                    "Library Version 2024.2")
+    assert blas_summary("nothing") == "not reported by torch.__config__.show()"
+
+
+def test_a_grid_of_targets_from_the_start_to_the_worst_arms_end():
+    from layernorm_paper.report.claims import targets
+    import pytest
+    flat = [x for pair in targets.grid(1.0, 0.2) for x in pair]
+    assert flat == pytest.approx([0.25, 0.8, 0.5, 0.6, 0.75, 0.4, 0.9, 0.28])
+    v = {0.8: SUPPORTED, 0.6: SUPPORTED, 0.4: INCONCLUSIVE}
+    note, caveat = targets.at_targets(1.0, 0.2, lambda t: Verdict(v.get(round(t, 6), SUPPORTED),
+                                                                  "r"),
+                                      lambda t: f"{t:.2f}", SUPPORTED)
+    assert "25% of the way (0.80): supported" in note and "75% of the way (0.40): " \
+        "inconclusive" in note
+    assert caveat.startswith("The verdict depends on the target: the rule says supported at "
+                             "the counted target and inconclusive")
+    assert targets.at_targets(1.0, 0.2, lambda t: Verdict(SUPPORTED, "r"), str, SUPPORTED)[1] \
+        is None
