@@ -47,7 +47,11 @@ class _Workspace:
     A buffer of tens of MB that the allocator gets from the OS anew at every call (glibc mmaps
     big blocks and returns them on free) costs a page fault per 4 KB at first touch: measured
     +10 ms on the 12 ms LN-LSTM forward at (100, 32, 128, 256) when it saves its buffers for the
-    backward. The pool keeps each buffer; a caller gets a *view* of it, and the buffer is free
+    backward. Measured over forward+backward (modules with norm="layer", one thread, this
+    process's CPU time, medians of interleaved rounds with ``WORKSPACE_BYTES = 0``, a 2-core AMD
+    EPYC at load ~7): without the pool / with it, LN-LSTM 1.16 at (T, B, I, H) = (100, 32, 128,
+    256), 1.04 at (300, 64, 128, 512) with 2 layers, 1.11 at (50, 64, 256, 512); LN-GRU 1.02,
+    1.07, 1.03. The pool keeps each buffer; a caller gets a *view* of it, and the buffer is free
     again when no tensor but the pool's own shares its storage (the views saved for the backward
     are released after it, or when the graph is dropped). Only buffers that never reach the user
     go through the pool. Thread-safe; ``release_workspace()`` drops every free buffer."""
