@@ -208,3 +208,17 @@ def test_the_users_programs_train_twenty_batches(small_pool, norm):
         loss2 = out.pow(2).mean()
         loss2.backward()
         assert torch.isfinite(loss) and torch.isfinite(loss2)
+
+
+def test_pool_serves_shorter_batches_from_the_buffers_of_a_longer_one():
+    """Lengths change every batch in real training: once the longest batch has run, shorter ones
+    take views of its free buffers instead of adding buffers of their own shapes (a pool keyed by
+    exact shape grew by one set of buffers per length, up to its cap)."""
+    common.release_workspace()
+    m = L.LSTM(8, 32, num_layers=2, norm="layer")
+    m(torch.randn(40, 6, 8))[0].sum().backward()
+    ws = common._WORKSPACE
+    held = {id(b) for b in ws._bufs}
+    for T in (35, 20, 38, 12, 40, 27):
+        m(torch.randn(T, 6, 8))[0].sum().backward()
+        assert {id(b) for b in ws._bufs} == held, T
