@@ -7,7 +7,11 @@ steps of a model the same batch also runs through the reference: the model copie
 the readable loop (``use_fused = False``, ``layernorm.recurrence``), or, for the model with its
 recurrent regularizers on, its own readable loop in float32 with the same random masks. The
 difference of the outputs and of every parameter gradient, relative to each tensor's scale, must
-stay within ``TOLERANCE``; a loss or gradient that is not finite, or any exception, is a failure.
+stay within ``TOLERANCE``, or within ``FLOOR_FACTOR`` times the difference of the readable loop run
+in float32 on the same batch (the model's own sensitivity to rounding: at torch's initialization
+the LN-LSTM amplifies it along the sequence, docs/rnn.md "Long sequences", so over ~100 steps
+any float32 computation of it is a few % from float64); a loss or gradient that is not finite, or
+any exception, is a failure.
 The report: steps and checks per model, the largest difference seen, the peak resident memory
 and the peak bytes of the kernels' buffer pool. Exit status 1 on any failure.
 
@@ -32,9 +36,10 @@ from . import _args
 from ._io import format_table
 
 # outputs and gradients of float32 models against float64 references, relative to each tensor's
-# scale: a float32 LN-LSTM over 80 steps is ~1e-5 from float64, batch norm over few examples and
-# the LN-LSTM's growth at gains 1 reach ~1e-3 on some batches (docs/rnn.md, "Long sequences")
+# scale: bounded models are ~1e-5 from float64; batch norm over few examples and the LN-LSTM at
+# gains 1 reach 1e-3 to 1e-1 on some batches, as far as the readable loop in float32 (the floor)
 TOLERANCE = 1e-2
+FLOOR_FACTOR = 10
 MODELS = ("LN-LSTM 2 layers", "LN-LSTM encoder-decoder", "LN-GRU bidirectional", "BN-LSTM",
           "LN-LSTM regularized", "LN-RNN")
 
@@ -132,6 +137,15 @@ def _difference(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
     return worst
 
 
+def _float32_loop(m: nn.Module, x: torch.Tensor, lengths) -> list[torch.Tensor]:
+    """Outputs and parameter gradients of m's readable loop in float32 (the floor)."""
+    loop = copy.deepcopy(m)
+    loop.use_fused = False
+    outs = _forward(loop, x, lengths)
+    grads = torch.autograd.grad(_loss(outs), list(loop.parameters()))
+    return [o.detach() for o in outs] + list(grads)
+
+
 def _pool_bytes() -> int:
     from layernorm.ops import common
     return sum(b.numel() * b.element_size() for b in common._WORKSPACE._bufs)
@@ -150,8 +164,8 @@ def soak(seconds: float, *, hidden: int = 128, input_size: int = 32, max_len: in
     gen = torch.Generator().manual_seed(seed)
     built = {name: _build(name, input_size, hidden) for name in models}
     opts = {name: torch.optim.Adam(m.parameters(), lr=1e-3) for name, m in built.items()}
-    stats = {name: {"model": name, "steps": 0, "checks": 0, "max diff": 0.0, "last loss": math.nan}
-             for name in models}
+    stats = {name: {"model": name, "steps": 0, "checks": 0, "max diff": 0.0,
+                    "float32 floor": 0.0, "last loss": math.nan} for name in models}
     failures: list[str] = []
     peak_pool = 0
     start = time.monotonic()
@@ -178,13 +192,19 @@ def soak(seconds: float, *, hidden: int = 128, input_size: int = 32, max_len: in
                 torch.manual_seed(target_seed)
                 ref_outs = _forward(ref, x.to(dtype), lengths)
                 ref_grads = torch.autograd.grad(_loss(ref_outs), list(ref.parameters()))
-                diff = _difference([o.detach() for o in outs] + list(grads),
-                                   [o.detach() for o in ref_outs] + list(ref_grads))
+                want = [o.detach() for o in ref_outs] + list(ref_grads)
+                diff = _difference([o.detach() for o in outs] + list(grads), want)
+                floor = 0.0
+                if dtype == torch.float64 and diff > TOLERANCE:
+                    floor = _difference(_float32_loop(m, x, lengths), want)
                 row["checks"] += 1
                 row["max diff"] = max(row["max diff"], diff)
-                if not diff <= TOLERANCE:
-                    raise AssertionError(f"differs from its reference by {diff:.3g} of the "
-                                         f"tensors' scale (tolerance {TOLERANCE})")
+                row["float32 floor"] = max(row["float32 floor"], floor)
+                if not diff <= max(TOLERANCE, FLOOR_FACTOR * floor):
+                    raise AssertionError(
+                        f"differs from its reference by {diff:.3g} of the tensors' scale "
+                        f"(tolerance {TOLERANCE}, or {FLOOR_FACTOR} x the readable loop's "
+                        f"{floor:.3g} in float32)")
             for p, g in zip(params, grads):
                 p.grad = g
             opts[name].step()
@@ -216,14 +236,17 @@ def _run(args: argparse.Namespace) -> int:
     result = soak(seconds, hidden=args.hidden, input_size=args.input_size,
                   max_len=args.max_len, max_batch=args.max_batch,
                   check_every=args.check_every, seed=args.seed)
-    rows = [{**r, "max diff": f"{r['max diff']:.2g}", "last loss": f"{r['last loss']:.4g}"}
+    rows = [{**r, "max diff": f"{r['max diff']:.2g}", "last loss": f"{r['last loss']:.4g}",
+             "float32 floor": f"{r['float32 floor']:.2g}" if r["float32 floor"] else "-"}
             for r in result["rows"]]
     print(f"soak: {result['steps']} training steps in {result['seconds']:.0f} s, lengths "
           f"1..{args.max_len}, batches 1..{args.max_batch} (padded or packed, unsorted), hidden "
           f"{args.hidden}; every {args.check_every}th step of a model against its reference "
-          f"(max diff: relative to each tensor's scale, tolerance {TOLERANCE}); torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads")
-    print(format_table(rows, ["model", "steps", "checks", "max diff", "last loss"]))
+          f"(max diff: relative to each tensor's scale, tolerance {TOLERANCE} or {FLOOR_FACTOR} "
+          f"x the float32 floor, the readable loop's own difference where max diff passed "
+          f"{TOLERANCE}); torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(format_table(rows, ["model", "steps", "checks", "max diff", "float32 floor",
+                              "last loss"]))
     print(f"peak resident memory {result['peak_rss_mb']:.0f} MiB; peak buffer pool "
           f"{result['peak_pool_mb']:.1f} MiB")
     for failure in result["failures"]:
