@@ -2,8 +2,8 @@
 changing every step, as a check to run before trusting it with a long job (docs/rnn.md).
 
 Each step picks one of the models below in turn, a new sequence length and batch size, padded or
-packed with unsorted lengths, and takes one Adam step on a regression loss (``_loss``). Every ``check_every``
-steps of a model the same batch also runs through the reference: the model copied to float64 on
+packed with unsorted lengths, and takes one Adam step on a regression loss (``_loss``). Every
+``check_every`` steps of a model the same batch also runs through the reference: the model copied to float64 on
 the readable loop (``use_fused = False``, ``layernorm.recurrence``), or, for the model with its
 recurrent regularizers on, its own readable loop in float32 with the same random masks. The
 difference of the outputs and of every parameter gradient, relative to each tensor's scale, must

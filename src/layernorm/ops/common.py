@@ -55,8 +55,8 @@ class _Workspace:
     1.03, 0.99. The pool keeps each buffer (flat); a caller gets a *view* of its first
     elements (the smallest free buffer large enough, whatever shape it served), and the buffer is
     free again when no tensor but the pool's own shares its storage (the views saved for the
-    backward are released after it, or when the graph is dropped). Only buffers that never reach the user
-    go through the pool. Thread-safe; ``release_workspace()`` drops every free buffer."""
+    backward are released after it, or when the graph is dropped). Only buffers that never reach
+    the user go through the pool. Thread-safe; ``release_workspace()`` drops every free buffer."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
