@@ -51,9 +51,8 @@ class _Cell(RecurrentBase):
     _zero_sizes = True
 
     _KEYWORDS = ("input_size", "hidden_size", "bias", "norm", "gain_init", "recurrent_gain",
-                 "eps", "momentum",
-                 "max_length", "nonlinearity", "forget_bias", "recurrent_dropout", "zoneout",
-                 "dropconnect", "device", "dtype")
+                 "eps", "momentum", "max_length", "nonlinearity", "forget_bias",
+                 "recurrent_dropout", "zoneout", "dropconnect", "device", "dtype")
     # ``_held_masks``: the recurrent-dropout and DropConnect masks held since the last
     # reset_dropout_masks(): ((batch, dtype, device) they were sampled for, h_mask or None,
     # W_hh's mask or None)

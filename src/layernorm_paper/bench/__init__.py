@@ -32,7 +32,8 @@ __all__ = ["compare", "ratios", "machine", "format_table", "CLOCKS", "bench_norm
 def add_commands(sub) -> None:
     """Register ``layernorm bench norms``, ``layernorm bench rnn`` and ``layernorm bench
     growth``."""
-    p = sub.add_parser("bench", help="speed benchmarks (ratios against torch in the same run)")
+    p = sub.add_parser("bench", help="speed benchmarks (ratios against torch in the same run); "
+                                     "the gradient's growth with the sequence length")
     bsub = p.add_subparsers(dest="bench", required=True)
     add_norms_command(bsub)
     add_rnn_command(bsub)

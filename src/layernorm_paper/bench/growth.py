@@ -29,29 +29,29 @@ LENGTHS = (50, 200, 500, 1000, 2000)
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
-def _ln_lstm_cell_gain(I: int, H: int, **kw) -> nn.Module:
-    import layernorm
-    m = layernorm.LSTM(I, H, norm="layer", **kw)
-    with torch.no_grad():
-        m.gain_c_l0.fill_(0.5)
-    return m
+def _ln(cls: str, gain_c: float | None = None, **options) -> Callable[..., nn.Module]:
+    """A builder of layernorm's ``cls`` with norm="layer", ``options``, and gain_c set after
+    the initialization (the cell norm's gain has no constructor option)."""
+    def build(I: int, H: int) -> nn.Module:
+        import layernorm
+        m = getattr(layernorm, cls)(I, H, norm="layer", **options)
+        if gain_c is not None:
+            with torch.no_grad():
+                m.gain_c_l0.fill_(gain_c)
+        return m
+    return build
 
 
-def _models() -> dict[str, Callable[..., nn.Module]]:
-    import layernorm
-    return {
-        "LN-LSTM (gains 1)": lambda I, H, **kw: layernorm.LSTM(I, H, norm="layer", **kw),
-        "LN-LSTM recurrent_gain=0.5":
-            lambda I, H, **kw: layernorm.LSTM(I, H, norm="layer", recurrent_gain=0.5, **kw),
-        "LN-LSTM cell-norm gain 0.5": _ln_lstm_cell_gain,
-        "torch.nn.LSTM": lambda I, H, **kw: nn.LSTM(I, H, **kw),
-        "LN-GRU": lambda I, H, **kw: layernorm.GRU(I, H, norm="layer", **kw),
-        "LN-RNN": lambda I, H, **kw: layernorm.RNN(I, H, norm="layer", **kw),
-    }
-
-
-GROWTH_MODELS = ("LN-LSTM (gains 1)", "LN-LSTM recurrent_gain=0.5", "LN-LSTM cell-norm gain 0.5",
-                 "torch.nn.LSTM", "LN-GRU", "LN-RNN")
+# name: builder(input_size, hidden_size) -> a one-layer module from torch's initialization
+_BUILDERS: dict[str, Callable[..., nn.Module]] = {
+    "LN-LSTM (gains 1)": _ln("LSTM"),
+    "LN-LSTM recurrent_gain=0.5": _ln("LSTM", recurrent_gain=0.5),
+    "LN-LSTM cell-norm gain 0.5": _ln("LSTM", gain_c=0.5),
+    "torch.nn.LSTM": nn.LSTM,
+    "LN-GRU": _ln("GRU"),
+    "LN-RNN": _ln("RNN"),
+}
+GROWTH_MODELS = tuple(_BUILDERS)
 
 
 def gradient_growth(lengths=LENGTHS, models=GROWTH_MODELS, *, hidden: int = 128, batch: int = 4,
@@ -60,10 +60,9 @@ def gradient_growth(lengths=LENGTHS, models=GROWTH_MODELS, *, hidden: int = 128,
     """One row per model: {"model", "T": {T: |dL/dW_hh|}} (``math.nan`` where the gradient is not
     finite in ``dtype``). The loss is ``output[-1].sum()`` of a (T, batch, input_size) N(0, 1)
     input through one layer of ``hidden`` units from torch's initialization (``seed``)."""
-    builders = _models()
-    unknown = [m for m in models if m not in builders]
+    unknown = [m for m in models if m not in _BUILDERS]
     if unknown:
-        raise ValueError(f"gradient_growth expected models among {sorted(builders)}, received "
+        raise ValueError(f"gradient_growth expected models among {list(GROWTH_MODELS)}, received "
                          f"{unknown}. Pass some of those names.")
     if not lengths or min(lengths) < 1:
         raise ValueError(f"gradient_growth expected sequence lengths >= 1, received "
@@ -76,7 +75,7 @@ def gradient_growth(lengths=LENGTHS, models=GROWTH_MODELS, *, hidden: int = 128,
     found: dict[str, dict[int, float]] = {name: {} for name in models}
     for name, T in tqdm(jobs, desc="bench growth", disable=not progress):
         torch.manual_seed(seed)
-        m = builders[name](input_size, hidden).to(dtype)
+        m = _BUILDERS[name](input_size, hidden).to(dtype)
         out = m(x_all[:T])[0]
         (grad,) = torch.autograd.grad(out[-1].sum(), [m.weight_hh_l0])
         norm = grad.norm().item()
