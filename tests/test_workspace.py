@@ -222,3 +222,27 @@ def test_pool_serves_shorter_batches_from_the_buffers_of_a_longer_one():
     for T in (35, 20, 38, 12, 40, 27):
         m(torch.randn(T, 6, 8))[0].sum().backward()
         assert {id(b) for b in ws._bufs} == held, T
+
+
+def test_scoring_one_batch_larger_than_the_pool_after_training(small_pool):
+    """A BN-LSTM trained on small batches, then scoring one packed batch whose buffers alone pass
+    the pool's cap (2,500 reviews at once, scaled down), with autograd on and a training graph
+    still alive: no error, and the scores of the batch without any pool."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+    torch.manual_seed(0)
+    m = L.LSTM(8, 16, norm="batch", max_length=40)
+    kept = []
+    for T in (20, 31, 17):
+        out = m(torch.randn(T, 6, 8))[0]
+        out.pow(2).mean().backward(retain_graph=not kept)
+        kept = kept or [out]  # the first training graph stays alive, its buffers first in line
+    m.eval()
+    x, lengths = torch.randn(40, 300, 8), torch.randint(1, 41, (300,))
+    scores = m(pack_padded_sequence(x, lengths, enforce_sorted=False))[1][0]
+    common.WORKSPACE_BYTES, cap = 0, common.WORKSPACE_BYTES
+    try:
+        alone = m(pack_padded_sequence(x, lengths, enforce_sorted=False))[1][0]
+    finally:
+        common.WORKSPACE_BYTES = cap
+    assert torch.equal(scores, alone)
+    assert kept
