@@ -17,7 +17,11 @@ and the peak bytes of the kernels' buffer pool. Exit status 1 on any failure.
 
 Models (``MODELS``): a 2-layer LN-LSTM; an LN-LSTM encoder feeding an LN-LSTM decoder (both
 graphs in one backward); a bidirectional LN-GRU; a BN-LSTM; an LN-LSTM with recurrent dropout,
-zoneout and DropConnect; an LN-RNN.
+zoneout and DropConnect; an LN-RNN. The LN-LSTMs start with ``recurrent_gain=0.5``: at gains 1
+the LN-LSTM amplifies any change along the sequence (docs/rnn.md, "Long sequences"); measured on
+a batch of 94 steps after 130 updates, changing its float64 weights by float32's rounding moved
+its float64 gradients by 0.1% to 9% of their scale, so no float32 computation of it can be held
+to a float64 reference there, and a check would measure the model, not the library.
 """
 from __future__ import annotations
 
@@ -36,8 +40,8 @@ from . import _args
 from ._io import format_table
 
 # outputs and gradients of float32 models against float64 references, relative to each tensor's
-# scale: bounded models are ~1e-5 from float64; batch norm over few examples and the LN-LSTM at
-# gains 1 reach 1e-3 to 1e-1 on some batches, as far as the readable loop in float32 (the floor)
+# scale: bounded models are ~1e-5 from float64; batch norm over few examples reaches ~1e-3 on
+# some batches, as far as the readable loop in float32 (the floor)
 TOLERANCE = 1e-2
 FLOOR_FACTOR = 10
 MODELS = ("LN-LSTM 2 layers", "LN-LSTM encoder-decoder", "LN-GRU bidirectional", "BN-LSTM",
@@ -50,8 +54,8 @@ class _EncoderDecoder(nn.Module):
     def __init__(self, I: int, H: int):
         super().__init__()
         import layernorm
-        self.encoder = layernorm.LSTM(I, H, num_layers=2, norm="layer")
-        self.decoder = layernorm.LSTM(I, H, num_layers=2, norm="layer")
+        self.encoder = layernorm.LSTM(I, H, num_layers=2, norm="layer", recurrent_gain=0.5)
+        self.decoder = layernorm.LSTM(I, H, num_layers=2, norm="layer", recurrent_gain=0.5)
 
     @property
     def use_fused(self) -> bool:
@@ -72,7 +76,7 @@ class _EncoderDecoder(nn.Module):
 def _build(name: str, I: int, H: int) -> nn.Module:
     import layernorm
     if name == "LN-LSTM 2 layers":
-        return layernorm.LSTM(I, H, num_layers=2, norm="layer")
+        return layernorm.LSTM(I, H, num_layers=2, norm="layer", recurrent_gain=0.5)
     if name == "LN-LSTM encoder-decoder":
         return _EncoderDecoder(I, H)
     if name == "LN-GRU bidirectional":
@@ -80,8 +84,8 @@ def _build(name: str, I: int, H: int) -> nn.Module:
     if name == "BN-LSTM":
         return layernorm.LSTM(I, H, norm="batch", max_length=400)
     if name == "LN-LSTM regularized":
-        return layernorm.LSTM(I, H, num_layers=2, norm="layer", recurrent_dropout=0.2,
-                              zoneout=0.1, dropconnect=0.2)
+        return layernorm.LSTM(I, H, num_layers=2, norm="layer", recurrent_gain=0.5,
+                              recurrent_dropout=0.2, zoneout=0.1, dropconnect=0.2)
     if name == "LN-RNN":
         return layernorm.RNN(I, H, norm="layer")
     raise ValueError(f"soak expected a model among {list(MODELS)}, received {name!r}.")
