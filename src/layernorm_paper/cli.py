@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from . import bench, demo
+from . import bench, demo, soak
 from ._io import BusyError
 from .analysis import geometry, invariance
 from .data import cli as data_cli
@@ -15,8 +15,8 @@ from .experiments import cli as experiments_cli
 from .report import build as report
 from .reproduce import batch_split, command as reproduce_command, sweep_lr
 
-COMMANDS = (demo, bench, invariance, geometry, experiments_cli, data_cli, batch_split, report,
-            reproduce_command, sweep_lr)
+COMMANDS = (demo, bench, soak, invariance, geometry, experiments_cli, data_cli, batch_split,
+            report, reproduce_command, sweep_lr)
 
 
 class _Parser(argparse.ArgumentParser):

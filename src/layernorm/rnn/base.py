@@ -140,6 +140,7 @@ class RecurrentBase(nn.Module):
     # values also serve modules pickled before they existed). ``_rates`` = (recurrent_dropout,
     # zoneout as given, dropconnect), ``_z_h`` / ``_z_c`` zoneout's rate of h and of c.
     _rates: tuple = (0.0, 0.0, 0.0)
+    recurrent_gain = None           # gain_hh's initial value when not gain_init
     _z_h = _z_c = 0.0
     _regularized = False            # any rate > 0
     _held_masks = None              # a cell's recurrent-dropout and DropConnect masks
@@ -148,7 +149,8 @@ class RecurrentBase(nn.Module):
     _masked = None
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, *, bias: bool = True,
-                 norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
+                 norm: str = "layer", gain_init: float | None = None,
+                 recurrent_gain: float | None = None, eps: float = 1e-5,
                  momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
                  proj_size: int = 0, forget_bias: float = 0.0, recurrent_dropout: float = 0.0,
                  zoneout: float | tuple[float, float] = 0.0, dropconnect: float = 0.0,
@@ -188,6 +190,16 @@ class RecurrentBase(nn.Module):
             raise ValueError(f"{who} expected gain_init to be a finite number (the gains' initial "
                              f"value), received {gain_init!r}. Pass e.g. gain_init=1.0, or None "
                              f"for the default.")
+        if recurrent_gain is not None:
+            if not _real(recurrent_gain) or not math.isfinite(recurrent_gain):
+                raise ValueError(f"{who} expected recurrent_gain to be a finite number (the "
+                                 f"initial gain of the normalized recurrent term W_h h), received "
+                                 f"{recurrent_gain!r}. Pass e.g. recurrent_gain=0.5, or None for "
+                                 f"gain_init.")
+            if mode == "RNN" or not NORM_KINDS[norm].gains:
+                raise ValueError(f"recurrent_gain applies to an LSTM or GRU with norm='layer' or "
+                                 f"'batch' (the gain of the normalized W_h h), received it for "
+                                 f"{who}(norm={norm!r}). Remove it, or use gain_init.")
         if not _real(forget_bias) or not math.isfinite(forget_bias):
             raise ValueError(f"{who} expected forget_bias to be a finite number, received "
                              f"{forget_bias!r}. Pass e.g. forget_bias=1.0.")
@@ -201,6 +213,8 @@ class RecurrentBase(nn.Module):
         # what norm= means for this module, resolved once (the only look-up of the string)
         self._kind = kind = NORM_KINDS[norm]
         self.gain_init = kind.default_gain if gain_init is None else float(gain_init)
+        # gain_hh's initial value (None: gain_init), docs/rnn.md "Long sequences"
+        self.recurrent_gain = None if recurrent_gain is None else float(recurrent_gain)
         self.nonlinearity = nonlinearity
         if any(rates[:1] + rates[2:]):     # the defaults stay the class's (pickles, repr)
             self._store_rates(rates)
@@ -258,7 +272,9 @@ class RecurrentBase(nn.Module):
         H = self.hidden_size
         with torch.no_grad():
             for name, p in self.named_parameters():
-                if name.startswith("gain"):
+                if name.startswith("gain_hh") and self.recurrent_gain is not None:
+                    p.fill_(self.recurrent_gain)
+                elif name.startswith("gain"):
                     p.fill_(self.gain_init)
                 elif name.startswith("bias") and self._kind.gains:
                     p.zero_()
@@ -434,6 +450,8 @@ class RecurrentBase(nn.Module):
         s = f"{self.input_size}, {self.hidden_size}, norm={self.norm!r}"
         if self._kind.gains:
             s += f", gain_init={self.gain_init}"
+        if self.recurrent_gain is not None:
+            s += f", recurrent_gain={self.recurrent_gain}"
         if not self.bias:
             s += ", bias=False"
         if self.mode == "RNN" and self.nonlinearity != "tanh":

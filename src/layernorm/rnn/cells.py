@@ -50,22 +50,24 @@ class _Cell(RecurrentBase):
     _mode = ""
     _zero_sizes = True
 
-    _KEYWORDS = ("input_size", "hidden_size", "bias", "norm", "gain_init", "eps", "momentum",
-                 "max_length", "nonlinearity", "forget_bias", "recurrent_dropout", "zoneout",
-                 "dropconnect", "device", "dtype")
+    _KEYWORDS = ("input_size", "hidden_size", "bias", "norm", "gain_init", "recurrent_gain",
+                 "eps", "momentum", "max_length", "nonlinearity", "forget_bias",
+                 "recurrent_dropout", "zoneout", "dropconnect", "device", "dtype")
     # ``_held_masks``: the recurrent-dropout and DropConnect masks held since the last
     # reset_dropout_masks(): ((batch, dtype, device) they were sampled for, h_mask or None,
     # W_hh's mask or None)
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
-                 norm: str = "layer", gain_init: float | None = None, eps: float = 1e-5,
+                 norm: str = "layer", gain_init: float | None = None,
+                 recurrent_gain: float | None = None, eps: float = 1e-5,
                  momentum: float = 0.1, max_length: int = 100, nonlinearity: str = "tanh",
                  forget_bias: float = 0.0, recurrent_dropout: float = 0.0,
                  zoneout: float = 0.0, dropconnect: float = 0.0, device=None, dtype=None,
                  **unknown) -> None:
         check_keywords(type(self).__name__, unknown, self._KEYWORDS)
         super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
-                         gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
+                         gain_init=gain_init, recurrent_gain=recurrent_gain, eps=eps,
+                         momentum=momentum, max_length=max_length,
                          nonlinearity=nonlinearity, forget_bias=forget_bias,
                          recurrent_dropout=recurrent_dropout, zoneout=zoneout,
                          dropconnect=dropconnect, device=device, dtype=dtype)

@@ -295,9 +295,9 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
     _mode = ""
 
     _KEYWORDS = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout",
-                 "bidirectional", "proj_size", "norm", "gain_init", "eps", "momentum",
-                 "max_length", "nonlinearity", "forget_bias", "recurrent_dropout", "zoneout",
-                 "dropconnect", "device", "dtype")
+                 "bidirectional", "proj_size", "norm", "gain_init", "recurrent_gain", "eps",
+                 "momentum", "max_length", "nonlinearity", "forget_bias", "recurrent_dropout",
+                 "zoneout", "dropconnect", "device", "dtype")
 
     def _fused_recurrence(self) -> bool:
         """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``,
@@ -324,6 +324,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  proj_size: int = 0, *, norm: str = "layer", gain_init: float | None = None,
+                 recurrent_gain: float | None = None,
                  eps: float = 1e-5, momentum: float = 0.1, max_length: int = 100,
                  nonlinearity: str = "tanh", forget_bias: float = 0.0,
                  recurrent_dropout: float = 0.0, zoneout: float | tuple[float, float] = 0.0,
@@ -331,7 +332,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         who = type(self).__name__
         check_keywords(who, unknown, self._KEYWORDS)
         super().__init__(self._mode, input_size, hidden_size, bias=bias, norm=norm,
-                         gain_init=gain_init, eps=eps, momentum=momentum, max_length=max_length,
+                         gain_init=gain_init, recurrent_gain=recurrent_gain, eps=eps,
+                         momentum=momentum, max_length=max_length,
                          nonlinearity=nonlinearity, proj_size=proj_size, forget_bias=forget_bias,
                          recurrent_dropout=recurrent_dropout, zoneout=zoneout,
                          dropconnect=dropconnect, device=device, dtype=dtype)
@@ -631,7 +633,9 @@ class LSTM(_Stack):
     h_0 (num_layers * num_directions, B, proj_size or H), c_0 (..., B, H), without B for an
     unbatched input. ``proj_size``: h_t = W_hr (o * tanh(...)) as torch (the normalized layers
     then run the readable loop). Extra keywords: ``gain_init`` (gains' initial value; default
-    1.0, 0.1 for "batch"), ``eps``, ``forget_bias`` (added to the forget gate's bias at
+    1.0, 0.1 for "batch"), ``recurrent_gain`` (the initial gain of the normalized W_h h,
+    default ``gain_init``; 0.5 keeps an LN-LSTM's gradient bounded over long sequences,
+    docs/rnn.md "Long sequences"), ``eps``, ``forget_bias`` (added to the forget gate's bias at
     initialisation; default 0 as the paper's code), and for "batch" ``max_length`` (steps with
     their own running statistics; later steps use the last one's) and ``momentum``.
     """

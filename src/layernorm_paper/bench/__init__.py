@@ -7,6 +7,7 @@ docs/rnnfast.md). Never used by tests to assert a speed.
     rnn        ``bench rnn``: LN-LSTM / LN-GRU sequences vs torch.nn.LSTM / GRU
     cells      ``bench rnn``'s step tables: the cells at batch 1 and 32, BN-LSTM vs LN-LSTM
     memory     peak memory of one call
+    growth     ``bench growth``: |dL/dW_hh| against the sequence length (docs/rnn.md)
     baseline   the TorchScript LN-LSTM that ``bench rnn`` times beside torch's and ours
 
 Tables are printed with ``layernorm_paper._io.format_table`` (re-exported here).
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 from .._io import format_table
 from .cells import bench_bn_lstm, bench_cells
+from .growth import GROWTH_MODELS, gradient_growth
+from .growth import add_command as add_growth_command
 from .harness import CLOCKS, compare, machine, ratios
 from .norms import NORM_KINDS, NORM_SHAPES, STAT_SHAPES, bench_norms
 from .norms import add_command as add_norms_command
@@ -23,12 +26,15 @@ from .rnn import bench_rnn
 
 __all__ = ["compare", "ratios", "machine", "format_table", "CLOCKS", "bench_norms", "bench_rnn",
            "bench_cells", "bench_bn_lstm", "NORM_KINDS", "NORM_SHAPES", "STAT_SHAPES",
-           "add_commands"]
+           "gradient_growth", "GROWTH_MODELS", "add_commands"]
 
 
 def add_commands(sub) -> None:
-    """Register ``layernorm bench norms`` and ``layernorm bench rnn``."""
-    p = sub.add_parser("bench", help="speed benchmarks (ratios against torch in the same run)")
+    """Register ``layernorm bench norms``, ``layernorm bench rnn`` and ``layernorm bench
+    growth``."""
+    p = sub.add_parser("bench", help="speed benchmarks (ratios against torch in the same run); "
+                                     "the gradient's growth with the sequence length")
     bsub = p.add_subparsers(dest="bench", required=True)
     add_norms_command(bsub)
     add_rnn_command(bsub)
+    add_growth_command(bsub)
