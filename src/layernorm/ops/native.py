@@ -207,6 +207,18 @@ def load():
     return _LIBRARY.get(timeout=COMPILE_TIMEOUT)
 
 
+_SIMD = {32: "AVX-512, 16-float vectors", 16: "AVX / AVX2, 8-float vectors",
+         8: "128-bit vectors (SSE / NEON)"}
+
+
+def simd_name(lib) -> str:
+    """The vectors the loaded kernels' GEMM and loops were compiled for (from their panel width,
+    two vectors) and the build (``LAYERNORM_NATIVE_ISA``)."""
+    width = lib.panel_width()
+    return (f"{_SIMD.get(width, f'{width // 2}-float vectors')} "
+            f"(-march=native{'' if _native_build.isa() == 'native' else ' -mno-avx512f'})")
+
+
 __all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
            "BNGRUArgs", "USE_NATIVE"]
 

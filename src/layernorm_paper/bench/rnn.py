@@ -4,7 +4,10 @@ For each shape (T, B, I, H) and configuration (layers, bidirectional) every impl
 the same forward (no grad) and forward+backward (gradient of the output given, parameters' grads
 set to None first, as ``optimizer.zero_grad()`` does); all candidates of a shape are interleaved
 in each round (``harness.compare``) and the table shows medians and ratios to torch's module
-measured in the same run, with the peak memory of one training step (``memory.peak_memory_mb``).
+measured in the same run, with the peak memory of one training step (``memory.peak_memory_mb``). First the machine: the
+CPU's vector / matrix features, what the C kernels were built for and one large sgemm's rate;
+then per float32 row the share of its time that the same GEMMs take through ``torch.mm``
+(``gemm_steps``, in the same rounds), so a row shows how close to the GEMM limit it runs.
 Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; with
 ``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
 module without one (``bench_regularizers``).
@@ -40,7 +43,7 @@ from torch import nn
 from .._io import atomic_write_json, format_table
 from .baseline import ScriptLNLSTM
 from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_cells
-from .harness import CLOCKS, compare, machine, module_steps
+from .harness import CLOCKS, compare, cpu_features, gemm_gflops, machine, module_steps
 from .memory import peak_memory_mb
 
 # (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
@@ -52,7 +55,7 @@ CONFIGS = (
 )
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
-           "peak MB", "mem ratio", "vs eager", "compile s"]
+           "fwd of mm", "of mm", "GFLOP/s", "peak MB", "mem ratio", "vs eager", "compile s"]
 TABLES = ("modules", "cells", "bn")
 # tables run only when --tables names them
 EXTRA_TABLES = ("regularizers",)
@@ -104,6 +107,50 @@ def _bf16_pair(cell: str, eager: dict, x):
             for name in (f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}")}
 
 
+def gemm_steps(T: int, B: int, I: int, H: int, layers: int, bidirectional: bool, gates: int):
+    """The GEMMs of an LSTM (``gates`` 4) / GRU (3) stack through ``torch.mm``, one call each as
+    a time loop makes them -> (forward, forward+backward, forward GFLOP, forward+backward GFLOP).
+
+    Per layer and direction (G = gates H, I_l the layer's input width): forward, the input term
+    of all steps (T B, I_l) x (I_l, G) and T recurrent (B, H) x (H, G); backward, T products
+    (B, G) x (G, H) for the gradient of h_{t-1}, dW_hh and dW_ih over all steps, and the input's
+    gradient (T B, G) x (G, I_l) above the first layer (the benchmark's input needs none). Every
+    implementation of a row computes these products, so their time through ``torch.mm`` measured
+    in the same rounds tells how close to the GEMM limit a whole implementation runs."""
+    G, D = gates * H, 2 if bidirectional else 1
+    fwd_parts, bwd_parts, flops_f, flops_b = [], [], 0, 0
+
+    def mm(m, k, n, times=1):
+        a, b, out = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
+        return [lambda: torch.mm(a, b, out=out)] * times, 2 * m * k * n * times
+    for layer in range(layers):
+        width = I if layer == 0 else H * D
+        for _ in range(D):
+            for parts, (calls, f) in ((fwd_parts, mm(T * B, width, G)),
+                                      (fwd_parts, mm(B, H, G, T)),
+                                      (bwd_parts, mm(B, G, H, T)), (bwd_parts, mm(G, T * B, H)),
+                                      (bwd_parts, mm(G, T * B, width))):
+                parts += calls
+                if parts is fwd_parts:
+                    flops_f += f
+                else:
+                    flops_b += f
+            if layer:
+                calls, f = mm(T * B, G, width)
+                bwd_parts += calls
+                flops_b += f
+
+    def forward():
+        for fn in fwd_parts:
+            fn()
+
+    def forward_backward():
+        forward()
+        for fn in bwd_parts:
+            fn()
+    return forward, forward_backward, flops_f / 1e9, (flops_f + flops_b) / 1e9
+
+
 def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
               device: str = "cpu", loop_on_first: bool = True, progress: bool = True,
               clock: str = "wall", extras_on_first: bool = True,
@@ -122,6 +169,8 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
         grad = torch.randn(T, B, H * (2 if bidir else 1), device=device)
         anchor, ours = f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}"
         groups = [{name: (m, x, None) for name, m in impls.items()}]
+        mm_fwd, mm_fb, gflop_f, gflop_fb = gemm_steps(T, B, I, H, layers, bidir,
+                                                      {"lstm": 4, "gru": 3}[cell])
         compile_s = {}
         if extras_on_first and i < len(cells):
             compiled = f"{ours} compiled"
@@ -141,6 +190,8 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
             fns = {}
             for name, (m, xin, ac) in group.items():
                 fns[(name, "fwd")], fns[(name, "fb")] = module_steps(m, xin, grad, ac)
+            if g == 0:  # the same GEMMs through torch.mm, in the same rounds (float32 rows)
+                fns[("mm", "fwd")], fns[("mm", "fb")] = mm_fwd, mm_fb
             ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
             mem = {name: peak_memory_mb(fns[(name, "fb")], device) for name in group}
             ref = anchor if g == 0 else next(iter(group))
@@ -151,6 +202,11 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
                     "fwd ms": ms[(name, "fwd")], "fwd ratio": ms[(name, "fwd")] / ms[(ref, "fwd")],
                     "fwd+bwd ms": ms[(name, "fb")], "ratio": ms[(name, "fb")] / ms[(ref, "fb")],
                     "peak MB": mem[name], "mem ratio": mem[name] / mem[ref]}
+                if g == 0:  # the share of the time torch.mm would take for the same GEMMs
+                    row.update({"fwd of mm": ms[("mm", "fwd")] / ms[(name, "fwd")],
+                                "of mm": ms[("mm", "fb")] / ms[(name, "fb")],
+                                "GFLOP/s": gflop_fb / ms[(name, "fb")] * 1e3,
+                                "mm GFLOP/s": gflop_fb / ms[("mm", "fb")] * 1e3})
                 if name in compile_s:
                     row["compile s"] = compile_s[name]
                     row["vs eager"] = ms[(name, "fb")] / ms[(ours, "fb")]
@@ -210,6 +266,18 @@ def bench_regularizers(shape=(100, 32, 128, 256), *, cells=("lstm", "gru"), repe
     return rows
 
 
+def kernel_isa() -> str:
+    """What the C kernels were built for here: their SIMD width (``-march=native``, or AVX2 with
+    ``LAYERNORM_NATIVE_ISA=avx2``), or why they are not used."""
+    from layernorm.ops import native as _native
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib = _native.load()
+    if lib is None:
+        return "C kernels: unavailable (torch ops)"
+    return f"C kernels: {_native.simd_name(lib)}"
+
+
 def kernel_build_seconds() -> float | None:
     """Seconds to compile the C kernels from scratch (into a temporary cache, as on first use),
     or None when no C compiler is available (torch ops are used then)."""
@@ -264,6 +332,10 @@ def _run(args: argparse.Namespace) -> int:
     timing = (f"median of {repeat} interleaved rounds after {args.warmup} warm-up, {args.clock} "
               f"time ({machine()})")
     rows = []
+    if args.device == "cpu":
+        print(f"CPU: {cpu_features()}; {kernel_isa()}")
+        print(f"one (2048, 2048) x (2048, 2048) torch.mm: {gemm_gflops():.0f} GFLOP/s "
+              f"({machine()})")
     if "modules" in args.tables:
         rows += bench_rnn(configs, cells=args.cells, repeat=repeat, warmup=args.warmup,
                           device=args.device, loop_on_first=not args.no_loop, clock=args.clock,
@@ -271,7 +343,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32 unless the row says, "
               f"{args.device}, {timing}. ratio = fwd+bwd time / torch's (the autocast and bf16 "
               f"rows: / torch's row of the same group); peak MB = memory allocated during one "
-              f"training step; vs eager = compiled / eager layernorm module.")
+              f"training step; vs eager = compiled / eager layernorm module; of mm = the time the same GEMMs "
+              f"take through torch.mm, one call each, measured in the same rounds / this row's "
+              f"time (fwd of mm: forward without grad; 1.0 = as fast as its GEMMs alone); "
+              f"GFLOP/s = those GEMMs' FLOPs / fwd+bwd time.")
         print(format_table([r for r in rows if r["table"] == "modules"], COLUMNS))
     if "cells" in args.tables:
         cell_rows = bench_cells(T, I, H, batches=args.cell_batches, cells=args.cells,
