@@ -360,7 +360,10 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
  * act_all (T, B, G), tc_all (T, B, H), stats (6, T, B): mean and rstd of hg, of c and of xw (the
  * last two only with gain_x). With zoneout cs holds the carried (zoned-out) c_t, and the LN of c
  * reads the cell's candidate c~_t = sigmoid(f) c_prev + sigmoid(i) tanh(u), which the backward
- * recomputes from act_all and cs. */
+ * recomputes from act_all and cs.
+ * gain_h and gain_c NULL (with gain_x NULL): torch.nn.LSTM's cell without any LN, xw holding
+ * W_x x + b_ih + b_hh: pre = W_h h_{t-1} + xw, h = sigmoid(o) tanh(c) (the backward skips the LN
+ * backwards and leaves their parameters' gradients at 0). */
 struct lstm {
     int T, B, H, nthreads;
     int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
@@ -397,14 +400,18 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const long TB = (long)L->T * L->B, B = L->B;
     const float *xb = L->xw + tb * G;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
-    float mu, rs, mx = 0.0f, rx = 0.0f;
-    moments(hgb, G, L->eps, &mu, &rs);
-    if (L->gain_x) {
+    float mu = 0.0f, rs = 0.0f, mx = 0.0f, rx = 0.0f;
+    if (!L->gain_h) {  /* the plain LSTM (no LN; xw holds both biases): pre = W_h h + xw */
+#pragma omp simd
+        for (int j = 0; j < G; j++) a[j] = hgb[j] + xb[j];
+    } else if (L->gain_x) {
+        moments(hgb, G, L->eps, &mu, &rs);
         moments(xb, G, L->eps, &mx, &rx);
         for (int j = 0; j < G; j++)
             a[j] = (hgb[j] - mu) * rs * L->gain_h[j] + L->bias_h[j]
                    + (xb[j] - mx) * rx * L->gain_x[j] + L->bias_x[j];
     } else {
+        moments(hgb, G, L->eps, &mu, &rs);
         for (int j = 0; j < G; j++)
             a[j] = (hgb[j] - mu) * rs * L->gain_h[j] + L->bias_h[j] + xb[j];
     }
@@ -417,11 +424,18 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     float *h = L->out + tb * H;
     float *cc = L->zone_c ? scratch + 5 * H : c;  /* the candidate c~_t (zoneout: apart from c) */
     for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
-    float mc, rc;
-    moments(cc, H, L->eps, &mc, &rc);
-    for (int j = 0; j < H; j++) {
-        tcb[j] = tanhf_((cc[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
-        h[j] = og[j] * tcb[j];
+    float mc = 0.0f, rc = 0.0f;
+    if (!L->gain_c) {  /* the plain LSTM: h = sigmoid(o) tanh(c) */
+        for (int j = 0; j < H; j++) {
+            tcb[j] = tanhf_(cc[j]);
+            h[j] = og[j] * tcb[j];
+        }
+    } else {
+        moments(cc, H, L->eps, &mc, &rc);
+        for (int j = 0; j < H; j++) {
+            tcb[j] = tanhf_((cc[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
+            h[j] = og[j] * tcb[j];
+        }
     }
     if (L->zone_c) zoneout_(c, cc, cp, L->zone_c + tb * H, H);  /* cp may be c */
     if (L->zone_h) zoneout_(h, h, hp, L->zone_h + tb * H, H);
@@ -480,8 +494,12 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
         for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
         c = cc;
     }
-    /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
-    ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+    /* dcn -> d c_t through LN(c) (the plain LSTM: dcn itself); stored into du temporarily,
+     * then added to dc from t+1 */
+    if (L->gain_c)
+        ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+    else
+        memcpy(du, dcn, sizeof(float) * H);
     if (zc) {  /* dc~ = du + (1 - z) dc_t, dc_{t-1} = f dc~ + z dc_t */
 #pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
         for (int j = 0; j < H; j++) {
@@ -501,7 +519,11 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
         dcb[j] = dct * fg[j];
     }
     }
-    ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G, dhgb, pg_h, pb_h);
+    if (L->gain_h)
+        ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G, dhgb, pg_h,
+                        pb_h);
+    else  /* the plain LSTM: pre = W_h h + xw */
+        memcpy(dhgb, dp, sizeof(float) * G);
     if (L->gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
         ln_backward_row(dp, L->xw + tb * G, st[4 * TB + tb], st[5 * TB + tb], L->gain_x, G, dp,
                         pg_x, pb_x);
