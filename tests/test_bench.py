@@ -50,7 +50,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     assert main(["bench", "rnn", *TINY, "--layers", "1", "2", "--no-extras",
                  "--cell-batches", "1", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert {r["table"] for r in rows} == {"modules", "cells", "bn"}
+    assert {r["table"] for r in rows} == {"modules", "cells", "bn", "packed"}
     modules = [r for r in rows if r["table"] == "modules"]
     impls = {(r["cell"], r["layers"], r["impl"]) for r in modules}
     for layers in (1, 2):
@@ -83,6 +83,14 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
         assert _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"], r["ms/step"], r["vs LN-LSTM"])
         assert r["ms/step"] == pytest.approx(r["fwd+bwd ms"] / 3)
     assert bn["torch.nn.LSTM"]["ratio"] == bn["LN-LSTM (norm=layer)"]["vs LN-LSTM"] == 1.0
+
+    packed = {(r["impl"], r["input"]): r for r in rows if r["table"] == "packed"}
+    assert set(packed) == {("torch.nn.LSTM", "padded"), ("torch.nn.LSTM", "packed"),
+                           ('layernorm.LSTM norm="none"', "packed"),
+                           ('layernorm.LSTM norm="layer"', "packed")}
+    for r in packed.values():
+        assert r["shape"] == "3x2x4x8" and _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"])
+    assert packed[("torch.nn.LSTM", "padded")]["ratio"] == 1.0
 
     printed = capsys.readouterr().out
     for words in ("fwd+bwd ms", "TorchScript LN-LSTM", "layernorm.GRUCell", "BN-LSTM (norm=batch)",

@@ -194,3 +194,34 @@ def test_unknown_isa_falls_back_with_one_warning(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert library.get() is None  # once per process
+
+
+# ---- the cells' products at batch 1 ----------------------------------------------------------
+
+def test_matvec_rows_matches_torch():
+    """``matvec_rows``: y = a @ W^T with W in torch's (N, K) layout, K not a multiple of the
+    vector width and N not a multiple of the four rows taken at once."""
+    lib = native.load()
+    for M, K, N in ((1, 7, 5), (1, 128, 1024), (2, 37, 18), (3, 16, 4)):
+        a, w = torch.randn(M, K), torch.randn(N, K)
+        y = torch.empty(M, N)
+        lib.matvec_rows(M, K, a.data_ptr(), w.data_ptr(), N, y.data_ptr())
+        torch.testing.assert_close(y, a @ w.t(), atol=1e-5, rtol=1e-5, msg=f"{M, K, N}")
+
+
+@pytest.mark.parametrize("cls", [layernorm.LSTMCell, layernorm.GRUCell])
+def test_cell_at_batch_one_without_grad_equals_with_grad(cls):
+    """Without autograd a batch-1 step takes its two products through ``matvec_rows``; with
+    autograd through ``F.linear``: the same new state to float32 rounding, over a few steps."""
+    torch.manual_seed(0)
+    cell = cls(9, 20)
+    xs = torch.randn(5, 1, 9)
+    states = []
+    for grad in (False, True):
+        state = None
+        with torch.set_grad_enabled(grad):
+            for x in xs:
+                state = cell(x, state)
+        states.append(state if isinstance(state, tuple) else (state,))
+    for a, b in zip(*states):
+        torch.testing.assert_close(a, b.detach(), atol=1e-6, rtol=1e-5)

@@ -182,6 +182,33 @@ void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, flo
     gemm_rows(M, K, a, K, wp, npanels, y, (long)npanels * NR);
 }
 
+/* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the
+ * cells' two products of a step at batch 1, W_x x_t and W_h h_{t-1}, where a product reads each
+ * weight once. Four rows of W at a time, each an independent vector of partial sums over k,
+ * then their lanes and the tail of k. */
+void matvec_rows(int M, int K, const float *a, const float *w, int N, float *y) {
+    for (int m = 0; m < M; m++) {
+        const float *x = a + (long)m * K;
+        float *out = y + (long)m * N;
+        int n = 0;
+        for (; n < N; n += 4) {
+            const int nq = N - n < 4 ? N - n : 4;
+            vf acc[4] = {{0}, {0}, {0}, {0}};
+            int k = 0;
+            for (; k + VW <= K; k += VW) {
+                const vf xv = loadv(x + k);
+                for (int q = 0; q < nq; q++) acc[q] += xv * loadv(w + (long)(n + q) * K + k);
+            }
+            for (int q = 0; q < nq; q++) {
+                float s = 0.0f;
+                for (int l = 0; l < VW; l++) s += acc[q][l];
+                for (int kk = k; kk < K; kk++) s += x[kk] * w[(long)(n + q) * K + kk];
+                out[n + q] = s;
+            }
+        }
+    }
+}
+
 /* ---- the time loops, shared by the LN-LSTM and the LN-GRU ---------------------------------
  *
  * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's

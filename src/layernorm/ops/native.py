@@ -165,6 +165,8 @@ def _declare(lib) -> None:
     lib.panel_width.restype = i
     lib.gemm_packed.argtypes = [i, i, p, p, i, p]
     lib.gemm_packed.restype = None
+    lib.matvec_rows.argtypes = [i, i, p, p, i, p]
+    lib.matvec_rows.restype = None
     for cell in ("lstm", "gru"):
         for kernel in ("forward_seq", "backward_seq"):
             f = getattr(lib, f"{cell}_{kernel}")

@@ -8,7 +8,8 @@ measured in the same run, with the peak memory of one training step (``memory.pe
 CPU's vector / matrix features, what the C kernels were built for and one large sgemm's rate;
 then per float32 row the share of its time that the same GEMMs take through ``torch.mm``
 (``gemm_steps``, in the same rounds), so a row shows how close to the GEMM limit it runs.
-Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; with
+Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; then
+variable-length batches packed and padded (``bench_packed``); with
 ``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
 module without one (``bench_regularizers``).
 
@@ -56,10 +57,13 @@ CONFIGS = (
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
            "fwd of mm", "of mm", "GFLOP/s", "peak MB", "mem ratio", "vs eager", "compile s"]
-TABLES = ("modules", "cells", "bn")
+TABLES = ("modules", "cells", "bn", "packed")
 # tables run only when --tables names them
 EXTRA_TABLES = ("regularizers",)
 REG_COLUMNS = ["shape", "cell", "impl", "path", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
+PACKED_COLUMNS = ["shape", "impl", "input", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
+# an IMDb-like batch (docs/reproduce.md): T, B, I (embedding), H; lengths spread over [T / 5, T]
+PACKED_SHAPE = (100, 64, 64, 128)
 # the regularizer rows: (name, keywords); "none" is the anchor
 REGULARIZERS = (("none", {}), ("recurrent_dropout=0.25", {"recurrent_dropout": 0.25}),
                 ("zoneout=0.1", {"zoneout": 0.1}), ("dropconnect=0.5", {"dropconnect": 0.5}),
@@ -266,6 +270,49 @@ def bench_regularizers(shape=(100, 32, 128, 256), *, cells=("lstm", "gru"), repe
     return rows
 
 
+def bench_packed(shape=PACKED_SHAPE, *, repeat: int = 7, warmup: int = 2, device: str = "cpu",
+                 clock: str = "wall") -> list[dict]:
+    """Variable-length batches: ``torch.nn.LSTM`` on the padded batch (the anchor) and on the
+    same batch packed, ``layernorm.LSTM(norm="none")`` (torch's LSTM; packed input and training
+    steps run the C time loop without normalization) and ``norm="layer"`` packed; one layer,
+    training mode, lengths spread uniformly over [T / 5, T] (the longest T)."""
+    import layernorm
+    from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+    T, B, I, H = shape
+    torch.manual_seed(0)
+    theirs = nn.LSTM(I, H).to(device)
+    impls = {"torch.nn.LSTM": theirs,
+             'layernorm.LSTM norm="none"': layernorm.LSTM.from_torch(theirs, norm="none"),
+             'layernorm.LSTM norm="layer"': layernorm.LSTM(I, H, norm="layer").to(device)}
+    x = torch.randn(T, B, I, device=device)
+    lengths = torch.randint(max(1, T // 5), T + 1, (B,))
+    lengths[0] = T
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    cases = [("torch.nn.LSTM", "padded", x)] + [(name, "packed", packed) for name in impls]
+
+    def steps(m, inp):
+        def forward():
+            with torch.no_grad():
+                m(inp)
+
+        def train_step():
+            for p in m.parameters():
+                p.grad = None
+            out = m(inp)[0]
+            (out.data if isinstance(out, PackedSequence) else out).sum().backward()
+        return forward, train_step
+    fns = {}
+    for name, kind, inp in cases:
+        fns[(name, kind, "fwd")], fns[(name, kind, "fb")] = steps(impls[name], inp)
+    ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+    ref = ("torch.nn.LSTM", "padded")
+    return [{"table": "packed", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H,
+             "impl": name, "input": kind, "fwd ms": ms[(name, kind, "fwd")],
+             "fwd ratio": ms[(name, kind, "fwd")] / ms[(*ref, "fwd")],
+             "fwd+bwd ms": ms[(name, kind, "fb")],
+             "ratio": ms[(name, kind, "fb")] / ms[(*ref, "fb")]} for name, kind, _ in cases]
+
+
 def kernel_isa() -> str:
     """What the C kernels were built for here: their SIMD width (``-march=native``, or AVX2 with
     ``LAYERNORM_NATIVE_ISA=avx2``), or why they are not used."""
@@ -367,6 +414,15 @@ def _run(args: argparse.Namespace) -> int:
               f"LN-LSTM's; BN-LSTM = the fused C time loop, loop = the readable path.")
         print(format_table(bn_rows, BN_COLUMNS))
         rows += bn_rows
+    if "packed" in args.tables and "lstm" in args.cells:
+        shape = PACKED_SHAPE if not args.shapes else configs[0][:4]
+        packed_rows = bench_packed(shape, repeat=repeat, warmup=args.warmup, device=args.device,
+                                   clock=args.clock)
+        print(f"\nVariable lengths (uniform over [T/5, T]), one layer, training mode, fp32, "
+              f"{args.device}, {timing}. ratio = time / torch.nn.LSTM's on the padded batch; "
+              f"norm=\"none\" is torch's LSTM (packed input and training steps: the C loop).")
+        print(format_table(packed_rows, PACKED_COLUMNS))
+        rows += packed_rows
     if "regularizers" in args.tables:
         reg_rows = bench_regularizers(configs[0][:4], cells=args.cells, repeat=repeat,
                                       warmup=args.warmup, device=args.device, clock=args.clock)
@@ -401,7 +457,8 @@ def add_command(bench_subparsers) -> None:
     p.add_argument("--cells", nargs="+", choices=["lstm", "gru"], default=["lstm", "gru"])
     p.add_argument("--tables", nargs="+", choices=TABLES + EXTRA_TABLES, default=list(TABLES),
                    help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
-                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM (default: those three); "
+                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM; packed: variable lengths, "
+                        "packed vs padded (default: those four); "
                         "regularizers: LN-LSTM / LN-GRU with recurrent dropout, zoneout, "
                         "DropConnect vs without (first shape)")
     p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),
