@@ -50,7 +50,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     assert main(["bench", "rnn", *TINY, "--layers", "1", "2", "--no-extras",
                  "--cell-batches", "1", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert {r["table"] for r in rows} == {"modules", "cells", "bn", "packed"}
+    assert {r["table"] for r in rows} == {"modules", "cells", "bn", "packed", "inference"}
     modules = [r for r in rows if r["table"] == "modules"]
     impls = {(r["cell"], r["layers"], r["impl"]) for r in modules}
     for layers in (1, 2):
@@ -91,6 +91,13 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     for r in packed.values():
         assert r["shape"] == "3x2x4x8" and _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"])
     assert packed[("torch.nn.LSTM", "padded")]["ratio"] == 1.0
+    inference = {(r["cell"], r["B"], r["impl"]): r for r in rows if r["table"] == "inference"}
+    assert set(inference) == {(c, B, f"{lib}.{c.upper()}") for c in ("lstm", "gru")
+                              for B in (1, 8, 32, 256) for lib in ("torch.nn", "layernorm")}
+    for (cell, B, impl), r in inference.items():
+        assert r["shape"] == f"3x{B}x4x8" and _finite(r["ms"], r["ratio"])
+        if impl.startswith("torch.nn."):
+            assert r["ratio"] == 1.0
 
     printed = capsys.readouterr().out
     for words in ("fwd+bwd ms", "TorchScript LN-LSTM", "layernorm.GRUCell", "BN-LSTM (norm=batch)",

@@ -6,9 +6,9 @@
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
 ``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``TorchLayout`` with torch's
-weight lists; the input checks are ``InputChecks``), except an LSTM on packed input or in a
-training step on the CPU, which runs the C time loop without normalization where it applies
-(``_plain_recurrence``; faster there, equal to torch's op to float rounding). For the normalized norms the time
+weight lists; the input checks are ``InputChecks``), except an LSTM on packed CPU float32 input,
+which runs the C time loop without normalization where it applies (``_plain_recurrence``; 3-4x
+faster there, equal to torch's op to float rounding). For the normalized norms the time
 loop of one layer and one direction is ``layernorm.recurrence.run_direction`` (the reference
 loop; the fused operators and kernels run their own, tested against it); ``_run_direction``
 prepares its inputs and is the single place where a fused kernel can take over (see its
@@ -326,21 +326,17 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
     def _plain_recurrence(self, x: torch.Tensor, hx: tuple, packed: bool) -> bool:
         """norm="none" LSTM through the C time loop without normalization
-        (``ops.lstm.plain_lstm_sequence``) where it beats torch's CPU op (docs/rnnfast.md):
-        packed input (torch's op runs it 3-4x slower than the same batch padded) and padded
-        input with autograd recording (a training step); torch's op keeps padded inference,
-        faster there. Also: no projection, no regularizer or inter-layer dropout at work,
-        ``use_fused``, not under torch.onnx.export, and ``plain_applies`` (eager CPU float32
-        tensors, C kernels loaded, no autocast, torch.func or forward-mode AD)."""
-        if not (self.mode == "LSTM" and self.use_fused and not self.proj_size
+        (``ops.lstm.plain_lstm_sequence``) on packed input, where torch's CPU op runs 3-4x
+        slower than on the same batch padded (docs/rnnfast.md); padded input keeps torch's op
+        (its numbers exactly). Also: no projection, no regularizer or inter-layer dropout at
+        work, ``use_fused``, not under torch.onnx.export, and ``plain_applies`` (eager CPU
+        float32 tensors, C kernels loaded, no autocast, torch.func or forward-mode AD)."""
+        if not (packed and self.mode == "LSTM" and self.use_fused and not self.proj_size
                 and not (self.training and (self._regularized or self.dropout))
                 and not exporting_to_onnx()):
             return False
         weights = self._flat_weights
         if any(w is None for w in weights):
-            return False
-        if not packed and not (torch.is_grad_enabled() and any(
-                t.requires_grad for t in (x, *hx, *weights))):
             return False
         return _ops_lstm.plain_applies(x, *hx, *weights)
 

@@ -9,7 +9,8 @@ CPU's vector / matrix features, what the C kernels were built for and one large 
 then per float32 row the share of its time that the same GEMMs take through ``torch.mm``
 (``gemm_steps``, in the same rounds), so a row shows how close to the GEMM limit it runs.
 Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; then
-variable-length batches packed and padded (``bench_packed``); with
+variable-length batches packed and padded (``bench_packed``) and inference at batch 1 to 256
+(``bench_inference``); with
 ``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
 module without one (``bench_regularizers``).
 
@@ -57,11 +58,13 @@ CONFIGS = (
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
            "fwd of mm", "of mm", "GFLOP/s", "peak MB", "mem ratio", "vs eager", "compile s"]
-TABLES = ("modules", "cells", "bn", "packed")
+TABLES = ("modules", "cells", "bn", "packed", "inference")
 # tables run only when --tables names them
 EXTRA_TABLES = ("regularizers",)
 REG_COLUMNS = ["shape", "cell", "impl", "path", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
 PACKED_COLUMNS = ["shape", "impl", "input", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
+INFERENCE_COLUMNS = ["shape", "cell", "B", "impl", "ms", "ratio"]
+INFERENCE_BATCHES = (1, 8, 32, 256)
 # an IMDb-like batch (docs/reproduce.md): T, B, I (embedding), H; lengths spread over [T / 5, T]
 PACKED_SHAPE = (100, 64, 64, 128)
 # the regularizer rows: (name, keywords); "none" is the anchor
@@ -273,8 +276,8 @@ def bench_regularizers(shape=(100, 32, 128, 256), *, cells=("lstm", "gru"), repe
 def bench_packed(shape=PACKED_SHAPE, *, repeat: int = 7, warmup: int = 2, device: str = "cpu",
                  clock: str = "wall") -> list[dict]:
     """Variable-length batches: ``torch.nn.LSTM`` on the padded batch (the anchor) and on the
-    same batch packed, ``layernorm.LSTM(norm="none")`` (torch's LSTM; packed input and training
-    steps run the C time loop without normalization) and ``norm="layer"`` packed; one layer,
+    same batch packed, ``layernorm.LSTM(norm="none")`` (torch's LSTM; packed input runs the C
+    time loop without normalization) and ``norm="layer"`` packed; one layer,
     training mode, lengths spread uniformly over [T / 5, T] (the longest T)."""
     import layernorm
     from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
@@ -311,6 +314,37 @@ def bench_packed(shape=PACKED_SHAPE, *, repeat: int = 7, warmup: int = 2, device
              "fwd ratio": ms[(name, kind, "fwd")] / ms[(*ref, "fwd")],
              "fwd+bwd ms": ms[(name, kind, "fb")],
              "ratio": ms[(name, kind, "fb")] / ms[(*ref, "fb")]} for name, kind, _ in cases]
+
+
+def bench_inference(T: int, I: int, H: int, *, batches=INFERENCE_BATCHES, cells=("lstm", "gru"),
+                    repeat: int = 7, warmup: int = 2, device: str = "cpu",
+                    clock: str = "wall") -> list[dict]:
+    """Inference: eval-mode modules under ``torch.inference_mode`` (no graph, nothing saved for
+    a backward), ours (norm="layer") against torch's, one layer, at each batch size; ratio =
+    time / torch's."""
+    import layernorm
+    rows = []
+    for cell in cells:
+        for B in batches:
+            torch.manual_seed(0)
+            impls = {f"torch.nn.{cell.upper()}": getattr(nn, cell.upper())(I, H),
+                     f"layernorm.{cell.upper()}": getattr(layernorm, cell.upper())(
+                         I, H, norm="layer")}
+            x = torch.randn(T, B, I, device=device)
+            fns = {}
+            for name, m in impls.items():
+                m = m.to(device).eval()
+
+                def run(m=m):
+                    with torch.inference_mode():
+                        m(x)
+                fns[name] = run
+            ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+            anchor = f"torch.nn.{cell.upper()}"
+            rows += [{"table": "inference", "shape": f"{T}x{B}x{I}x{H}", "cell": cell, "T": T,
+                      "B": B, "I": I, "H": H, "impl": name, "ms": ms[name],
+                      "ratio": ms[name] / ms[anchor]} for name in impls]
+    return rows
 
 
 def kernel_isa() -> str:
@@ -420,9 +454,16 @@ def _run(args: argparse.Namespace) -> int:
                                    clock=args.clock)
         print(f"\nVariable lengths (uniform over [T/5, T]), one layer, training mode, fp32, "
               f"{args.device}, {timing}. ratio = time / torch.nn.LSTM's on the padded batch; "
-              f"norm=\"none\" is torch's LSTM (packed input and training steps: the C loop).")
+              f"norm=\"none\" is torch's LSTM (packed input: the C loop without LN).")
         print(format_table(packed_rows, PACKED_COLUMNS))
         rows += packed_rows
+    if "inference" in args.tables:
+        inf_rows = bench_inference(T, I, H, cells=args.cells, repeat=repeat, warmup=args.warmup,
+                                   device=args.device, clock=args.clock)
+        print(f"\nInference (eval, torch.inference_mode), one layer, T={T}, I={I}, H={H}, fp32, "
+              f"{args.device}, {timing}. ratio = time / torch's module.")
+        print(format_table(inf_rows, INFERENCE_COLUMNS))
+        rows += inf_rows
     if "regularizers" in args.tables:
         reg_rows = bench_regularizers(configs[0][:4], cells=args.cells, repeat=repeat,
                                       warmup=args.warmup, device=args.device, clock=args.clock)
@@ -458,7 +499,8 @@ def add_command(bench_subparsers) -> None:
     p.add_argument("--tables", nargs="+", choices=TABLES + EXTRA_TABLES, default=list(TABLES),
                    help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
                         "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM; packed: variable lengths, "
-                        "packed vs padded (default: those four); "
+                        "packed vs padded; inference: eval + inference_mode at batch 1, 8, 32, "
+                        "256 (default: those five); "
                         "regularizers: LN-LSTM / LN-GRU with recurrent dropout, zoneout, "
                         "DropConnect vs without (first shape)")
     p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),
