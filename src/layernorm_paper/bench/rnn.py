@@ -4,8 +4,9 @@ For each shape (T, B, I, H) and configuration (layers, bidirectional) every impl
 the same forward (no grad) and forward+backward (gradient of the output given, parameters' grads
 set to None first, as ``optimizer.zero_grad()`` does); all candidates of a shape are interleaved
 in each round (``harness.compare``) and the table shows medians and ratios to torch's module
-measured in the same run, with the peak memory of one training step (``memory.peak_memory_mb``). First the machine: the
-CPU's vector / matrix features, what the C kernels were built for and one large sgemm's rate;
+measured in the same run, with the peak memory of one training step
+(``memory.peak_memory_mb``). First the machine: the CPU's vector / matrix features, what the C
+kernels were built for and one large sgemm's rate;
 then per float32 row the share of its time that the same GEMMs take through ``torch.mm``
 (``gemm_steps``, in the same rounds), so a row shows how close to the GEMM limit it runs.
 Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; then
@@ -424,8 +425,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32 unless the row says, "
               f"{args.device}, {timing}. ratio = fwd+bwd time / torch's (the autocast and bf16 "
               f"rows: / torch's row of the same group); peak MB = memory allocated during one "
-              f"training step; vs eager = compiled / eager layernorm module; of mm = the time the same GEMMs "
-              f"take through torch.mm, one call each, measured in the same rounds / this row's "
+              f"training step; vs eager = compiled / eager layernorm module; of mm = the time "
+              f"the same GEMMs take through torch.mm, one call each, measured in the same rounds / this row's "
               f"time (fwd of mm: forward without grad; 1.0 = as fast as its GEMMs alone); "
               f"GFLOP/s = those GEMMs' FLOPs / fwd+bwd time.")
         print(format_table([r for r in rows if r["table"] == "modules"], COLUMNS))
