@@ -85,12 +85,15 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     assert bn["torch.nn.LSTM"]["ratio"] == bn["LN-LSTM (norm=layer)"]["vs LN-LSTM"] == 1.0
 
     packed = {(r["impl"], r["input"]): r for r in rows if r["table"] == "packed"}
-    assert set(packed) == {("torch.nn.LSTM", "padded"), ("torch.nn.LSTM", "packed"),
-                           ('layernorm.LSTM norm="none"', "packed"),
-                           ('layernorm.LSTM norm="layer"', "packed")}
+    assert set(packed) == {(f"{lib}{m}{norm}", kind) for m in ("LSTM", "GRU")
+                           for lib, norm, kind in (("torch.nn.", "", "padded"),
+                                                   ("torch.nn.", "", "packed"),
+                                                   ("layernorm.", ' norm="none"', "packed"),
+                                                   ("layernorm.", ' norm="layer"', "packed"))}
     for r in packed.values():
         assert r["shape"] == "3x2x4x8" and _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"])
     assert packed[("torch.nn.LSTM", "padded")]["ratio"] == 1.0
+    assert packed[("torch.nn.GRU", "padded")]["ratio"] == 1.0
     inference = {(r["cell"], r["B"], r["impl"]): r for r in rows if r["table"] == "inference"}
     assert set(inference) == {(c, B, f"{lib}.{c.upper()}") for c in ("lstm", "gru")
                               for B in (1, 8, 32, 256) for lib in ("torch.nn", "layernorm")}

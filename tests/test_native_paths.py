@@ -9,6 +9,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 import layernorm
 from layernorm import _native_build
+from layernorm.ops import gru as ops_gru
 from layernorm.ops import lstm as ops_lstm
 from layernorm.ops import native
 from tests.test_fused import KINDS, make_args, outputs_and_grads
@@ -16,52 +17,56 @@ from tests.test_fused import KINDS, make_args, outputs_and_grads
 pytestmark = pytest.mark.skipif(native.load() is None, reason="no C compiler: no C kernels")
 
 
-def _pair(layers=2, bidirectional=True, I=5, H=12):
+def _pair(layers=2, bidirectional=True, I=5, H=12, mode="LSTM"):
     torch.manual_seed(0)
-    theirs = torch.nn.LSTM(I, H, num_layers=layers, bidirectional=bidirectional)
-    return theirs, layernorm.LSTM.from_torch(theirs, norm="none")
+    theirs = getattr(torch.nn, mode)(I, H, num_layers=layers, bidirectional=bidirectional)
+    return theirs, getattr(layernorm, mode).from_torch(theirs, norm="none")
 
 
 def _spy(monkeypatch):
+    """Record the calls of the plain LSTM / GRU sequence functions."""
     calls = []
-    real = ops_lstm.plain_lstm_sequence
-
-    def spy(*args, **kwargs):
-        calls.append(args[0].shape)
-        return real(*args, **kwargs)
-    monkeypatch.setattr(ops_lstm, "plain_lstm_sequence", spy)
+    for module, name in ((ops_lstm, "plain_lstm_sequence"), (ops_gru, "plain_gru_sequence")):
+        def spy(*args, real=getattr(module, name), **kwargs):
+            calls.append(args[0].shape)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, spy)
     return calls
 
 
 def _grads(m, inputs, outs, weights):
-    out, (h, c) = outs
+    out, state = outs
     data = out.data if isinstance(out, torch.nn.utils.rnn.PackedSequence) else out
     g = torch.linspace(-1, 1, data.numel()).reshape(data.shape)
-    loss = (data * g).sum() + (h * 0.3).sum() + (c * c).sum()
+    states = state if isinstance(state, tuple) else (state,)
+    loss = (data * g).sum() + (states[0] * 0.3).sum() + sum((s * s).sum() for s in states[1:])
     return torch.autograd.grad(loss, [*inputs, *weights])
 
 
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 @pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)])
-def test_plain_lstm_packed_matches_torch_op(monkeypatch, layers, bidirectional):
+def test_plain_packed_matches_torch_op(monkeypatch, layers, bidirectional, mode):
     """norm="none" on packed input (unsorted lengths, hx given) runs the C time loop without
     normalization: outputs, final states and the gradients of the input, hx and every weight
-    equal torch's op to float32 rounding."""
-    theirs, ours = _pair(layers, bidirectional)
+    (biases included) equal torch's op to float32 rounding."""
+    theirs, ours = _pair(layers, bidirectional, mode=mode)
     calls = _spy(monkeypatch)
     T, B, D = 7, 6, 2 if bidirectional else 1
     x = torch.randn(T, B, 5, requires_grad=True)
     lens = torch.tensor([3, 7, 1, 5, 7, 2])
     h0 = (0.5 * torch.randn(layers * D, B, 12)).requires_grad_()
     c0 = (0.5 * torch.randn(layers * D, B, 12)).requires_grad_()
+    hx, leaves = ((h0, c0), (x, h0, c0)) if mode == "LSTM" else (h0, (x, h0))
     results = []
     for m in (theirs, ours):
         packed = pack_padded_sequence(x, lens, enforce_sorted=False)
-        outs = m(packed, (h0, c0))
-        results.append((outs, _grads(m, (x, h0, c0), outs, list(m.parameters()))))
+        outs = m(packed, hx)
+        results.append((outs, _grads(m, leaves, outs, list(m.parameters()))))
     assert len(calls) == layers * D        # every layer and direction took the C loop
     (o1, g1), (o2, g2) = results
     torch.testing.assert_close(o2[0].data, o1[0].data, atol=2e-6, rtol=1e-5)
-    for a, b in zip(o2[1], o1[1]):
+    s1, s2 = (o[1] if isinstance(o[1], tuple) else (o[1],) for o in (o1, o2))
+    for a, b in zip(s2, s1):
         torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
     for i, (a, b) in enumerate(zip(g2, g1)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=f"gradient {i}")
@@ -105,6 +110,30 @@ def test_plain_lstm_double_backward_matches_torch_op():
     out_t, (h_t, _) = theirs(packed, (torch.zeros(1, B, H, dtype=torch.float64),) * 2)
     out_t = torch.nn.utils.rnn.pad_packed_sequence(out_t)[0]
     g_t = torch.autograd.grad((out_t ** 2).sum() + h_t.sum(), theirs.weight_hh_l0,
+                              create_graph=True)[0]
+    gg_t = torch.autograd.grad((g_t ** 2).sum(), theirs.weight_hh_l0)[0]
+    torch.testing.assert_close(g_ours.double(), g_t, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(gg_ours.double(), gg_t, atol=1e-4, rtol=1e-4)
+
+
+def test_plain_gru_double_backward_matches_torch_op():
+    """The GRU's create_graph=True path (the differentiable loop, b_hn inside the reset gate's
+    product) against torch's float64 op."""
+    torch.manual_seed(2)
+    T, B, I, H = 4, 3, 2, 5
+    theirs = torch.nn.GRU(I, H).double()
+    x = torch.randn(T, B, I, dtype=torch.float64)
+    w_ih, w_hh, b_ih, b_hh = (p.detach().float().requires_grad_() for p in theirs.parameters())
+    xw = torch.nn.functional.linear(x.float(), w_ih,
+                                    b_ih + torch.cat([b_hh[:2 * H], b_hh.new_zeros(H)]))
+    out, h = ops_gru.plain_gru_sequence(xw, torch.zeros(B, H), w_hh, b_hh[2 * H:],
+                                        torch.tensor([3, 2, 1, 1]))
+    g_ours = torch.autograd.grad((out ** 2).sum() + h.sum(), b_hh, create_graph=True)[0]
+    gg_ours = torch.autograd.grad((g_ours ** 2).sum(), w_hh)[0]
+    packed = pack_padded_sequence(x, torch.tensor([4, 2, 1]))
+    out_t, h_t = theirs(packed)
+    out_t = torch.nn.utils.rnn.pad_packed_sequence(out_t)[0]
+    g_t = torch.autograd.grad((out_t ** 2).sum() + h_t.sum(), theirs.bias_hh_l0,
                               create_graph=True)[0]
     gg_t = torch.autograd.grad((g_t ** 2).sum(), theirs.weight_hh_l0)[0]
     torch.testing.assert_close(g_ours.double(), g_t, atol=1e-5, rtol=1e-4)
@@ -176,8 +205,9 @@ def test_avx2_kernels_match_reference(avx2_kernels, kind):
         torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-5)
 
 
-def test_avx2_plain_lstm_matches_torch_op(avx2_kernels, monkeypatch):
-    test_plain_lstm_packed_matches_torch_op(monkeypatch, 1, False)
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_avx2_plain_matches_torch_op(avx2_kernels, monkeypatch, mode):
+    test_plain_packed_matches_torch_op(monkeypatch, 1, False, mode)
 
 
 def test_unknown_isa_falls_back_with_one_warning(monkeypatch):

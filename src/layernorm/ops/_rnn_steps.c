@@ -581,7 +581,10 @@ int lstm_backward_seq(const struct lstm *L) {
  * h0 (B, H) in; out (T, B, H) = h_1 .. h_T, output; h_n (B, H) in: h0, out: each row's last
  * state. Saved when hg_all != NULL: hg_all (T, B, 3H) and stats (8, T, B) = mean / rstd of
  * hg[:2H], hg[2H:], xw[:2H], xw[2H:]; the backward recomputes r, z, un, n from them (a pass of
- * the step's arithmetic instead of keeping 4H values per row and step). */
+ * the step's arithmetic instead of keeping 4H values per row and step).
+ * gain_h NULL (with gain_u, gain_x NULL): torch.nn.GRU's cell without any LN, xw holding
+ * W_x x + b_ih + [b_hr; b_hz; 0] and bias_u b_hn: r, z = sigmoid(xw[:2H] + hg[:2H]),
+ * un = hg[2H:] + b_hn (the backward sums its gradient into dbias_u only). */
 struct gru {
     int T, B, H, nthreads;
     int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
@@ -618,7 +621,13 @@ static inline void gru_gates(const struct gru *R, long tb, const float *hgb, con
     const float *gh = R->gain_h, *bh = R->bias_h, *gu = R->gain_u, *bu = R->bias_u;
     const float mh = st[0], rh = st[1], mu = st[2], ru = st[3];  /* locals: no aliasing */
     const float mx1 = st[4], rx1 = st[5], mx2 = st[6], rx2 = st[7];
-    if (gx) {
+    if (!gh) {  /* the plain GRU (no LN; xw holds b_ih + [b_hr, b_hz, 0], bias_u is b_hn) */
+        for (int j = 0; j < 2 * H; j++) rz[j] = sigmoidf_(hgb[j] + xb[j]);
+        for (int j = 0; j < H; j++) {
+            un[j] = hgb[2 * H + j] + bu[j];
+            n[j] = tanhf_(xb[2 * H + j] + rz[j] * un[j]);
+        }
+    } else if (gx) {
         for (int j = 0; j < 2 * H; j++)
             rz[j] = sigmoidf_((hgb[j] - mh) * rh * gh[j] + bh[j]
                               + (xb[j] - mx1) * rx1 * gx[j] + bx[j]);
@@ -645,8 +654,10 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     const float *xb = R->xw + tb * G;
     float *rz = scratch, *un = scratch + 2 * H, *n = scratch + 3 * H, *h = R->out + tb * H;
     float st[8] = {0};
-    moments(hgb, 2 * H, R->eps, &st[0], &st[1]);
-    moments(hgb + 2 * H, H, R->eps, &st[2], &st[3]);
+    if (R->gain_h) {
+        moments(hgb, 2 * H, R->eps, &st[0], &st[1]);
+        moments(hgb + 2 * H, H, R->eps, &st[2], &st[3]);
+    }
     if (R->gain_x) {
         moments(xb, 2 * H, R->eps, &st[4], &st[5]);
         moments(xb + 2 * H, H, R->eps, &st[6], &st[7]);
@@ -704,6 +715,14 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
         du[j] = dnpre * r[j];
         direct[j] = g * z[j];
     }
+    }
+    if (!R->gain_h) {  /* the plain GRU: hg itself, un = U h + b_hn */
+        memcpy(dhgb, dp, sizeof(float) * 2 * H);
+        for (int j = 0; j < H; j++) {
+            dhgb[2 * H + j] = du[j];
+            pb_u[j] += du[j];
+        }
+        return;
     }
     ln_backward_row(dp, hgb, st[0], st[1], R->gain_h, 2 * H, dhgb, pg_h, pb_h);
     ln_backward_row(du, hgb + 2 * H, st[2], st[3], R->gain_u, H, dhgb + 2 * H, pg_u, pb_u);

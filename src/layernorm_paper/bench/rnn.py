@@ -274,47 +274,51 @@ def bench_regularizers(shape=(100, 32, 128, 256), *, cells=("lstm", "gru"), repe
     return rows
 
 
-def bench_packed(shape=PACKED_SHAPE, *, repeat: int = 7, warmup: int = 2, device: str = "cpu",
-                 clock: str = "wall") -> list[dict]:
-    """Variable-length batches: ``torch.nn.LSTM`` on the padded batch (the anchor) and on the
-    same batch packed, ``layernorm.LSTM(norm="none")`` (torch's LSTM; packed input runs the C
-    time loop without normalization) and ``norm="layer"`` packed; one layer,
-    training mode, lengths spread uniformly over [T / 5, T] (the longest T)."""
+def bench_packed(shape=PACKED_SHAPE, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
+                 device: str = "cpu", clock: str = "wall") -> list[dict]:
+    """Variable-length batches, per cell: torch's module on the padded batch (the anchor) and on
+    the same batch packed, ``layernorm.LSTM`` / ``GRU`` with ``norm="none"`` (torch's module;
+    packed input runs the C time loop without normalization) and ``norm="layer"`` packed; one
+    layer, training mode, lengths spread uniformly over [T / 5, T] (the longest T)."""
     import layernorm
     from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
     T, B, I, H = shape
-    torch.manual_seed(0)
-    theirs = nn.LSTM(I, H).to(device)
-    impls = {"torch.nn.LSTM": theirs,
-             'layernorm.LSTM norm="none"': layernorm.LSTM.from_torch(theirs, norm="none"),
-             'layernorm.LSTM norm="layer"': layernorm.LSTM(I, H, norm="layer").to(device)}
-    x = torch.randn(T, B, I, device=device)
-    lengths = torch.randint(max(1, T // 5), T + 1, (B,))
-    lengths[0] = T
-    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
-    cases = [("torch.nn.LSTM", "padded", x)] + [(name, "packed", packed) for name in impls]
+    rows = []
+    for cell in cells:
+        torch.manual_seed(0)
+        ours_cls, anchor = getattr(layernorm, cell.upper()), f"torch.nn.{cell.upper()}"
+        theirs = getattr(nn, cell.upper())(I, H).to(device)
+        impls = {anchor: theirs,
+                 f'layernorm.{cell.upper()} norm="none"': ours_cls.from_torch(theirs, norm="none"),
+                 f'layernorm.{cell.upper()} norm="layer"': ours_cls(I, H, norm="layer").to(device)}
+        x = torch.randn(T, B, I, device=device)
+        lengths = torch.randint(max(1, T // 5), T + 1, (B,))
+        lengths[0] = T
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        cases = [(anchor, "padded", x)] + [(name, "packed", packed) for name in impls]
 
-    def steps(m, inp):
-        def forward():
-            with torch.no_grad():
-                m(inp)
+        def steps(m, inp):
+            def forward():
+                with torch.no_grad():
+                    m(inp)
 
-        def train_step():
-            for p in m.parameters():
-                p.grad = None
-            out = m(inp)[0]
-            (out.data if isinstance(out, PackedSequence) else out).sum().backward()
-        return forward, train_step
-    fns = {}
-    for name, kind, inp in cases:
-        fns[(name, kind, "fwd")], fns[(name, kind, "fb")] = steps(impls[name], inp)
-    ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
-    ref = ("torch.nn.LSTM", "padded")
-    return [{"table": "packed", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H,
-             "impl": name, "input": kind, "fwd ms": ms[(name, kind, "fwd")],
-             "fwd ratio": ms[(name, kind, "fwd")] / ms[(*ref, "fwd")],
-             "fwd+bwd ms": ms[(name, kind, "fb")],
-             "ratio": ms[(name, kind, "fb")] / ms[(*ref, "fb")]} for name, kind, _ in cases]
+            def train_step():
+                for p in m.parameters():
+                    p.grad = None
+                out = m(inp)[0]
+                (out.data if isinstance(out, PackedSequence) else out).sum().backward()
+            return forward, train_step
+        fns = {}
+        for name, kind, inp in cases:
+            fns[(name, kind, "fwd")], fns[(name, kind, "fb")] = steps(impls[name], inp)
+        ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+        ref = (anchor, "padded")
+        rows += [{"table": "packed", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H,
+                  "cell": cell, "impl": name, "input": kind, "fwd ms": ms[(name, kind, "fwd")],
+                  "fwd ratio": ms[(name, kind, "fwd")] / ms[(*ref, "fwd")],
+                  "fwd+bwd ms": ms[(name, kind, "fb")],
+                  "ratio": ms[(name, kind, "fb")] / ms[(*ref, "fb")]} for name, kind, _ in cases]
+    return rows
 
 
 def bench_inference(T: int, I: int, H: int, *, batches=INFERENCE_BATCHES, cells=("lstm", "gru"),
@@ -449,13 +453,13 @@ def _run(args: argparse.Namespace) -> int:
               f"LN-LSTM's; BN-LSTM = the fused C time loop, loop = the readable path.")
         print(format_table(bn_rows, BN_COLUMNS))
         rows += bn_rows
-    if "packed" in args.tables and "lstm" in args.cells:
+    if "packed" in args.tables:
         shape = PACKED_SHAPE if not args.shapes else configs[0][:4]
-        packed_rows = bench_packed(shape, repeat=repeat, warmup=args.warmup, device=args.device,
+        packed_rows = bench_packed(shape, cells=args.cells, repeat=repeat, warmup=args.warmup, device=args.device,
                                    clock=args.clock)
         print(f"\nVariable lengths (uniform over [T/5, T]), one layer, training mode, fp32, "
-              f"{args.device}, {timing}. ratio = time / torch.nn.LSTM's on the padded batch; "
-              f"norm=\"none\" is torch's LSTM (packed input: the C loop without LN).")
+              f"{args.device}, {timing}. ratio = time / torch's module on the padded batch; "
+              f"norm=\"none\" is torch's module (packed input: the C loop without LN).")
         print(format_table(packed_rows, PACKED_COLUMNS))
         rows += packed_rows
     if "inference" in args.tables:
