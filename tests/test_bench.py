@@ -14,7 +14,8 @@ import torch
 from layernorm_paper.bench import compare, ratios
 from layernorm_paper.bench.baseline import ScriptLNLSTM
 from layernorm_paper.bench.cells import bench_bn_lstm, bench_cells
-from layernorm_paper.bench.rnn import bench_rnn
+from layernorm_paper.bench.harness import cpu_features
+from layernorm_paper.bench.rnn import bench_rnn, gemm_steps
 from layernorm_paper.cli import main
 from tests.reference import ref_recurrent
 
@@ -49,7 +50,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     assert main(["bench", "rnn", *TINY, "--layers", "1", "2", "--no-extras",
                  "--cell-batches", "1", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert {r["table"] for r in rows} == {"modules", "cells", "bn"}
+    assert {r["table"] for r in rows} == {"modules", "cells", "bn", "packed", "inference"}
     modules = [r for r in rows if r["table"] == "modules"]
     impls = {(r["cell"], r["layers"], r["impl"]) for r in modules}
     for layers in (1, 2):
@@ -59,7 +60,9 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     assert ("lstm", 1, "layernorm loop") in impls
     for r in modules:
         assert _finite(r["fwd ms"], r["fwd+bwd ms"], r["peak MB"], r["ratio"], r["fwd ratio"],
-                       r["mem ratio"])
+                       r["mem ratio"], r["fwd of mm"], r["of mm"], r["GFLOP/s"], r["mm GFLOP/s"])
+        # of mm = mm time / the row's time, GFLOP/s = FLOPs / the row's time: one ratio
+        assert r["of mm"] == pytest.approx(r["GFLOP/s"] / r["mm GFLOP/s"])
         if r["impl"] == "torch.nn." + r["cell"].upper():
             assert r["ratio"] == r["fwd ratio"] == r["mem ratio"] == 1.0
 
@@ -81,10 +84,69 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
         assert r["ms/step"] == pytest.approx(r["fwd+bwd ms"] / 3)
     assert bn["torch.nn.LSTM"]["ratio"] == bn["LN-LSTM (norm=layer)"]["vs LN-LSTM"] == 1.0
 
+    packed = {(r["impl"], r["input"]): r for r in rows if r["table"] == "packed"}
+    assert set(packed) == {(f"{lib}{m}{norm}", kind) for m in ("LSTM", "GRU")
+                           for lib, norm, kind in (("torch.nn.", "", "padded"),
+                                                   ("torch.nn.", "", "packed"),
+                                                   ("layernorm.", ' norm="none"', "packed"),
+                                                   ("layernorm.", ' norm="layer"', "packed"))}
+    for r in packed.values():
+        assert r["shape"] == "3x2x4x8" and _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"])
+    assert packed[("torch.nn.LSTM", "padded")]["ratio"] == 1.0
+    assert packed[("torch.nn.GRU", "padded")]["ratio"] == 1.0
+    inference = {(r["cell"], r["B"], r["impl"]): r for r in rows if r["table"] == "inference"}
+    assert set(inference) == {(c, B, f"{lib}.{c.upper()}") for c in ("lstm", "gru")
+                              for B in (1, 8, 32, 256) for lib in ("torch.nn", "layernorm")}
+    for (cell, B, impl), r in inference.items():
+        assert r["shape"] == f"3x{B}x4x8" and _finite(r["ms"], r["ratio"])
+        if impl.startswith("torch.nn."):
+            assert r["ratio"] == 1.0
+
     printed = capsys.readouterr().out
     for words in ("fwd+bwd ms", "TorchScript LN-LSTM", "layernorm.GRUCell", "BN-LSTM (norm=batch)",
-                  "ms/step", "vs LN-LSTM", "load average", "C kernels: "):
+                  "ms/step", "vs LN-LSTM", "load average", "C kernels: ", "fwd of mm", "GFLOP/s"):
         assert words in printed, words
+    head = printed.splitlines()[:2]  # the CPU's features, then the large GEMM's rate
+    assert head[0].startswith("CPU: ") and "features: " in head[0] and "C kernels: " in head[0]
+    assert head[1].startswith("one (2048, 2048) x (2048, 2048) torch.mm: ")
+    assert float(head[1].split(": ")[1].split()[0]) > 0
+
+
+def test_gemm_steps_counts_the_products_of_a_stack(monkeypatch):
+    """``gemm_steps``: the products of a 2-layer bidirectional LSTM, counted call by call
+    (forward: input term + T recurrent per direction; backward: T for dh, dW_hh, dW_ih, and the
+    input's gradient above the first layer) against their FLOPs."""
+    T, B, I, H, G = 3, 2, 5, 4, 16
+    shapes = []
+    real_mm = torch.mm
+
+    def spy(a, b, out=None):
+        shapes.append((a.shape[0], a.shape[1], b.shape[1]))
+        return real_mm(a, b, out=out)
+    fwd, fb, gflop_f, gflop_fb = gemm_steps(T, B, I, H, 2, True, 4)
+    monkeypatch.setattr(torch, "mm", spy)
+    fwd()
+    assert sorted(shapes) == sorted([(T * B, I, G)] * 2 + [(T * B, 2 * H, G)] * 2
+                                    + [(B, H, G)] * (4 * T))
+    assert gflop_f * 1e9 == pytest.approx(sum(2 * m * k * n for m, k, n in shapes))
+    shapes.clear()
+    fb()
+    assert len(shapes) == 4 * (1 + T) + 4 * (T + 2) + 2   # two upper directions: dx
+    assert gflop_fb * 1e9 == pytest.approx(sum(2 * m * k * n for m, k, n in shapes))
+    assert (G, T * B, I) in shapes and (T * B, G, 2 * H) in shapes and (T * B, G, I) not in shapes
+
+
+def test_cpu_features_names_the_model_and_torchs_kernels(monkeypatch, tmp_path):
+    import builtins
+    line = cpu_features()
+    assert "features: " in line and "torch's CPU kernels: " in line
+    real_open = builtins.open
+    info = tmp_path / "cpuinfo"
+    info.write_text("model name\t: Test CPU 9000\nflags\t\t: fpu avx2 fma avx512f amx_tile "
+                    "amx_bf16\n")
+    monkeypatch.setattr(builtins, "open",
+                        lambda p, *a, **k: real_open(info if p == "/proc/cpuinfo" else p, *a, **k))
+    assert cpu_features().startswith("Test CPU 9000; features: avx2 fma avx512f amx_tile amx_bf16;")
 
 
 def test_bench_rnn_compile_autocast_and_bf16_rows():

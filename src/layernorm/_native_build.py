@@ -37,6 +37,9 @@ from typing import Callable
 from ._io import atomic_write_text
 
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC"]
+# ``LAYERNORM_NATIVE_ISA=avx2``: build for this CPU without AVX-512 (the AVX2 code path of the
+# kernels, as on a CPU that lacks it; tests run it), cached under its own key.
+ISA_FLAGS = {"native": [], "avx2": ["-mno-avx512f"]}
 # OpenMP threads over the batch rows (libgomp is torch's own, already loaded); a compiler without
 # OpenMP support gets the single-threaded build.
 OMP_FLAGS = (["-fopenmp"], ["-fopenmp-simd"], [])
@@ -74,6 +77,21 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def isa() -> str:
+    """The instruction set the kernels are built for: ``LAYERNORM_NATIVE_ISA`` (``native``, the
+    default, or ``avx2``)."""
+    name = os.environ.get("LAYERNORM_NATIVE_ISA", "native").strip().lower() or "native"
+    if name not in ISA_FLAGS:
+        raise NativeUnavailable(f"LAYERNORM_NATIVE_ISA={name!r} is not one of "
+                                f"{', '.join(ISA_FLAGS)}; unset it or pick one of those")
+    return name
+
+
+def compile_flags() -> list[str]:
+    """The compiler flags of a build: ``FLAGS`` and those of ``isa()``."""
+    return [*FLAGS, *ISA_FLAGS[isa()]]
+
+
 def cpu_signature() -> str:
     """-march=native code must not be loaded on another CPU: key the cache on its flags."""
     try:
@@ -100,7 +118,7 @@ def cached_path(kernel: Kernel, cc: str) -> Path:
     except OSError as e:
         raise NativeUnavailable(f"its source {kernel.source} cannot be read ({e}); reinstall the "
                                 f"package") from None
-    key = hashlib.sha256(source + " ".join([cc, *FLAGS, "omp"]).encode()
+    key = hashlib.sha256(source + " ".join([cc, *compile_flags(), "omp"]).encode()
                          + cpu_signature().encode()).hexdigest()[:16]
     return cache_dir() / f"{kernel.stem}-{key}.so"
 
@@ -121,14 +139,14 @@ def build(kernel: Kernel, cc: str, target: Path, extra: tuple[str, ...] = (),
           timeout: float = COMPILE_TIMEOUT) -> None:
     """Compile ``kernel`` into ``target`` atomically (``extra``: more compiler flags, e.g. for
     tests) and write its checksum beside it. Raises ``NativeUnavailable`` saying why it failed."""
-    cmd = shlex.split(cc)
+    cmd, flags = shlex.split(cc), compile_flags()
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=target.parent)
     os.close(fd)
     try:
         for i, omp in enumerate(OMP_FLAGS):
             try:
-                subprocess.run([*cmd, *FLAGS, *omp, *extra, str(kernel.source), "-o", tmp, "-lm"],
+                subprocess.run([*cmd, *flags, *omp, *extra, str(kernel.source), "-o", tmp, "-lm"],
                                check=True, capture_output=True, timeout=timeout)
                 break
             except subprocess.CalledProcessError as e:

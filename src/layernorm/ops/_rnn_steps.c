@@ -182,6 +182,33 @@ void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, flo
     gemm_rows(M, K, a, K, wp, npanels, y, (long)npanels * NR);
 }
 
+/* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the
+ * cells' two products of a step at batch 1, W_x x_t and W_h h_{t-1}, where a product reads each
+ * weight once. Four rows of W at a time, each an independent vector of partial sums over k,
+ * then their lanes and the tail of k. */
+void matvec_rows(int M, int K, const float *a, const float *w, int N, float *y) {
+    for (int m = 0; m < M; m++) {
+        const float *x = a + (long)m * K;
+        float *out = y + (long)m * N;
+        int n = 0;
+        for (; n < N; n += 4) {
+            const int nq = N - n < 4 ? N - n : 4;
+            vf acc[4] = {{0}, {0}, {0}, {0}};
+            int k = 0;
+            for (; k + VW <= K; k += VW) {
+                const vf xv = loadv(x + k);
+                for (int q = 0; q < nq; q++) acc[q] += xv * loadv(w + (long)(n + q) * K + k);
+            }
+            for (int q = 0; q < nq; q++) {
+                float s = 0.0f;
+                for (int l = 0; l < VW; l++) s += acc[q][l];
+                for (int kk = k; kk < K; kk++) s += x[kk] * w[(long)(n + q) * K + kk];
+                out[n + q] = s;
+            }
+        }
+    }
+}
+
 /* ---- the time loops, shared by the LN-LSTM and the LN-GRU ---------------------------------
  *
  * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's
@@ -360,7 +387,10 @@ static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
  * act_all (T, B, G), tc_all (T, B, H), stats (6, T, B): mean and rstd of hg, of c and of xw (the
  * last two only with gain_x). With zoneout cs holds the carried (zoned-out) c_t, and the LN of c
  * reads the cell's candidate c~_t = sigmoid(f) c_prev + sigmoid(i) tanh(u), which the backward
- * recomputes from act_all and cs. */
+ * recomputes from act_all and cs.
+ * gain_h and gain_c NULL (with gain_x NULL): torch.nn.LSTM's cell without any LN, xw holding
+ * W_x x + b_ih + b_hh: pre = W_h h_{t-1} + xw, h = sigmoid(o) tanh(c) (the backward skips the LN
+ * backwards and leaves their parameters' gradients at 0). */
 struct lstm {
     int T, B, H, nthreads;
     int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
@@ -397,14 +427,18 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const long TB = (long)L->T * L->B, B = L->B;
     const float *xb = L->xw + tb * G;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
-    float mu, rs, mx = 0.0f, rx = 0.0f;
-    moments(hgb, G, L->eps, &mu, &rs);
-    if (L->gain_x) {
+    float mu = 0.0f, rs = 0.0f, mx = 0.0f, rx = 0.0f;
+    if (!L->gain_h) {  /* the plain LSTM (no LN; xw holds both biases): pre = W_h h + xw */
+#pragma omp simd
+        for (int j = 0; j < G; j++) a[j] = hgb[j] + xb[j];
+    } else if (L->gain_x) {
+        moments(hgb, G, L->eps, &mu, &rs);
         moments(xb, G, L->eps, &mx, &rx);
         for (int j = 0; j < G; j++)
             a[j] = (hgb[j] - mu) * rs * L->gain_h[j] + L->bias_h[j]
                    + (xb[j] - mx) * rx * L->gain_x[j] + L->bias_x[j];
     } else {
+        moments(hgb, G, L->eps, &mu, &rs);
         for (int j = 0; j < G; j++)
             a[j] = (hgb[j] - mu) * rs * L->gain_h[j] + L->bias_h[j] + xb[j];
     }
@@ -417,11 +451,18 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     float *h = L->out + tb * H;
     float *cc = L->zone_c ? scratch + 5 * H : c;  /* the candidate c~_t (zoneout: apart from c) */
     for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
-    float mc, rc;
-    moments(cc, H, L->eps, &mc, &rc);
-    for (int j = 0; j < H; j++) {
-        tcb[j] = tanhf_((cc[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
-        h[j] = og[j] * tcb[j];
+    float mc = 0.0f, rc = 0.0f;
+    if (!L->gain_c) {  /* the plain LSTM: h = sigmoid(o) tanh(c) */
+        for (int j = 0; j < H; j++) {
+            tcb[j] = tanhf_(cc[j]);
+            h[j] = og[j] * tcb[j];
+        }
+    } else {
+        moments(cc, H, L->eps, &mc, &rc);
+        for (int j = 0; j < H; j++) {
+            tcb[j] = tanhf_((cc[j] - mc) * rc * L->gain_c[j] + L->bias_c[j]);
+            h[j] = og[j] * tcb[j];
+        }
     }
     if (L->zone_c) zoneout_(c, cc, cp, L->zone_c + tb * H, H);  /* cp may be c */
     if (L->zone_h) zoneout_(h, h, hp, L->zone_h + tb * H, H);
@@ -480,8 +521,12 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
         for (int j = 0; j < H; j++) cc[j] = fg[j] * cp[j] + ig[j] * ug[j];
         c = cc;
     }
-    /* dcn -> d c_t through LN(c); stored into du temporarily, then added to dc from t+1 */
-    ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+    /* dcn -> d c_t through LN(c) (the plain LSTM: dcn itself); stored into du temporarily,
+     * then added to dc from t+1 */
+    if (L->gain_c)
+        ln_backward_row(dcn, c, st[2 * TB + tb], st[3 * TB + tb], L->gain_c, H, du, pg_c, pb_c);
+    else
+        memcpy(du, dcn, sizeof(float) * H);
     if (zc) {  /* dc~ = du + (1 - z) dc_t, dc_{t-1} = f dc~ + z dc_t */
 #pragma omp simd  /* di, df, du, dcb: disjoint rows, each j read and written only at j */
         for (int j = 0; j < H; j++) {
@@ -501,7 +546,11 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
         dcb[j] = dct * fg[j];
     }
     }
-    ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G, dhgb, pg_h, pb_h);
+    if (L->gain_h)
+        ln_backward_row(dp, L->hg_all + tb * G, st[tb], st[TB + tb], L->gain_h, G, dhgb, pg_h,
+                        pb_h);
+    else  /* the plain LSTM: pre = W_h h + xw */
+        memcpy(dhgb, dp, sizeof(float) * G);
     if (L->gain_x)  /* pre = ... + LN(xw): through the input LN, in place */
         ln_backward_row(dp, L->xw + tb * G, st[4 * TB + tb], st[5 * TB + tb], L->gain_x, G, dp,
                         pg_x, pb_x);
@@ -532,7 +581,10 @@ int lstm_backward_seq(const struct lstm *L) {
  * h0 (B, H) in; out (T, B, H) = h_1 .. h_T, output; h_n (B, H) in: h0, out: each row's last
  * state. Saved when hg_all != NULL: hg_all (T, B, 3H) and stats (8, T, B) = mean / rstd of
  * hg[:2H], hg[2H:], xw[:2H], xw[2H:]; the backward recomputes r, z, un, n from them (a pass of
- * the step's arithmetic instead of keeping 4H values per row and step). */
+ * the step's arithmetic instead of keeping 4H values per row and step).
+ * gain_h NULL (with gain_u, gain_x NULL): torch.nn.GRU's cell without any LN, xw holding
+ * W_x x + b_ih + [b_hr; b_hz; 0] and bias_u b_hn: r, z = sigmoid(xw[:2H] + hg[:2H]),
+ * un = hg[2H:] + b_hn (the backward sums its gradient into dbias_u only). */
 struct gru {
     int T, B, H, nthreads;
     int t0, t1;                      /* backward: the steps t0 <= t < t1 (both 0: all T) */
@@ -569,7 +621,13 @@ static inline void gru_gates(const struct gru *R, long tb, const float *hgb, con
     const float *gh = R->gain_h, *bh = R->bias_h, *gu = R->gain_u, *bu = R->bias_u;
     const float mh = st[0], rh = st[1], mu = st[2], ru = st[3];  /* locals: no aliasing */
     const float mx1 = st[4], rx1 = st[5], mx2 = st[6], rx2 = st[7];
-    if (gx) {
+    if (!gh) {  /* the plain GRU (no LN; xw holds b_ih + [b_hr, b_hz, 0], bias_u is b_hn) */
+        for (int j = 0; j < 2 * H; j++) rz[j] = sigmoidf_(hgb[j] + xb[j]);
+        for (int j = 0; j < H; j++) {
+            un[j] = hgb[2 * H + j] + bu[j];
+            n[j] = tanhf_(xb[2 * H + j] + rz[j] * un[j]);
+        }
+    } else if (gx) {
         for (int j = 0; j < 2 * H; j++)
             rz[j] = sigmoidf_((hgb[j] - mh) * rh * gh[j] + bh[j]
                               + (xb[j] - mx1) * rx1 * gx[j] + bx[j]);
@@ -596,8 +654,10 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     const float *xb = R->xw + tb * G;
     float *rz = scratch, *un = scratch + 2 * H, *n = scratch + 3 * H, *h = R->out + tb * H;
     float st[8] = {0};
-    moments(hgb, 2 * H, R->eps, &st[0], &st[1]);
-    moments(hgb + 2 * H, H, R->eps, &st[2], &st[3]);
+    if (R->gain_h) {
+        moments(hgb, 2 * H, R->eps, &st[0], &st[1]);
+        moments(hgb + 2 * H, H, R->eps, &st[2], &st[3]);
+    }
     if (R->gain_x) {
         moments(xb, 2 * H, R->eps, &st[4], &st[5]);
         moments(xb + 2 * H, H, R->eps, &st[6], &st[7]);
@@ -655,6 +715,14 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
         du[j] = dnpre * r[j];
         direct[j] = g * z[j];
     }
+    }
+    if (!R->gain_h) {  /* the plain GRU: hg itself, un = U h + b_hn */
+        memcpy(dhgb, dp, sizeof(float) * 2 * H);
+        for (int j = 0; j < H; j++) {
+            dhgb[2 * H + j] = du[j];
+            pb_u[j] += du[j];
+        }
+        return;
     }
     ln_backward_row(dp, hgb, st[0], st[1], R->gain_h, 2 * H, dhgb, pg_h, pb_h);
     ln_backward_row(du, hgb + 2 * H, st[2], st[3], R->gain_u, H, dhgb + 2 * H, pg_u, pb_u);

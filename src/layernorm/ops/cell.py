@@ -3,7 +3,8 @@
 
 A step is two GEMMs and then a few hundred units of layer norms and gates. torch computes the
 GEMMs (xw = W_x x_t and hg = W_hh h_{t-1}, each (B, G), through ``F.linear``, so autograd
-differentiates them as any linear layer); ``_rnn_steps.c``'s ``*_step_forward`` then runs the
+differentiates them as any linear layer; without autograd at batch 1 the C kernels'
+``matvec_rows`` computes them); ``_rnn_steps.c``'s ``*_step_forward`` then runs the
 rest of the step (every layer norm, the gates, c_t and h_t) in one pass over each row, where the
 reference step in torch ops (``layernorm.recurrence``) spends a dozen dispatched ops. The
 backward is one C call as well (``*_step_backward``: the gradients of xw, hg, the state and the
@@ -107,6 +108,23 @@ def _after(t: Tensor, n: int) -> int:
     return t.data_ptr() + n * t.element_size()
 
 
+def _matvec(lib, x: Tensor, w: Tensor) -> Tensor:
+    y = x.new_empty(x.shape[0], w.shape[0])
+    lib.matvec_rows(x.shape[0], x.shape[1], _p(x), _p(w), w.shape[0], _p(y))
+    return y
+
+
+def _linear(lib, x: Tensor, w: Tensor) -> Tensor:
+    """``F.linear(x, w)``, a step's product: without autograd at batch 1 (float32, contiguous)
+    through the C kernels' ``matvec_rows`` (measured at (1, 256) x (256, 1024) plus (1, 128) x
+    (128, 1024), one thread: 40 us against 55 for the two ``F.linear``), else ``F.linear`` (with
+    autograd a Python backward for it measured slower than torch's own node)."""
+    if x.shape[0] != 1 or not (x.is_contiguous() and w.is_contiguous()) or (
+            torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+        return F.linear(x, w)  # (with autograd: torch's C++ node beats a Python backward)
+    return _matvec(lib, x, w)
+
+
 def _second_order(ctx, step, n_inputs, grads):
     """The backward as a differentiable function: ``step`` (the torch-ops step from the GEMMs'
     outputs) re-run on the saved inputs and differentiated."""
@@ -205,8 +223,8 @@ def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, *
                                 zone_c=zone_c)
     zone_h, zone_c = _zones("LSTMCell", x, h.shape[0], h.shape[-1], zone_h=zone_h,
                             zone_c=zone_c)
-    xw, c = F.linear(x, w_ih), c.contiguous()
-    hg = F.linear(h if h_mask is None else h * h_mask.detach(), w_hh)
+    xw, c = _linear(lib, x, w_ih), c.contiguous()
+    hg = _linear(lib, h if h_mask is None else h * h_mask.detach(), w_hh)
     hz = None if zone_h is None else h.contiguous()   # h_0, read by the zoneout of h
     g_ih, b_ih, g_hh, b_hh, g_c, b_c = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh, g_c, b_c))
     if _needs_graph(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, *(() if hz is None else (hz,))):
@@ -292,8 +310,8 @@ def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, *, h_mask=None,
         return _step_in_float32(gru_step, x.dtype, lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
                                 eps, h_mask=h_mask, zone_h=zone_h)[0]
     (zone_h,) = _zones("GRUCell", x, h.shape[0], h.shape[-1], zone_h=zone_h)
-    xw = F.linear(x, w_ih)
-    hg = F.linear(h if h_mask is None else h * h_mask.detach(), w_hh)
+    xw = _linear(lib, x, w_ih)
+    hg = _linear(lib, h if h_mask is None else h * h_mask.detach(), w_hh)
     h = h.contiguous()
     g_ih, b_ih, g_hh, b_hh = (t.contiguous() for t in (g_ih, b_ih, g_hh, b_hh))
     if _needs_graph(xw, hg, h, g_ih, b_ih, g_hh, b_hh):

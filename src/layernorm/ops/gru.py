@@ -382,3 +382,67 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
             return out, h_n
     outs = common.with_order(run, order, xg, (h0,))
     return tuple(o.to(out_dtype) for o in outs)
+
+
+# ---- the plain GRU (norm="none") through the same C kernel -------------------------------------
+
+def _plain_loop(xw, h0, w_hh, bias_u, batch_sizes):
+    """torch.nn.GRU's recurrence (no LN) as the reference step in the reference loop
+    (``layernorm.recurrence``): the recurrent term W_hh h + [0; 0; b_hn]; for second order."""
+    shift = torch.cat([bias_u.new_zeros(2 * bias_u.shape[0]), bias_u])
+
+    def step(x, s, t, h_mask=None):
+        return gru_step(x, s[0], w_hh, lambda a, t: a + shift)
+    out, (h,) = run_direction(step, xw, (h0,), batch_sizes=batch_sizes)
+    return out, h
+
+
+class _PlainGRU(torch.autograd.Function):
+    """The plain GRU over a whole sequence in the C kernels (``gru_forward_seq`` /
+    ``gru_backward_seq`` with no LN gains); with ``create_graph=True`` the backward
+    differentiates ``_plain_loop``."""
+
+    @staticmethod
+    def forward(ctx, xw, h0, w_hh, bias_u, batch_sizes, save):
+        lib = native.native_lib(xw)
+        out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, None, None, None,
+                                          bias_u, None, None, None, None, batch_sizes, 0.0, save)
+        ctx.save_for_backward(xw, h0, w_hh, bias_u, batch_sizes, out, *(saved or ()))
+        return out, h_n
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_hn):
+        xw, h0, w_hh, bias_u, batch_sizes, out, *saved = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: the differentiable loop
+            sizes = None if batch_sizes is None else batch_sizes.tolist()
+            found = common.differentiable_backward(
+                lambda *xs: _plain_loop(*xs, sizes), (xw, h0, w_hh, bias_u),
+                ctx.needs_input_grad[:4], (grad_out, grad_hn))
+            return (*found, None, None)
+        if not saved:
+            raise RuntimeError("plain_gru_sequence was called without autograd, so it kept "
+                               "nothing for the backward; call it with gradients enabled.")
+        lib = native.native_lib(xw)
+        H = h0.shape[-1]
+        dxw, dh0, dw_hh, dparams = _backward_native(
+            lib, grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, None, None, None,
+            bias_u, None, None, out, *saved, batch_sizes)
+        return dxw, dh0, dw_hh, dparams[5 * H:6 * H], None, None
+
+
+def plain_gru_sequence(xw: Tensor, h0: Tensor, w_hh: Tensor, bias_u: Tensor,
+                       batch_sizes: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """torch.nn.GRU's recurrence for one layer and direction (no normalization) in the C
+    kernels, where ``ops.lstm.plain_applies``::
+
+        r, z = sigmoid(xw_t[:2H] + W_h h_{t-1})    xw = W_x x + b_ih + [b_hr; b_hz; 0]
+        n = tanh(xw_t[2H:] + r (U h_{t-1} + b_hn))   (bias_u = b_hn),  h_t = n + z (h_{t-1} - n)
+
+    xw (T, B, 3H), h0 (B, H), w_hh (3H, H) = [W_h; U], bias_u (H,); ``batch_sizes`` as
+    ``plain_lstm_sequence``'s. Differentiable to any order."""
+    from .lstm import plain_applies
+    if not plain_applies(xw, h0, w_hh, bias_u):
+        raise RuntimeError("plain_gru_sequence needs eager CPU float32 tensors and the C "
+                           "kernels (see ops.lstm.plain_applies); call torch's GRU op otherwise.")
+    save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, w_hh, bias_u))
+    return _PlainGRU.apply(xw, h0, w_hh, bias_u, batch_sizes, save)

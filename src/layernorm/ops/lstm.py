@@ -432,3 +432,75 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
             return out, h_n, c_n
     outs = common.with_order(run, order, xg, (h0, c0))
     return tuple(o.to(out_dtype) for o in outs)
+
+
+# ---- the plain LSTM (norm="none") through the same C kernel ------------------------------------
+
+def _plain_loop(xw, h0, c0, w_hh, batch_sizes):
+    """torch.nn.LSTM's recurrence (no LN) as the reference step in the reference loop
+    (``layernorm.recurrence``): differentiable torch ops, for second order."""
+    def step(x, s, t, h_mask=None):
+        return lstm_step(x, s[0], s[1], w_hh, lambda a, t: a, lambda a, t: a)
+    out, (h, c) = run_direction(step, xw, (h0, c0), batch_sizes=batch_sizes)
+    return out, h, c
+
+
+class _PlainLSTM(torch.autograd.Function):
+    """The plain LSTM over a whole sequence in the C kernels (``lstm_forward_seq`` /
+    ``lstm_backward_seq`` with no LN gains): forward, and a first-order backward in one C call
+    per range of steps; with ``create_graph=True`` the backward differentiates ``_plain_loop``."""
+
+    @staticmethod
+    def forward(ctx, xw, h0, c0, w_hh, batch_sizes, save):
+        lib = native.native_lib(xw)
+        out, h_n, c_n, saved = _forward_native(
+            lib, xw.contiguous(), h0, c0, w_hh, None, None, None, None, None, None, None, None,
+            None, batch_sizes, 0.0, save)
+        ctx.save_for_backward(xw, h0, c0, w_hh, batch_sizes, out, *(saved or ()))
+        return out, h_n, c_n
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_hn, grad_cn):
+        xw, h0, c0, w_hh, batch_sizes, out, *saved = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: the differentiable loop
+            sizes = None if batch_sizes is None else batch_sizes.tolist()
+            found = common.differentiable_backward(
+                lambda *xs: _plain_loop(*xs, sizes), (xw, h0, c0, w_hh),
+                ctx.needs_input_grad[:4], (grad_out, grad_hn, grad_cn))
+            return (*found, None, None)
+        if not saved:
+            raise RuntimeError("plain_lstm_sequence was called without autograd, so it kept "
+                               "nothing for the backward; call it with gradients enabled.")
+        lib = native.native_lib(xw)
+        dxw, dh0, dc0, dw_hh, _ = _backward_native(
+            lib, grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, None, None,
+            None, out, *saved, batch_sizes)
+        return dxw, dh0, dc0, dw_hh, None, None
+
+
+def plain_applies(*tensors: Tensor) -> bool:
+    """Whether ``plain_lstm_sequence`` may run for these tensors: the C kernels' conditions of
+    the BN recurrences (eager mode, plain CPU float32 tensors, the kernels loaded, no autocast,
+    torch.func or forward-mode AD)."""
+    from .bn import applies
+    return applies(*tensors)
+
+
+def plain_lstm_sequence(xw: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor,
+                        batch_sizes: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """torch.nn.LSTM's recurrence for one layer and direction (no normalization) in the C
+    kernels, where ``plain_applies``::
+
+        i, f, u, o = split(xw_t + W_h h_{t-1})       xw = W_x x + b_ih + b_hh, gate order i f u o
+        c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u),   h_t = sigmoid(o) tanh(c_t)
+
+    xw (T, B, 4H), h0, c0 (B, H), w_hh (4H, H); ``batch_sizes``: ``PackedSequence.batch_sizes``
+    of a batch sorted by decreasing length (out is 0 past a row's length, h_n / c_n are each
+    row's state after its last step), or None. Differentiable to any order. torch's CPU op runs
+    packed input 3-4x slower than padded (docs/rnnfast.md); this kernel runs both at one speed.
+    """
+    if not plain_applies(xw, h0, c0, w_hh):
+        raise RuntimeError("plain_lstm_sequence needs eager CPU float32 tensors and the C "
+                           "kernels (see plain_applies); call torch's LSTM op otherwise.")
+    save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, c0, w_hh))
+    return _PlainLSTM.apply(xw, h0, c0, w_hh, batch_sizes, save)

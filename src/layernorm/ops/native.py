@@ -165,6 +165,8 @@ def _declare(lib) -> None:
     lib.panel_width.restype = i
     lib.gemm_packed.argtypes = [i, i, p, p, i, p]
     lib.gemm_packed.restype = None
+    lib.matvec_rows.argtypes = [i, i, p, p, i, p]
+    lib.matvec_rows.restype = None
     for cell in ("lstm", "gru"):
         for kernel in ("forward_seq", "backward_seq"):
             f = getattr(lib, f"{cell}_{kernel}")
@@ -205,6 +207,18 @@ def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
 def load():
     """The loaded library, or None (then use the torch-ops path; one warning says why)."""
     return _LIBRARY.get(timeout=COMPILE_TIMEOUT)
+
+
+_SIMD = {32: "AVX-512, 16-float vectors", 16: "AVX / AVX2, 8-float vectors",
+         8: "128-bit vectors (SSE / NEON)"}
+
+
+def simd_name(lib) -> str:
+    """The vectors the loaded kernels' GEMM and loops were compiled for (from their panel width,
+    two vectors) and the build (``LAYERNORM_NATIVE_ISA``)."""
+    width = lib.panel_width()
+    return (f"{_SIMD.get(width, f'{width // 2}-float vectors')} "
+            f"(-march=native{'' if _native_build.isa() == 'native' else ' -mno-avx512f'})")
 
 
 __all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",

@@ -6,11 +6,13 @@
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
 ``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``TorchLayout`` with torch's
-weight lists; the input checks are ``InputChecks``). For the normalized norms the time
-loop of one layer and one direction is ``layernorm.recurrence.run_direction`` (the reference
-loop; the fused operators and kernels run their own, tested against it); ``_run_direction``
-prepares its inputs and is the single place where a fused kernel can take over (see its
-docstring); ``_loop_direction`` always runs the reference loop (proj_size, torch.jit.trace).
+weight lists; the input checks are ``InputChecks``), except an LSTM or GRU on packed CPU float32
+input, which runs the C time loop without normalization where it applies
+(``_plain_recurrence``; 2-4x faster there, equal to torch's op to float rounding). For the
+normalized norms the time loop of one layer and one direction is
+``layernorm.recurrence.run_direction`` (the reference loop; the fused operators and kernels run
+their own, tested against it); ``_run_direction`` prepares its inputs and is the single place
+where a fused kernel can take over (see its docstring); ``_loop_direction`` always runs the reference loop (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from torch import _VF, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .. import ops
+from ..ops import gru as _ops_gru
+from ..ops import lstm as _ops_lstm
 from .base import (RecurrentBase, RNNInputError, RNNTypeError, _copy_from_torch, _no_forget_bias,
                    _real, autocast_on, check_dtype, check_keywords, check_state_dtype)
 from ..recurrence import run_direction
@@ -321,6 +325,23 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             names += ("gain_c", "bias_c", "running_mean_c", "running_var_c")
         return ops.bn_applies(x, *state, *(self._get(n, suffix) for n in names))
 
+    def _plain_recurrence(self, x: torch.Tensor, hx: tuple, packed: bool) -> bool:
+        """norm="none" LSTM / GRU through the C time loop without normalization
+        (``ops.lstm.plain_lstm_sequence`` / ``ops.gru.plain_gru_sequence``) on packed input,
+        where torch's CPU op runs 2-4x slower than on the same batch padded (docs/rnnfast.md);
+        padded input keeps torch's op (its numbers exactly). Also: no projection, no regularizer
+        or inter-layer dropout at work, ``use_fused``, not under torch.onnx.export, and
+        ``plain_applies`` (eager CPU float32 tensors, C kernels loaded, no autocast, torch.func
+        or forward-mode AD)."""
+        if not (packed and self.mode in ("LSTM", "GRU") and self.use_fused and not self.proj_size
+                and not (self.training and (self._regularized or self.dropout))
+                and not exporting_to_onnx()):
+            return False
+        weights = self._flat_weights
+        if any(w is None for w in weights):
+            return False
+        return _ops_lstm.plain_applies(x, *hx, *weights)
+
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  proj_size: int = 0, *, norm: str = "layer", gain_init: float | None = None,
@@ -414,6 +435,21 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         elif x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
             state = self._step_once(suffix, x[0], state)
             return state[0].unsqueeze(0), state
+        if self._kind.torch_twin and self.mode in ("LSTM", "GRU") and not masks:  # (_paths)
+            sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
+            if self.mode == "LSTM":
+                b = None if not self.bias else g("bias_ih") + g("bias_hh")
+                out, h, c = _ops_lstm.plain_lstm_sequence(F.linear(x, g("weight_ih"), b),
+                                                          state[0], state[1], g("weight_hh"),
+                                                          sizes)
+                return out, (h, c)
+            H2 = 2 * self.hidden_size  # GRU: b_hr, b_hz join the input term, b_hn stays inside
+            b_hh = g("bias_hh") if self.bias else x.new_zeros(3 * self.hidden_size)
+            b = None if not self.bias else g("bias_ih") + torch.cat(
+                [b_hh[:H2], b_hh.new_zeros(self.hidden_size)])
+            out, h = _ops_gru.plain_gru_sequence(F.linear(x, g("weight_ih"), b), state[0],
+                                                 g("weight_hh"), b_hh[H2:], sizes)
+            return out, (h,)
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
             # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
             xw = ops.input_linear(x, g("weight_ih"))
@@ -503,6 +539,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         that op cannot take), empty outputs (a batch of 0 examples), or the normalized layers
         (and norm="none" with those regularizers: the readable loop, no normalization)."""
         if self._kind.torch_twin and not (self._regularized and self._state_noise):
+            if self._plain_recurrence(input.data if packed else input, hx, packed):
+                return self._normalized_forward(input, hx, packed)
             return self._torch_forward(input, hx, packed)
         if B == 0:
             return self._empty_forward(input, hx)

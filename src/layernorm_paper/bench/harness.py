@@ -71,6 +71,46 @@ def ratios(ms: dict[Hashable, float], anchor: Hashable) -> dict[Hashable, float]
     return {name: t / ms[anchor] for name, t in ms.items()}
 
 
+# The CPU flags (``/proc/cpuinfo``) that decide how fast a float32 / bfloat16 / float16 GEMM can
+# run: vector width (AVX2, AVX-512), dot-product and matrix units (AVX512-BF16 / -FP16, AMX).
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                "amx_tile", "amx_bf16", "amx_fp16", "amx_int8", "asimd", "sve", "sve2")
+
+
+def cpu_features() -> str:
+    """The CPU's model name and its vector / matrix features among ``CPU_FEATURES`` (Linux
+    ``/proc/cpuinfo``; elsewhere the platform's processor string), and the instruction set torch
+    dispatches its own kernels to."""
+    import platform
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip().lower() == "model name" and not model:
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine()
+    found = [f for f in CPU_FEATURES if f in flags]
+    try:
+        torch_isa = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # torch < 2.1
+        torch_isa = "unknown"
+    return (f"{model}; features: {' '.join(found) or 'none of ' + '/'.join(CPU_FEATURES[:3])}; "
+            f"torch's CPU kernels: {torch_isa}")
+
+
+def gemm_gflops(n: int = 2048, *, repeat: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """The rate of one large (n, n) x (n, n) ``torch.mm`` in GFLOP/s (median of ``repeat`` after
+    one warm-up): the machine's practical GEMM limit on torch's threads."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    ms = compare({"mm": lambda: torch.mm(a, b)}, warmup=1, repeat=repeat)["mm"]
+    return 2 * n ** 3 / (ms * 1e6)
+
+
 def machine() -> str:
     """torch's version, its thread count and the load average (what the numbers depend on)."""
     load = ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) \

@@ -4,8 +4,14 @@ For each shape (T, B, I, H) and configuration (layers, bidirectional) every impl
 the same forward (no grad) and forward+backward (gradient of the output given, parameters' grads
 set to None first, as ``optimizer.zero_grad()`` does); all candidates of a shape are interleaved
 in each round (``harness.compare``) and the table shows medians and ratios to torch's module
-measured in the same run, with the peak memory of one training step (``memory.peak_memory_mb``).
-Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; with
+measured in the same run, with the peak memory of one training step
+(``memory.peak_memory_mb``). First the machine: the CPU's vector / matrix features, what the C
+kernels were built for and one large sgemm's rate;
+then per float32 row the share of its time that the same GEMMs take through ``torch.mm``
+(``gemm_steps``, in the same rounds), so a row shows how close to the GEMM limit it runs.
+Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; then
+variable-length batches packed and padded (``bench_packed``) and inference at batch 1 to 256
+(``bench_inference``); with
 ``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
 module without one (``bench_regularizers``).
 
@@ -40,7 +46,7 @@ from torch import nn
 from .._io import atomic_write_json, format_table
 from .baseline import ScriptLNLSTM
 from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_cells
-from .harness import CLOCKS, compare, machine, module_steps
+from .harness import CLOCKS, compare, cpu_features, gemm_gflops, machine, module_steps
 from .memory import peak_memory_mb
 
 # (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
@@ -52,11 +58,16 @@ CONFIGS = (
 )
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
-           "peak MB", "mem ratio", "vs eager", "compile s"]
-TABLES = ("modules", "cells", "bn")
+           "fwd of mm", "of mm", "GFLOP/s", "peak MB", "mem ratio", "vs eager", "compile s"]
+TABLES = ("modules", "cells", "bn", "packed", "inference")
 # tables run only when --tables names them
 EXTRA_TABLES = ("regularizers",)
 REG_COLUMNS = ["shape", "cell", "impl", "path", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
+PACKED_COLUMNS = ["shape", "impl", "input", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
+INFERENCE_COLUMNS = ["shape", "cell", "B", "impl", "ms", "ratio"]
+INFERENCE_BATCHES = (1, 8, 32, 256)
+# an IMDb-like batch (docs/reproduce.md): T, B, I (embedding), H; lengths spread over [T / 5, T]
+PACKED_SHAPE = (100, 64, 64, 128)
 # the regularizer rows: (name, keywords); "none" is the anchor
 REGULARIZERS = (("none", {}), ("recurrent_dropout=0.25", {"recurrent_dropout": 0.25}),
                 ("zoneout=0.1", {"zoneout": 0.1}), ("dropconnect=0.5", {"dropconnect": 0.5}),
@@ -104,6 +115,50 @@ def _bf16_pair(cell: str, eager: dict, x):
             for name in (f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}")}
 
 
+def gemm_steps(T: int, B: int, I: int, H: int, layers: int, bidirectional: bool, gates: int):
+    """The GEMMs of an LSTM (``gates`` 4) / GRU (3) stack through ``torch.mm``, one call each as
+    a time loop makes them -> (forward, forward+backward, forward GFLOP, forward+backward GFLOP).
+
+    Per layer and direction (G = gates H, I_l the layer's input width): forward, the input term
+    of all steps (T B, I_l) x (I_l, G) and T recurrent (B, H) x (H, G); backward, T products
+    (B, G) x (G, H) for the gradient of h_{t-1}, dW_hh and dW_ih over all steps, and the input's
+    gradient (T B, G) x (G, I_l) above the first layer (the benchmark's input needs none). Every
+    implementation of a row computes these products, so their time through ``torch.mm`` measured
+    in the same rounds tells how close to the GEMM limit a whole implementation runs."""
+    G, D = gates * H, 2 if bidirectional else 1
+    fwd_parts, bwd_parts, flops_f, flops_b = [], [], 0, 0
+
+    def mm(m, k, n, times=1):
+        a, b, out = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
+        return [lambda: torch.mm(a, b, out=out)] * times, 2 * m * k * n * times
+    for layer in range(layers):
+        width = I if layer == 0 else H * D
+        for _ in range(D):
+            for parts, (calls, f) in ((fwd_parts, mm(T * B, width, G)),
+                                      (fwd_parts, mm(B, H, G, T)),
+                                      (bwd_parts, mm(B, G, H, T)), (bwd_parts, mm(G, T * B, H)),
+                                      (bwd_parts, mm(G, T * B, width))):
+                parts += calls
+                if parts is fwd_parts:
+                    flops_f += f
+                else:
+                    flops_b += f
+            if layer:
+                calls, f = mm(T * B, G, width)
+                bwd_parts += calls
+                flops_b += f
+
+    def forward():
+        for fn in fwd_parts:
+            fn()
+
+    def forward_backward():
+        forward()
+        for fn in bwd_parts:
+            fn()
+    return forward, forward_backward, flops_f / 1e9, (flops_f + flops_b) / 1e9
+
+
 def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
               device: str = "cpu", loop_on_first: bool = True, progress: bool = True,
               clock: str = "wall", extras_on_first: bool = True,
@@ -122,6 +177,8 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
         grad = torch.randn(T, B, H * (2 if bidir else 1), device=device)
         anchor, ours = f"torch.nn.{cell.upper()}", f"layernorm.{cell.upper()}"
         groups = [{name: (m, x, None) for name, m in impls.items()}]
+        mm_fwd, mm_fb, gflop_f, gflop_fb = gemm_steps(T, B, I, H, layers, bidir,
+                                                      {"lstm": 4, "gru": 3}[cell])
         compile_s = {}
         if extras_on_first and i < len(cells):
             compiled = f"{ours} compiled"
@@ -141,6 +198,8 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
             fns = {}
             for name, (m, xin, ac) in group.items():
                 fns[(name, "fwd")], fns[(name, "fb")] = module_steps(m, xin, grad, ac)
+            if g == 0:  # the same GEMMs through torch.mm, in the same rounds (float32 rows)
+                fns[("mm", "fwd")], fns[("mm", "fb")] = mm_fwd, mm_fb
             ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
             mem = {name: peak_memory_mb(fns[(name, "fb")], device) for name in group}
             ref = anchor if g == 0 else next(iter(group))
@@ -151,6 +210,11 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
                     "fwd ms": ms[(name, "fwd")], "fwd ratio": ms[(name, "fwd")] / ms[(ref, "fwd")],
                     "fwd+bwd ms": ms[(name, "fb")], "ratio": ms[(name, "fb")] / ms[(ref, "fb")],
                     "peak MB": mem[name], "mem ratio": mem[name] / mem[ref]}
+                if g == 0:  # the share of the time torch.mm would take for the same GEMMs
+                    row.update({"fwd of mm": ms[("mm", "fwd")] / ms[(name, "fwd")],
+                                "of mm": ms[("mm", "fb")] / ms[(name, "fb")],
+                                "GFLOP/s": gflop_fb / ms[(name, "fb")] * 1e3,
+                                "mm GFLOP/s": gflop_fb / ms[("mm", "fb")] * 1e3})
                 if name in compile_s:
                     row["compile s"] = compile_s[name]
                     row["vs eager"] = ms[(name, "fb")] / ms[(ours, "fb")]
@@ -210,6 +274,96 @@ def bench_regularizers(shape=(100, 32, 128, 256), *, cells=("lstm", "gru"), repe
     return rows
 
 
+def bench_packed(shape=PACKED_SHAPE, *, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
+                 device: str = "cpu", clock: str = "wall") -> list[dict]:
+    """Variable-length batches, per cell: torch's module on the padded batch (the anchor) and on
+    the same batch packed, ``layernorm.LSTM`` / ``GRU`` with ``norm="none"`` (torch's module;
+    packed input runs the C time loop without normalization) and ``norm="layer"`` packed; one
+    layer, training mode, lengths spread uniformly over [T / 5, T] (the longest T)."""
+    import layernorm
+    from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+    T, B, I, H = shape
+    rows = []
+    for cell in cells:
+        torch.manual_seed(0)
+        ours_cls, anchor = getattr(layernorm, cell.upper()), f"torch.nn.{cell.upper()}"
+        theirs = getattr(nn, cell.upper())(I, H).to(device)
+        impls = {anchor: theirs,
+                 f'layernorm.{cell.upper()} norm="none"': ours_cls.from_torch(theirs, norm="none"),
+                 f'layernorm.{cell.upper()} norm="layer"': ours_cls(I, H, norm="layer").to(device)}
+        x = torch.randn(T, B, I, device=device)
+        lengths = torch.randint(max(1, T // 5), T + 1, (B,))
+        lengths[0] = T
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        cases = [(anchor, "padded", x)] + [(name, "packed", packed) for name in impls]
+
+        def steps(m, inp):
+            def forward():
+                with torch.no_grad():
+                    m(inp)
+
+            def train_step():
+                for p in m.parameters():
+                    p.grad = None
+                out = m(inp)[0]
+                (out.data if isinstance(out, PackedSequence) else out).sum().backward()
+            return forward, train_step
+        fns = {}
+        for name, kind, inp in cases:
+            fns[(name, kind, "fwd")], fns[(name, kind, "fb")] = steps(impls[name], inp)
+        ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+        ref = (anchor, "padded")
+        rows += [{"table": "packed", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B, "I": I, "H": H,
+                  "cell": cell, "impl": name, "input": kind, "fwd ms": ms[(name, kind, "fwd")],
+                  "fwd ratio": ms[(name, kind, "fwd")] / ms[(*ref, "fwd")],
+                  "fwd+bwd ms": ms[(name, kind, "fb")],
+                  "ratio": ms[(name, kind, "fb")] / ms[(*ref, "fb")]} for name, kind, _ in cases]
+    return rows
+
+
+def bench_inference(T: int, I: int, H: int, *, batches=INFERENCE_BATCHES, cells=("lstm", "gru"),
+                    repeat: int = 7, warmup: int = 2, device: str = "cpu",
+                    clock: str = "wall") -> list[dict]:
+    """Inference: eval-mode modules under ``torch.inference_mode`` (no graph, nothing saved for
+    a backward), ours (norm="layer") against torch's, one layer, at each batch size; ratio =
+    time / torch's."""
+    import layernorm
+    rows = []
+    for cell in cells:
+        for B in batches:
+            torch.manual_seed(0)
+            impls = {f"torch.nn.{cell.upper()}": getattr(nn, cell.upper())(I, H),
+                     f"layernorm.{cell.upper()}": getattr(layernorm, cell.upper())(
+                         I, H, norm="layer")}
+            x = torch.randn(T, B, I, device=device)
+            fns = {}
+            for name, m in impls.items():
+                m = m.to(device).eval()
+
+                def run(m=m):
+                    with torch.inference_mode():
+                        m(x)
+                fns[name] = run
+            ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+            anchor = f"torch.nn.{cell.upper()}"
+            rows += [{"table": "inference", "shape": f"{T}x{B}x{I}x{H}", "cell": cell, "T": T,
+                      "B": B, "I": I, "H": H, "impl": name, "ms": ms[name],
+                      "ratio": ms[name] / ms[anchor]} for name in impls]
+    return rows
+
+
+def kernel_isa() -> str:
+    """What the C kernels were built for here: their SIMD width (``-march=native``, or AVX2 with
+    ``LAYERNORM_NATIVE_ISA=avx2``), or why they are not used."""
+    from layernorm.ops import native as _native
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib = _native.load()
+    if lib is None:
+        return "C kernels: unavailable (torch ops)"
+    return f"C kernels: {_native.simd_name(lib)}"
+
+
 def kernel_build_seconds() -> float | None:
     """Seconds to compile the C kernels from scratch (into a temporary cache, as on first use),
     or None when no C compiler is available (torch ops are used then)."""
@@ -264,6 +418,10 @@ def _run(args: argparse.Namespace) -> int:
     timing = (f"median of {repeat} interleaved rounds after {args.warmup} warm-up, {args.clock} "
               f"time ({machine()})")
     rows = []
+    if args.device == "cpu":
+        print(f"CPU: {cpu_features()}; {kernel_isa()}")
+        print(f"one (2048, 2048) x (2048, 2048) torch.mm: {gemm_gflops():.0f} GFLOP/s "
+              f"({machine()})")
     if "modules" in args.tables:
         rows += bench_rnn(configs, cells=args.cells, repeat=repeat, warmup=args.warmup,
                           device=args.device, loop_on_first=not args.no_loop, clock=args.clock,
@@ -271,7 +429,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"LN-LSTM / LN-GRU vs torch.nn.LSTM / GRU (no LN), fp32 unless the row says, "
               f"{args.device}, {timing}. ratio = fwd+bwd time / torch's (the autocast and bf16 "
               f"rows: / torch's row of the same group); peak MB = memory allocated during one "
-              f"training step; vs eager = compiled / eager layernorm module.")
+              f"training step; vs eager = compiled / eager layernorm module; of mm = the time "
+              f"the same GEMMs take through torch.mm, one call each, measured in the same rounds / this row's "
+              f"time (fwd of mm: forward without grad; 1.0 = as fast as its GEMMs alone); "
+              f"GFLOP/s = those GEMMs' FLOPs / fwd+bwd time.")
         print(format_table([r for r in rows if r["table"] == "modules"], COLUMNS))
     if "cells" in args.tables:
         cell_rows = bench_cells(T, I, H, batches=args.cell_batches, cells=args.cells,
@@ -292,6 +453,22 @@ def _run(args: argparse.Namespace) -> int:
               f"LN-LSTM's; BN-LSTM = the fused C time loop, loop = the readable path.")
         print(format_table(bn_rows, BN_COLUMNS))
         rows += bn_rows
+    if "packed" in args.tables:
+        shape = PACKED_SHAPE if not args.shapes else configs[0][:4]
+        packed_rows = bench_packed(shape, cells=args.cells, repeat=repeat, warmup=args.warmup, device=args.device,
+                                   clock=args.clock)
+        print(f"\nVariable lengths (uniform over [T/5, T]), one layer, training mode, fp32, "
+              f"{args.device}, {timing}. ratio = time / torch's module on the padded batch; "
+              f"norm=\"none\" is torch's module (packed input: the C loop without LN).")
+        print(format_table(packed_rows, PACKED_COLUMNS))
+        rows += packed_rows
+    if "inference" in args.tables:
+        inf_rows = bench_inference(T, I, H, cells=args.cells, repeat=repeat, warmup=args.warmup,
+                                   device=args.device, clock=args.clock)
+        print(f"\nInference (eval, torch.inference_mode), one layer, T={T}, I={I}, H={H}, fp32, "
+              f"{args.device}, {timing}. ratio = time / torch's module.")
+        print(format_table(inf_rows, INFERENCE_COLUMNS))
+        rows += inf_rows
     if "regularizers" in args.tables:
         reg_rows = bench_regularizers(configs[0][:4], cells=args.cells, repeat=repeat,
                                       warmup=args.warmup, device=args.device, clock=args.clock)
@@ -326,7 +503,9 @@ def add_command(bench_subparsers) -> None:
     p.add_argument("--cells", nargs="+", choices=["lstm", "gru"], default=["lstm", "gru"])
     p.add_argument("--tables", nargs="+", choices=TABLES + EXTRA_TABLES, default=list(TABLES),
                    help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
-                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM (default: those three); "
+                        "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM; packed: variable lengths, "
+                        "packed vs padded; inference: eval + inference_mode at batch 1, 8, 32, "
+                        "256 (default: those five); "
                         "regularizers: LN-LSTM / LN-GRU with recurrent dropout, zoneout, "
                         "DropConnect vs without (first shape)")
     p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),

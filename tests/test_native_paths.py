@@ -1,0 +1,251 @@
+"""The C kernels' other paths: the plain LSTM (norm="none", no normalization) against torch's
+own op, and the AVX2 build (``LAYERNORM_NATIVE_ISA=avx2``: the kernels compiled without
+AVX-512, as on a CPU without it) against the float64 reference."""
+import warnings
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence
+
+import layernorm
+from layernorm import _native_build
+from layernorm.ops import gru as ops_gru
+from layernorm.ops import lstm as ops_lstm
+from layernorm.ops import native
+from tests.test_fused import KINDS, make_args, outputs_and_grads
+
+pytestmark = pytest.mark.skipif(native.load() is None, reason="no C compiler: no C kernels")
+
+
+def _pair(layers=2, bidirectional=True, I=5, H=12, mode="LSTM"):
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, mode)(I, H, num_layers=layers, bidirectional=bidirectional)
+    return theirs, getattr(layernorm, mode).from_torch(theirs, norm="none")
+
+
+def _spy(monkeypatch):
+    """Record the calls of the plain LSTM / GRU sequence functions."""
+    calls = []
+    for module, name in ((ops_lstm, "plain_lstm_sequence"), (ops_gru, "plain_gru_sequence")):
+        def spy(*args, real=getattr(module, name), **kwargs):
+            calls.append(args[0].shape)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def _grads(m, inputs, outs, weights):
+    out, state = outs
+    data = out.data if isinstance(out, torch.nn.utils.rnn.PackedSequence) else out
+    g = torch.linspace(-1, 1, data.numel()).reshape(data.shape)
+    states = state if isinstance(state, tuple) else (state,)
+    loss = (data * g).sum() + (states[0] * 0.3).sum() + sum((s * s).sum() for s in states[1:])
+    return torch.autograd.grad(loss, [*inputs, *weights])
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)])
+def test_plain_packed_matches_torch_op(monkeypatch, layers, bidirectional, mode):
+    """norm="none" on packed input (unsorted lengths, hx given) runs the C time loop without
+    normalization: outputs, final states and the gradients of the input, hx and every weight
+    (biases included) equal torch's op to float32 rounding."""
+    theirs, ours = _pair(layers, bidirectional, mode=mode)
+    calls = _spy(monkeypatch)
+    T, B, D = 7, 6, 2 if bidirectional else 1
+    x = torch.randn(T, B, 5, requires_grad=True)
+    lens = torch.tensor([3, 7, 1, 5, 7, 2])
+    h0 = (0.5 * torch.randn(layers * D, B, 12)).requires_grad_()
+    c0 = (0.5 * torch.randn(layers * D, B, 12)).requires_grad_()
+    hx, leaves = ((h0, c0), (x, h0, c0)) if mode == "LSTM" else (h0, (x, h0))
+    results = []
+    for m in (theirs, ours):
+        packed = pack_padded_sequence(x, lens, enforce_sorted=False)
+        outs = m(packed, hx)
+        results.append((outs, _grads(m, leaves, outs, list(m.parameters()))))
+    assert len(calls) == layers * D        # every layer and direction took the C loop
+    (o1, g1), (o2, g2) = results
+    torch.testing.assert_close(o2[0].data, o1[0].data, atol=2e-6, rtol=1e-5)
+    s1, s2 = (o[1] if isinstance(o[1], tuple) else (o[1],) for o in (o1, o2))
+    for a, b in zip(s2, s1):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+    for i, (a, b) in enumerate(zip(g2, g1)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=f"gradient {i}")
+
+
+def test_plain_lstm_routing(monkeypatch):
+    """Padded input keeps torch's op (its numbers exactly, training or not); packed input with a
+    projection, inter-layer dropout in training or a float64 module keeps it too."""
+    theirs, ours = _pair(2, False)
+    calls = _spy(monkeypatch)
+    x = torch.randn(5, 3, 5)
+    torch.testing.assert_close(ours(x)[0], theirs(x)[0], rtol=0, atol=0)
+    lens = torch.tensor([5, 2, 4])
+    for m in (layernorm.LSTM(5, 12, norm="none", proj_size=4),
+              layernorm.LSTM(5, 12, num_layers=2, norm="none", dropout=0.5),
+              layernorm.LSTM(5, 12, norm="none").double()):
+        packed = pack_padded_sequence(x.to(next(m.parameters()).dtype), lens,
+                                      enforce_sorted=False)
+        with warnings.catch_warnings():  # torch: "LSTM with projections is not supported
+            warnings.simplefilter("ignore", UserWarning)  # with oneDNN" (its own op's note)
+            m(packed)[0].data.sum().backward()
+    assert calls == []
+
+
+def test_plain_lstm_double_backward_matches_torch_op():
+    """create_graph=True: the gradient's gradient through the differentiable loop equals the
+    one through torch's op (float64 module: torch's op; the plain function on float32 data)."""
+    torch.manual_seed(1)
+    T, B, I, H = 4, 3, 2, 5
+    theirs = torch.nn.LSTM(I, H).double()
+    x = torch.randn(T, B, I, dtype=torch.float64)
+    lens = torch.tensor([4, 2, 1])
+    w_ih, w_hh, b_ih, b_hh = (p.detach().float().requires_grad_() for p in theirs.parameters())
+    xw = torch.nn.functional.linear(x.float(), w_ih, b_ih + b_hh)
+    h0 = torch.zeros(B, H, requires_grad=True)
+    out, h, c = ops_lstm.plain_lstm_sequence(xw, h0, h0 * 0, w_hh,
+                                             torch.tensor([3, 2, 1, 1]))
+    g_ours = torch.autograd.grad((out ** 2).sum() + h.sum(), w_hh, create_graph=True)[0]
+    gg_ours = torch.autograd.grad((g_ours ** 2).sum(), w_hh)[0]
+    packed = pack_padded_sequence(x, lens)
+    out_t, (h_t, _) = theirs(packed, (torch.zeros(1, B, H, dtype=torch.float64),) * 2)
+    out_t = torch.nn.utils.rnn.pad_packed_sequence(out_t)[0]
+    g_t = torch.autograd.grad((out_t ** 2).sum() + h_t.sum(), theirs.weight_hh_l0,
+                              create_graph=True)[0]
+    gg_t = torch.autograd.grad((g_t ** 2).sum(), theirs.weight_hh_l0)[0]
+    torch.testing.assert_close(g_ours.double(), g_t, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(gg_ours.double(), gg_t, atol=1e-4, rtol=1e-4)
+
+
+def test_plain_gru_double_backward_matches_torch_op():
+    """The GRU's create_graph=True path (the differentiable loop, b_hn inside the reset gate's
+    product) against torch's float64 op."""
+    torch.manual_seed(2)
+    T, B, I, H = 4, 3, 2, 5
+    theirs = torch.nn.GRU(I, H).double()
+    x = torch.randn(T, B, I, dtype=torch.float64)
+    w_ih, w_hh, b_ih, b_hh = (p.detach().float().requires_grad_() for p in theirs.parameters())
+    xw = torch.nn.functional.linear(x.float(), w_ih,
+                                    b_ih + torch.cat([b_hh[:2 * H], b_hh.new_zeros(H)]))
+    out, h = ops_gru.plain_gru_sequence(xw, torch.zeros(B, H), w_hh, b_hh[2 * H:],
+                                        torch.tensor([3, 2, 1, 1]))
+    g_ours = torch.autograd.grad((out ** 2).sum() + h.sum(), b_hh, create_graph=True)[0]
+    gg_ours = torch.autograd.grad((g_ours ** 2).sum(), w_hh)[0]
+    packed = pack_padded_sequence(x, torch.tensor([4, 2, 1]))
+    out_t, h_t = theirs(packed)
+    out_t = torch.nn.utils.rnn.pad_packed_sequence(out_t)[0]
+    g_t = torch.autograd.grad((out_t ** 2).sum() + h_t.sum(), theirs.bias_hh_l0,
+                              create_graph=True)[0]
+    gg_t = torch.autograd.grad((g_t ** 2).sum(), theirs.weight_hh_l0)[0]
+    torch.testing.assert_close(g_ours.double(), g_t, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(gg_ours.double(), gg_t, atol=1e-4, rtol=1e-4)
+
+
+def test_plain_lstm_refuses_where_it_does_not_apply():
+    xw, h0, w = torch.randn(2, 1, 8, dtype=torch.float64), torch.zeros(1, 2), torch.randn(8, 2)
+    with pytest.raises(RuntimeError, match="eager CPU float32"):
+        ops_lstm.plain_lstm_sequence(xw, h0, h0, w)
+
+
+# ---- the AVX2 build ------------------------------------------------------------------------
+
+@pytest.fixture
+def avx2_kernels(monkeypatch):
+    """The kernels built with LAYERNORM_NATIVE_ISA=avx2 (cached under their own key) in place
+    of this process's library."""
+    monkeypatch.setenv("LAYERNORM_NATIVE_ISA", "avx2")
+    library = _native_build.Library(native.KERNEL)
+    monkeypatch.setattr(native, "_LIBRARY", library)
+    if native.load() is None:
+        pytest.skip("the AVX2 build is not available here")
+    return native.load()
+
+
+def test_avx2_build_has_its_own_key_and_vectors(avx2_kernels, monkeypatch):
+    cc = native.compiler()
+    avx2_path = _native_build.cached_path(native.KERNEL, cc)
+    assert "-mno-avx512f" in native.simd_name(avx2_kernels)
+    monkeypatch.setenv("LAYERNORM_NATIVE_ISA", "native")
+    assert _native_build.cached_path(native.KERNEL, cc) != avx2_path
+    with open("/proc/cpuinfo") as f:
+        avx = " avx2" in f.read()
+    if avx:  # x86 with AVX2: 8-float vectors, two per panel
+        assert avx2_kernels.panel_width() == 16
+
+
+def test_avx2_gemm_tiles_match_torch_mm(avx2_kernels):
+    """Every row count of the AVX2 tiles (1 x 8 vectors ... 5-6 x 2, then several tiles) and a
+    ragged last panel."""
+    lib = avx2_kernels
+    from layernorm.ops.common import _panels
+    K, N = 19, 3 * lib.panel_width() + 5
+    w = torch.randn(N, K)
+    wp = _panels(w, lib.panel_width())
+    for M in (1, 2, 3, 4, 5, 6, 7, 13, 20):
+        a = torch.randn(M, K)
+        y = torch.empty(M, wp.shape[0] * lib.panel_width())
+        lib.gemm_packed(M, K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr())
+        torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-5, rtol=1e-5, msg=f"M={M}")
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_avx2_kernels_match_reference(avx2_kernels, kind):
+    """LN-LSTM / LN-GRU forward and every gradient on the AVX2 build, with lengths and two
+    OpenMP threads' row blocks, against the float64 reference."""
+    fn, ref, *_ = KINDS[kind]
+    T, B, H = 5, 10, 40
+    lens = torch.tensor([5, 2, 5, 1, 3, 4, 5, 0, 2, 5])
+    args = make_args(kind, T, B, H)
+    outs, grads, g_out = outputs_and_grads(fn, args, lens)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
+    for a, b in zip(outs, outs64):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads, grads64):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_avx2_plain_matches_torch_op(avx2_kernels, monkeypatch, mode):
+    test_plain_packed_matches_torch_op(monkeypatch, 1, False, mode)
+
+
+def test_unknown_isa_falls_back_with_one_warning(monkeypatch):
+    monkeypatch.setenv("LAYERNORM_NATIVE_ISA", "avx9000")
+    library = _native_build.Library(native.KERNEL)
+    with pytest.warns(_native_build.NativeKernelWarning, match="LAYERNORM_NATIVE_ISA='avx9000'"):
+        assert library.get() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert library.get() is None  # once per process
+
+
+# ---- the cells' products at batch 1 ----------------------------------------------------------
+
+def test_matvec_rows_matches_torch():
+    """``matvec_rows``: y = a @ W^T with W in torch's (N, K) layout, K not a multiple of the
+    vector width and N not a multiple of the four rows taken at once."""
+    lib = native.load()
+    for M, K, N in ((1, 7, 5), (1, 128, 1024), (2, 37, 18), (3, 16, 4)):
+        a, w = torch.randn(M, K), torch.randn(N, K)
+        y = torch.empty(M, N)
+        lib.matvec_rows(M, K, a.data_ptr(), w.data_ptr(), N, y.data_ptr())
+        torch.testing.assert_close(y, a @ w.t(), atol=1e-5, rtol=1e-5, msg=f"{M, K, N}")
+
+
+@pytest.mark.parametrize("cls", [layernorm.LSTMCell, layernorm.GRUCell])
+def test_cell_at_batch_one_without_grad_equals_with_grad(cls):
+    """Without autograd a batch-1 step takes its two products through ``matvec_rows``; with
+    autograd through ``F.linear``: the same new state to float32 rounding, over a few steps."""
+    torch.manual_seed(0)
+    cell = cls(9, 20)
+    xs = torch.randn(5, 1, 9)
+    states = []
+    for grad in (False, True):
+        state = None
+        with torch.set_grad_enabled(grad):
+            for x in xs:
+                state = cell(x, state)
+        states.append(state if isinstance(state, tuple) else (state,))
+    for a, b in zip(*states):
+        torch.testing.assert_close(a, b.detach(), atol=1e-6, rtol=1e-5)
