@@ -82,6 +82,7 @@ def build_tree(root: Path) -> None:
     # 1/6 (baseline did not learn)
     write_rnn(root, "rnn_downloads", "imdb", 10,
               {**CURVES, "layer": [0.5, 0.3, 0.25, 0.2, 0.2, 0.2, 0.15, 0.1]})
+    write_rnn(root, "rnn_imdb", "imdb", 100, CURVES)      # summary B on the real IMDb reviews
     for d in (root / "runs" / "rnn_norms").glob("adding-none-*"):
         rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r | {"test_mse": 0.169}) + "\n"

