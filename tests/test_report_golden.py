@@ -44,11 +44,13 @@ def _dump(root: Path, runs) -> None:
 def build_tree(root: Path) -> None:
     # 6.6: BN on every layer and on the hidden layers only, LN, no norm, batch 128 and 4
     b128, b4 = five(0.010, 0.025)
-    write_batch_experiment(root, "mlp_batch_size", {
-        ("batch-all", 128): b128, ("batch-all", 4): b4, ("batch", 128): b128,
-        ("batch", 4): five(0.0105)[0], ("layer", 128): five(0.012)[0],
-        ("layer", 4): five(0.013)[0], ("none", 128): five(0.02)[0], ("none", 4): five(0.02)[0]},
-        layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
+    for exp in ("mlp_batch_size", "mlp_mnist"):     # on mnist-5k and on the full MNIST
+        write_batch_experiment(root, exp, {
+            ("batch-all", 128): b128, ("batch-all", 4): b4, ("batch", 128): b128,
+            ("batch", 4): five(0.0105)[0], ("layer", 128): five(0.012)[0],
+            ("layer", 4): five(0.013)[0], ("none", 128): five(0.02)[0],
+            ("none", 4): five(0.02)[0]},
+            layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
     # 6.7: the ConvNet at batch 128, 4, 1
     write_batch_experiment(root, "cnn_batch_size", {
         ("batch", 128): five(0.030)[0], ("batch", 4): five(0.035)[0],

@@ -547,3 +547,21 @@ def test_the_tier_tiny_leaves_downloads_out_unless_named(env, monkeypatch):
     assert "the tier tiny trains on embedded data only" in meta["not_run"]["rnn_imdb"]
     assert trained and not any(c.dataset == "imdb" for c in trained) and _calls(env) == []
     assert meta["data_sources"] == {}
+
+
+def test_mlp_mnist_is_mlp_batch_size_on_the_full_mnist_at_its_swept_rates():
+    from layernorm_paper import records
+    from layernorm_paper.records import mlp_mnist
+    from layernorm_paper.reproduce import experiments  # noqa: F401  (registers the records)
+    from layernorm_paper.experiments import get_experiment
+    ours = get_experiment("mlp_mnist").configs("quick")
+    theirs = get_experiment("mlp_batch_size").configs("quick")
+    assert len(ours) == len(theirs) == 40 and {c.dataset for c in ours} == {"mnist"}
+    assert [(c.run_name(), c.lr, c.model_args) for c in ours] == \
+        [(c.run_name(), c.lr, c.model_args) for c in theirs]
+    assert {(c.batch_size, c.steps, c.eval_every) for c in ours} == \
+        {(bs, *mlp_mnist.LENGTH[bs]) for bs in (128, 4)}
+    for steps, every in mlp_mnist.LENGTH.values():     # evaluations at every * 2**j, as theirs
+        k = steps // every
+        assert steps % every == 0 and k & (k - 1) == 0 and k >= 16
+    assert records.RECORDS["mlp_mnist"].tier == records.STANDARD
