@@ -76,6 +76,9 @@ def build_tree(root: Path) -> None:
                  for n, end in (("none", 1.0), ("layer", 0.95)) for s in SEEDS])
     # summary B (docs/paper.md, section 6): the char-LM and its completion test
     _dump(root, _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47}, ema=0.25))
+    # ... and on the novels (downloaded): bits/char by the same rules
+    _dump(root, _arms("novels_charlm", "test_loss", {"none": 1.9, "batch": 1.8, "layer": 1.6},
+                      {n: 4.0 for n in ("none", "batch", "layer")}, dataset="novels"))
     # RNNs: two embedded tasks, one download task (the other not run), stability at T = 120
     write_rnn(root, "rnn_norms", "mnist1d-seq", 10, CURVES)
     write_rnn(root, "rnn_norms", "adding", 30, CURVES, dataset="adding")

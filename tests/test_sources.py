@@ -378,10 +378,12 @@ def _novel(title: str, k: int) -> list[str]:
     return lines
 
 
-def test_the_novels_dataset_and_its_completion_test_from_generated_debs(env, monkeypatch):
+def _novels_debs(env, monkeypatch) -> list[str]:
+    """Dataset novels with its Debian source served by the stub apt-get: generated novels in
+    the three packages' R files. Returns the packages' names."""
     import pandas as pd
     import rdata
-    from layernorm_paper.data import completion, novels
+    from layernorm_paper.data import novels
     monkeypatch.setattr(novels, "MIN_CHARS", 100)
     lib = "usr/lib/R/site-library/"
     austen = {k: np.array(_novel(t, i)) for i, (k, t) in enumerate(novels.AUSTEN.items())}
@@ -409,7 +411,15 @@ def test_the_novels_dataset_and_its_completion_test_from_generated_debs(env, mon
             _pin(lib + m, out, body) for m, (out, body) in files.items())))
     monkeypatch.setitem(downloadable.SOURCES, "novels",
                         [Source("novels", "debs", packages=tuple(packages))])
+    from layernorm_paper.data import completion
     novels.novel_texts.cache_clear()
+    completion._novels_test.cache_clear()
+    return list(debs)
+
+
+def test_the_novels_dataset_and_its_completion_test_from_generated_debs(env, monkeypatch):
+    from layernorm_paper.data import completion, novels
+    debs = _novels_debs(env, monkeypatch)
     texts, _ = novels.novel_texts()
     assert [t for t, _ in texts] == list(novels.TITLES)
     by_title = dict(texts)
@@ -565,3 +575,20 @@ def test_mlp_mnist_is_mlp_batch_size_on_the_full_mnist_at_its_swept_rates():
         k = steps // every
         assert steps % every == 0 and k & (k - 1) == 0 and k >= 16
     assert records.RECORDS["mlp_mnist"].tier == records.STANDARD
+
+
+@pytest.mark.slow
+def test_novels_charlm_trains_and_scores_the_held_out_novels_completion_test(env, monkeypatch):
+    import layernorm_paper.reproduce  # noqa: F401  (registers the experiments and models)
+    from layernorm_paper.experiments import get_experiment
+    from layernorm_paper.experiments.runner import run_configs
+    _novels_debs(env, monkeypatch)
+    configs = get_experiment("novels_charlm").configs("tiny")
+    assert get_experiment("novels_charlm").needs_download
+    results = run_configs(configs, env / "runs", jobs=1, progress=False, log=lambda s: None)
+    assert [r.status for r in results] == ["done"] * 3, [r.error for r in results]
+    for r in results:
+        row = json.loads((Path(r.run_dir) / "metrics.jsonl").read_text().splitlines()[-1])
+        assert row["completion_questions"] == 10 and 0 <= row["completion_accuracy"] <= 1
+        assert row["corpus_source"] == "apt-get download r-cran-janeaustenr=1 + apt-get " \
+            "download r-cran-tokenizers=1 + apt-get download r-cran-tidytext=1"
