@@ -420,6 +420,7 @@ def test_data_cli_fetch_list_and_offline(monkeypatch, tmp_path, capsys):
     assert "not a downloadable dataset" in capsys.readouterr().err
     monkeypatch.setitem(downloadable.RESOURCES, "mnist", [
         Resource("mnist", "x.gz", (_refused_url(),), "0" * 64, 3)])
+    monkeypatch.setitem(downloadable.SOURCES, "mnist", downloadable.SOURCES["mnist"][:1])
     assert main(["data", "fetch", "mnist"]) == 1
     err = capsys.readouterr().err
     assert "place it at exactly" in err and str(tmp_path / "mnist" / "x.gz") in err
@@ -435,7 +436,7 @@ def test_offline_dataset_fails_its_run_with_the_message_and_others_continue(monk
             Config(dataset="digits", model="mlp", steps=2, device="cpu", model_args={"hidden": [8]})]
     results = run_configs(cfgs, tmp_path / "runs", progress=False, log=lambda s: None)
     assert [r.status for r in results] == ["failed", "done"]
-    assert results[0].error.startswith("OfflineError") and "Traceback" not in results[0].error
+    assert results[0].error.startswith("DataUnreachable") and "Traceback" not in results[0].error
 
 
 # --------------------------------------------------------------------------- section 6 downloads

