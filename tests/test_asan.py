@@ -165,6 +165,8 @@ def _exercise() -> None:
                     h = cell(x[t], h)
                     loss = loss + (h[0] if isinstance(h, tuple) else h).square().sum()
                 loss.backward()
+                with torch.no_grad():               # batch 1 without autograd: matvec_rows
+                    cell.eval()(torch.randn(1, I))
         for dtype in (torch.float32, torch.float64):      # above the small-input cutoff
             norm = L.RMSNorm(1003, dtype=dtype)
             x = torch.randn(_rms_native.SMALL // 1003 + 3, 1003, dtype=dtype, requires_grad=True)
