@@ -32,9 +32,11 @@ def test_soak_finds_a_fast_path_that_differs(monkeypatch):
     monkeypatch.setattr(layernorm.ops, "input_linear", wrong)
     result = soak.soak(0.5, hidden=8, input_size=4, max_len=10, max_batch=6, check_every=1,
                        models=("LN-LSTM 2 layers", "LN-GRU bidirectional"), progress=False)
-    assert len(result["failures"]) >= 2
-    assert sum(r["checks"] for r in result["rows"]) == len(result["failures"])
-    assert all("differs from its reference" in f for f in result["failures"])
+    differs = [f for f in result["failures"] if "differs from its reference" in f]
+    assert len(differs) >= 2
+    assert sum(r["checks"] for r in result["rows"]) == len(differs)
+    # the fault can also drive training to a non-finite loss, itself a failure (never a pass)
+    assert all(f in differs or "not finite" in f for f in result["failures"])
 
 
 def test_soak_exits_1_on_failure(monkeypatch, capsys):

@@ -14,7 +14,7 @@ import importlib.util
 import sys
 
 # What the reproduction needs beyond torch (pyproject.toml's [paper] extra), by import name.
-REQUIRES = ("numpy", "tqdm", "sklearn", "matplotlib", "mnist1d", "scipy", "mlxtend")
+REQUIRES = ("numpy", "tqdm", "sklearn", "matplotlib", "mnist1d", "scipy", "mlxtend", "rdata")
 
 
 def missing_requirements() -> list[str]:

@@ -131,10 +131,11 @@ def _loss(outs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _difference(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
-    """The largest |got - want| over each tensor's scale (max(1, max |want|))."""
+    """The largest |got - want| over each tensor's scale (max(1, max |want|)); infinite where
+    either side is not finite (a NaN would otherwise compare as no difference)."""
     worst = 0.0
     for a, b in zip(got, want):
-        if not torch.isfinite(a).all():
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
             return math.inf
         scale = max(1.0, b.abs().max().item())
         worst = max(worst, (a.double() - b.double()).abs().max().item() / scale)
@@ -204,7 +205,7 @@ def soak(seconds: float, *, hidden: int = 128, input_size: int = 32, max_len: in
                 row["checks"] += 1
                 row["max diff"] = max(row["max diff"], diff)
                 row["float32 floor"] = max(row["float32 floor"], floor)
-                if not diff <= max(TOLERANCE, FLOOR_FACTOR * floor):
+                if not (math.isfinite(diff) and diff <= max(TOLERANCE, FLOOR_FACTOR * floor)):
                     raise AssertionError(
                         f"differs from its reference by {diff:.3g} of the tensors' scale "
                         f"(tolerance {TOLERANCE}, or {FLOOR_FACTOR} x the readable loop's "

@@ -462,6 +462,17 @@ def power_text(iv: Interval, margin: float, verdict: str, scale: float = 1.0,
     return out
 
 
+def _at_least(margin: float, a_name: str, b_name: str):
+    """The decision and the rule sentence of "a − b ≥ margin" (``exceeds``, ``sooner``)."""
+    def decide(lo, hi):
+        if lo >= margin:
+            return SUPPORTED
+        return NOT_SUPPORTED if hi < margin else INCONCLUSIVE
+    rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is ≥ {{m}}, "
+            f"not supported if the whole interval is < {{m}}, else inconclusive")
+    return decide, rule
+
+
 def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: str = "b",
             unit: str = "", scale: float = 1.0, paired: bool | None = None,
             loso: bool = True, min_seeds: int = MIN_SEEDS) -> Verdict:
@@ -469,12 +480,7 @@ def exceeds(a: Sample, b: Sample, margin: float, *, a_name: str = "a", b_name: s
 
     ``scale`` and ``unit`` only affect how numbers are printed (e.g. 100, " pp" for errors).
     """
-    def decide(lo, hi):
-        if lo >= margin:
-            return SUPPORTED
-        return NOT_SUPPORTED if hi < margin else INCONCLUSIVE
-    rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is ≥ {{m}}, "
-            f"not supported if the whole interval is < {{m}}, else inconclusive")
+    decide, rule = _at_least(margin, a_name, b_name)
     return _compare(a, b, margin, "exceeds", decide, rule, paired=paired, unit=unit, scale=scale,
                     bounds=(margin,), a_name=a_name, b_name=b_name, loso=loso,
                     min_seeds=min_seeds)
@@ -688,12 +694,7 @@ def sooner(a: Sample, b: Sample, margin: float, reached_a: Sequence[bool],
     """Claim: ``b`` reaches a common target in fewer updates than ``a`` by >= ``margin``
     (``exceeds(a, b, margin)``), with censored runs: ``reached_*`` says, per value, whether the
     run reached the target (False: entered at the budget, a lower bound). See module doc."""
-    def decide(lo, hi):
-        if lo >= margin:
-            return SUPPORTED
-        return NOT_SUPPORTED if hi < margin else INCONCLUSIVE
-    rule = (f"{a_name} − {b_name} = d; supported if its whole {LEVEL:.0%} t-interval is ≥ {{m}}, "
-            f"not supported if the whole interval is < {{m}}, else inconclusive")
+    decide, rule = _at_least(margin, a_name, b_name)
     ex = _compare(a, b, margin, "sooner", decide, rule, paired=paired, unit="", scale=1.0,
                   bounds=(margin,), loso=False, min_seeds=min_seeds)
     first_a, first_b = tuple(first_a) or (False,) * a.n, tuple(first_b) or (False,) * b.n

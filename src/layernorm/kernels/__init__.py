@@ -25,11 +25,15 @@ from typing import Sequence
 
 import torch
 
+from .._autograd import differentiable_backward
+from .reference import REFERENCE
+
 __all__ = ["available", "applies_rnn", "applies_norm", "layer_norm", "rms_norm",
            "ln_lstm_sequence", "ln_gru_sequence", "ENABLED", "NORMS"]
 
 # Set to False to keep every CUDA call on the torch-ops paths.
 ENABLED = True
+
 # Which norms use the Triton kernel on CUDA. torch's own fused F.layer_norm is kept by default
 # (its kernel is already one pass; ours runs when the gain's dtype differs from the input's,
 # where the torch path is several ops); RMSNorm's torch path is not fused on older torch.
@@ -140,9 +144,8 @@ class _NormFunction(torch.autograd.Function):
 def _norm_reference_grads(ctx, x, weight, bias, dy):
     """The gradients of x, weight, bias as differentiable functions of them and of dy: those of
     the readable normalization (``layernorm.functional.normalize``: the same math, statistics in
-    float32 for half types) over the same (rows, n) view."""
-    from ..functional import normalize
-    from ..ops.common import differentiable_backward
+    float32 for half types, registered as ``REFERENCE["norm"]``) over the same (rows, n) view."""
+    normalize = REFERENCE["norm"]
     n = ctx.n
 
     def reference(x_, w_, b_):

@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 from ..recurrence.lengths import check_lengths
+from .reference import REFERENCE
 
 
 @triton.jit
@@ -128,26 +129,9 @@ def reference_grads(cell: str, inputs: tuple, lens, eps: float, masks: tuple, ne
                     grads: tuple) -> list:
     """The backward under ``create_graph=True`` (a gradient that autograd differentiates again):
     the gradients of the reference recurrence (``layernorm.recurrence``'s step in its loop, the
-    same function the CPU operators differentiate for second order) as differentiable functions
-    of ``inputs`` (the autograd Function's tensors, ``xg`` first, then the states, ``w_hh`` and
-    the LN parameters) and of ``grads`` (of out and the final states; None where not needed).
-    ``lens``: (B,) lengths in the batch's order or None; ``masks``: the regularizers' masks, in
-    the batch's order. -> one gradient or None per input."""
-    from ..functional import stats_dtype
-    from ..ops import common, gru, lstm
-    from ..recurrence.lengths import from_lengths
-    xg = inputs[0]
-    T, B = xg.shape[:2]
-    order, batch_sizes = from_lengths(None if lens is None else lens.cpu(), T, B)
-    compute = stats_dtype(xg.dtype)        # as the kernels: float32 arithmetic for half types
-    masks = common.prepare_masks(masks, compute, order)
-    loop, n_states = (lstm._loop_with_input_ln, 2) if cell == "lstm" else (gru._loop_with_input_ln,
-                                                                          1)
-
-    def reference(*tensors):
-        xg_, *rest = (None if t is None else t.to(compute) for t in tensors)
-        states, params = rest[:n_states], rest[n_states:]
-        outs = common.with_order(lambda x, *s: loop(x, *s, *params, *masks, batch_sizes, eps),
-                                 order, xg_, tuple(states))
-        return tuple(o.to(xg.dtype) for o in outs)
-    return common.differentiable_backward(reference, inputs, needs_input_grad, grads)
+    same function the CPU operators differentiate for second order), ``REFERENCE[cell]``, as
+    differentiable functions of ``inputs`` and ``grads``. -> one gradient or None per input."""
+    if cell not in REFERENCE:
+        raise RuntimeError(f"no reference recurrence registered for {cell!r}: import "
+                           f"layernorm (its operators register them) before differentiating twice.")
+    return REFERENCE[cell](inputs, lens, eps, masks, needs_input_grad, grads)

