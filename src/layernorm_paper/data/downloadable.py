@@ -32,7 +32,7 @@ import torch
 from .._io import atomic_write_bytes
 from .download import Resource
 from .embedded import image_view
-from .sources import SOURCES, Obtained, Package, Pinned, Source
+from .sources import ORIGINAL_FILES, SOURCES, Obtained, Package, Pinned, Source
 from .paper_tasks import LOSS_TARGETS
 from .registry import Dataset, register_dataset
 
@@ -74,7 +74,8 @@ def _idx_resources(group: str, files: dict) -> dict[str, Resource]:
             for name, (size, sha) in files.items()}
 
 
-RESOURCES: dict[str, list[Resource]] = {
+RESOURCES: dict[str, list[Resource]] = ORIGINAL_FILES  # one table: the sources read it when used
+RESOURCES.update({
     "mnist": list(_idx_resources("mnist", _MNIST_FILES).values()),
     "fashion-mnist": list(_idx_resources("fashion-mnist", _FASHION_FILES).values()),
     "imdb": [Resource("imdb", "aclImdb_v1.tar.gz",
@@ -94,7 +95,7 @@ RESOURCES: dict[str, list[Resource]] = {
          f"&confirm=t",
          f"https://drive.google.com/uc?export=download&id={_CNN_DRIVE_ID}&confirm=t"),
         "9405beb90c9267e7769c86fa42720b7e479bcf38c64217c0d3f456ce8cd122ce", None)],
-}
+})
 
 
 # Copies in package indexes (sources after the original; see ``sources``): each file's SHA-256
@@ -137,7 +138,7 @@ _NOVELS_APT = (
 
 
 def _original(name: str) -> Source:
-    return Source(name, "original", tuple(RESOURCES[name]), note="the original files")
+    return Source(name, "original", None, note="the original files")
 
 
 # Every downloadable dataset's sources, in the order they are tried.

@@ -113,14 +113,17 @@ class Source:
     or one or more package copies (``packages``, all needed)."""
     dataset: str
     key: str                                   # "original", or the packages' keys
-    resources: tuple[Resource, ...] | None = ()   # the original's files (none: a package copy)
+    resources: tuple[Resource, ...] | None = ()   # the original's files (none: a package copy;
+    #                                               None: ``ORIGINAL_FILES[dataset]`` when used)
     packages: tuple[Package, ...] = ()
     note: str = ""                             # what this copy is, for `layernorm data list`
 
     @property
     def files(self) -> tuple[Resource, ...]:
         """The original's files (none for a package copy)."""
-        return tuple(self.resources or ())
+        if self.resources is not None:
+            return self.resources
+        return tuple(ORIGINAL_FILES[self.dataset])
 
     @property
     def label(self) -> str:
@@ -236,9 +239,10 @@ class Obtained:
 _DONE: dict[tuple[str, str], Obtained | DataUnreachable] = {}
 
 
-# Every downloadable dataset's sources, in the order they are tried; filled by the modules that
-# define the datasets (data.downloadable, data.novels).
+# Every downloadable dataset's sources, in the order they are tried, and its original's files;
+# filled by the module that defines the datasets (data.downloadable).
 SOURCES: dict[str, list[Source]] = {}
+ORIGINAL_FILES: dict[str, list[Resource]] = {}
 
 
 def sources(dataset: str) -> list[Source]:
