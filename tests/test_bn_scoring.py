@@ -14,25 +14,14 @@ import layernorm
 from layernorm_paper.data import load_dataset
 from layernorm_paper.reproduce.models import rnn_classifier
 
+from .test_report import bullet
+
 
 def _ff(momentum):
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7, momentum=momentum), nn.ReLU(),
                          nn.Linear(7, 3), nn.BatchNorm1d(3, momentum=momentum))
 
-
-
-def _bullet(section: str, start: str) -> str:
-    """The report's bullet that begins with ``start``, its wrapped lines joined into one."""
-    lines = section.splitlines()
-    i = next(k for k, ln in enumerate(lines) if ln.startswith(start))
-    rest = [ln for ln in lines[i + 1:]]
-    cont = []
-    for ln in rest:
-        if not ln.startswith("  ") or not ln.strip():
-            break
-        cont.append(ln)
-    return " ".join(" ".join([lines[i], *cont]).split())
 
 def test_batch_mean_estimator_is_torchs_cumulative_average_of_the_batch_statistics():
     torch.manual_seed(1)
@@ -176,7 +165,7 @@ def test_report_states_the_bn_lstm_score_gap_and_its_split(tmp_path, monkeypatch
     md = (tmp_path / "report.md").read_text()
     start = md.index('<a id="rnn-fast-mnist1d-seq">')
     section = md[start:md.index('<a id="rnn-best-mnist1d-seq">')]
-    line = _bullet(section, "- BN-LSTM's two scores")
+    line = bullet(section, "- BN-LSTM's two scores")
     ema = [_last3(bn[s], "test_error") for s in range(5)]
     pop = [_last3(bn[s], "eval_test_error") for s in range(5)]
     gap = (sum(ema) - sum(pop)) / 5

@@ -8,6 +8,8 @@ from layernorm_paper.data.registry import load_dataset
 from layernorm_paper.reproduce import experiments  # noqa: F401  (registers the models)
 from layernorm_paper.reproduce.models import convnet
 
+from .test_report import bullet
+
 
 def _logit_spread(m, x: torch.Tensor, batch: int) -> float:
     """Mean over classes of the logits' std across the inputs, fed in batches of ``batch``
@@ -16,19 +18,6 @@ def _logit_spread(m, x: torch.Tensor, batch: int) -> float:
         out = torch.cat([m(x[i:i + batch]) for i in range(0, len(x), batch)])
     return float(out.std(0).mean())
 
-
-
-def _bullet(section: str, start: str) -> str:
-    """The report's bullet that begins with ``start``, its wrapped lines joined into one."""
-    lines = section.splitlines()
-    i = next(k for k, ln in enumerate(lines) if ln.startswith(start))
-    rest = [ln for ln in lines[i + 1:]]
-    cont = []
-    for ln in rest:
-        if not ln.startswith("  ") or not ln.strip():
-            break
-        cont.append(ln)
-    return " ".join(" ".join([lines[i], *cont]).split())
 
 def test_bn_convnet_output_at_batch_one_depends_on_its_input():
     torch.manual_seed(0)
@@ -100,7 +89,7 @@ def test_collapse_claim_reads_what_fails_from_the_training_losses(tmp_path, monk
     R.build_report(tmp_path)
     md = (tmp_path / "report.md").read_text()
     section = md[md.index('<a id="cnn-bn-collapse">'):md.index('<a id="cnn-ln-stable">')]
-    line = _bullet(section, "- Training NLL")
+    line = bullet(section, "- Training NLL")
 
     def mean(norm, b, key):
         return sum(sum(r[key] for r in rows_of[norm, b, s][-3:]) / 3 for s in range(5)) / 5

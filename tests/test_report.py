@@ -523,3 +523,15 @@ def test_an_arm_where_some_runs_did_not_learn_is_reported_as_a_fraction(tmp_path
     md = prose(other)
     assert "bimodal: runs that beat the trivial predictor by 10%: layer norm @ batch 128 4/5 runs" \
         in md
+
+
+def bullet(section: str, start: str) -> str:
+    """The report's bullet that begins with ``start``, its wrapped lines joined into one."""
+    lines = section.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith(start))
+    cont = []
+    for ln in lines[i + 1:]:
+        if not ln.startswith("  ") or not ln.strip():
+            break
+        cont.append(ln)
+    return " ".join(" ".join([lines[i], *cont]).split())
