@@ -39,6 +39,19 @@ LENGTHS = {
 }
 
 
+def assert_matches_float64(fn, ref, args, lens, tol: float = 1e-5) -> None:
+    """``fn``'s outputs and every gradient equal the float64 reference ``ref`` on the same
+    inputs (gradients to ``tol`` of their scale)."""
+    outs, grads, g_out = outputs_and_grads(fn, args, lens)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
+    for a, b in zip(outs, outs64):
+        torch.testing.assert_close(a.double(), b, atol=tol, rtol=tol)
+    for a, b in zip(grads, grads64):
+        torch.testing.assert_close(a.double(), b, atol=tol * max(1.0, b.abs().max().item()),
+                                   rtol=tol)
+
+
 @pytest.fixture(params=["native", "torch-ops", "torch-ops-mm"])
 def step_path(request, monkeypatch):
     """Run every comparison through each implementation of the step: the C kernel (LSTM, when a
@@ -417,14 +430,7 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1])
     for fn, ref, *_ in KINDS.values():
         args = make_args("lstm" if fn is ln_lstm_sequence else "gru", 5, 11, 24)
-        outs, grads, g_out = outputs_and_grads(fn, args, lens)
-        args64 = [a.detach().double().requires_grad_() for a in args]
-        outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
-        for a, b in zip(outs, outs64):
-            torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
-        for a, b in zip(grads, grads64):
-            torch.testing.assert_close(a.double(), b, atol=1e-5 * max(1.0, b.abs().max().item()),
-                                       rtol=1e-5)
+        assert_matches_float64(fn, ref, args, lens)
     w, a = torch.randn(40, 24), torch.randn(7, 24)
     panels = common._panels(w, lib.panel_width())
     y = torch.empty(7, panels.shape[0] * lib.panel_width())

@@ -12,7 +12,7 @@ from layernorm import _native_build
 from layernorm.ops import gru as ops_gru
 from layernorm.ops import lstm as ops_lstm
 from layernorm.ops import native
-from tests.test_fused import KINDS, make_args, outputs_and_grads
+from tests.test_fused import KINDS, assert_matches_float64, make_args
 
 pytestmark = pytest.mark.skipif(native.load() is None, reason="no C compiler: no C kernels")
 
@@ -195,14 +195,7 @@ def test_avx2_kernels_match_reference(avx2_kernels, kind):
     T, B, H = 5, 10, 40
     lens = torch.tensor([5, 2, 5, 1, 3, 4, 5, 0, 2, 5])
     args = make_args(kind, T, B, H)
-    outs, grads, g_out = outputs_and_grads(fn, args, lens)
-    args64 = [a.detach().double().requires_grad_() for a in args]
-    outs64, grads64, _ = outputs_and_grads(ref, args64, lens, [g.double() for g in g_out])
-    for a, b in zip(outs, outs64):
-        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
-    for a, b in zip(grads, grads64):
-        scale = max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-5)
+    assert_matches_float64(fn, ref, args, lens)
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
