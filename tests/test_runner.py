@@ -18,6 +18,7 @@ from layernorm_paper.experiments import (EXPERIMENTS, MODELS, Config, RunDirErro
                                    register_experiment, register_model, train)
 from layernorm_paper.experiments import training as train_module
 from layernorm_paper.experiments.runner import override, run_configs
+from layernorm_paper.experiments.rundir import blas_summary
 
 SRC = str(Path(layernorm.__file__).resolve().parents[1])
 
@@ -112,6 +113,10 @@ def test_run_dir_files_and_reuse(tmp_path):
     assert Config.from_dict(json.loads((run / "config.json").read_text())) == _cfg()
     env = json.loads((run / "env.json").read_text())
     assert env["torch"] == torch.__version__ and env["device"] == "cpu"
+    # the arithmetic the runs' rounding depends on: the CPU's vector features and the BLAS build
+    assert env["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
+    assert env["blas"] == blas_summary(torch.__config__.show()) and env["blas"]
+    assert isinstance(env["cpu_flags"], str)
     assert json.loads((run / "done").read_text()) == read_metrics(run)[-1]
     before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
     train(_cfg(), run)                                  # finished: reused, nothing rewritten

@@ -3,7 +3,8 @@ the environment record. The metrics reader is ``layernorm_paper._io.read_metrics
 of the project, also the report's), re-exported here.
 
     config.json      the resolved Config; a run directory belongs to exactly one config
-    env.json         versions, device, git commit, start time, resumes
+    env.json         versions, device, git commit, start time, resumes, the CPU's vector features
+                     and the BLAS build (``this_machine``: float rounding depends on both)
     metrics.jsonl    one JSON object per evaluation: step, epoch, train_loss, test_loss,
                      test_error, wall_time (+ the model's extra_metrics); appended line by line
     checkpoint.pt    model, optimizer, RNG states, step (= data order position), written atomically
@@ -16,10 +17,12 @@ See docs/runner.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -62,6 +65,55 @@ def git_commit() -> str | None:
         return None
 
 
+# The machine's arithmetic: the CPU's vector features and the BLAS / LAPACK build PyTorch
+# uses. Float rounding depends on both (a different kernel can sum in another order), so runs
+# on another CPU act as new seeds: env.json records them and the report states them.
+# The flags that decide which kernels PyTorch and its BLAS pick (x86 /proc/cpuinfo names; the
+# Arm ones as Linux reports them).
+FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+         "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "asimd", "sve", "sve2")
+
+
+def cpu_flags(cpuinfo: str | None = None) -> list[str]:
+    """The subset ``FLAGS`` of the CPU's feature flags (the first processor's ``flags`` or
+    ``Features`` line of /proc/cpuinfo); [] where it cannot be read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return []
+    m = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", cpuinfo, re.MULTILINE)
+    have = set(m.group(1).split()) if m else set()
+    return [f for f in FLAGS if f in have]
+
+
+def blas_summary(config: str) -> str:
+    """The BLAS / LAPACK lines of ``torch.__config__.show()``: BLAS_INFO, LAPACK_INFO, the MKL
+    or OpenBLAS version line, and the CPU capability it reports."""
+    out = []
+    for key in ("BLAS_INFO", "LAPACK_INFO"):
+        m = re.search(rf"{key}=([^,\s]+)", config)
+        if m:
+            out.append(f"{key}={m.group(1)}")
+    for line in config.splitlines():
+        t = line.strip(" -\t")
+        if re.search(r"Math Kernel Library|OpenBLAS|BLIS|Accelerate|MKL-DNN|oneDNN", t):
+            out.append(t)
+    return "; ".join(out) or "not reported by torch.__config__.show()"
+
+
+@functools.lru_cache(maxsize=1)
+def this_machine() -> dict[str, str]:
+    """This process's CPU capability (``torch.backends.cpu.get_cpu_capability()``), CPU flags
+    and BLAS build."""
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        capability = "not reported"
+    return {"cpu_capability": str(capability), "cpu_flags": " ".join(cpu_flags()) or "unknown",
+            "blas": blas_summary(torch.__config__.show())}
+
+
 def environment(device: torch.device) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -75,6 +127,7 @@ def environment(device: torch.device) -> dict:
             "platform": platform.platform(), "device": str(device),
             "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "torch_threads": torch.get_num_threads(), "git_commit": git_commit(),
+            **this_machine(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "resumes": []}
 
 
@@ -187,6 +240,7 @@ def claim(run_dir: Path, is_writer: bool):
         yield
 
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_KEYS", "METRIC_KEYS", "RUN_FILES", "MetricsError",
-           "RunDirError", "check_run_dir", "claim", "environment", "git_commit", "load_checkpoint",
-           "read_jsonl", "read_metrics", "save_checkpoint", "write_cost"]
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_KEYS", "FLAGS", "METRIC_KEYS", "RUN_FILES",
+           "MetricsError", "RunDirError", "blas_summary", "check_run_dir", "claim", "cpu_flags",
+           "environment", "git_commit", "load_checkpoint", "read_jsonl", "read_metrics",
+           "save_checkpoint", "this_machine", "write_cost"]
