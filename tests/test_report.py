@@ -175,7 +175,7 @@ def test_cnn_composites_are_judged_from_their_parts_and_not_counted_again(tmp_pa
                (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, R.NOT_RUN)}
     assert f"Claims ({len(claims)}, each once): supported: {counted[SUPPORTED]}," in md
     assert counted[SUPPORTED] == 2          # 6.7-ln-none, 6.7-bn-ln; the composites not again
-    assert "Statements made of the claims above (not counted again): 6.7-paper supported; " \
+    assert "Statements of several claims (not counted again): 6.7-paper supported; " \
            "cnn-summary-b not supported" in md
 
 
@@ -448,7 +448,7 @@ def test_an_arm_still_falling_by_the_margin_is_undertrained(tmp_path):
     assert s["6.7-ln-none"]["verdict"] == "undertrained"
     md = prose(tmp_path)
     assert "More updates (a higher budget)" in md
-    assert "could not judge as run" in md and "undertrained: 1" in md
+    assert "Not judged as run" in md and "undertrained: 1" in md
 
 
 def test_an_arm_no_better_than_the_trivial_predictor_did_not_learn(tmp_path):

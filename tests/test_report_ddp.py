@@ -54,8 +54,8 @@ def test_three_facts_supported_and_section_written(tmp_path):
     assert "1.0e-01" in s["ddp-bn"]["key"] and "1 x 8 vs 2 x 4" in s["ddp-bn"]["key"]
     md = prose(tmp_path)
     assert "## Distributed: 1 process x batch 8 vs 2 processes x 4" in md
-    assert "(#ddp-bn-sync) | ✅ holds |" in md    # a row of the front page's checks table
-    assert "### Checks of this implementation" in md
+    assert "(#ddp-bn-sync) | ✅ holds |" in md    # a row of the checks table (appendix)
+    assert "## Checks of this implementation" in md
     # the rows as a table, printed once and referred to by the other two claims
     assert md.count("| batch + sync | 1 x 8 vs 2 x 4 | 6 |") == 1
     assert all(f"The measured numbers of {c}: as under [ddp-ln](#ddp-ln)." in md

@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 
 from layernorm_paper import report as R
+from layernorm_paper.report.markdown import (APPENDIX, MAX_LINE, PAGE_LINES, figure_lines,
+                                             printed_lines)
 
 from .test_report import CURVES, five, rnn_rows, write_analysis, write_batch_experiment, \
     write_rnn, write_run
@@ -24,6 +26,10 @@ from .test_report_order import order_runs
 from .test_report_paper import SEEDS, _arms, _completion_runs, _curve, _reader_runs, _run
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
+# The front page's length in printed lines (``markdown.printed_lines``: 55 lines of 100
+# characters a page): 45 claim rows, the forest plot, 14 experiments' scale and learning rates
+# fill 173 here, a little over three pages; two pages (110) would need fewer rows or columns.
+FRONT_LINES = 3 * PAGE_LINES + 10
 ENV = {"python": "3.11.7", "torch": "2.3.0", "numpy": "1.26.4", "layernorm": "0.0-golden",
        "device": "cpu", "platform": "Linux-golden-x86_64", "torch_threads": 1,
        "git_commit": "0123456789abcdef", "cpu_capability": "AVX2",
@@ -187,12 +193,19 @@ def test_report_is_the_golden_report(tmp_path):
     assert rows["6.5-hw-fast"]["words"] == ("reproduced in the stand-in (borderline) (depends on "
                                             "the target)")
     assert (tmp_path / "figures" / "forest.png").stat().st_size > 1000
-    # the learning-rate table: where each pick fell, its margin against the seeds' spread
-    front = got["report.md"].split("\n# Appendix\n")[0]
+    # the learning-rate table: one row per experiment on the front (each arm's pick, an edge
+    # marked, the closest win against the seeds' spread), one per arm in the appendix
+    front, appendix = got["report.md"].split(APPENDIX)
+    assert ("| `paper_handwriting` | 0.0003/0.001/0.003/0.009/0.027 | layer-bs8 0.001, none-bs8 "
+            "0.027↑ (widened 2) | layer-bs8: 0.38× | 3 |") in front
     assert ("| `paper_handwriting` | layer-bs8 | 0.0003/0.001/0.003 | 0.001 | interior | 0.01 | "
-            "0.38× the seed spread 0.0267 | 3 |") in front
+            "0.38× the seed spread 0.0267 | 3 |") in appendix
     assert "| none-bs8 | 0.0003/0.001/0.003/0.009/0.027 | 0.027 | edge (highest), after " \
-           "widening by 2 |" in front
+           "widening by 2 |" in appendix
+    # the front's length, printed at 55 lines of 100 characters a page, the forest plot at its
+    # printed height: held at FRONT_LINES
+    lines = printed_lines(front, {"forest": figure_lines(tmp_path / "figures" / "forest.png")})
+    assert lines <= FRONT_LINES, f"the front fills {lines} printed lines, over {FRONT_LINES}"
     # every measured seeded claim went through the learning guard
     seeded = [r for r in rows.values() if r["kind"] == "claim" and r["verdict"] != R.NOT_RUN]
     assert seeded and all("learned" in r["guards"] for r in seeded), \
@@ -201,18 +214,26 @@ def test_report_is_the_golden_report(tmp_path):
 
 def test_the_golden_report_reads_in_short_lines_and_says_nothing_twice():
     text = (GOLDEN / "report.md").read_text(encoding="utf-8")
-    long = [(n, len(line)) for n, line in enumerate(text.splitlines(), 1) if len(line) > 400]
+    long = [(n, len(line)) for n, line in enumerate(text.splitlines(), 1)
+            if len(line) > MAX_LINE]
     assert not long, f"lines over 400 characters (line, length): {long}"
     paragraphs = [p.strip() for p in text.split("\n\n") if p.strip()]
     twice = {p[:80] for p in paragraphs if paragraphs.count(p) > 1}
     assert not twice, f"paragraphs printed more than once: {sorted(twice)}"
     # the front page comes first: the three sources' tables, the forest plot, the learning-rate
     # and scale tables, then the appendix
-    front, appendix = text.split("\n# Appendix\n")
+    front, appendix = text.split(APPENDIX)
     for heading in ("### The paper", "### Summary A", "### Summary B", "### Learning rates",
                     "### Scale", "![forest](figures/forest.png)"):
         assert heading in front, heading
     assert "## Environment" in appendix and "## How verdicts are computed" in appendix
+    assert "## Checks of this implementation" in appendix
+    # every claim has one row on the front, under the first source that makes it
+    rows = re.findall(r"^\| \[([\w.-]+)\]\(#", front, re.MULTILINE)
+    assert rows and len(rows) == len(set(rows)), sorted(r for r in rows if rows.count(r) > 1)
+    # the rule sentences (how verdicts are computed) stand once, in the appendix
+    assert "“A exceeds B by m” is **supported**" not in front
+    assert appendix.count("“A exceeds B by m” is **supported**") == 1
     assert "BLAS: BLAS_INFO=mkl" in appendix and "CPU capability AVX2" in appendix
     # one settings line per experiment, the rule sentence of an interval stated once
     assert appendix.count("— Settings: ") == len(set(re.findall(r"- `(\w+)` — Settings", appendix)))

@@ -316,29 +316,36 @@ def order_curves(runs: list[Run], path: Path, title: str) -> None:
 
 def forest(rows: list[dict], path: Path) -> None:
     """Every claim's interval in units of its boundary (``front.forest_rows``): a row per claim,
-    its boundary (or band) as dashed lines, the verdict as colour, borderline hollow."""
+    its boundary (or band) as dashed lines, the verdict as colour, borderline hollow; the rows
+    in two panels side by side (the front page's space)."""
     plt = _plt()
     colors = {"supported": "tab:green", "not supported": "tab:red"}
-    n = len(rows)
-    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.24 * n))
+    half = -(-len(rows) // 2)
+    panels = [rows[:half], rows[half:]] if len(rows) > 1 else [rows]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5, 0.7 + 0.11 * half), squeeze=False)
     lim = 4.0
-    for i, r in enumerate(reversed(rows)):
-        lo, hi, d = (max(-lim, min(lim, x)) if x == x else 0.0 for x in (r["lo"], r["hi"], r["d"]))
-        c = colors.get(r["verdict"], "tab:gray")
-        ax.plot([lo, hi], [i, i], color=c, lw=2)
-        ax.plot([d], [i], "o", color=c, mfc="white" if r["borderline"] else c, ms=6)
-        for b in r["bounds"]:
-            ax.plot([b, b], [i - 0.4, i + 0.4], color="black", lw=1, ls="--")
-    ax.axvline(0, color="gray", lw=0.8)
-    ax.set_yticks(range(n))
-    ax.set_yticklabels([r["claim"] for r in reversed(rows)], fontsize=7)
-    ax.set_xlim(-lim, lim)
-    ax.set_xlabel("difference in units of the rule's boundary (dashed); clipped at ±4", fontsize=8)
-    ax.grid(alpha=0.3, axis="x")
+    for ax, part in zip(axes[0], panels):
+        n = len(part)
+        for i, r in enumerate(reversed(part)):
+            lo, hi, d = (max(-lim, min(lim, x)) if x == x else 0.0
+                         for x in (r["lo"], r["hi"], r["d"]))
+            c = colors.get(r["verdict"], "tab:gray")
+            ax.plot([lo, hi], [i, i], color=c, lw=1.5)
+            ax.plot([d], [i], "o", color=c, mfc="white" if r["borderline"] else c, ms=4)
+            for b in r["bounds"]:
+                ax.plot([b, b], [i - 0.4, i + 0.4], color="black", lw=0.8, ls="--")
+        ax.axvline(0, color="gray", lw=0.6)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels([r["claim"] for r in reversed(part)], fontsize=5.5)
+        ax.set_ylim(-0.7, half - 0.3)
+        ax.set_xlim(-lim, lim)
+        ax.tick_params(axis="x", labelsize=6)
+        ax.set_xlabel("in units of the rule's boundary (dashed); clipped at ±4", fontsize=6)
+        ax.grid(alpha=0.3, axis="x")
     from matplotlib.lines import Line2D
-    ax.legend(handles=[Line2D([], [], color=v, lw=2, label=k) for k, v in
-                       (("supported", "tab:green"), ("not supported", "tab:red"),
-                        ("other", "tab:gray"))], fontsize=7, loc="lower right")
+    axes[0][-1].legend(handles=[Line2D([], [], color=v, lw=2, label=k) for k, v in
+                                (("supported", "tab:green"), ("not supported", "tab:red"),
+                                 ("other", "tab:gray"))], fontsize=5.5, loc="lower right")
     _save(fig, path)
 
 

@@ -23,13 +23,13 @@ IMPLEMENTATION = "check of this implementation"
 FOREST = "forest"         # the forest plot's figure name (figures/forest.png)
 PAPER, SUMMARY_A, SUMMARY_B = "paper", "summary A", "summary B"
 SOURCES = (
-    (PAPER, "The paper", "Ba, Kiros, Hinton (2016), “Layer Normalization”, arXiv:1607.06450; "
-                         "the sections are the paper's (docs/paper.md)."),
+    (PAPER, "The paper", "Ba, Kiros, Hinton (2016), arXiv:1607.06450; its sections "
+                         "(docs/paper.md)."),
     (SUMMARY_A, "Summary A", "A Chinese digest of the paper by Neil Zhu, following its sections "
                              "1-5 (docs/paper.md, section 6)."),
-    (SUMMARY_B, "Summary B", "“From batch norm to layer norm”, a Chinese blog article with two "
+    (SUMMARY_B, "Summary B", "“From batch norm to layer norm”, a Chinese blog article with "
                              "experiments it attributes to the paper (docs/paper.md, section 6); "
-                             "where it and the paper disagree, the paper wins."),
+                             "the paper wins."),
     (IMPLEMENTATION, "Checks of this implementation", "Not claims of the paper: deterministic "
                                                       "checks of this implementation's layers "
                                                       "under a batch split over processes."))
@@ -67,16 +67,18 @@ def data_of(claim: Claim) -> str:
     return rec.data if rec is not None else STAND_IN
 
 
-def words(claim: Claim, res: ClaimResult) -> str:
+def words(claim: Claim, res: ClaimResult, data: bool = True) -> str:
     """The verdict in words that say what was tested: "reproduced in the stand-in", "not
     reproduced in the stand-in", "inconclusive: underpowered", "not testable here: every arm at
-    ceiling", ... with "(borderline)" where one seed or half a half-width decides it."""
+    ceiling", ... with "(borderline)" where one seed or half a half-width decides it. ``data``
+    False: without "in the stand-in" / "on the source's data" (a table column says it)."""
     if not res.measured:
         return NOT_RUN
     v = res.verdict
     if claim.kind == CHECK:
         return {SUPPORTED: "holds", NOT_SUPPORTED: "fails"}.get(v.verdict, v.verdict)
     where = {REAL: " on the source's data", STAND_IN: " in the stand-in"}.get(data_of(claim), "")
+    where = where if data else ""
     if v.verdict == SUPPORTED:
         out = "reproduced" + where
     elif v.verdict == NOT_SUPPORTED:
@@ -97,24 +99,55 @@ def words(claim: Claim, res: ClaimResult) -> str:
 def _bounds_text(leaf: Verdict) -> str:
     b = leaf.bounds
     if len(b) == 2 and math.isclose(b[0], -b[1]):
-        return "band ±" + leaf.fmt(b[1]).lstrip("+")
-    return ("bar " if leaf.log else "margin ") + ", ".join(leaf.fmt(x) for x in b)
+        return "band ±" + leaf.fmt_bare(b[1]).lstrip("+")
+    return ("bar " if leaf.log else "margin ") + ", ".join(leaf.fmt_bare(x) for x in b)
 
 
 def ours(res: ClaimResult) -> str:
-    """The difference the verdict rests on, its interval and its boundary (for a statement of
-    parts, the part with the least room), or the key number where there is no interval."""
+    """The difference the verdict rests on, its interval (95% unless it says 90%) in the
+    difference's unit, and its boundary (for a statement of parts, the part with the least
+    room), or the key number where there is no interval."""
     if not res.measured:
         return res.key_number
     leaf = nearest(res.verdict)
     if leaf is None or leaf.interval is None:
-        return _short(res.key_number)
+        return _short(res.key_number, 80)
     iv = leaf.interval
     n_parts = len(res.verdict.parts) if res.verdict.parts and not (
         len(res.verdict.parts) == 1) else 0
-    return (f"{leaf.fmt(iv.d)} [{leaf.fmt_bare(iv.lo)}, {leaf.fmt_bare(iv.hi)}] "
-            f"({iv.level:.0%}), "
-            f"{_bounds_text(leaf)}" + (f"; closest of {n_parts} parts" if n_parts > 1 else ""))
+    unit = "" if leaf.log else leaf.unit
+    level = "" if math.isclose(iv.level, 0.95) else f" {iv.level:.0%}"
+    return (f"{leaf.fmt_bare(iv.d)} [{leaf.fmt_bare(iv.lo)}, {leaf.fmt_bare(iv.hi)}]{unit}"
+            f"{level}, {_bounds_text(leaf)}" + (PARTS_MARK if n_parts > 1 else ""))
+
+
+PARTS_MARK = " *"      # the front's mark of a claim of several parts: the part with least room
+
+
+def the_source(claim: Claim) -> str:
+    """The front page's "the source" cell: the claim's number in its first source (the others'
+    and the "no number" remarks are in the appendix), or its parts for a statement of several."""
+    if not claim.paper:
+        return _parts_of(claim)
+    first = claim.paper.split(";")[0].strip()
+    return first.removesuffix(", no number") or claim.paper
+
+
+def distance_short(res: ClaimResult) -> str:
+    """``distance`` for the front page: the half-widths and which seeds flip the verdict."""
+    if not res.measured:
+        return ""
+    leaf = nearest(res.verdict)
+    if leaf is None or leaf.distance is None:
+        return ""
+    d = leaf.distance
+    decided = leaf.verdict in (SUPPORTED, NOT_SUPPORTED)
+    out = ("0 h" if decided else "straddles") if d == 0 else (
+        f"{d:.2f} h" if math.isfinite(d) else "no width")
+    if leaf.flips:
+        seeds = [str(s).removeprefix("seed ") for s, _ in leaf.flips]
+        out += f"; seed{'s' * (len(seeds) > 1)} {', '.join(seeds)} flip{'s' * (len(seeds) == 1)} it"
+    return out
 
 
 def distance(res: ClaimResult) -> str:
@@ -157,7 +190,7 @@ def scale_here(runs: list[Run]) -> str:
     if width is not None:
         parts.append(f"width {width}")
     parts.append(f"{_fmt_range([updates(r) for r in runs])} updates")
-    parts.append(f"{'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])} per arm")
+    parts.append(f"{'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])}")
     return ", ".join(parts)
 
 
@@ -190,27 +223,40 @@ def claim_runs(inp: Inputs, claim: Claim) -> list[Run]:
     return runs
 
 
+def checks_table(results: list[tuple[Claim, ClaimResult]], mark) -> list[str]:
+    """The checks of this implementation (not claims of a source): the appendix's table."""
+    rows = [(c, r) for c, r in results if IMPLEMENTATION in sources_of(c)]
+    if not rows:
+        return []
+    return (["| check | verdict | measured |", "|---|---|---|"]
+            + [f"| [{_cell(c.quote)}](#{c.id}) | {mark(c, r)} | {_cell(_short(r.key_number))} |"
+               for c, r in rows] + [""])
+
+
 def summary_tables(inp: Inputs, results: list[tuple[Claim, ClaimResult]], mark) -> list[str]:
-    """One table per source; a claim is listed under every source that makes it."""
-    md = []
-    for src, title, intro in SOURCES:
-        rows = [(c, r) for c, r in results if src in sources_of(c)]
+    """One table per source; a claim stands in the table of the first source that makes it, and
+    the later sources' tables name it ("also: ..."), so no row is printed twice. The runs' scale
+    is the scale table's (one row per experiment), not repeated per claim."""
+    md, listed = [], set()
+    for src, title, intro in SOURCES[:-1]:      # the checks: ``checks_table``, appendix
+        mine = [(c, r) for c, r in results if src in sources_of(c)]
+        rows = [(c, r) for c, r in mine if c.id not in listed]
+        if not mine:
+            continue
+        again = [c.id for c, _ in mine if c.id in listed]
+        listed.update(c.id for c, _ in rows)
+        md += [f"### {title}", "", intro + ("" if not again else " Also: " + ", ".join(again)
+                                            + " (above)."), ""]
         if not rows:
             continue
-        md += [f"### {title}", "", intro, ""]
-        if src == IMPLEMENTATION:
-            md += ["| check | verdict | measured |", "|---|---|---|"]
-            md += [f"| [{_cell(c.quote)}](#{c.id}) | {mark(c, r)} | {_cell(_short(r.key_number))} |"
-                   for c, r in rows] + [""]
-            continue
-        md += ["| claim | the source | ours: d [interval], boundary | data | scale here "
-               "([vs the paper](#scale)) | verdict | distance |", "|---|---|---|---|---|---|---|"]
+        md += ["| claim | the source | ours: d [interval], boundary | data | verdict | distance |",
+               "|---|---|---|---|---|---|"]
         for c, r in rows:
             one = c.kind != COMPOSITE
-            scale = scale_here(claim_runs(inp, c)) if one and r.measured else ""
-            md.append(f"| [{c.id}](#{c.id}) | {_cell(c.paper or _parts_of(c))} | "
-                      f"{_cell(ours(r))} | {data_of(c) if one else ''} | {_cell(scale)} | "
-                      f"{mark(c, r).split()[0]} {_cell(words(c, r))} | {_cell(distance(r))} |")
+            md.append(f"| [{c.id}](#{c.id}) | {_cell(the_source(c))} | "
+                      f"{_cell(ours(r))} | {data_of(c) if one and c.kind != CHECK else ''} | "
+                      f"{mark(c, r).split()[0]} {_cell(words(c, r, data=False))} | "
+                      f"{_cell(distance_short(r))} |")
         md += [""]
     return md
 
@@ -244,9 +290,10 @@ def forest_rows(results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
 
 
 def learning_rate_rows(inp: Inputs) -> list[dict]:
-    """Each swept arm as trained (``reproduce.json``'s ``learning_rates``): its grid, the pick
-    and where it fell (interior, or the grid's low / high edge), the winning margin over the
-    runner-up against the spread over the sweep's seeds."""
+    """One row per swept experiment (``reproduce.json``'s ``learning_rates``): the grid its arms
+    were swept over, each arm's pick and where it fell (an edge marked ↑ highest, ↓ lowest:
+    a better value may lie beyond it), the arm whose pick won by the least against the spread
+    over the sweep's seeds, and the sweep's seeds. ``lr_pick`` gives one arm's full row."""
     recorded = (inp.meta or {}).get("learning_rates")
     if not isinstance(recorded, dict):
         return []
@@ -254,10 +301,42 @@ def learning_rate_rows(inp: Inputs) -> list[dict]:
     for exp, arms in recorded.items():
         if not isinstance(arms, dict):
             continue
-        for arm, e in sorted(arms.items()):
-            if not isinstance(e, dict) or "chosen" not in e:
-                continue
-            rows.append({"experiment": f"`{exp}`", "arm": arm, **lr_pick(e)})
+        picks = {arm: (e, lr_pick(e)) for arm, e in sorted(arms.items())
+                 if isinstance(e, dict) and "chosen" in e}
+        if not picks:
+            continue
+        grid = sorted({float(v) for e, _ in picks.values() for v in e.get("grid") or []})
+        said = []
+        for arm, (e, row) in picks.items():
+            edge = {"edge (highest)": "↑", "edge (lowest)": "↓"}.get(
+                where_on_grid(e.get("grid") or [], e["chosen"]), "")
+            widened = f" (widened {len(e['extended'])})" if e.get("extended") else ""
+            said.append(f"{arm} {row['pick']}{edge}{widened}")
+        ratios = [(row["ratio"], arm) for arm, (_, row) in picks.items()
+                  if row.get("ratio") is not None]
+        closest = min(ratios) if ratios else None
+        rows.append({"experiment": f"`{exp}`",
+                     "grid": "/".join(f"{v:g}" for v in grid) if len(grid) <= 6 else
+                     f"{grid[0]:g}…{grid[-1]:g} ({len(grid)} values)",
+                     "picks (↑ ↓: at the grid's edge)": ", ".join(said),
+                     "closest win / seed spread": "" if closest is None else
+                     f"{closest[1]}: {closest[0]:.2g}×",
+                     "seeds": "/".join(sorted({str(row["seeds"]) for _, row in picks.values()}))})
+    return rows
+
+
+def learning_rate_arms(inp: Inputs) -> list[dict]:
+    """Each swept arm's row (``lr_pick``), for the appendix."""
+    recorded = (inp.meta or {}).get("learning_rates")
+    if not isinstance(recorded, dict):
+        return []
+    rows = []
+    for exp, arms in recorded.items():
+        for arm, e in sorted(arms.items()) if isinstance(arms, dict) else ():
+            if isinstance(e, dict) and "chosen" in e:
+                row = lr_pick(e)
+                row.pop("ratio")
+                rows.append({"experiment": f"`{exp}`", "arm": arm, **row})
     return rows
 
 
@@ -289,11 +368,16 @@ def lr_pick(e: dict) -> dict:
               "the seeds agree exactly")
     return {"grid": "/".join(f"{v:g}" for v in grid), "pick": f"{chosen:g}", "where": where,
             "winning margin": "" if margin is None else f"{margin:.3g}", "vs seed-to-seed": vs,
-            "seeds": seeds}
+            "seeds": seeds, "ratio": margin / spread if margin is not None and spread else None}
+
+
+SOURCE_RAN = 60     # the scale table's "the source ran" in at most this many characters; the
+#                    whole text is the experiment's settings line (appendix)
 
 
 def scale_rows(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
-    """Per experiment with runs: the source's settings (its record) beside the runs' scale."""
+    """Per experiment with runs: the source's settings (its record; cut short, whole in the
+    settings) beside the runs' scale."""
     rows, seen = [], set()
     for c, _ in results:
         exp = c.experiment
@@ -305,7 +389,8 @@ def scale_rows(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[di
             continue
         rec = RECORDS[exp]
         datasets = sorted({str(r.config.get("dataset") or r.task) for r in runs})
-        rows.append({"experiment": f"`{exp}`", "the source ran": rec.paper or "no experiment",
+        rows.append({"experiment": f"`{exp}`",
+                     "the source ran": _short(rec.paper or "no experiment", SOURCE_RAN),
                      "here": scale_here(runs) + (f" (data: {', '.join(datasets)})"
                                                  if len(datasets) > 1 else ""),
                      "data": rec.data})

@@ -3,6 +3,7 @@ computed, and one section per claim (its table, notes, figures, how it could be 
 verdict and its rule). Pure: it formats results it is given."""
 from __future__ import annotations
 
+import math
 import platform
 import re
 import time
@@ -59,14 +60,11 @@ def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
     apart = {k: v for k, v in claims.items() if k in GUARD_OUTCOMES}
     lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in judged.items())]
     if apart:
-        lines.append("Claims the experiment could not judge as run (counted apart: an arm did "
-                     "not beat its task's trivial predictor, was still improving by the "
-                     "claim's margin, or every arm sat at its measure's best value; each section "
-                     "says what would fix it): "
+        lines.append("Not judged as run (counted apart; the guards, appendix): "
                      + ", ".join(f"{k}: {v}" for k, v in apart.items()))
     comp = [(c, r) for c, r in results if c.kind == COMPOSITE]
     if comp:
-        lines.append("Statements made of the claims above (not counted again): " + "; ".join(
+        lines.append("Statements of several claims (not counted again): " + "; ".join(
             f"{c.id} {r.status}" for c, r in comp))
     checks = [(c, r) for c, r in results if c.kind == CHECK]
     if checks:
@@ -202,27 +200,22 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
     md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report", ""]
     if preset != "full":
         data = meta.get("datasets") or sorted({r.task for r in runs})
-        md += [f"> **Reduced-scale run (preset `{preset}`)**: small models, few epochs, "
-               f"embedded data only ({', '.join(map(str, data))}) — not the paper's datasets or "
-               f"scale. Verdicts say what these runs show, nothing more. `layernorm reproduce "
-               f"--full` runs the paper's scale where the data can be downloaded.", ""]
-    md += ["## Summary", "", "Per claim: the source's number; ours, the difference the verdict "
-           "rests on with its interval and the rule's boundary (margin, band or bar); real data "
-           "or a stand-in; the runs' scale; the verdict in words; the interval's distance from "
-           "its boundary in half-widths h, with the seeds whose removal flips it. The rules, "
-           "the settings and every number behind a verdict follow in the appendix.", ""]
+        md += [f"> **Reduced scale (preset `{preset}`)**: small models, few updates, mostly "
+               f"stand-in data (the scale table); the verdicts say what these runs show. "
+               f"`--full` runs the paper's scale where its data can be downloaded.", ""]
+    md += ["## Summary", "", "Ours: d [95% interval] and the rule's boundary (*: the part with "
+           "least room); distance: from the boundary in half-widths h, and the seeds whose "
+           "removal flips the verdict. Rules and numbers: the appendix.", ""]
     md += front.summary_tables(inp, results, mark)
     md += [f"{line}  " for line in totals(results)] + [""]
     if figure_paths.get(FOREST):
         md += ["### Every interval against its boundary", "",
-               "Each claim's interval in units of its boundary (the margin at 1, a band at ±1, "
-               "a ratio's bar at 1 on the log scale); hollow markers are borderline.", "",
-               f"![{FOREST}]({figure_paths[FOREST]})", ""]
+               "In units of the boundary (margin 1, band ±1, a ratio's bar 1 on a log scale); "
+               "hollow: borderline.", "", f"![{FOREST}]({figure_paths[FOREST]})", ""]
     lr = front.learning_rate_rows(inp)
     md += ['<a id="learning-rates"></a>', "### Learning rates", ""]
-    md += ([md_table(lr), "", "Where the pick fell on each arm's grid (an edge: a better value "
-            "may lie beyond it), and its winning margin over the runner-up against the "
-            "seed-to-seed spread of the sweep's scores.", ""] if lr else
+    md += ([md_table(lr), "", "The smallest winning margin over the runner-up against the "
+            "seeds' spread (under 1×: within noise); per arm: the appendix.", ""] if lr else
            ["No arm's learning rate was chosen by `layernorm sweep-lr` in these runs (each "
             "arm's rate is in the settings, appendix).", ""])
     scale = front.scale_rows(inp, results)
@@ -231,10 +224,19 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                md_table(scale), ""]
     md += ["# Appendix", ""]
     md += ["## Environment", ""] + environment(inp) + machine_lines(inp) + [""]
+    checks = front.checks_table(results, mark)
+    if checks:
+        md += ["## Checks of this implementation", "", front.SOURCES[-1][2], ""] + checks
     md += ["## How verdicts are computed", "", HOW, "", BORDERLINE_TEXT, ""]
     settings = _settings_block(inp, results)
     if settings:
         md += ["## Settings per experiment", ""] + settings + [""]
+    arms = front.learning_rate_arms(inp)
+    if arms:
+        md += ["## Learning rates per arm", "", md_table(arms), "",
+               "Where each pick fell on its arm's grid (an edge: a better value may lie beyond "
+               "it), and its winning margin over the runner-up against the seed-to-seed spread "
+               "of the sweep's scores.", ""]
 
     section, shown, blocks = None, {}, {}
 
@@ -308,6 +310,45 @@ def _leaf_rule(p) -> str:
 
 WIDTH = 100     # prose is wrapped to this width; no line of the report exceeds MAX_LINE
 MAX_LINE = 400
+# A printed page: PAGE_LINES lines of WIDTH characters, LINES_PER_INCH of them to an inch of
+# figure printed TEXT_WIDTH_IN wide. The front page (everything before "# Appendix") fills at
+# most FRONT_PAGES of them.
+PAGE_LINES, LINES_PER_INCH, TEXT_WIDTH_IN, FRONT_PAGES = 55, 5.5, 6.5, 2
+APPENDIX = "\n# Appendix\n"
+_LINK = re.compile(r"(?<!!)\[([^\]]*)\]\([^)]*\)")
+_IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]*)\)$")
+
+
+def printed_lines(text: str, figures: dict[str, int] | None = None) -> int:
+    """The lines ``text`` fills printed at ``WIDTH`` characters a line: a link counts as its
+    text, a table row as its cells' text; a figure ``![name](path)`` as ``figures[name]``
+    lines (``figure_lines`` of its file), or a whole page where that is not given."""
+    n = 0
+    for line in text.split("\n"):
+        image = _IMAGE.match(line.strip())
+        if image:
+            n += (figures or {}).get(image.group(1), PAGE_LINES)
+            continue
+        shown = _LINK.sub(r"\1", line)
+        if shown.startswith("|"):
+            if set(shown) <= set("|-: "):
+                continue                    # a table's rule prints as a line, not a row
+            shown = " ".join(c.strip() for c in shown.strip("|").split(" | "))
+        if shown.startswith("<a id="):
+            continue                        # an anchor prints nothing
+        n += max(1, -(-len(shown) // WIDTH))
+    return n
+
+
+def figure_lines(path) -> int:
+    """The printed lines of a PNG figure printed at its own size (at most ``TEXT_WIDTH_IN``
+    wide, scaled down to it when wider), from its pixels and the dpi it was saved at."""
+    from PIL import Image
+    with Image.open(path) as im:
+        w, h = im.size
+        dpi = float((im.info.get("dpi") or (100, 100))[0]) or 100.0
+    inches = h / dpi * min(1.0, TEXT_WIDTH_IN / (w / dpi))
+    return math.ceil(inches * LINES_PER_INCH)
 
 
 def wrap(text: str) -> str:
