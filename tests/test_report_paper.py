@@ -75,6 +75,30 @@ def test_draw_faster_counts_updates_to_the_lstm_final_bound():
     assert fast(tied).status == NOT_SUPPORTED
 
 
+def test_faster_counts_to_the_target_the_record_fixed_not_the_baselines_endpoint(monkeypatch):
+    """With ``Record.targets`` set for the runs' dataset, the "faster" rule counts every arm's
+    updates to that value, not to the LSTM's final mean (the mean of its last evaluations,
+    which some of its own runs never reach)."""
+    from dataclasses import replace
+
+    from layernorm_paper.records import RECORDS
+    fast = claim_loss_faster(DRAW_SPEC, ("none",))
+    curves = {"none": [30, 29, 28, 27, 25.5, 22.5, 22, 22], "layer": [27, 25.5, 24, 23, 22.5, 22,
+                                                                     22, 22]}
+    runs = _inputs([_run("paper_draw", n, s, [v + 0.01 * s * (i > 5) for i, v in enumerate(c)],
+                         "test_loss") for n, c in curves.items() for s in SEEDS])
+    endpoint = fast(runs)
+    assert "26.00" not in endpoint.key_number and "no target was fixed" in endpoint.notes[1]
+    monkeypatch.setitem(RECORDS, "paper_draw",
+                        replace(RECORDS["paper_draw"], targets={"x": 26.0}))
+    fixed = fast(runs)
+    assert "26.00" in fixed.key_number and "fixed in the experiment's record" in fixed.notes[1]
+    assert "(fixed in the experiment's record before the run)" in fixed.verdict.rule
+    assert fixed.status == SUPPORTED
+    # the table counts to it too: every run of both arms reached 26.0
+    assert all(row["reached"] == "5/5" for row in fixed.table)
+
+
 def test_draw_about_twice_as_fast_is_a_ratio_of_update_counts():
     twice = claim_loss_faster(DRAW_SPEC, ("none",), factor=2.0)
     lstm = [_run("paper_draw", "none", s, [30, 28, 26, 24, 23, 22.5, 22.0, 22.0], "test_loss")

@@ -229,6 +229,18 @@ def ratio_censored(a, b, k: float, reached_a, reached_b, *, a_name: str, b_name:
     return replace(out, detail=out.detail + boundary_text(out))
 
 
+def fixed_target(spec: LossSpec, runs: list[Run]) -> float | None:
+    """The target the experiment's record fixed before the run for the runs' dataset
+    (``Record.targets``), or None (the rule then counts to the baseline's final mean)."""
+    from ...records import RECORDS
+    rec = RECORDS.get(spec.experiment)
+    datasets = {str(r.config.get("dataset") or r.task) for r in runs}
+    if rec is None or len(datasets) != 1:
+        return None
+    value = rec.targets.get(datasets.pop())
+    return None if value is None else float(value)
+
+
 def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | None = None):
     """LN reaches the LSTM's final value (mean over its seeds) in fewer updates than each of
     ``others`` (the LSTM itself: its own runs' first crossing of that mean); ``factor`` k: "about
@@ -237,7 +249,9 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
         g = loss_groups(inp, spec)
         if (note := _need(g)) or (note := _need_field(g, spec.key)):
             return not_run(note)
-        target = arm(g["none"], lambda r: final_loss(r, spec.key)).mean
+        fixed = fixed_target(spec, _all(g))
+        target = fixed if fixed is not None else \
+            arm(g["none"], lambda r: final_loss(r, spec.key)).mean
         allr = _all(g)
         budget = max(updates(r) for r in allr)
         m = steps_margin(allr, STEPS_FRACTION)
@@ -248,13 +262,15 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
         first = {n: [at_first(r, *steps_to_loss(r, target, arm_key(spec, rs)), arm_key(spec, rs))
                      for r in rs] for n, rs in g.items()}
         tgt = f"{target * spec.scale:.{spec.digits}f}{spec.unit}"
+        whence = ("fixed in the experiment's record before the run" if fixed is not None else
+                  "the LSTM's final value, mean over its seeds")
         if factor:
             parts = [ratio_censored(st[o], st["layer"], factor, ok[o], ok["layer"],
                                     a_name=f"{RNN_LABEL[o]} updates to the target",
                                     b_name="LN-LSTM's", first_a=first[o],
                                     first_b=first["layer"]) for o in others]
-            v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} (the LSTM's final value, "
-                              f"mean over its seeds) about {factor:g}× faster than " +
+            v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} ({whence}) "
+                              f"about {factor:g}× faster than " +
                        " and than ".join(RNN_LABEL[o] for o in others) + f": the ratio of "
                        f"update counts ≥ {factor:g}/√2 = ×{factor / 2 ** 0.5:.3g} over the whole "
                        f"{LEVEL:.0%} interval; a run that never reaches the target is censored "
@@ -263,14 +279,14 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
             parts = [sooner(st[o], st["layer"], m, ok[o], ok["layer"],
                             a_name=f"{RNN_LABEL[o]} updates to the target", b_name="LN-LSTM's",
                             first_a=first[o], first_b=first["layer"]) for o in others]
-            v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} (the LSTM's final value, "
-                              f"mean over its seeds) in fewer updates than " + " and than ".join(
+            v = all_of(parts, f"LN-LSTM reaches {spec.what} ≤ {tgt} ({whence}) "
+                              f"in fewer updates than " + " and than ".join(
                                   RNN_LABEL[o] for o in others) + f", each by ≥ {m:.0f} updates "
                        f"({STEPS_FRACTION:.0%} of the {budget}-update budget, and at least one "
                        f"evaluation step) over the whole {LEVEL:.0%} interval; a run that never "
                        f"reaches the target is censored at the budget (a lower bound: it cannot "
                        f"help the side it would favour)")
-        if v.reason == CENSORED:     # the target is the LSTM's own endpoint: built in
+        if v.reason == CENSORED and fixed is None:   # the LSTM's own endpoint: built in
             v = replace(v, reason=CENSORED_BUILT_IN)
         rule_verdict = v.verdict
 
@@ -308,9 +324,11 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
             key += "; " + ", ".join(f"{RNN_LABEL[n]} {ep[n]:.1f}" for n in g) + f" {spec.xkey}s"
         return ClaimResult(v, key, loss_table(g, spec, target), paper_figure(spec, allr), notes=[
             measured_vs_paper(spec.experiment, key, spec.dataset),
-            f"Target: {tgt}, the LSTM's final {spec.what} (mean over its seeds of the mean of "
-            f"each run's last {LAST_K} evaluations): the same target for every arm, the LSTM's "
-            f"own runs included.", grid_note],
+            (f"Target: {tgt}, fixed in the experiment's record (`{spec.experiment}`) before the "
+             f"run: the same target for every arm." if fixed is not None else
+             f"Target: {tgt}, the LSTM's final {spec.what} (mean over its seeds of the mean of "
+             f"each run's last {LAST_K} evaluations): the same target for every arm, the LSTM's "
+             f"own runs included; no target was fixed before the run."), grid_note],
             caveats=_paper_caveats(inp, spec, g, v, spec.margin)
             + ([grid_caveat] if grid_caveat else []))
     return evaluate
