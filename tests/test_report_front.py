@@ -85,3 +85,24 @@ def test_a_grid_of_targets_from_the_start_to_the_worst_arms_end():
                              "the counted target and inconclusive")
     assert targets.at_targets(1.0, 0.2, lambda t: Verdict(SUPPORTED, "r"), str, SUPPORTED)[1] \
         is None
+
+
+def test_arms_compared_at_one_shared_learning_rate():
+    """The shared rate is the value on every arm's grid nearest the geometric middle of the
+    picks; the arms that differ only by normalization are ordered there and at their picks."""
+    def entry(chosen, scores):
+        return {"chosen": chosen, "direction": "min", "grid": sorted(scores),
+                "scores": {f"{k:g}": v for k, v in scores.items()}}
+    arms = {"layer-bs8": entry(1e-3, {3e-4: 1.3, 1e-3: 1.2, 3e-3: 1.21}),
+            "none-bs8": entry(0.027, {1e-3: 1.6, 3e-3: 1.4, 0.027: 1.1})}
+    s = front.shared_rate(arms)
+    # picks 1e-3 and 0.027: middle 5.2e-3; on both grids: 1e-3, 3e-3 -> 3e-3
+    assert s["rate"] == 3e-3
+    assert s["groups"] == {"*-bs8": {"picks": ["none", "layer"], "shared": ["layer", "none"]}}
+    assert front.shared_rate_text(arms) == \
+        "0.003: order differs, *-bs8: layer, none (picks: none, layer)"
+    same = {**arms, "none-bs8": entry(3e-3, {1e-3: 1.6, 3e-3: 1.4, 0.027: 1.5})}
+    assert front.shared_rate_text(same).endswith("same order")
+    # no value on every arm's grid: no shared-rate runs
+    apart = {**arms, "none-bs8": entry(0.027, {9e-3: 1.4, 0.027: 1.1})}
+    assert front.shared_rate(apart) is None and front.shared_rate_text(apart) == front.NO_SHARED

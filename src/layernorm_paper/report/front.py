@@ -7,6 +7,7 @@ the runs'). Pure: it formats results it is given (``figures.forest`` draws the p
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 from ..records import RECORDS
@@ -255,10 +256,19 @@ def summary_tables(inp: Inputs, results: list[tuple[Claim, ClaimResult]], mark) 
             one = c.kind != COMPOSITE
             md.append(f"| [{c.id}](#{c.id}) | {_cell(the_source(c))} | "
                       f"{_cell(ours(r))} | {data_of(c) if one and c.kind != CHECK else ''} | "
-                      f"{mark(c, r).split()[0]} {_cell(words(c, r, data=False))} | "
+                      f"{mark(c, r).split()[0]} {_cell(words(c, r, data=False))}"
+                      f"{_shared_note(inp, c, r)} | "
                       f"{_cell(distance_short(r))} |")
         md += [""]
     return md
+
+
+def _shared_note(inp: Inputs, claim: Claim, res: ClaimResult) -> str:
+    """" (order differs at a shared rate)" where the sweep's order of the claim's arms at one
+    shared learning rate is not their order at their own picks."""
+    if not res.measured or claim.kind != "claim":
+        return ""
+    return f" ({SHARED_DIFFERS})" if shared_rate_disagrees(inp, claim.experiment) else ""
 
 
 def _parts_of(c: Claim) -> str:
@@ -321,8 +331,96 @@ def learning_rate_rows(inp: Inputs) -> list[dict]:
                      "picks (↑ ↓: at the grid's edge)": ", ".join(said),
                      "closest win / seed spread": "" if closest is None else
                      f"{closest[1]}: {closest[0]:.2g}×",
+                     "at one shared rate (best first)": shared_rate_text(arms),
                      "seeds": "/".join(sorted({str(row["seeds"]) for _, row in picks.values()}))})
     return rows
+
+
+_NORM = re.compile(r"(?:^|-)(none|batch-all|batch-sync|batch|layer|weight)(?=-|$)")
+
+
+def _group(arm: str) -> tuple[str, str]:
+    """(the arm's settings without its normalization, its normalization): the arms of one
+    group differ only by their normalization, the comparison a claim makes."""
+    m = _NORM.search(arm)
+    if not m:
+        return arm, ""
+    return (arm[:m.start(1)] + "*" + arm[m.end(1):]), m.group(1)
+
+
+def shared_rate(arms: dict) -> dict | None:
+    """The sweep's arms of one experiment compared at one shared learning rate: the value on
+    every arm's grid nearest (on a log scale) the geometric middle of the arms' picks; per group
+    of arms that differ only by normalization, their order by validation score there and at
+    each arm's own pick (the sweep's scores, ``direction``). None: no value on every arm's
+    grid, or no group of two arms."""
+    entries = {a: e for a, e in arms.items() if isinstance(e, dict) and "chosen" in e
+               and e.get("scores")}
+    if len(entries) < 2:
+        return None
+    common = set.intersection(*({float(v) for v in e["scores"]} for e in entries.values()))
+    if not common:
+        return None
+    picks = [float(e["chosen"]) for e in entries.values()]
+    middle = math.exp(statistics.fmean(math.log(v) for v in picks))
+    rate = min(common, key=lambda v: (abs(math.log(v / middle)), v))
+    groups: dict[str, dict[str, dict]] = {}
+    for arm, e in entries.items():
+        g, norm = _group(arm)
+        if norm:
+            groups.setdefault(g, {})[norm] = e
+    out = {"rate": rate, "groups": {}}
+    for g, by_norm in sorted(groups.items()):
+        if len(by_norm) < 2:
+            continue
+        lower = next(iter(by_norm.values())).get("direction", "min") != "max"
+        scores = {n: {float(k): float(v) for k, v in e["scores"].items()}
+                  for n, e in by_norm.items()}
+
+        def order(at) -> list[str]:
+            return sorted(by_norm, key=lambda n: scores[n][at(n)], reverse=not lower)
+        out["groups"][g] = {"picks": order(lambda n: float(by_norm[n]["chosen"])),
+                            "shared": order(lambda n: rate)}
+    return out if out["groups"] else None
+
+
+def shared_rate_text(arms: dict) -> str:
+    """The learning-rate table's "at one shared rate" cell: the rate, and whether the arms'
+    order (best first) there is the order at their own picks; "no shared-rate runs" where the
+    sweep has none."""
+    s = shared_rate(arms)
+    if s is None:
+        return NO_SHARED
+    differ = [f"{g}: {', '.join(o['shared'])} (picks: {', '.join(o['picks'])})"
+              for g, o in s["groups"].items() if o["shared"] != o["picks"]]
+    return f"{s['rate']:g}: " + ("same order" if not differ else "order differs, " +
+                                 "; ".join(differ))
+
+
+NO_SHARED = "no shared-rate runs"
+SHARED_DIFFERS = "order differs at a shared rate"
+
+
+def shared_rate_disagrees(inp: Inputs, experiment: str) -> bool | None:
+    """Whether the sweep's order of ``experiment``'s arms at one shared rate differs from their
+    order at their own picks (``shared_rate``); None where there are no shared-rate runs."""
+    recorded = (inp.meta or {}).get("learning_rates")
+    arms = recorded.get(experiment) if isinstance(recorded, dict) else None
+    s = shared_rate(arms) if isinstance(arms, dict) else None
+    if s is None:
+        return None
+    return any(o["shared"] != o["picks"] for o in s["groups"].values())
+
+
+def no_shared_rate(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[str]:
+    """The experiments of measured seeded claims that have no shared-rate runs."""
+    exps = []
+    for c, r in results:
+        if (c.kind == "claim" and r.measured and c.experiment not in exps
+                and shared_rate_disagrees(inp, c.experiment) is None
+                and nearest(r.verdict) is not None):
+            exps.append(c.experiment)
+    return exps
 
 
 def learning_rate_arms(inp: Inputs) -> list[dict]:

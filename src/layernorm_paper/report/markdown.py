@@ -214,8 +214,9 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                "hollow: borderline.", "", f"![{FOREST}]({figure_paths[FOREST]})", ""]
     lr = front.learning_rate_rows(inp)
     md += ['<a id="learning-rates"></a>', "### Learning rates", ""]
-    md += ([md_table(lr), "", "The smallest winning margin over the runner-up against the "
-            "seeds' spread (under 1×: within noise); per arm: the appendix.", ""] if lr else
+    md += ([md_table(lr), "", "Closest win: the smallest winning margin over the runner-up "
+            "against the seeds' spread (under 1×: within noise). The shared rate, and the "
+            "experiments without one: the appendix.", ""] if lr else
            ["No arm's learning rate was chosen by `layernorm sweep-lr` in these runs (each "
             "arm's rate is in the settings, appendix).", ""])
     scale = front.scale_rows(inp, results)
@@ -233,10 +234,19 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
         md += ["## Settings per experiment", ""] + settings + [""]
     arms = front.learning_rate_arms(inp)
     if arms:
+        unshared = front.no_shared_rate(inp, results)
         md += ["## Learning rates per arm", "", md_table(arms), "",
                "Where each pick fell on its arm's grid (an edge: a better value may lie beyond "
                "it), and its winning margin over the runner-up against the seed-to-seed spread "
-               "of the sweep's scores.", ""]
+               "of the sweep's scores.", "",
+               "At one shared rate (the front's learning-rate table): the value on every arm's "
+               "grid nearest the geometric middle of the arms' picks, and the order of the arms "
+               "that differ only by normalization there, by the sweep's validation scores, "
+               "against their order at their own picks; a claim whose order differs says so. "
+               "The verdicts are not recomputed at that rate (the sweep's runs are scored on the "
+               "validation split, with fewer seeds than a verdict needs). "
+               + (f"Experiments whose claims have no shared-rate runs: {', '.join(unshared)}."
+                  if unshared else "Every experiment's claims have shared-rate runs."), ""]
 
     section, shown, blocks = None, {}, {}
 
