@@ -54,6 +54,9 @@ SWEPT = {"paper_handwriting": {
 META = {"preset": "quick", "cpu_count": 2, "git_commit": "0123456789abcdef",
         "learning_rates": SWEPT,
         "not_run": {"rnn_downloads": "needs downloaded data; run with --full"},
+        # the adaptive seed budget as `reproduce --extra-seeds 6` records what it spent
+        "extra_seeds": {"budget_runs": 6, "runs": 4,
+                        "claims": [{"claim": "6.5-hw-fast", "seeds": [5, 6]}]},
         "invocations": [{"started": "2026-01-01T00:00:00Z", "argv": ["reproduce", "--quick"],
                          "jobs": 2, "runs": 400, "trained_runs": 400, "wall_time_s": 540.0,
                          "total_wall_time_s": 560.0, "cpu_s": 1000.0, "loadavg_start": "1.00",
@@ -241,6 +244,9 @@ def test_the_golden_report_reads_in_short_lines_and_says_nothing_twice():
     assert "“A exceeds B by m” is **supported**" not in front
     assert appendix.count("“A exceeds B by m” is **supported**") == 1
     assert "BLAS: BLAS_INFO=mkl" in appendix and "CPU capability AVX2" in appendix
+    assert "- extra seeds (`--extra-seeds 6`, a budget of training runs stated before the run, " \
+           "borderline claims first): 4 run(s) spent — 6.5-hw-fast: seeds 5, 6" in \
+        " ".join(appendix.split())
     # one settings line per experiment, the rule sentence of an interval stated once
     assert appendix.count("— Settings: ") == len(set(re.findall(r"- `(\w+)` — Settings", appendix)))
     assert text.count("supported if its whole 95% t-interval is ≥") <= 12

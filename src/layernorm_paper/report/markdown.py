@@ -104,6 +104,13 @@ def environment(inp: Inputs) -> list[str]:
             + (f"; CPU time {inv['cpu_s']:.0f} s" if inv.get("cpu_s") else "")
             + f"; --jobs {inv.get('jobs', '?')}; load average {inv.get('loadavg_start', '?')} at "
               f"start, {inv.get('loadavg_end', '?')} at end")
+    extra = meta.get("extra_seeds")
+    if isinstance(extra, dict):
+        given = "; ".join(f"{g['claim']}: seeds {', '.join(map(str, g['seeds']))}"
+                          for g in extra.get("claims") or [])
+        lines.append(f"- extra seeds (`--extra-seeds {extra.get('budget_runs')}`, a budget of "
+                     f"training runs stated before the run, borderline claims first): "
+                     f"{extra.get('runs', 0)} run(s) spent" + (f" — {given}" if given else ""))
     train_s = sum(float(r.rows[-1].get("wall_time", 0) or 0) for r in runs)
     lines.append(f"- {len(runs)} finished training runs, {train_s:.0f} s of training time summed "
                  f"over runs" + (f"; {inp.unfinished} unfinished run directories ignored"

@@ -218,7 +218,8 @@ def _invocation(meta: dict) -> dict:
 
 
 def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, *, only=None,
-              jobs: int | None = None, report: bool = True, log=print) -> Path:
+              jobs: int | None = None, report: bool = True, log=print,
+              extra_seeds: int = 0) -> Path:
     """Run the reproduction's tier ``preset`` (tiny, quick, embedded or full; "standard" is
     embedded's former name) into ``out``; returns the output directory."""
     from ..experiments import EXPERIMENTS as REGISTRY
@@ -242,7 +243,8 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
                         f"{out} right now; wait for it to finish, or pass another --out."):
         for folder in (out, out / "analysis", out / "analysis" / "geometry"):
             clean_stale_temp_files(folder)     # atomic writes cut short by a kill
-        return _reproduce(preset, out, names, jobs, report, log, deferred, bool(only))
+        return _reproduce(preset, out, names, jobs, report, log, deferred, bool(only),
+                          extra_seeds)
 
 
 def _downloads(configs: list) -> list[str]:
@@ -252,7 +254,8 @@ def _downloads(configs: list) -> list[str]:
 
 
 def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool, log,
-               deferred: set[str] = frozenset(), only_named: bool = False) -> Path:
+               deferred: set[str] = frozenset(), only_named: bool = False,
+               extra_seeds: int = 0) -> Path:
     from ..experiments import get_experiment
     from ..experiments.runner import run_configs
     from ..experiments.rundir import git_commit
@@ -342,6 +345,9 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
             log(f"no report: {err}")
             return out
         meta["report_s"] = time.time() - t
+        if extra_seeds:     # an adaptive seed budget, stated in advance (report.seeds)
+            from ..report.seeds import spend
+            spend(out, configs, extra_seeds, jobs, meta, log)
         meta["total_wall_time_s"] = time.time() - t0
         meta["invocations"][-1] = _invocation(meta)
         atomic_write_json(out / "reproduce.json", meta)
@@ -381,7 +387,8 @@ def _run(args: argparse.Namespace) -> int:
         print(format_costs(args.costs))
         return 0
     preset = tier(args)
-    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print)
+    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print,
+                    extra_seeds=args.extra_seeds)
     if (out / "summary.json").exists():
         from ..report import summary_table
         print("\n" + summary_table(out))
@@ -427,4 +434,8 @@ def add_commands(sub) -> None:
     p.add_argument("--jobs", type=_args.positive_int,
                    help="training processes at once (default: 2, or 1 on "
                    "a single core)")
+    p.add_argument("--extra-seeds", type=_args.int_at_least(0), default=0, metavar="N",
+                   help="after the main runs, at most N more training runs for the claims "
+                        "nearest their boundary, borderline ones first, one more seed per arm "
+                        "at a time (default 0: none)")
     p.set_defaults(func=_run)
