@@ -101,8 +101,15 @@ def test_arms_compared_at_one_shared_learning_rate():
     assert s["groups"] == {"*-bs8": {"picks": ["none", "layer"], "shared": ["layer", "none"]}}
     assert front.shared_rate_text(arms) == \
         "0.003: order differs, *-bs8: layer, none (picks: none, layer)"
+    assert front.shared_rate_text(arms, short=True) == "0.003: order differs, *-bs8"
     same = {**arms, "none-bs8": entry(3e-3, {1e-3: 1.6, 3e-3: 1.4, 0.027: 1.5})}
     assert front.shared_rate_text(same).endswith("same order")
     # no value on every arm's grid: no shared-rate runs
     apart = {**arms, "none-bs8": entry(0.027, {9e-3: 1.4, 0.027: 1.1})}
     assert front.shared_rate(apart) is None and front.shared_rate_text(apart) == front.NO_SHARED
+    # arms that differ by another setting (the gain's initial value): compared all at once
+    gains = {"gain0.1-layer-bs32": entry(0.027, {9e-3: 0.5, 0.027: 0.4}),
+             "gain1-layer-bs32": entry(9e-3, {9e-3: 0.3, 0.027: 0.35})}
+    assert front.shared_rate(gains)["groups"] == {
+        "*": {"picks": ["gain1-layer-bs32", "gain0.1-layer-bs32"],
+              "shared": ["gain1-layer-bs32", "gain0.1-layer-bs32"]}}

@@ -316,22 +316,26 @@ def learning_rate_rows(inp: Inputs) -> list[dict]:
         if not picks:
             continue
         grid = sorted({float(v) for e, _ in picks.values() for v in e.get("grid") or []})
-        said = []
+        edges = []
         for arm, (e, row) in picks.items():
             edge = {"edge (highest)": "↑", "edge (lowest)": "↓"}.get(
                 where_on_grid(e.get("grid") or [], e["chosen"]), "")
-            widened = f" (widened {len(e['extended'])})" if e.get("extended") else ""
-            said.append(f"{arm} {row['pick']}{edge}{widened}")
+            if edge:
+                edges.append(f"{arm} {row['pick']}{edge}")
+        inside = len(picks) - len(edges)
+        where = (f"{inside}/{len(picks)} interior" if len(picks) > 1 else
+                 "interior" if inside else "") + ("; at an edge: " + ", ".join(edges)
+                                                  if edges else "")
         ratios = [(row["ratio"], arm) for arm, (_, row) in picks.items()
                   if row.get("ratio") is not None]
         closest = min(ratios) if ratios else None
         rows.append({"experiment": f"`{exp}`",
-                     "grid": "/".join(f"{v:g}" for v in grid) if len(grid) <= 6 else
-                     f"{grid[0]:g}…{grid[-1]:g} ({len(grid)} values)",
-                     "picks (↑ ↓: at the grid's edge)": ", ".join(said),
+                     "grid": "/".join(f"{v:g}" for v in grid) if len(grid) <= 5 else
+                     f"{grid[0]:g}…{grid[-1]:g} ({len(grid)})",
+                     "where the picks fell (↑ ↓ edge)": where.lstrip("; "),
                      "closest win / seed spread": "" if closest is None else
                      f"{closest[1]}: {closest[0]:.2g}×",
-                     "at one shared rate (best first)": shared_rate_text(arms),
+                     "at one shared rate": shared_rate_text(arms, short=True),
                      "seeds": "/".join(sorted({str(row["seeds"]) for _, row in picks.values()}))})
     return rows
 
@@ -352,8 +356,8 @@ def shared_rate(arms: dict) -> dict | None:
     """The sweep's arms of one experiment compared at one shared learning rate: the value on
     every arm's grid nearest (on a log scale) the geometric middle of the arms' picks; per group
     of arms that differ only by normalization, their order by validation score there and at
-    each arm's own pick (the sweep's scores, ``direction``). None: no value on every arm's
-    grid, or no group of two arms."""
+    each arm's own pick (the sweep's scores, ``direction``); where no two arms differ only by
+    normalization, every arm in one group. None: no value on every arm's grid."""
     entries = {a: e for a, e in arms.items() if isinstance(e, dict) and "chosen" in e
                and e.get("scores")}
     if len(entries) < 2:
@@ -369,6 +373,8 @@ def shared_rate(arms: dict) -> dict | None:
         g, norm = _group(arm)
         if norm:
             groups.setdefault(g, {})[norm] = e
+    if all(len(v) < 2 for v in groups.values()):
+        groups = {"*": dict(entries)}     # arms that differ otherwise (a gain, ...): all at once
     out = {"rate": rate, "groups": {}}
     for g, by_norm in sorted(groups.items()):
         if len(by_norm) < 2:
@@ -384,17 +390,19 @@ def shared_rate(arms: dict) -> dict | None:
     return out if out["groups"] else None
 
 
-def shared_rate_text(arms: dict) -> str:
-    """The learning-rate table's "at one shared rate" cell: the rate, and whether the arms'
-    order (best first) there is the order at their own picks; "no shared-rate runs" where the
-    sweep has none."""
+def shared_rate_text(arms: dict, short: bool = False) -> str:
+    """The "at one shared rate" text: the rate, and whether the arms' order (best first) there
+    is the order at their own picks (``short``: the groups where it differs, not their orders);
+    "no shared-rate runs" where the sweep has none."""
     s = shared_rate(arms)
     if s is None:
         return NO_SHARED
-    differ = [f"{g}: {', '.join(o['shared'])} (picks: {', '.join(o['picks'])})"
-              for g, o in s["groups"].items() if o["shared"] != o["picks"]]
-    return f"{s['rate']:g}: " + ("same order" if not differ else "order differs, " +
-                                 "; ".join(differ))
+    differ = [(g, o) for g, o in s["groups"].items() if o["shared"] != o["picks"]]
+    if not differ:
+        return f"{s['rate']:g}: same order"
+    return f"{s['rate']:g}: order differs, " + "; ".join(
+        g if short else f"{g}: {', '.join(o['shared'])} (picks: {', '.join(o['picks'])})"
+        for g, o in differ)
 
 
 NO_SHARED = "no shared-rate runs"
@@ -436,6 +444,16 @@ def learning_rate_arms(inp: Inputs) -> list[dict]:
                 row.pop("ratio")
                 rows.append({"experiment": f"`{exp}`", "arm": arm, **row})
     return rows
+
+
+def shared_rate_lines(inp: Inputs) -> list[str]:
+    """Per swept experiment, the arms' order at one shared rate against their picks' (the
+    appendix's whole text of the front's "at one shared rate" column)."""
+    recorded = (inp.meta or {}).get("learning_rates")
+    if not isinstance(recorded, dict):
+        return []
+    return [f"- `{exp}`: {shared_rate_text(arms)}" for exp, arms in recorded.items()
+            if isinstance(arms, dict)]
 
 
 def lr_pick(e: dict) -> dict:

@@ -254,6 +254,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                "validation split, with fewer seeds than a verdict needs). "
                + (f"Experiments whose claims have no shared-rate runs: {', '.join(unshared)}."
                   if unshared else "Every experiment's claims have shared-rate runs."), ""]
+        md += front.shared_rate_lines(inp) + [""]
 
     section, shown, blocks = None, {}, {}
 
