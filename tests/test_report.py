@@ -215,6 +215,25 @@ CURVES = {"layer": [0.5, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
           "batch": [0.8, 0.5, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2]}
 
 
+def test_rnn_fastest_counts_to_the_target_the_record_fixed(tmp_path, monkeypatch):
+    """``Record.targets``: the RNN "converges fastest" rule counts steps to the record's value
+    for the runs' dataset, not to the halfway target it derives from the runs."""
+    from dataclasses import replace
+
+    from layernorm_paper.records import RECORDS
+    from layernorm_paper.report.claims.rnn import claim_rnn_fastest
+    write_rnn(tmp_path, "rnn_norms", "mnist1d-seq", 10, CURVES)
+    fast = claim_rnn_fastest("rnn_norms", "mnist1d-seq")
+    derived = fast(R.read_inputs(tmp_path))
+    assert "no target was fixed before the run" in derived.notes[0]
+    monkeypatch.setitem(RECORDS, "rnn_norms",
+                        replace(RECORDS["rnn_norms"], targets={"mnist1d-seq": 0.15}))
+    fixed = fast(R.read_inputs(tmp_path))
+    assert fixed.notes[0] == ("Target: 15.0% test error, fixed in the experiment's record "
+                              "before the run.")
+    assert "≤ 15.0%" in fixed.verdict.rule and derived.key_number != fixed.key_number
+
+
 def test_rnn_claims_and_hidden_stability_needs_long_sequences(tmp_path, monkeypatch):
     import layernorm_paper.report.figures as figures
     monkeypatch.setattr(figures, "draw", lambda fig, inp, path: None)   # drawn once, below

@@ -20,7 +20,7 @@ from ..scoring import steps_margin
 from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
                    not_run)
 from .guards import gate
-from .targets import at_targets
+from .targets import FIXED, at_targets, fixed_target
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NUMBERS
 
 F_NLL = "test_nll"                  # handwriting: the exact NLL, nats per sequence (not test_loss,
@@ -229,18 +229,6 @@ def ratio_censored(a, b, k: float, reached_a, reached_b, *, a_name: str, b_name:
     return replace(out, detail=out.detail + boundary_text(out))
 
 
-def fixed_target(spec: LossSpec, runs: list[Run]) -> float | None:
-    """The target the experiment's record fixed before the run for the runs' dataset
-    (``Record.targets``), or None (the rule then counts to the baseline's final mean)."""
-    from ...records import RECORDS
-    rec = RECORDS.get(spec.experiment)
-    datasets = {str(r.config.get("dataset") or r.task) for r in runs}
-    if rec is None or len(datasets) != 1:
-        return None
-    value = rec.targets.get(datasets.pop())
-    return None if value is None else float(value)
-
-
 def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | None = None):
     """LN reaches the LSTM's final value (mean over its seeds) in fewer updates than each of
     ``others`` (the LSTM itself: its own runs' first crossing of that mean); ``factor`` k: "about
@@ -249,7 +237,7 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
         g = loss_groups(inp, spec)
         if (note := _need(g)) or (note := _need_field(g, spec.key)):
             return not_run(note)
-        fixed = fixed_target(spec, _all(g))
+        fixed = fixed_target(spec.experiment, _all(g))
         target = fixed if fixed is not None else \
             arm(g["none"], lambda r: final_loss(r, spec.key)).mean
         allr = _all(g)
@@ -262,7 +250,7 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
         first = {n: [at_first(r, *steps_to_loss(r, target, arm_key(spec, rs)), arm_key(spec, rs))
                      for r in rs] for n, rs in g.items()}
         tgt = f"{target * spec.scale:.{spec.digits}f}{spec.unit}"
-        whence = ("fixed in the experiment's record before the run" if fixed is not None else
+        whence = (FIXED if fixed is not None else
                   "the LSTM's final value, mean over its seeds")
         if factor:
             parts = [ratio_censored(st[o], st["layer"], factor, ok[o], ok["layer"],

@@ -10,6 +10,20 @@ from ...verdicts import Verdict
 
 FRACTIONS = (0.25, 0.5, 0.75, 0.9)   # of the way from the start to the worst arm's final mean
 TARGET_DEPENDS = "The verdict depends on the target"
+FIXED = "fixed in the experiment's record before the run"
+
+
+def fixed_target(experiment: str, runs) -> float | None:
+    """The target ``experiment``'s record fixed before the run for the runs' dataset
+    (``Record.targets``: dataset -> value in the measure's units as scored), or None (the rule
+    then counts to the target it derives from the runs, and says so)."""
+    from ...records import RECORDS
+    rec = RECORDS.get(experiment)
+    datasets = {str(r.config.get("dataset") or r.task) for r in runs}
+    if rec is None or len(datasets) != 1:
+        return None
+    value = rec.targets.get(datasets.pop())
+    return None if value is None else float(value)
 
 
 def grid(start: float, end: float) -> list[tuple[float, float]]:
