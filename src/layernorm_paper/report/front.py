@@ -134,8 +134,9 @@ def the_source(claim: Claim) -> str:
     return first.removesuffix(", no number") or claim.paper
 
 
-def distance_short(res: ClaimResult) -> str:
-    """``distance`` for the front page: the half-widths and which seeds flip the verdict."""
+def distance(res: ClaimResult, short: bool = False) -> str:
+    """The interval's distance from its boundary in half-widths, and the seeds whose removal
+    changes the verdict (``short``: the front page's form, the seeds only)."""
     if not res.measured:
         return ""
     leaf = nearest(res.verdict)
@@ -143,29 +144,15 @@ def distance_short(res: ClaimResult) -> str:
         return ""
     d = leaf.distance
     decided = leaf.verdict in (SUPPORTED, NOT_SUPPORTED)
-    out = ("0 h" if decided else "straddles") if d == 0 else (
+    on = "0 h" if short else "0 h (on the boundary)"
+    out = (on if decided else "straddles") if d == 0 else (
         f"{d:.2f} h" if math.isfinite(d) else "no width")
-    if leaf.flips:
+    if leaf.flips and short:
         seeds = [str(s).removeprefix("seed ") for s, _ in leaf.flips]
         out += f"; seed{'s' * (len(seeds) > 1)} {', '.join(seeds)} flip{'s' * (len(seeds) == 1)} it"
-    return out
-
-
-def distance(res: ClaimResult) -> str:
-    """The interval's distance from its boundary in half-widths, and the seeds whose removal
-    changes the verdict."""
-    if not res.measured:
-        return ""
-    leaf = nearest(res.verdict)
-    if leaf is None or leaf.distance is None:
-        return ""
-    d = leaf.distance
-    decided = leaf.verdict in (SUPPORTED, NOT_SUPPORTED)
-    out = ("0 h (on the boundary)" if decided else "straddles") if d == 0 else (
-        f"{d:.2f} h" if math.isfinite(d) else "no width")
-    if leaf.flips:
+    elif leaf.flips:
         out += "; without " + ", ".join(f"{s}: {w}" for s, w in leaf.flips)
-    elif leaf.flips is not None:
+    elif leaf.flips is not None and not short:
         out += "; no seed flips it"
     return out
 
@@ -258,7 +245,7 @@ def summary_tables(inp: Inputs, results: list[tuple[Claim, ClaimResult]], mark) 
                       f"{_cell(ours(r))} | {data_of(c) if one and c.kind != CHECK else ''} | "
                       f"{mark(c, r).split()[0]} {_cell(words(c, r, data=False))}"
                       f"{_shared_note(inp, c, r)} | "
-                      f"{_cell(distance_short(r))} |")
+                      f"{_cell(distance(r, short=True))} |")
         md += [""]
     return md
 
