@@ -113,3 +113,32 @@ def test_arms_compared_at_one_shared_learning_rate():
     assert front.shared_rate(gains)["groups"] == {
         "*": {"picks": ["gain1-layer-bs32", "gain0.1-layer-bs32"],
               "shared": ["gain1-layer-bs32", "gain0.1-layer-bs32"]}}
+
+
+def test_a_claim_says_its_order_differs_only_for_its_own_arms():
+    """rnn_norms sweeps the arms of three tasks; where only the MNIST-1D arms' order changes at
+    the shared rate, the adding claim does not say so."""
+    from pathlib import Path
+
+    from layernorm_paper.report.runs import Inputs, Run
+
+    def entry(chosen, scores):
+        return {"chosen": chosen, "direction": "min", "grid": sorted(scores),
+                "scores": {f"{k:g}": v for k, v in scores.items()}}
+    swept = {"adding-none-bs32": entry(1e-3, {1e-3: 0.3, 3e-3: 0.35}),
+             "adding-layer-bs32": entry(3e-3, {1e-3: 0.25, 3e-3: 0.2}),
+             "mnist1d-none-bs32": entry(1e-3, {1e-3: 0.3, 3e-3: 0.5}),
+             "mnist1d-layer-bs32": entry(3e-3, {1e-3: 0.35, 3e-3: 0.28})}
+    runs = [Run(Path(f"/nowhere/{tag}-{n}"), {"experiment": "rnn_norms", "task": task,
+                                               "dataset": task, "tag": tag, "norm": n,
+                                               "batch_size": 32, "seed": 0}, [])
+            for tag, task in (("adding", "adding"), ("mnist1d", "mnist1d-seq"))
+            for n in ("none", "layer")]
+    inp = Inputs(out=Path("/nowhere"), runs=runs,
+                 meta={"learning_rates": {"rnn_norms": swept}})
+    adding = Claim("rnn-fast-adding", "summary B", "q", "rnn_norms", None)
+    mnist = Claim("rnn-fast-mnist1d-seq", "summary B", "q", "rnn_norms", None)
+    assert front.shared_rate_disagrees(inp, adding) is False
+    assert front.shared_rate_disagrees(inp, mnist) is True
+    other = Claim("6.5-hw-fast", "paper 6.5", "q", "paper_handwriting", None)
+    assert front.shared_rate_disagrees(inp, other) is None

@@ -255,7 +255,7 @@ def _shared_note(inp: Inputs, claim: Claim, res: ClaimResult) -> str:
     shared learning rate is not their order at their own picks."""
     if not res.measured or claim.kind != "claim":
         return ""
-    return f" ({SHARED_DIFFERS})" if shared_rate_disagrees(inp, claim.experiment) else ""
+    return f" ({SHARED_DIFFERS})" if shared_rate_disagrees(inp, claim) else ""
 
 
 def _parts_of(c: Claim) -> str:
@@ -396,23 +396,37 @@ NO_SHARED = "no shared-rate runs"
 SHARED_DIFFERS = "order differs at a shared rate"
 
 
-def shared_rate_disagrees(inp: Inputs, experiment: str) -> bool | None:
-    """Whether the sweep's order of ``experiment``'s arms at one shared rate differs from their
-    order at their own picks (``shared_rate``); None where there are no shared-rate runs."""
+def run_arm(run: Run) -> str:
+    """A run's arm as the sweep names it (``Config.run_name`` without the seed:
+    ``[tag-]norm[-syncbn]-bsB``)."""
+    c = run.config
+    return "-".join(([c["tag"]] if c.get("tag") else []) + [str(c.get("norm"))]
+                    + (["syncbn"] if c.get("sync_bn") else []) + [f"bs{c.get('batch_size')}"])
+
+
+def shared_rate_disagrees(inp: Inputs, claim: Claim) -> bool | None:
+    """Whether the sweep's order of the claim's arms at one shared rate differs from their
+    order at their own picks (``shared_rate``; only the groups of the arms the claim's runs
+    trained); None where there are no shared-rate runs."""
     recorded = (inp.meta or {}).get("learning_rates")
-    arms = recorded.get(experiment) if isinstance(recorded, dict) else None
+    arms = recorded.get(claim.experiment) if isinstance(recorded, dict) else None
     s = shared_rate(arms) if isinstance(arms, dict) else None
     if s is None:
         return None
-    return any(o["shared"] != o["picks"] for o in s["groups"].values())
+    mine = {_group(run_arm(r))[0] for r in claim_runs(inp, claim)}
+    groups = [o for g, o in s["groups"].items() if g in mine or g == "*"]
+    if not groups:
+        return None
+    return any(o["shared"] != o["picks"] for o in groups)
 
 
 def no_shared_rate(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[str]:
-    """The experiments of measured seeded claims that have no shared-rate runs."""
+    """The experiments of measured seeded claims (with an interval) that have no shared-rate
+    runs."""
     exps = []
     for c, r in results:
         if (c.kind == "claim" and r.measured and c.experiment not in exps
-                and shared_rate_disagrees(inp, c.experiment) is None
+                and shared_rate_disagrees(inp, c) is None
                 and nearest(r.verdict) is not None):
             exps.append(c.experiment)
     return exps
