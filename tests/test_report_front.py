@@ -142,3 +142,21 @@ def test_a_claim_says_its_order_differs_only_for_its_own_arms():
     assert front.shared_rate_disagrees(inp, mnist) is True
     other = Claim("6.5-hw-fast", "paper 6.5", "q", "paper_handwriting", None)
     assert front.shared_rate_disagrees(inp, other) is None
+
+
+def test_the_environment_names_each_arithmetic_the_runs_recorded():
+    from pathlib import Path
+
+    from layernorm_paper.report.markdown import machine_lines
+    from layernorm_paper.report.runs import Inputs, Run
+    avx2 = {"cpu_capability": "AVX2", "cpu_flags": "avx2 fma", "blas": "BLAS_INFO=mkl"}
+    avx512 = {**avx2, "cpu_capability": "AVX512", "cpu_flags": "avx2 fma avx512f"}
+    runs = [Run(Path(f"/r{i}"), {}, [], env) for i, env in enumerate((avx2, avx2, avx512, {}))]
+    lines = machine_lines(Inputs(out=Path("/nowhere"), runs=runs))
+    assert lines[0] == ("- arithmetic, as 2 of the 4 runs recorded them: CPU capability AVX2; "
+                        "CPU flags avx2 fma; BLAS: BLAS_INFO=mkl.")
+    assert "as 1 of the 4 runs recorded them: CPU capability AVX512" in lines[1]
+    assert lines[2] == "- 1 runs did not record their arithmetic."
+    assert lines[3].endswith("these runs come from 2 different ones.")
+    alone = machine_lines(Inputs(out=Path("/nowhere"), runs=runs[3:]))
+    assert "of the machine that built this report" in alone[0]

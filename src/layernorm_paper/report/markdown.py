@@ -158,19 +158,34 @@ HOW = (
 
 
 def machine_lines(inp: Inputs) -> list[str]:
-    """The CPU's features and the BLAS build: of the runs where they recorded them (``env.json``:
-    cpu_capability, cpu_flags, blas), else of the machine that built the report, said so."""
-    env = inp.runs[0].env if inp.runs else {}
+    """The CPU's features and the BLAS build: as the runs recorded them (``env.json``:
+    cpu_capability, cpu_flags, blas; one line per distinct arithmetic, with how many runs used
+    it, so runs mixed from two machines show as such), else of the machine that built the
+    report, said so."""
     keys = ("cpu_capability", "cpu_flags", "blas")
-    if all(env.get(k) for k in keys):
-        got, whose = {k: env[k] for k in keys}, "as the runs recorded them"
-    else:
+    seen: dict[tuple, int] = {}
+    for r in inp.runs:
+        if all(r.env.get(k) for k in keys):
+            k = tuple(str(r.env[k]) for k in keys)
+            seen[k] = seen.get(k, 0) + 1
+    if not seen:
         from .machine import this_machine
-        got, whose = this_machine(), ("of the machine that built this report (the runs did not "
-                                      "record theirs)")
-    return [f"- arithmetic, {whose}: CPU capability {got['cpu_capability']}; CPU flags "
-            f"{got['cpu_flags']}; BLAS: {got['blas']}. Another CPU or BLAS rounds differently, "
-            f"so its runs act as new seeds."]
+        got = this_machine()
+        seen = {tuple(got[k] for k in keys): 0}
+    recorded = sum(seen.values())
+    out = []
+    for (cap, flags, blas), n in seen.items():
+        whose = ("of the machine that built this report (the runs did not record theirs)"
+                 if not n else "as the runs recorded them" if n == len(inp.runs) else
+                 f"as {n} of the {len(inp.runs)} runs recorded them")
+        out.append(f"- arithmetic, {whose}: CPU capability {cap}; CPU flags {flags}; BLAS: "
+                   f"{blas}.")
+    if recorded and recorded < len(inp.runs):
+        out.append(f"- {len(inp.runs) - recorded} runs did not record their arithmetic.")
+    out.append("- Another CPU or BLAS rounds differently, so its runs act as new seeds"
+               + (f"; these runs come from {len(seen)} different ones." if len(seen) > 1
+                  else "."))
+    return out
 
 
 BORDERLINE_TEXT = (
@@ -207,7 +222,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
     md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report", ""]
     if preset != "full":
         data = meta.get("datasets") or sorted({r.task for r in runs})
-        md += [f"> **Reduced scale (preset `{preset}`)**: small models, few updates, mostly "
+        md += [f"> **Reduced-scale run (preset `{preset}`)**: small models, few updates, mostly "
                f"stand-in data (the scale table); the verdicts say what these runs show. "
                f"`--full` runs the paper's scale where its data can be downloaded.", ""]
     md += ["## Summary", "", "Ours: d [95% interval] and the rule's boundary (*: the part with "
