@@ -205,6 +205,8 @@ def test_report_is_the_golden_report(tmp_path):
             "layer)") in appendix
     # at one shared rate LN is ahead where at their own picks the LSTM is: its claims say so;
     # the experiments with no sweep are named
+    assert rows["6.5-hw-fast"]["shared_rate"] == "differs"
+    assert rows["6.4-draw-fast"]["shared_rate"] == "no shared-rate runs"
     hw = [line for line in front.splitlines() if line.startswith("| [6.5-hw-")]
     assert len(hw) == 2 and all("(order differs at a shared rate)" in line for line in hw)
     assert "have no shared-rate runs: mlp_batch_size, mlp_mnist," in " ".join(appendix.split())

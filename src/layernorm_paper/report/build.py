@@ -61,7 +61,7 @@ def build_report(out: str | Path) -> Path:
         paths[FOREST] = rel
     path = out / "report.md"
     atomic_write_text(path, render(inp, results, paths))
-    atomic_write_text(out / "summary.json", json.dumps(summary_rows(results), indent=2) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary_rows(results, inp), indent=2) + "\n")
     return path
 
 

@@ -400,11 +400,20 @@ def wrap(text: str) -> str:
     return "\n".join(out)
 
 
-def summary_rows(results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
+def summary_rows(results: list[tuple[Claim, ClaimResult]], inp: Inputs | None = None
+                 ) -> list[dict]:
     """summary.json: per claim its verdict, the verdict in words, whether it is borderline, the
-    distance of its interval from the boundary and the guards it went through."""
+    distance of its interval from the boundary, the guards it went through and (given the
+    inputs) whether its arms' order at one shared learning rate is their order at their picks
+    ("same", "differs", or "no shared-rate runs")."""
     from ..verdicts import borderline
+
+    def shared(c: Claim) -> str:
+        d = front.shared_rate_disagrees(inp, c)
+        return front.NO_SHARED if d is None else "differs" if d else "same"
     return [{"claim": c.id, "kind": c.kind, "verdict": r.status, "words": front.words(c, r),
              "borderline": bool(r.measured and borderline(r.verdict)),
              "distance": front.distance(r), "guards": list(r.verdict.guards),
-             "key": r.key_number} for c, r in results]
+             "key": r.key_number}
+            | ({"shared_rate": shared(c)} if inp is not None and c.kind == CLAIM else {})
+            for c, r in results]
