@@ -36,6 +36,7 @@ from .. import records
 from .._io import (atomic_write_json, clean_stale_temp_files, error_text, exclusive_lock,
                    output_dir)
 from ..batch_split import DDP_EXPERIMENT
+from .growth import GROWTH_EXPERIMENT, run_growth
 
 # The experiments and their tiers are the records' (``layernorm_paper.records``): EXPERIMENTS in
 # their run order (the longest first: better packing over --jobs processes); STANDARD_ONLY, run by
@@ -302,6 +303,16 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
         failed_analysis.update(run_distributed(out, scale, log))
         not_run.update(failed_analysis)
         parts["distributed"] = time.time() - t
+    if GROWTH_EXPERIMENT in names:
+        # paper 3.1's gradient growth with T, on the IMDb classifiers just trained (and at
+        # initialization): analysis/growth.json, reused when it holds the same runs
+        t = time.time()
+        try:
+            not_run.update(run_growth(out, log=log))
+        except Exception as err:   # the report lists it as failed, with the reason
+            failed_analysis["growth"] = f"run_growth failed: {error_text(err)}"
+            not_run.update(failed_analysis)
+        parts["growth"] = time.time() - t
     if ANALYSIS in names:
         t = time.time()
         for part, why in run_analysis(out, scale, log).items():
