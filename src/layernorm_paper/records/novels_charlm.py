@@ -64,5 +64,8 @@ RECORD = Record(
                                          "candidates per question, chance 20%)"},
     data_here={NAME: "ten Project Gutenberg novels from Debian's R packages janeaustenr, "
                      "tokenizers, tidytext: eight for training (6.4 M characters), Persuasion and "
-                     "The War of the Worlds held out; 2,525 5-way completion questions built from "
-                     "the held-out two, impostors of the blanked word's frequency band"})
+                     "The War of the Worlds held out",
+               f"{NAME}_completion": "5-way completion questions in MSR's format built from the "
+                                     "held-out novels (Persuasion, The War of the Worlds): the "
+                                     "blank the sentence's rarest word seen >= 5 times in the "
+                                     "training novels, impostors of its frequency band"})

@@ -52,8 +52,8 @@ def claims(found, R) -> list:
         # paper 3.1 where it lives: the backward Jacobian's growth with T, measured by
         # `layernorm reproduce` after these runs (layernorm_paper.reproduce.growth)
         *(R.Claim(f"growth-{stage}", "paper 3.1", f"“much more stable hidden-to-hidden "
-                  f"dynamics” ({what}: LN-LSTM's |dL/dW_hh| moves ≥ {R.GROWTH_MARGIN:g} decade "
-                  f"less than {others}'s from T = {GROWTH_LENGTHS[0]} to "
+                  f"dynamics” ({what}: LN-LSTM's |dL/dW_hh| spans ≥ {R.GROWTH_MARGIN:g} decade "
+                  f"less than {others}'s over T = {GROWTH_LENGTHS[0]} .. "
                   f"{GROWTH_LENGTHS[-1]})", NAME,
                   R.claim_growth_stable(stage, NAME), GROWTH_HEADING,
                   paper="qualitative: an argument (3.1), no measurement")

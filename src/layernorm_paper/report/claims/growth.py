@@ -5,9 +5,9 @@ numbers are ``layernorm reproduce``'s ``DIR/analysis/growth.json``
 T = 50 ... 1000, at initialization (LSTM, LN-LSTM, LN-GRU) and after training (summary B's IMDb
 LSTM and LN-LSTM runs, on their own trained embeddings of test reviews).
 
-Per seed, the instability of a model is how many decades that gradient moves between the
-shortest and the longest T, |log10 g(T_max) − log10 g(T_min)|: 0 for dynamics whose gradient
-neither explodes nor vanishes with the length. "Much more stable" is read as: LN-LSTM's
+Per seed, the instability of a model is how many decades that gradient spans over the lengths,
+max_T log10 g(T) − min_T log10 g(T): 0 for dynamics whose gradient neither explodes nor vanishes
+with the length. "Much more stable" is read as: LN-LSTM's
 instability lower than each other model's by at least ``GROWTH_MARGIN`` decades (a factor of
 10 less growth over the lengths), over the whole interval of the verdict rules
 (``layernorm_paper.verdicts.exceeds``, paired by seed)."""
@@ -21,7 +21,7 @@ from ...verdicts import LEARNED, LEVEL, all_of, exceeds, sample
 from .base import ClaimResult, not_run
 from .guards import gate
 
-GROWTH_MARGIN = 1.0       # decades of |dL/dW_hh| between the shortest and the longest T
+GROWTH_MARGIN = 1.0       # decades spanned by |dL/dW_hh| over the lengths T
 FLOAT64_DECADES = 308.0   # a gradient beyond float64's range (not finite) counts as this many
 GROWTH_JSON = ("analysis", "growth.json")
 STAGES = ("init", "trained")
@@ -34,13 +34,15 @@ def _log10(v) -> float:
 
 
 def decades(T: dict) -> float:
-    """|log10 g(T_max) − log10 g(T_min)| of one row's {T: |dL/dW_hh|} (a non-finite or zero
-    gradient at either end counts as ``FLOAT64_DECADES``)."""
-    ts = sorted(T, key=int)
-    lo, hi = T[ts[0]], T[ts[-1]]
-    if not all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in (lo, hi)):
+    """max − min over the lengths of log10 |dL/dW_hh| in one row's {T: |dL/dW_hh|}: how many
+    decades the gradient spans as T goes from the shortest to the longest length (a non-finite
+    or zero gradient counts as ``FLOAT64_DECADES`` away from the others)."""
+    logs = [_log10(v) if isinstance(v, int | float) and math.isfinite(v) and v > 0 else None
+            for v in T.values()]
+    finite = [v for v in logs if v is not None]
+    if len(finite) < len(logs):
         return FLOAT64_DECADES
-    return abs(_log10(hi) - _log10(lo))
+    return max(finite) - min(finite)
 
 
 def _rows_by_model(data: dict, stage: str) -> dict[str, list[dict]]:
@@ -66,7 +68,7 @@ def _table(by_model: dict[str, list[dict]], lengths: list[int]) -> list[dict]:
 
 
 def claim_growth_stable(stage: str, experiment: str = "rnn_imdb"):
-    """LN-LSTM's |dL/dW_hh| moves fewer decades from the shortest to the longest T than each
+    """LN-LSTM's |dL/dW_hh| spans fewer decades over the lengths T than each
     other model's measured at ``stage`` ("init": LSTM and LN-GRU; "trained": the experiment's
     trained LSTM), by ≥ GROWTH_MARGIN. After training the verdict is gated on the IMDb arms having
     learned (``guards.gate``)."""
@@ -89,10 +91,11 @@ def claim_growth_stable(stage: str, experiment: str = "rnn_imdb"):
         arm = {m: sample((decades(r["T"]) for r in rs), (r["seed"] for r in rs))
                for m, rs in by_model.items()}
         parts = [exceeds(arm[o], arm["LN-LSTM"], GROWTH_MARGIN,
-                         a_name=f"{o} decades of |dL/dW_hh| from T = {lengths[0]} to {lengths[-1]}",
+                         a_name=f"{o} decades spanned by |dL/dW_hh| over T = "
+                                f"{lengths[0]}..{lengths[-1]}",
                          b_name="LN-LSTM's", unit=" decades") for o in others]
-        v = all_of(parts, f"LN-LSTM's gradient grows (or shrinks) over fewer decades from T = "
-                          f"{lengths[0]} to T = {lengths[-1]} than {' and '.join(others)}'s, "
+        v = all_of(parts, f"LN-LSTM's gradient spans fewer decades over T = {lengths[0]} .. "
+                          f"{lengths[-1]} than {' and '.join(o + chr(39) + 's' for o in others)}, "
                           f"each by ≥ {GROWTH_MARGIN:g} decade over the whole {LEVEL:.0%} "
                           f"interval")
         if stage == "trained":
@@ -108,7 +111,7 @@ def claim_growth_stable(stage: str, experiment: str = "rnn_imdb"):
             # at initialization nothing has been trained: no arm can have failed to learn
             v = replace(v, guards=tuple(dict.fromkeys(v.guards + (LEARNED,))))
         key = ", ".join(f"{m} {sum(s.values) / len(s.values):.1f}" for m, s in arm.items()) + \
-            f" decades from T = {lengths[0]} to {lengths[-1]}"
+            f" decades spanned over T = {lengths[0]}..{lengths[-1]}"
         where = ("torch's initialization, one layer of hidden "
                  f"{data.get('hidden')} on {data.get('input')}-wide N(0, 1) inputs"
                  if stage == "init" else
@@ -117,9 +120,9 @@ def claim_growth_stable(stage: str, experiment: str = "rnn_imdb"):
         return ClaimResult(v, key, _table(by_model, lengths), notes=[
             f"|dL/dW_hh|: the gradient of the sum of the last step's output with respect to the "
             f"recurrent weight, {data.get('streams')} sequences, {data.get('dtype')}; {where}. "
-            f"The table gives its geometric mean over seeds at each T. 'Decades': "
-            f"|log10 g(T = {lengths[-1]}) − log10 g(T = {lengths[0]})| per seed (a gradient "
-            f"beyond float64's range counts as {FLOAT64_DECADES:g})."],
+            f"The table gives its geometric mean over seeds at each T. 'Decades': max − min over "
+            f"T of log10 g(T) per seed (with a gradient beyond float64's range: "
+            f"{FLOAT64_DECADES:g})."],
             caveats=["The paper argues this property (section 3.1) without measuring it; this "
                      "is one reading of it (the growth of one gradient with T), on one task."])
     return evaluate
