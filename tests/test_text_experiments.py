@@ -20,7 +20,7 @@ from layernorm_paper.report.runs import Inputs, load_runs
 from layernorm_paper.verdicts import NO_LEARNING, NOT_SUPPORTED, SUPPORTED
 
 from .test_report import rnn_rows, write_run
-from .test_report_paper import _completion_runs
+from .test_report_paper import _arms, _curve
 
 
 def _claims(name: str) -> dict:
@@ -29,14 +29,25 @@ def _claims(name: str) -> dict:
 
 # ------------------------------------------------------------------------------ completion
 
-def _novels_runs(acc: dict):
-    runs = _completion_runs(acc, pop=False)
+HELD_OUT = "Persuasion, The War of the Worlds"
+
+
+def with_completion(runs, acc: dict):
+    """``runs`` (novels_charlm's) with the completion fields of ``novels_lm`` rising to
+    ``acc[norm]``: 120 questions of the held-out novels, one test set."""
     for r in runs:
-        r.config.update(experiment="novels_charlm", dataset="novels")
-        for row in r.rows:
-            row.pop("completion_python")
-            row["completion_held_out"] = "Persuasion, The War of the Worlds"
+        for row, a in zip(r.rows, _curve(0.2, acc[r.norm], n=len(r.rows), jitter=0.002 * r.seed)):
+            row |= {"completion_accuracy": a, "completion_chance": 0.2,
+                    "completion_questions": 120, "completion_sha256": "ab" * 32,
+                    "completion_held_out": HELD_OUT}
     return runs
+
+
+def _novels_runs(acc: dict):
+    return with_completion(_arms("novels_charlm", "test_loss",
+                                 {"none": 2.4, "batch": 2.25, "layer": 2.15},
+                                 {n: 4.0 for n in ("none", "batch", "layer")}, dataset="novels"),
+                           acc)
 
 
 def test_the_novels_completion_claim_is_judged_on_its_own_runs():
@@ -45,7 +56,7 @@ def test_the_novels_completion_claim_is_judged_on_its_own_runs():
         {"none": 0.40, "batch": 0.42, "layer": 0.47})))
     assert good.status == SUPPORTED
     assert "120 questions" in good.key_number
-    assert any("held-out novels (Persuasion" in c for c in good.caveats)
+    assert any(f"held-out novels ({HELD_OUT})" in c for c in good.caveats)
     assert not any("docstrings" in c for c in good.caveats)
     bad = claim.evaluate(Inputs(out=Path("/nowhere"), runs=_novels_runs(
         {"none": 0.47, "batch": 0.42, "layer": 0.40})))
