@@ -156,6 +156,11 @@ def test_growth_claims_supported_not_supported_and_gated(tmp_path):
     assert init.status == NOT_SUPPORTED and "LN-LSTM 5.0" in init.key_number
     assert [r["model"] for r in init.table] == ["LN-LSTM", "LSTM", "LN-GRU"]
     assert claims["growth-trained"].evaluate(inp).status == NOT_SUPPORTED
+    assert not any("no growth for LN to remove" in c for c in init.caveats)
+    _growth_file(tmp_path, ln_span=0.3, other_span=0.2)
+    flat = claims["growth-trained"].evaluate(inp)
+    assert flat.status == NOT_SUPPORTED
+    assert any("no growth for LN to remove" in c for c in flat.caveats)
     _growth_file(tmp_path, ln_span=0.0, other_span=4.0)
     assert claims["growth-init"].evaluate(inp).status == SUPPORTED
     assert claims["growth-trained"].evaluate(inp).status == SUPPORTED
