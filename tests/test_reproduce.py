@@ -139,7 +139,8 @@ def test_records_hold_the_tier_table_and_register_every_experiment():
     from layernorm_paper.reproduce.command import STANDARD_ONLY
     assert EXPERIMENTS == records.run_order()
     assert set(STANDARD_ONLY) == {"cnn_batch_size", "paper_reader", "paper_charlm", "paper_draw",
-                                  "paper_handwriting", "paper_order", "rnn_imdb", "mlp_mnist"}
+                                  "paper_handwriting", "paper_order", "rnn_imdb", "mlp_mnist",
+                                  "novels_charlm"}
     for name in (*EXPERIMENTS, "ddp_batch_split"):
         r, exp = records.RECORDS[name], get_experiment(name)
         assert (exp.section, exp.claim, exp.needs_download) == \

@@ -54,6 +54,18 @@ _BUILDERS: dict[str, Callable[..., nn.Module]] = {
 GROWTH_MODELS = tuple(_BUILDERS)
 
 
+def hh_gradient_norm(module: nn.Module, x: torch.Tensor) -> float:
+    """|dL/dW_hh| of ``module`` (one recurrent layer with ``weight_hh_l0``, torch's call
+    convention) on the input ``x``, the loss the sum of the last step's output; ``math.nan``
+    where that norm is not finite in ``x``'s dtype. ``x`` is (T, B, I), or (B, T, I) for a
+    ``batch_first`` module."""
+    out = module(x)[0]
+    last = out[:, -1] if getattr(module, "batch_first", False) else out[-1]
+    (grad,) = torch.autograd.grad(last.sum(), [module.weight_hh_l0])
+    norm = grad.norm().item()
+    return norm if math.isfinite(norm) else math.nan
+
+
 def gradient_growth(lengths=LENGTHS, models=GROWTH_MODELS, *, hidden: int = 128, batch: int = 4,
                     input_size: int = 32, dtype: torch.dtype = torch.float64, seed: int = 0,
                     progress: bool = False) -> list[dict]:
@@ -76,10 +88,7 @@ def gradient_growth(lengths=LENGTHS, models=GROWTH_MODELS, *, hidden: int = 128,
     for name, T in tqdm(jobs, desc="bench growth", disable=not progress):
         torch.manual_seed(seed)
         m = _BUILDERS[name](input_size, hidden).to(dtype)
-        out = m(x_all[:T])[0]
-        (grad,) = torch.autograd.grad(out[-1].sum(), [m.weight_hh_l0])
-        norm = grad.norm().item()
-        found[name][T] = norm if math.isfinite(norm) else math.nan
+        found[name][T] = hh_gradient_norm(m, x_all[:T])
     for name in models:
         rows.append({"model": name, "T": found[name]})
     return rows

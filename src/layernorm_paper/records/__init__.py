@@ -14,10 +14,11 @@ it stands in for, what runs here instead, and the report's catalog lines for its
     paper_reader        6.2   the attentive reader (and its full form on the CNN questions)
     paper_handwriting   6.5   handwriting generation
     paper_charlm        summary B   character-level LM and its 5-way completion test
-    novels_charlm       summary B   the same on 19th-century novels (downloaded; --full)
+    novels_charlm       summary B   the same on 19th-century novels (downloaded), its completion test
     rnn_norms           summary B; 6.2 / 6.5   LSTM vs BN-LSTM vs LN-LSTM (rnn_norms and
                         rnn_downloads: the same claims on embedded and on downloaded data)
-    rnn_imdb            summary B   LSTM vs BN-LSTM vs LN-LSTM on the real IMDb reviews
+    rnn_imdb            summary B; 3.1   LSTM vs BN-LSTM vs LN-LSTM on the real IMDb reviews, their
+                        hidden-state stability and gradient growth with T
     rnn_stability       summary B; 3.1   hidden-state stability on long sequences
     lstm_gain_init      6.2   LN-LSTM gain initialisation
     analysis            5.1 / 5.2   Table 1, curvature, learning-rate decay

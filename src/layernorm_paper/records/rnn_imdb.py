@@ -7,10 +7,14 @@ split, or where only the package-index copy is reachable, its seeded stratified 
 from __future__ import annotations
 
 from ._record import REAL, SEEDS, Record, config, pick
+from .rnn_stability import task_claims
 
 NAME = "rnn_imdb"
 TASK = "imdb"
 HEADING = "Summary B: LSTM vs BN-LSTM vs LN-LSTM on IMDb sentiment (real reviews)"
+# paper 3.1's gradient growth: the sequence lengths it is measured at (``reproduce.growth``)
+GROWTH_LENGTHS = (50, 100, 200, 500, 1000)
+GROWTH_HEADING = "Paper 3.1: the backward Jacobian's growth with the sequence length"
 
 
 def configs(preset: str) -> list:
@@ -42,6 +46,19 @@ def claims(found, R) -> list:
                 R.claim_rnn_fastest(NAME, TASK), HEADING),
         R.Claim("imdb-best", "summary B", "“LN-LSTM reaches the best accuracy” (IMDb sentiment, "
                 "the real reviews)", NAME, R.claim_rnn_best(NAME, TASK), HEADING),
+        # the hidden-state stability on these same runs (T = the reviews' last 100 words), judged
+        # only where both arms learned (the rule's learning guard)
+        *task_claims([(NAME, TASK)], R),
+        # paper 3.1 where it lives: the backward Jacobian's growth with T, measured by
+        # `layernorm reproduce` after these runs (layernorm_paper.reproduce.growth)
+        *(R.Claim(f"growth-{stage}", "paper 3.1", f"“much more stable hidden-to-hidden "
+                  f"dynamics” ({what}: LN-LSTM's |dL/dW_hh| spans ≥ {R.GROWTH_MARGIN:g} decade "
+                  f"less than {others}'s over T = {GROWTH_LENGTHS[0]} .. "
+                  f"{GROWTH_LENGTHS[-1]})", NAME,
+                  R.claim_growth_stable(stage, NAME), GROWTH_HEADING,
+                  paper="qualitative: an argument (3.1), no measurement")
+          for stage, what, others in (("init", "at initialization", "LSTM's and LN-GRU"),
+                                      ("trained", "after training on IMDb", "LSTM"))),
     ]
 
 

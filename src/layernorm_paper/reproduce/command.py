@@ -4,16 +4,20 @@ table, geometry), and write the report. A tier (``--embedded``, ``--quick``, ``-
 (``layernorm run --preset tiny|quick|full``):
 
     layernorm reproduce                      the tier embedded (the default): every experiment
-                                             whose data ships with the package, and two on real
+                                             whose data ships with the package, and three on real
                                              downloaded data, summary B's IMDb classifiers and
-                                             6.6's MLP on the full MNIST (fetched once, verified;
+                                             char-LM on 19th-century novels (with its 5-way
+                                             sentence completion test), and 6.6's MLP on the
+                                             full MNIST (fetched once, verified;
                                              "not run: data unreachable" when no source is), at
                                              the quick scale, 5 seeds
                                              (docs/reproduce.md "Cost"). ``--preset standard``
                                              is its former name.
     layernorm reproduce --quick              a subset of it that fits 10 minutes on 2 cores (the
                                              ConvNet and section 6.1-6.5 left out)
-    layernorm reproduce --full               the paper's scale where data can be downloaded (hours)
+    layernorm reproduce --paper              the paper's sizes where the data can be downloaded
+                                             (hours on 2 CPU cores; ``--device cuda`` trains on
+                                             a GPU). ``--full`` is its former name.
     layernorm reproduce --preset tiny        seconds; for tests (embedded data only, unless
                                              --only names an experiment on downloaded data)
     layernorm reproduce --only rnn_norms --only analysis --out DIR --jobs 2
@@ -36,6 +40,7 @@ from .. import records
 from .._io import (atomic_write_json, clean_stale_temp_files, error_text, exclusive_lock,
                    output_dir)
 from ..batch_split import DDP_EXPERIMENT
+from .growth import GROWTH_EXPERIMENT, run_growth
 
 # The experiments and their tiers are the records' (``layernorm_paper.records``): EXPERIMENTS in
 # their run order (the longest first: better packing over --jobs processes); STANDARD_ONLY, run by
@@ -48,6 +53,8 @@ EMBEDDED = "embedded"   # the default tier: the runner's "quick" configs of ever
 STANDARD = "standard"   # the former name of the tier embedded, still accepted
 DEFAULT_TIER = EMBEDDED
 TIERS = ("tiny", "quick", EMBEDDED, "full")
+PAPER = "paper"         # the command line's name of the tier full (the paper's sizes)
+DEVICES = ("auto", "cpu", "cuda")
 # the runner's scale (``layernorm run --preset``) each tier trains its configs at
 SCALE = {"tiny": "tiny", "quick": "quick", EMBEDDED: "quick", "full": "full"}
 ANALYSIS = "analysis"
@@ -218,15 +225,24 @@ def _invocation(meta: dict) -> dict:
 
 
 def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, *, only=None,
-              jobs: int | None = None, report: bool = True, log=print,
-              extra_seeds: int = 0) -> Path:
+              jobs: int | None = None, report: bool = True, device: str | None = None,
+              log=print, extra_seeds: int = 0) -> Path:
     """Run the reproduction's tier ``preset`` (tiny, quick, embedded or full; "standard" is
-    embedded's former name) into ``out``; returns the output directory."""
+    embedded's former name, "paper" full's command-line name) into ``out``; returns the output
+    directory. ``device`` (auto, cpu, cuda): the device of every training run (default: each
+    config's, "auto": a GPU where torch sees one); the distributed batch split stays on CPU."""
     from ..experiments import EXPERIMENTS as REGISTRY
     from layernorm._checks import check_choice
 
-    check_choice(preset, (*TIERS, STANDARD), "preset")
-    preset = EMBEDDED if preset == STANDARD else preset
+    check_choice(preset, (*TIERS, STANDARD, PAPER), "preset")
+    if device is not None:
+        check_choice(device, DEVICES, "device")
+        import torch
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device 'cuda' was asked for, but torch {torch.__version__} sees "
+                               f"no CUDA GPU here. Leave --device out (auto: the CPU here) or "
+                               f"pass --device cpu.")
+    preset = {STANDARD: EMBEDDED, PAPER: "full"}.get(preset, preset)
     names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
     if only:
         for n in only:
@@ -243,7 +259,7 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
                         f"{out} right now; wait for it to finish, or pass another --out."):
         for folder in (out, out / "analysis", out / "analysis" / "geometry"):
             clean_stale_temp_files(folder)     # atomic writes cut short by a kill
-        return _reproduce(preset, out, names, jobs, report, log, deferred, bool(only),
+        return _reproduce(preset, out, names, jobs, report, log, deferred, bool(only), device,
                           extra_seeds)
 
 
@@ -255,7 +271,7 @@ def _downloads(configs: list) -> list[str]:
 
 def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool, log,
                deferred: set[str] = frozenset(), only_named: bool = False,
-               extra_seeds: int = 0) -> Path:
+               device: str | None = None, extra_seeds: int = 0) -> Path:
     from ..experiments import get_experiment
     from ..experiments.runner import run_configs
     from ..experiments.rundir import git_commit
@@ -274,13 +290,16 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
             continue
         exp = get_experiment(n)
         if exp.needs_download and scale != "full":
-            not_run[n] = (f"needs downloaded data ({exp.claim}); run with --full")
+            not_run[n] = (f"needs downloaded data ({exp.claim}); run with --paper")
             continue
         cs = exp.configs(scale)
         if preset == "tiny" and not only_named and _downloads(cs):
             not_run[n] = (f"needs downloaded data ({', '.join(_downloads(cs))}); the tier tiny "
                           f"trains on embedded data only (--only {n} runs it)")
             continue
+        if device is not None:
+            from dataclasses import replace
+            cs = [replace(c, device=device) for c in cs]
         configs += cs
         datasets |= {c.dataset for c in cs}
     parts: dict[str, float] = {}
@@ -305,6 +324,16 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
         failed_analysis.update(run_distributed(out, scale, log))
         not_run.update(failed_analysis)
         parts["distributed"] = time.time() - t
+    if GROWTH_EXPERIMENT in names:
+        # paper 3.1's gradient growth with T, on the IMDb classifiers just trained (and at
+        # initialization): analysis/growth.json, reused when it holds the same runs
+        t = time.time()
+        try:
+            not_run.update(run_growth(out, log=log))
+        except Exception as err:   # the report lists it as failed, with the reason
+            failed_analysis["growth"] = f"run_growth failed: {error_text(err)}"
+            not_run.update(failed_analysis)
+        parts["growth"] = time.time() - t
     if ANALYSIS in names:
         t = time.time()
         for part, why in run_analysis(out, scale, log).items():
@@ -319,7 +348,8 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
         if isinstance(entry, dict):
             common = {k: v for k, v in entry.items() if k not in ("arms", "budget")}
             swept[n] = {arm: {**common, **e} for arm, e in entry.get("arms", {}).items()}
-    meta = {"preset": preset, "jobs": jobs, "experiments": names, "datasets": sorted(datasets),
+    meta = {"preset": preset, "jobs": jobs, "device": device or "per config",
+            "experiments": names, "datasets": sorted(datasets),
             "data_sources": sources_used,
             "learning_rates": swept,
             "runs": len(configs), "failed_runs": failed, "not_run": not_run,
@@ -369,10 +399,10 @@ def failures(out: str | os.PathLike) -> list[str]:
 
 
 def tier(args: argparse.Namespace) -> str:
-    """The tier of the reproduction that the command line asks for: ``--quick``, ``--full`` or
-    ``--embedded`` or ``--preset NAME`` (one of them at most); ``embedded`` when none is given
-    (``--preset standard``, its former name, too)."""
-    if args.full:
+    """The tier of the reproduction that the command line asks for: ``--quick``, ``--paper``
+    (``--full``), ``--embedded`` or ``--preset NAME`` (one of them at most); ``embedded`` when
+    none is given (``--preset standard``, its former name, too)."""
+    if args.full or args.paper or args.preset == PAPER:
         return "full"
     if args.quick:
         return "quick"
@@ -387,8 +417,8 @@ def _run(args: argparse.Namespace) -> int:
         print(format_costs(args.costs))
         return 0
     preset = tier(args)
-    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, log=print,
-                    extra_seeds=args.extra_seeds)
+    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, device=args.device,
+                    log=print, extra_seeds=args.extra_seeds)
     if (out / "summary.json").exists():
         from ..report import summary_table
         print("\n" + summary_table(out))
@@ -412,18 +442,23 @@ def add_commands(sub) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--embedded", action="store_true", help="the tier embedded (the default): "
                       "every experiment whose data ships with the package, and summary B's IMDb "
-                      "classifiers and 6.6's MLP on the full MNIST (real data, downloaded once, "
-                      "verified), at the "
+                      "classifiers and char-LM on 19th-century novels (its 5-way sentence "
+                      "completion test of the held-out novels), and 6.6's MLP on the full MNIST "
+                      "(real data, downloaded once, verified), at the "
                       "runner's quick scale, 5 seeds")
     mode.add_argument("--quick", action="store_true", help="the tier quick: the subset of the "
                       "tier embedded that fits 10 minutes on 2 CPU cores (no ConvNet, no section "
                       "6.1-6.5 experiments: their claims are listed as not run)")
-    mode.add_argument("--full", action="store_true", help="the tier full: the paper's scale where "
-                      "the data can be downloaded (hours; resumable)")
-    mode.add_argument("--preset", choices=(*TIERS, STANDARD), metavar="TIER",
+    mode.add_argument("--paper", action="store_true", help="the tier paper: the paper's sizes "
+                      "where the data can be downloaded (MNIST 784-1000-1000-10, IMDb at 400 "
+                      "words, the char-LM on the novels at hidden 256), 5 seeds; hours on 2 CPU "
+                      "cores, its cost per experiment from --costs DIR; with --device cuda on a "
+                      "GPU; resumable")
+    mode.add_argument("--full", action="store_true", help="the former name of --paper")
+    mode.add_argument("--preset", choices=(*TIERS, STANDARD, PAPER), metavar="TIER",
                       help="the tier by name: tiny (seconds, for tests), quick (= --quick), "
                       "embedded (= --embedded, the default; 'standard' is its former name and "
-                      "still accepted), full (= --full)")
+                      "still accepted), paper (= --paper; 'full' is its former name)")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{DDP_EXPERIMENT}, {ANALYSIS}")
@@ -431,6 +466,10 @@ def add_commands(sub) -> None:
     p.add_argument("--costs", metavar="DIR", help="train nothing: print what the training in the "
                    "output directory DIR cost, per experiment and per arm (run-seconds and "
                    "CPU-seconds from each run's cost.json)")
+    p.add_argument("--device", choices=DEVICES, help="the device of every training run: auto "
+                   "(a GPU where torch sees one, else the CPU; each experiment's default), cpu "
+                   "or cuda (an error where torch sees no GPU). A run trained on one device is "
+                   "another config than on another: finished runs are reused on the same device")
     p.add_argument("--jobs", type=_args.positive_int,
                    help="training processes at once (default: 2, or 1 on "
                    "a single core)")

@@ -110,7 +110,7 @@ def _completion_sets(runs: list[Run]) -> set[tuple]:
                                               "completion_questions")) for r in runs}
 
 
-def completion_table(g: dict[str, list[Run]]) -> list[dict]:
+def completion_table(g: dict[str, list[Run]], spec: LossSpec = CHARLM_SPEC) -> list[dict]:
     rows = []
     for n, rs in g.items():
         if not rs:
@@ -123,7 +123,7 @@ def completion_table(g: dict[str, list[Run]]) -> list[dict]:
         if n == "batch" and all(r.rows[-1].get(F_COMPLETION_EMA) is not None for r in rs):
             row["EMA completion accuracy %"] = arm(
                 rs, lambda r: score(r, F_COMPLETION_EMA, 0.0)).fmt(PP, 1)
-        key = arm_key(CHARLM_SPEC, rs)
+        key = arm_key(spec, rs)
         row["test bits/char"] = arm(rs, lambda r: final_loss(r, key)).fmt(1 / LN2, 3)
         row["seeds"] = len(rs)
         rows.append(row)
@@ -147,19 +147,23 @@ def _above_chance(v, acc: dict, chance: float):
                    f"updates or a higher budget", parts=(v,), guards=v.guards)
 
 
-def claim_completion(inp: Inputs, fixed_budget: bool = False) -> ClaimResult:
+def claim_completion(inp: Inputs, fixed_budget: bool = False,
+                     spec: LossSpec = CHARLM_SPEC) -> ClaimResult:
     """LN-LSTM answers more of the 5-way completion questions than LSTM and than BN-LSTM.
-    ``fixed_budget``: judged at the runs' budget (``base.at_budget``: no undertrained guard)."""
-    g = loss_groups(inp, CHARLM_SPEC)
+    ``fixed_budget``: judged at the runs' budget (``base.at_budget``: no undertrained guard).
+    ``spec``: the language model's experiment (the docstrings' by default)."""
+    g = loss_groups(inp, spec)
     if (note := _need(g)) or (note := _need_field(g, F_COMPLETION)):
         return not_run(note)
     allr = [r for rs in g.values() for r in rs]
     sets = _completion_sets(allr)
     if len(sets) > 1:
         return not_run(f"the runs were scored on different completion test sets (SHA-256, "
-                       f"Python, questions: {'; '.join(map(str, sorted(sets, key=str)))}); the "
-                       f"test is built from the running Python's standard library, so rerun "
-                       f"every arm with one Python version")
+                       f"Python, questions: {'; '.join(map(str, sorted(sets, key=str)))}); "
+                       + ("the test is built from the running Python's standard library, so "
+                          "rerun every arm with one Python version"
+                          if any(p for _, p, _ in sets) else
+                          "rerun every arm on the same data and number of questions"))
     sha, python, questions = next(iter(sets))
     chance = float(allr[0].rows[-1].get("completion_chance") or COMPLETION_CHANCE)
     acc = {n: arm(rs, lambda r: score(r, F_COMPLETION, 0.0)) for n, rs in g.items()}
@@ -179,20 +183,23 @@ def claim_completion(inp: Inputs, fixed_budget: bool = False) -> ClaimResult:
     test = (f"{questions} questions" if questions else "the questions") + \
         (f" built by Python {python}" if python else "") + \
         (f", test set SHA-256 {str(sha)[:12]}…" if sha else "")
-    fig = Figure("paper_charlm_completion", "paper_curves", (("experiment", "paper_charlm"),),
+    exp = spec.experiment
+    fig = Figure(f"{exp}_completion", "paper_curves", (("experiment", exp),),
                  f"{F_COMPLETION}|{PP}|5-way completion accuracy (%)|step|{chance * PP:g}")
-    return ClaimResult(v, key, completion_table(g), [fig], notes=[
-        measured_vs_paper("paper_charlm_completion", key),
+    held = allr[0].rows[-1].get("completion_held_out")
+    source = (f"the held-out novels ({held})" if held else "the standard library's docstrings")
+    return ClaimResult(v, key, completion_table(g, spec), [fig], notes=[
+        measured_vs_paper(f"{exp}_completion", key),
         f"Each question is a held-out sentence with one word blanked and 5 candidates (the word "
         f"and 4 impostors of the same training-frequency band); the LM picks the completed "
         f"sentence of highest log-likelihood. Test: {test}; every arm and seed answers the same "
         f"questions." + (f" One question is {step:.2g} pp of accuracy." if step else "")],
-        caveats=how_wrong(inp, "paper_charlm", {RNN_LABEL[n]: rs for n, rs in g.items()}, v,
+        caveats=how_wrong(inp, exp, {RNN_LABEL[n]: rs for n, rs in g.items()}, v,
                           late=(F_COMPLETION, "completion accuracy", PP, " pp", BEATS_MARGIN),
                           rising=True, bn_fields=(F_COMPLETION, F_COMPLETION_EMA)) + [
             "Unlike MSR's challenge (sentences of Sherlock Holmes novels, impostors proposed by "
             "a language model and screened by people to fit the sentence), the questions and "
-            "impostors come from the standard library's docstrings by rule (the blank is the "
+            f"impostors come from {source} by rule (the blank is the "
             "sentence's rarest word seen ≥ 5 times in training, impostors drawn from the same "
             "frequency band): an impostor can fit the sentence as well as the answer, so the "
             "ceiling is below 100%."])
