@@ -213,6 +213,33 @@ def test_unknown_isa_falls_back_with_one_warning(monkeypatch):
         assert library.get() is None  # once per process
 
 
+def test_every_part_of_the_kernel_source_keys_the_cache(tmp_path):
+    """``_rnn_steps.c`` is one compilation unit in parts (``#include``d): every part file beside
+    it is reached from it, each stays under 500 lines, and an edit to any part changes the
+    cache key (so the edit is rebuilt, never a stale library loaded)."""
+    import dataclasses
+    import shutil
+    ops = native.KERNEL.source.parent
+    parts = _native_build.sources(native.KERNEL)
+    assert parts[0] == native.KERNEL.source
+    assert set(parts) == set(ops.glob("_rnn_steps*.c")), "a part that the build never reads"
+    for path in parts:
+        assert len(path.read_text().splitlines()) < 500, path.name
+    for path in parts:
+        shutil.copy(path, tmp_path / path.name)
+    kernel = dataclasses.replace(native.KERNEL, source=tmp_path / native.KERNEL.source.name)
+    key = _native_build.cached_path(kernel, "cc")
+    assert key == _native_build.cached_path(native.KERNEL, "cc")
+    for path in parts[1:]:
+        copy = tmp_path / path.name
+        copy.write_text(path.read_text() + "/* edited */\n")
+        assert _native_build.cached_path(kernel, "cc") != key, path.name
+        copy.write_text(path.read_text())
+    (tmp_path / parts[-1].name).unlink()
+    with pytest.raises(_native_build.NativeUnavailable, match="cannot be read"):
+        _native_build.cached_path(kernel, "cc")
+
+
 # ---- the cells' products at batch 1 ----------------------------------------------------------
 
 def test_matvec_rows_matches_torch():
