@@ -15,8 +15,8 @@
  * (B, G), and for the GRU direct (B, H), the gradient of h_0 that does not pass through W_hh;
  * dparams accumulated as the sequence's. Return 0, or -1 when a thread's workspace could not be
  * allocated. */
-static int step_forward(int B, int G, int H, int nthreads, const float *hg, const float *h0,
-                        size_t scratch, forward_row row, const void *cell) {
+static int step_forward(int B, int G, int H, int nthreads, const float *hg, const float *xw,
+                        const float *h0, size_t scratch, forward_row row, const void *cell) {
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
@@ -29,7 +29,7 @@ static int step_forward(int B, int G, int H, int nthreads, const float *hg, cons
         failed = 1;
     }
     for (int b = r0; b < r1 && work; b++)
-        row(cell, b, b, hg + (long)b * G, h0 + (long)b * H, work);
+        row(cell, b, b, hg + (long)b * G, xw + (long)b * G, h0 + (long)b * H, work);
     free(work);
     }
     return failed ? -1 : 0;
@@ -63,7 +63,7 @@ static int step_backward(int B, int G, int H, int nthreads, float *dhg, float *d
 }
 
 int lstm_step_forward(const struct lstm *L, const float *hg) {
-    return step_forward(L->B, 4 * L->H, L->H, L->nthreads, hg, L->h0, lstm_scratch(L),
+    return step_forward(L->B, 4 * L->H, L->H, L->nthreads, hg, L->xw, L->h0, lstm_scratch(L),
                         lstm_forward_row, L);
 }
 
@@ -75,7 +75,7 @@ int lstm_step_backward(const struct lstm *L, float *direct) {
 }
 
 int gru_step_forward(const struct gru *R, const float *hg) {
-    return step_forward(R->B, 3 * R->H, R->H, R->nthreads, hg, R->h0, (size_t)4 * R->H,
+    return step_forward(R->B, 3 * R->H, R->H, R->nthreads, hg, R->xw, R->h0, (size_t)4 * R->H,
                         gru_forward_row, R);
 }
 

@@ -41,6 +41,9 @@ struct gru {
     float *dhg;                      /* backward (t1 - t0, B, 3H) out */
     const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
     const float *zone_h;             /* (T, B, H) zoneout, or NULL */
+    int I;                           /* with x: the input's width */
+    const float *x;                  /* (T, B, I) or NULL: as struct lstm's */
+    const float *wxp;                /* with x: W_x (3H, I) in panels */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t gru_struct_size(void) { return sizeof(struct gru); }
@@ -48,10 +51,11 @@ size_t gru_struct_last(void) { return offsetof(struct gru, dparams); }
 
 /* r, z (2H), un (H), n (H) of row tb from hg (3H), h_{t-1} and the LN statistics (mean, rstd)
  * of hg[:2H], hg[2H:], xw[:2H], xw[2H:] (the last two unused without gain_x). */
-static inline void gru_gates(const struct gru *R, long tb, const float *hgb, const float st[8],
-                             float *restrict rz, float *restrict un, float *restrict n) {
-    const int H = R->H, G = 3 * H;
-    const float *xb = R->xw + tb * G, *gx = R->gain_x, *bx = R->bias_x;
+static inline void gru_gates(const struct gru *R, const float *hgb, const float *xb,
+                             const float st[8], float *restrict rz, float *restrict un,
+                             float *restrict n) {
+    const int H = R->H;
+    const float *gx = R->gain_x, *bx = R->bias_x;
     const float *gh = R->gain_h, *bh = R->bias_h, *gu = R->gain_u, *bu = R->bias_u;
     const float mh = st[0], rh = st[1], mu = st[2], ru = st[3];  /* locals: no aliasing */
     const float mx1 = st[4], rx1 = st[5], mx2 = st[6], rx2 = st[7];
@@ -80,12 +84,11 @@ static inline void gru_gates(const struct gru *R, long tb, const float *hgb, con
     }
 }
 
-static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, const float *hp,
-                            float *scratch) {
+static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, const float *xb,
+                            const float *hp, float *scratch) {
     const struct gru *R = cell;
     const int H = R->H, G = 3 * H;
     const long TB = (long)R->T * R->B;
-    const float *xb = R->xw + tb * G;
     float *rz = scratch, *un = scratch + 2 * H, *n = scratch + 3 * H, *h = R->out + tb * H;
     float st[8] = {0};
     if (R->gain_h) {
@@ -96,7 +99,7 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
         moments(xb, 2 * H, R->eps, &st[4], &st[5]);
         moments(xb + 2 * H, H, R->eps, &st[6], &st[7]);
     }
-    gru_gates(R, tb, hgb, st, rz, un, n);
+    gru_gates(R, hgb, xb, st, rz, un, n);
     for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
     if (R->zone_h) zoneout_(h, h, hp, R->zone_h + tb * H, H);
     copy_(R->h_n + (long)b * H, h, H);
@@ -106,8 +109,11 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     }
 }
 
+/* Returns -3 when x is given with save (hg_all) or without gain_x / wxp. */
 int gru_forward_seq(const struct gru *R) {
-    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->h0,
+    if (R->x && (R->hg_all || !R->gain_x || !R->wxp || R->I < 1)) return -3;
+    const struct input_term in = {R->xw, R->x, R->wxp, R->I};
+    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, in, R->h0,
                        R->out, (size_t)4 * R->H, R->h_mask, gru_forward_row, R);
 }
 
@@ -125,7 +131,7 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
     float *pg_x = part + 6 * H, *pb_x = pg_x + G;
     float st[8];
     for (int k = 0; k < 8; k++) st[k] = R->stats[k * TB + tb];
-    gru_gates(R, tb, hgb, st, r, u, nb);
+    gru_gates(R, hgb, R->xw + tb * G, st, r, u, nb);
     if (R->zone_h) {  /* zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~ */
         const float *zh = R->zone_h + tb * H;
 #pragma omp simd  /* the outputs are disjoint rows, each j read and written only at j */

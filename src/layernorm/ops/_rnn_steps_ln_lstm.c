@@ -42,17 +42,20 @@ struct lstm {
     float *dhg;                      /* backward (t1 - t0, B, G) out */
     const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
     const float *zone_h, *zone_c;    /* (T, B, H) zoneout of h and of c, or NULL */
+    int I;                           /* with x: the input's width */
+    const float *x;                  /* (T, B, I) or NULL: forward without save only, with gain_x:
+                                        xw := W_x x_t computed inside (struct input_term) */
+    const float *wxp;                /* with x: W_x (G, I) in panels (ceil(G / NR), I, NR) */
     double *dparams;                 /* backward (18 H,) accumulated */
 };
 size_t lstm_struct_size(void) { return sizeof(struct lstm); }
 size_t lstm_struct_last(void) { return offsetof(struct lstm, dparams); }
 
-static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb, const float *hp,
-                             float *scratch) {
+static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb, const float *xb,
+                             const float *hp, float *scratch) {
     const struct lstm *L = cell;
     const int H = L->H, G = 4 * H, save = L->cs != NULL;
     const long TB = (long)L->T * L->B, B = L->B;
-    const float *xb = L->xw + tb * G;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
     float mu = 0.0f, rs = 0.0f, mx = 0.0f, rx = 0.0f;
     if (!L->gain_h) {  /* the plain LSTM (no LN; xw holds both biases): pre = W_h h + xw */
@@ -107,8 +110,11 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
  * with zone_c. */
 static size_t lstm_scratch(const struct lstm *L) { return (size_t)(L->zone_c ? 6 : 5) * L->H; }
 
+/* Returns -3 when x is given with save (cs) or without gain_x / wxp. */
 int lstm_forward_seq(const struct lstm *L) {
-    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->h0,
+    if (L->x && (L->cs || !L->gain_x || !L->wxp || L->I < 1)) return -3;
+    const struct input_term in = {L->xw, L->x, L->wxp, L->I};
+    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, in, L->h0,
                        L->out, lstm_scratch(L), L->h_mask, lstm_forward_row, L);
 }
 

@@ -28,16 +28,27 @@ static inline const float *prev_h(const float *h0, const float *out, int t, int 
     return t ? out + ((long)(t - 1) * B + r) * H : h0 + (long)r * H;
 }
 
-/* One forward step of row b (tb = t * B + b) given hg = W_hh h_{t-1} (G) and hp = h_{t-1} (H):
- * writes h_t into out[t][b]; scratch: per thread. */
-typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, const float *hp,
-                            float *scratch);
+/* One forward step of row b (tb = t * B + b) given hg = W_hh h_{t-1} (G), xb = the row's input
+ * term (G: W_x x_t, raw or with its biases, as the cell says) and hp = h_{t-1} (H): writes h_t
+ * into out[t][b]; scratch: per thread. */
+typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, const float *xb,
+                            const float *hp, float *scratch);
+
+/* The input term of the forward: xw (T, B, G) given, or, when x is not NULL, computed here from
+ * x (T, B, I) and W_x (G, I) packed in panels (wxp: ceil(G / NR), I, NR), into a per-thread
+ * buffer of the block's rows (the inference path: no (T, B, G) tensor is written or read, and
+ * the product's rows stay in cache for the steps that read them). A block of every row (one
+ * thread) takes the products of XCHUNK / B steps at once (their rows are consecutive in x), so a
+ * small batch still runs the GEMM's tall tiles; else one step's rows at a time. The same GEMM as
+ * a precomputed xw through gemm_packed, so the same sums in the same order. */
+#define XCHUNK 64
+struct input_term { const float *xw, *x, *wxp; int I; };
 
 /* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels.
  * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself). */
 static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
-                       const float *wp, const float *h0, const float *out, size_t scratch,
-                       const float *h_mask, forward_row row, const void *cell) {
+                       const float *wp, struct input_term in, const float *h0, const float *out,
+                       size_t scratch, const float *h_mask, forward_row row, const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -46,7 +57,12 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t masked = h_mask ? (size_t)(r1 - r0) * H : 0;  /* h_{t-1} * h_mask */
-    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + 1));
+    int chunk = 1;  /* steps per input GEMM */
+    if (in.x && r0 == 0 && r1 == B) chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
+    if (chunk < 1) chunk = 1;
+    const size_t inputs = in.x ? (size_t)chunk * (r1 - r0) * Gp : 0;  /* the rows' W_x x_t */
+    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + inputs + 1));
+    float *xg = hg + (size_t)(r1 - r0) * Gp + scratch + masked;
     if (!hg) {
 #pragma omp atomic write
         failed = 1;
@@ -64,9 +80,22 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
         } else {
             gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
         }
+        const float *xt = xg + (size_t)(t % chunk) * (r1 - r0) * Gp;
+        long ldx = Gp;
+        if (in.x && chunk > 1) {
+            if (t % chunk == 0)  /* steps t .. t + n - 1, all B rows (padding rows included) */
+                gemm_rows((T - t < chunk ? T - t : chunk) * B, in.I, in.x + (long)t * B * in.I,
+                          in.I, in.wxp, npanels, xg, Gp);
+        } else if (in.x) {
+            gemm_rows(e - r0, in.I, in.x + ((long)t * B + r0) * in.I, in.I, in.wxp, npanels, xg,
+                      Gp);
+        } else {
+            xt = in.xw + ((long)t * B + r0) * G;
+            ldx = G;
+        }
         for (int b = r0; b < e; b++)
-            row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp, hp + (long)(b - r0) * H,
-                hg + (size_t)(r1 - r0) * Gp);
+            row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp, xt + (b - r0) * ldx,
+                hp + (long)(b - r0) * H, hg + (size_t)(r1 - r0) * Gp);
     }
     free(hg);
     }
