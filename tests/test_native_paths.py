@@ -313,6 +313,22 @@ def test_avx2_inference_kernels_match_float64(avx2_kernels, kind):
         torch.testing.assert_close(a.double(), r, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("T,B", [(3, 0), (0, 2)])
+def test_inference_kernels_empty_batch_or_sequence(T, B):
+    """No rows or no steps: empty outputs, the initial states returned."""
+    I, H = 5, 8
+    x, h0, c0 = torch.randn(T, B, I), torch.randn(B, H), torch.randn(B, H)
+    g, b = torch.ones(4 * H), torch.zeros(4 * H)
+    with torch.no_grad():
+        out, h, c = native.ln_lstm_inference(x, h0, c0, torch.randn(4 * H, I),
+                                             torch.randn(4 * H, H), g, b, g, b, g[:H], b[:H])
+        out_g, h_g = native.ln_gru_inference(x, h0, torch.randn(3 * H, I), torch.randn(3 * H, H),
+                                             g[:3 * H], b[:3 * H], g[:2 * H], b[:2 * H], g[:H],
+                                             b[:H])
+    assert out.shape == out_g.shape == (T, B, H)
+    assert torch.equal(h, h0) and torch.equal(c, c0) and torch.equal(h_g, h0)
+
+
 def test_inference_kernel_refuses_save_and_raw_input_term():
     """The input GEMM inside the kernel runs only without saving and with the input's LN."""
     lib = native.load()

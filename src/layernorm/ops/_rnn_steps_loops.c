@@ -58,7 +58,7 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     row_block(B, &r0, &r1);
     const size_t masked = h_mask ? (size_t)(r1 - r0) * H : 0;  /* h_{t-1} * h_mask */
     int chunk = 1;  /* steps per input GEMM */
-    if (in.x && r0 == 0 && r1 == B) chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
+    if (in.x && B > 0 && r0 == 0 && r1 == B) chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
     if (chunk < 1) chunk = 1;
     const size_t inputs = in.x ? (size_t)chunk * (r1 - r0) * Gp : 0;  /* the rows' W_x x_t */
     float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + inputs + 1));
