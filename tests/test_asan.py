@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 CANARY = "asan canary: a deliberate overflow follows"
-OPTIONAL = ("batch_sizes", "h_mask", "zone_h", "zone_c")   # lengths and the regularizers' masks
+OPTIONAL = ("batch_sizes", "h_mask", "zone_h", "zone_c",    # lengths and the regularizers' masks
+            "x")                                           # inference: the input GEMM inside
 FLAGS = "-fsanitize=address -fno-omit-frame-pointer"
 
 
@@ -89,6 +90,8 @@ def test_every_c_kernel_entry_point_is_clean_under_address_sanitizer(tmp_path):
         assert not missing, (kernel, missing, record["given"])
     for kernel in ("bn_lstm_forward_seq", "bn_gru_forward_seq"):
         assert f"{kernel} batch_sizes" in record["given"], record["given"]
+    for kernel in ("lstm_forward_seq", "gru_forward_seq"):  # ln_lstm_inference / ln_gru_inference
+        assert f"{kernel} x" in record["given"], record["given"]
     exported = set().union(*(_exported(lib) for lib in libs))
     at_load = {n for n in exported if n.endswith(("_struct_size", "_struct_last"))
                or n == "panel_width"}
@@ -156,6 +159,18 @@ def _exercise() -> None:
                     m.eval()
                     with torch.no_grad():
                         m(packed)
+        # inference with the input GEMM inside the time loop, padded and packed (sorted lengths)
+        x = torch.randn(13, 9, I)
+        sizes = (torch.tensor([13, 13, 12, 11, 9, 7, 4, 2, 1]).unsqueeze(0)
+                 > torch.arange(13).unsqueeze(1)).sum(1)
+        for G, infer in ((4, native.ln_lstm_inference), (3, native.ln_gru_inference)):
+            w_ih, w_hh = torch.randn(G * H, I), torch.randn(G * H, H)
+            g, b = torch.ones(G * H), torch.zeros(G * H)
+            states = [torch.zeros(9, H)] * (2 if G == 4 else 1)
+            n = 4 * H if G == 4 else 2 * H
+            for batch_sizes in (None, sizes):
+                infer(x, *states, w_ih, w_hh, g, b, g[:n], b[:n], g[:H], b[:H],
+                      batch_sizes=batch_sizes)
         for mode in ("LSTMCell", "GRUCell"):
             for regs in ({}, dict(zoneout=0.2, recurrent_dropout=0.3, dropconnect=0.25)):
                 cell = getattr(L, mode)(I, H, norm="layer", **regs).train()

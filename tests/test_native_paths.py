@@ -213,6 +213,139 @@ def test_unknown_isa_falls_back_with_one_warning(monkeypatch):
         assert library.get() is None  # once per process
 
 
+def test_every_part_of_the_kernel_source_keys_the_cache(tmp_path):
+    """``_rnn_steps.c`` is one compilation unit in parts (``#include``d): every part file beside
+    it is reached from it, each stays under 500 lines, and an edit to any part changes the
+    cache key (so the edit is rebuilt, never a stale library loaded)."""
+    import dataclasses
+    import shutil
+    ops = native.KERNEL.source.parent
+    parts = _native_build.sources(native.KERNEL)
+    assert parts[0] == native.KERNEL.source
+    assert set(parts) == set(ops.glob("_rnn_steps*.c")), "a part that the build never reads"
+    for path in parts:
+        assert len(path.read_text().splitlines()) < 500, path.name
+    for path in parts:
+        shutil.copy(path, tmp_path / path.name)
+    kernel = dataclasses.replace(native.KERNEL, source=tmp_path / native.KERNEL.source.name)
+    key = _native_build.cached_path(kernel, "cc")
+    assert key == _native_build.cached_path(native.KERNEL, "cc")
+    for path in parts[1:]:
+        copy = tmp_path / path.name
+        copy.write_text(path.read_text() + "/* edited */\n")
+        assert _native_build.cached_path(kernel, "cc") != key, path.name
+        copy.write_text(path.read_text())
+    (tmp_path / parts[-1].name).unlink()
+    with pytest.raises(_native_build.NativeUnavailable, match="cannot be read"):
+        _native_build.cached_path(kernel, "cc")
+
+
+# ---- inference: the input GEMM inside the time loop ---------------------------------------------
+
+def _input_term64(kind, x, w_ih, gain_x, bias_x):
+    """The float64 input term of the reference: LN(W_x x) (the GRU: [r, z] and n separately)."""
+    xw = x.double() @ w_ih.double().t()
+    groups = [xw.shape[-1]] if kind == "lstm" else [xw.shape[-1] * 2 // 3, xw.shape[-1] // 3]
+    parts, k = [], 0
+    for n in groups:
+        parts.append(torch.nn.functional.layer_norm(xw[..., k:k + n], (n,),
+                                                    gain_x[k:k + n].double(),
+                                                    bias_x[k:k + n].double()))
+        k += n
+    return torch.cat(parts, -1)
+
+
+def _inference_case(kind, T, B, I, H, packed):
+    """(inference call's results, the C sequence kernel's on the same W_x x, the float64
+    reference's), the batch sorted by decreasing length where ``packed``."""
+    fn, ref, G = KINDS[kind][0], KINDS[kind][1], KINDS[kind][2] * H
+    torch.manual_seed(1)
+    args = [a.detach() for a in make_args(kind, T, B, H)][1:]       # states, w_hh, gains
+    n_states = KINDS[kind][3]
+    x, w_ih = torch.randn(T, B, I), torch.randn(G, I) / I ** 0.5
+    gain_x, bias_x = 1 + 0.1 * torch.randn(G), 0.1 * torch.randn(G)
+    lengths = torch.arange(T, T - B, -1).clamp(min=0) if packed else None
+    sizes = None if lengths is None else (lengths.unsqueeze(0) > torch.arange(T).unsqueeze(1)).sum(1)
+    call = native.ln_lstm_inference if kind == "lstm" else native.ln_gru_inference
+    states, rest = args[:n_states], args[n_states:]
+    with torch.inference_mode():
+        assert native.inference_applies(x, w_ih, *args)
+        ours = call(x, *states, w_ih, rest[0], gain_x, bias_x, *rest[1:], batch_sizes=sizes)
+        lib = native.load()
+        from layernorm.ops.common import _panels
+        wxp = _panels(w_ih, lib.panel_width())
+        xw = torch.empty(T * B, wxp.shape[0] * lib.panel_width())
+        lib.gemm_packed(T * B, I, x.data_ptr(), wxp.data_ptr(), wxp.shape[0], xw.data_ptr())
+        xw = xw[:, :G].reshape(T, B, G).contiguous()
+        seq = fn(xw, *args, gain_x=gain_x, bias_x=bias_x, batch_sizes=sizes)
+    xg64 = _input_term64(kind, x, w_ih, gain_x, bias_x)
+    ref64 = ref(xg64, *(a.double() for a in args), lengths=lengths)
+    return ours, seq, ref64
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+# (threads, T, B, I, H): one thread takes the input products of 64 / B steps at once (here 4
+# steps of 1 row; 7 + 2 steps of 10 rows), two threads one step of their block's rows at a time
+@pytest.mark.parametrize("threads,T,B,I,H", [(1, 4, 1, 7, 16), (1, 9, 10, 33, 40),
+                                             (2, 5, 10, 33, 40)])
+def test_inference_kernels_match_float64_and_the_sequence_kernel(kind, packed, threads, T, B, I,
+                                                                  H):
+    """``ln_lstm_inference`` / ``ln_gru_inference`` (W_x x_t inside the time loop, nothing
+    saved): the float64 reference to 1e-5, and the sequence kernel on W_x x from the same GEMM
+    bit for bit (same sums, same order); with lengths, on one and two threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ours, seq, ref64 = _inference_case(kind, T, B, I, H, packed)
+    finally:
+        torch.set_num_threads(before)
+    for a, b, r in zip(ours, seq, ref64):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a.double(), r, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_avx2_inference_kernels_match_float64(avx2_kernels, kind):
+    ours, seq, ref64 = _inference_case(kind, 5, 10, 33, 40, True)
+    for a, b, r in zip(ours, seq, ref64):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a.double(), r, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("T,B", [(3, 0), (0, 2)])
+def test_inference_kernels_empty_batch_or_sequence(T, B):
+    """No rows or no steps: empty outputs, the initial states returned."""
+    I, H = 5, 8
+    x, h0, c0 = torch.randn(T, B, I), torch.randn(B, H), torch.randn(B, H)
+    g, b = torch.ones(4 * H), torch.zeros(4 * H)
+    with torch.no_grad():
+        out, h, c = native.ln_lstm_inference(x, h0, c0, torch.randn(4 * H, I),
+                                             torch.randn(4 * H, H), g, b, g, b, g[:H], b[:H])
+        out_g, h_g = native.ln_gru_inference(x, h0, torch.randn(3 * H, I), torch.randn(3 * H, H),
+                                             g[:3 * H], b[:3 * H], g[:2 * H], b[:2 * H], g[:H],
+                                             b[:H])
+    assert out.shape == out_g.shape == (T, B, H)
+    assert torch.equal(h, h0) and torch.equal(c, c0) and torch.equal(h_g, h0)
+
+
+def test_inference_kernel_refuses_save_and_raw_input_term():
+    """The input GEMM inside the kernel runs only without saving and with the input's LN."""
+    lib = native.load()
+    x, h = torch.randn(2, 1, 3), torch.zeros(1, 4)
+    with pytest.raises(RuntimeError, match="input GEMM inside the kernel"):
+        native.call(lib, "lstm_forward_seq", native.LSTMArgs, "test", T=2, B=1, H=4, I=3, x=x,
+                    wxp=x, wp=x, h0=h, out=torch.empty(2, 1, 4), h_n=h, c_n=h)
+
+
+def test_inference_does_not_apply_where_a_graph_is_wanted():
+    x, w = torch.randn(2, 1, 3), torch.randn(4, 3, requires_grad=True)
+    assert not native.inference_applies(x, w)
+    with torch.no_grad():
+        assert native.inference_applies(x, w)
+        assert not native.inference_applies(x.double(), w.double())
+
+
 # ---- the cells' products at batch 1 ----------------------------------------------------------
 
 def test_matvec_rows_matches_torch():

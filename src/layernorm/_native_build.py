@@ -24,6 +24,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shlex
 import shutil
 import stat
@@ -111,13 +112,32 @@ def compiler() -> str | None:
             or shutil.which("clang"))
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def sources(kernel: Kernel) -> list[Path]:
+    """The kernel's source and every file it ``#include "..."``s (its parts, recursively, beside
+    it): all of them key the cache, so an edit to a part rebuilds."""
+    seen: list[Path] = []
+    todo = [kernel.source]
+    while todo:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.append(path)
+        try:
+            text = path.read_bytes()
+        except OSError as e:
+            raise NativeUnavailable(f"its source {path} cannot be read ({e}); reinstall the "
+                                    f"package") from None
+        todo += [path.parent / name.decode() for name in _INCLUDE.findall(text)]
+    return seen
+
+
 def cached_path(kernel: Kernel, cc: str) -> Path:
-    """Where the library for this source, compiler, flags and CPU lives in the cache."""
-    try:
-        source = kernel.source.read_bytes()
-    except OSError as e:
-        raise NativeUnavailable(f"its source {kernel.source} cannot be read ({e}); reinstall the "
-                                f"package") from None
+    """Where the library for this source (and its parts), compiler, flags and CPU lives in the
+    cache."""
+    source = b"".join(path.read_bytes() for path in sources(kernel))
     key = hashlib.sha256(source + " ".join([cc, *compile_flags(), "omp"]).encode()
                          + cpu_signature().encode()).hexdigest()[:16]
     return cache_dir() / f"{kernel.stem}-{key}.so"

@@ -54,6 +54,9 @@ class LSTMArgs(ctypes.Structure):
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
         ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
         ("zone_h", _ptr), ("zone_c", _ptr),    # (T, B, H) zoneout, or NULL
+        ("I", _int),                           # with x: the input's width
+        ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
+        ("wxp", _ptr),                         # W_x (G, I) in panels, with x
         ("dparams", _ptr),                     # (18 H,) float64 backward
     ]
 
@@ -81,6 +84,9 @@ class GRUArgs(ctypes.Structure):
         ("dhg", _ptr),                         # (t1 - t0, B, 3H) backward
         ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
         ("zone_h", _ptr),                      # (T, B, H) zoneout, or NULL
+        ("I", _int),                           # with x: the input's width
+        ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
+        ("wxp", _ptr),                         # W_x (3H, I) in panels, with x
         ("dparams", _ptr),                     # (12 H,) float64 backward
     ]
 
@@ -222,7 +228,8 @@ def simd_name(lib) -> str:
 
 
 __all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
-           "BNGRUArgs", "USE_NATIVE"]
+           "BNGRUArgs", "USE_NATIVE", "inference_applies", "ln_lstm_inference",
+           "ln_gru_inference"]
 
 # Set to False to force the torch-ops path (tests run both); ``layernorm.rnn.fused.USE_NATIVE``
 # reads and sets this switch.
@@ -258,9 +265,69 @@ def call(lib, kernel: str, cls, who: str, **fields) -> None:
     if status == -2:
         raise RuntimeError(f"internal: {who}: step range t0={args.t0}, t1={args.t1} outside "
                            f"[0, T={args.T}]")
+    if status == -3:
+        raise RuntimeError(f"internal: {who}: the input GEMM inside the kernel (x) runs only "
+                           f"without saving for a backward and with the input's layer norm "
+                           f"(gain_x) and packed W_x (wxp)")
     if status != 0:
         raise MemoryError(f"{who}: the C kernel could not allocate its per-thread workspace "
                           f"(status {status}). Use a smaller batch or fewer threads.")
+
+
+def inference_applies(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
+    """Whether ``ln_lstm_inference`` / ``ln_gru_inference`` apply: nothing to save for a backward
+    (grad mode off, or no tensor requires grad), eager mode, the C kernels loaded, every tensor
+    CPU float32, autocast off."""
+    tensors = (x, *tensors)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return (eager(*tensors) and all(t.dtype == torch.float32 for t in tensors)
+            and not autocast_on(x))
+
+
+def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.Tensor,
+               w_hh: torch.Tensor, batch_sizes, eps: float, **fields):
+    """One layer and direction forward with the input GEMM inside the kernel (``x`` and the
+    panels of ``w_ih``): no (T, B, G) input term is written, nothing is saved. ``states``: the
+    initial states (h0 first), cloned into the final ones."""
+    from .common import _buffer, _panels      # (common imports this module)
+    lib = load()
+    T, B, I = x.shape
+    H, G = states[0].shape[-1], w_hh.shape[0]
+    if w_ih.shape != (G, I) or w_hh.shape != (G, H) or x.dim() != 3:
+        raise RuntimeError(f"internal: {who}: x {tuple(x.shape)}, w_ih {tuple(w_ih.shape)}, "
+                           f"w_hh {tuple(w_hh.shape)} do not fit (T, B, I), (G, I), (G, H)")
+    out = _buffer(T, B, H, like=x, zero=batch_sizes is not None)
+    finals = [s.detach().clone(memory_format=torch.contiguous_format) for s in states]
+    width = lib.panel_width()
+    fields.update(zip(("h_n", "c_n"), finals))
+    call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=threads(B), eps=eps,
+         batch_sizes=int32(batch_sizes), x=contig(x), I=I, wxp=_panels(w_ih, width),
+         wp=_panels(w_hh, width), h0=contig(states[0]), out=out,
+         **{k: contig(v) for k, v in fields.items()})
+    return (out, *finals)
+
+
+def ln_lstm_inference(x, h0, c0, w_ih, w_hh, gain_x, bias_x, gain_h, bias_h, gain_c, bias_c,
+                      batch_sizes=None, eps=1e-5):
+    """``layernorm.LSTM``'s layer (norm="layer") forward from its raw input x (T, B, I), for
+    inference (``inference_applies``): out = ``ln_lstm_sequence(F.linear(x, w_ih), h0, c0, w_hh,
+    gain_h, bias_h, gain_c, bias_c, gain_x=gain_x, bias_x=bias_x, batch_sizes=batch_sizes)``,
+    the same sums as the C path of that call, with W_x x_t computed step by step inside the time
+    loop. -> out (T, B, H), h_n, c_n (B, H); batch_sizes: None or as ``PackedSequence``'s (rows
+    sorted by decreasing length)."""
+    return _inference("lstm_forward_seq", LSTMArgs, "ln_lstm_inference", x, (h0, c0), w_ih,
+                      w_hh, batch_sizes, eps, gain_x=gain_x, bias_x=bias_x, gain_h=gain_h,
+                      bias_h=bias_h, gain_c=gain_c, bias_c=bias_c)
+
+
+def ln_gru_inference(x, h0, w_ih, w_hh, gain_x, bias_x, gain_h, bias_h, gain_u, bias_u,
+                     batch_sizes=None, eps=1e-5):
+    """The LN-GRU's ``ln_lstm_inference``: ``ln_gru_sequence(F.linear(x, w_ih), h0, w_hh, gain_h,
+    bias_h, gain_u, bias_u, gain_x=gain_x, bias_x=bias_x, ...)`` -> out (T, B, H), h_n (B, H)."""
+    return _inference("gru_forward_seq", GRUArgs, "ln_gru_inference", x, (h0,), w_ih, w_hh,
+                      batch_sizes, eps, gain_x=gain_x, bias_x=bias_x, gain_h=gain_h,
+                      bias_h=bias_h, gain_u=gain_u, bias_u=bias_u)
 
 
 def int32(batch_sizes: torch.Tensor | None) -> torch.Tensor | None:

@@ -1,0 +1,131 @@
+/* Part of _rnn_steps.c, included there in order (one compilation unit; never compiled alone):
+ * the recurrent GEMM (packed panels, register tiles) and the cells' matvec_rows. */
+#ifndef RNN_STEPS_UNIT
+#error "compile _rnn_steps.c, which includes this file"
+#endif
+
+/* ---- the recurrent GEMM  y = h @ W^T  for a few rows of h, W packed in column panels ---------
+ *
+ * W (G, K) row-major is packed (by the caller, in torch) into panels of NR output columns,
+ * wp[p][k][c] = W[p * NR + c][k] (G padded with zero rows to a multiple of NR), so the inner loop
+ * reads NR consecutive floats per k: two vectors of VW columns, vector j of the output being half
+ * j % 2 of panel j / 2. A tile of mr rows x nv vectors is accumulated in registers over the whole
+ * K (GCC/Clang vector extensions: zmm with AVX-512, ymm with AVX2, plain SSE/NEON otherwise).
+ * Each element's sum runs over k in order 0..K-1, whatever the tile.
+ *
+ * The tile's width follows its height (NV): with AVX2's 16 registers a tile keeps the two FMA
+ * units busy (4 cycles latency) with about 12 accumulators, so a few rows take more vectors
+ * (1 x 8, 2 x 4, 3 x 4, 4 x 3, then 5-6 x 2). Measured on an AVX2 Zen 3 core at (8, 128) x
+ * (128, 512), the recurrent product of B = 8, H = 128: two 4 x 3 tiles 1.8x faster than two
+ * 4 x 2; (4, 128) x (128, 512), B = 8 on two threads: 1.8x. AVX-512's 32 registers: 12 x 2 for
+ * a tall block, and for a few rows (a small batch, one step) 1-2 x 8, 3-4 x 6, 5-6 x 4: measured
+ * on an AVX-512 Zen 5 core, one thread, (M, 256) x (256, 1024): M = 1 14.0 -> 12.3 us (then
+ * bound by reading W), M = 4 19.0 -> 14.2 us, against 12 x 2 tiles.
+ */
+#if defined(__AVX512F__)
+#define VW 16
+#define MR 12
+#define NV(mr) ((mr) <= 2 ? 8 : (mr) <= 4 ? 6 : (mr) <= 6 ? 4 : 2)
+#elif defined(__AVX__)
+#define VW 8
+#define MR 6
+#define NV(mr) ((mr) == 1 ? 8 : (mr) <= 3 ? 4 : (mr) == 4 ? 3 : 2)
+#else
+#define VW 4
+#define MR 6
+#define NV(mr) 2
+#endif
+#define NR (2 * VW)
+#define NV_MAX 8
+typedef float vf __attribute__((vector_size(VW * 4)));
+
+static inline vf loadv(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void storev(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* c[:mr, vectors j0 .. j0 + nv - 1] = a[:mr] @ W^T; a panel holds K * NR floats. */
+static inline __attribute__((always_inline)) void
+tile(const int mr, const int nv, int K, const float *a, long lda, const float *wp, int j0,
+     float *c, long ldc) {
+    vf acc[MR][NV_MAX];
+    const float *w[NV_MAX];
+    for (int v = 0; v < nv; v++)
+        w[v] = wp + (long)((j0 + v) / 2) * K * NR + ((j0 + v) % 2) * VW;
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++) acc[r][v] = (vf){0};
+    for (int k = 0; k < K; k++) {
+        vf wk[NV_MAX];
+        for (int v = 0; v < nv; v++) wk[v] = loadv(w[v] + (long)k * NR);
+        for (int r = 0; r < mr; r++) {
+            const float s = a[r * lda + k];
+            for (int v = 0; v < nv; v++) acc[r][v] += s * wk[v];
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++) storev(c + r * ldc + (long)(j0 + v) * VW, acc[r][v]);
+}
+
+/* c[:mr, all nvec vectors]: tiles of NV(mr) vectors, then of 2, then of 1 for the rest (three
+ * widths per row count at most: the build stays short). */
+static void tile_rows(int mr, int K, const float *a, long lda, const float *wp, int nvec,
+                      float *c, long ldc) {
+    switch (mr) {  /* one specialization per row count and width: accumulators stay in registers */
+#define CASE(m) case m: { \
+        int j = 0; \
+        for (; j + NV(m) <= nvec; j += NV(m)) tile(m, NV(m), K, a, lda, wp, j, c, ldc); \
+        if (NV(m) > 2) \
+            for (; j + 2 <= nvec; j += 2) tile(m, 2, K, a, lda, wp, j, c, ldc); \
+        if (j < nvec) tile(m, 1, K, a, lda, wp, j, c, ldc); \
+        } break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+#if MR > 6
+        CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+#endif
+#undef CASE
+        default: break;
+    }
+}
+
+/* c (M x npanels * NR, row stride ldc) = a (M x K, row stride lda) @ W^T */
+static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, int npanels,
+                      float *c, long ldc) {
+    /* rows in ceil(M / MR) tiles of near-equal height (16 rows: 8 + 8, not 12 + 4) */
+    const int ntiles = (M + MR - 1) / MR;
+    for (int i = 0; i < ntiles; i++) {
+        const int r = (int)((long)M * i / ntiles), mr = (int)((long)M * (i + 1) / ntiles) - r;
+        tile_rows(mr, K, a + r * lda, lda, wp, 2 * npanels, c + r * ldc, ldc);
+    }
+}
+
+int panel_width(void) { return NR; }
+
+/* For tests and benchmarks: y (M x npanels * NR) = a (M x K) @ W^T, W packed. */
+void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, float *y) {
+    gemm_rows(M, K, a, K, wp, npanels, y, (long)npanels * NR);
+}
+
+/* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the
+ * cells' two products of a step at batch 1, W_x x_t and W_h h_{t-1}, where a product reads each
+ * weight once. Four rows of W at a time, each an independent vector of partial sums over k,
+ * then their lanes and the tail of k. */
+void matvec_rows(int M, int K, const float *a, const float *w, int N, float *y) {
+    for (int m = 0; m < M; m++) {
+        const float *x = a + (long)m * K;
+        float *out = y + (long)m * N;
+        int n = 0;
+        for (; n < N; n += 4) {
+            const int nq = N - n < 4 ? N - n : 4;
+            vf acc[4] = {{0}, {0}, {0}, {0}};
+            int k = 0;
+            for (; k + VW <= K; k += VW) {
+                const vf xv = loadv(x + k);
+                for (int q = 0; q < nq; q++) acc[q] += xv * loadv(w + (long)(n + q) * K + k);
+            }
+            for (int q = 0; q < nq; q++) {
+                float s = 0.0f;
+                for (int l = 0; l < VW; l++) s += acc[q][l];
+                for (int kk = k; kk < K; kk++) s += x[kk] * w[(long)(n + q) * K + kk];
+                out[n + q] = s;
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+/* Part of _rnn_steps.c, included there in order (one compilation unit; never compiled alone):
+ * the time-loop drivers shared by the LN cells, the backward step range, a row's LN backward. */
+#ifndef RNN_STEPS_UNIT
+#error "compile _rnn_steps.c, which includes this file"
+#endif
+
+/* ---- the time loops, shared by the LN-LSTM and the LN-GRU ---------------------------------
+ *
+ * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's
+ * recurrence never reads another's, so the threads never wait for each other. batch_sizes: NULL
+ * (all B rows run T steps) or T decreasing counts (rows sorted by decreasing length; row b runs
+ * step t when b < batch_sizes[t]). A cell supplies one function per row and step; the drivers run
+ * the GEMMs and the loops. They return 0, or -1 when a thread's workspace could not be allocated
+ * (then nothing is valid). */
+
+static void row_block(int B, int *r0, int *r1) {
+    int nt = 1, id = 0;
+#ifdef _OPENMP
+    nt = omp_get_num_threads();
+    id = omp_get_thread_num();
+#endif
+    *r0 = (int)((long)B * id / nt);
+    *r1 = (int)((long)B * (id + 1) / nt);
+}
+
+/* h_{t-1} of rows r.. (row-major, H per row): h0 at t = 0, else out[t - 1]. */
+static inline const float *prev_h(const float *h0, const float *out, int t, int B, int H, int r) {
+    return t ? out + ((long)(t - 1) * B + r) * H : h0 + (long)r * H;
+}
+
+/* One forward step of row b (tb = t * B + b) given hg = W_hh h_{t-1} (G), xb = the row's input
+ * term (G: W_x x_t, raw or with its biases, as the cell says) and hp = h_{t-1} (H): writes h_t
+ * into out[t][b]; scratch: per thread. */
+typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, const float *xb,
+                            const float *hp, float *scratch);
+
+/* The input term of the forward: xw (T, B, G) given, or, when x is not NULL, computed here from
+ * x (T, B, I) and W_x (G, I) packed in panels (wxp: ceil(G / NR), I, NR), into a per-thread
+ * buffer of the block's rows (the inference path: no (T, B, G) tensor is written or read, and
+ * the product's rows stay in cache for the steps that read them). A block of every row (one
+ * thread) takes the products of XCHUNK / B steps at once (their rows are consecutive in x), so a
+ * small batch still runs the GEMM's tall tiles; else one step's rows at a time. The same GEMM as
+ * a precomputed xw through gemm_packed, so the same sums in the same order. */
+#define XCHUNK 64
+struct input_term { const float *xw, *x, *wxp; int I; };
+
+/* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels.
+ * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself). */
+static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
+                       const float *wp, struct input_term in, const float *h0, const float *out,
+                       size_t scratch, const float *h_mask, forward_row row, const void *cell) {
+    const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
+    int failed = 0;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int r0, r1;
+    row_block(B, &r0, &r1);
+    const size_t masked = h_mask ? (size_t)(r1 - r0) * H : 0;  /* h_{t-1} * h_mask */
+    int chunk = 1;  /* steps per input GEMM */
+    if (in.x && B > 0 && r0 == 0 && r1 == B) chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
+    if (chunk < 1) chunk = 1;
+    const size_t inputs = in.x ? (size_t)chunk * (r1 - r0) * Gp : 0;  /* the rows' W_x x_t */
+    float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + inputs + 1));
+    float *xg = hg + (size_t)(r1 - r0) * Gp + scratch + masked;
+    if (!hg) {
+#pragma omp atomic write
+        failed = 1;
+    }
+    for (int t = 0; t < T && hg; t++) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        const int e = bs < r1 ? bs : r1;
+        if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
+        const float *hp = prev_h(h0, out, t, B, H, r0);
+        if (h_mask) {
+            float *hm = hg + (size_t)(r1 - r0) * Gp + scratch;
+            const float *m = h_mask + (long)r0 * H;
+            for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
+            gemm_rows(e - r0, H, hm, H, wp, npanels, hg, Gp);
+        } else {
+            gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
+        }
+        const float *xt = xg + (size_t)(t % chunk) * (r1 - r0) * Gp;
+        long ldx = Gp;
+        if (in.x && chunk > 1) {
+            if (t % chunk == 0)  /* steps t .. t + n - 1, all B rows (padding rows included) */
+                gemm_rows((T - t < chunk ? T - t : chunk) * B, in.I, in.x + (long)t * B * in.I,
+                          in.I, in.wxp, npanels, xg, Gp);
+        } else if (in.x) {
+            gemm_rows(e - r0, in.I, in.x + ((long)t * B + r0) * in.I, in.I, in.wxp, npanels, xg,
+                      Gp);
+        } else {
+            xt = in.xw + ((long)t * B + r0) * G;
+            ldx = G;
+        }
+        for (int b = r0; b < e; b++)
+            row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp, xt + (b - r0) * ldx,
+                hp + (long)(b - r0) * H, hg + (size_t)(r1 - r0) * Gp);
+    }
+    free(hg);
+    }
+    return failed ? -1 : 0;
+}
+
+/* One backward step of row b: from the gradient of h_t (dh, rows' own) write dhgb (the row's
+ * gradient of W_hh h_{t-1}, G) and direct (H: the part of the gradient of h_{t-1} that does not
+ * go through W_hh, or nothing when the cell has none); sum the parameters' gradients into part. */
+typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, float *direct,
+                             float *scratch, float *part);
+
+/* Steps t1 - 1 down to t0 (0 <= t0 < t1 <= T; a long sequence runs in several calls, latest
+ * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
+ * (ceil(H / NR), G, NR). dhg ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
+ * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
+ * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct), the GEMM's
+ * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The
+ * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
+ * added to double accumulators (private per thread when there are several) and into dparams. */
+static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const int *batch_sizes,
+                        const float *wtp, float *dh, float *dhg, int has_direct, size_t scratch,
+                        int nacc, double *dparams, const float *h_mask, backward_row row,
+                        const void *cell) {
+    const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
+    int failed = 0;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int r0, r1;
+    row_block(B, &r0, &r1);
+    const size_t rows = (size_t)(r1 - r0);
+    float *work = malloc(sizeof(float) * (rows * (Hp + H) + scratch + nacc + 1));
+    double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
+    if (!work || !acc) {
+#pragma omp atomic write
+        failed = 1;
+    }
+    for (int t = t1 - 1; t >= t0 && work && acc; t--) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        const int e = bs < r1 ? bs : r1;
+        if (e <= r0) continue;  /* none of this block's examples has reached step t yet */
+        float *direct = work + rows * Hp, *rest = direct + rows * H, *part = rest + scratch;
+        float *d = dhg + ((long)(t - t0) * B + r0) * G;
+        memset(part, 0, sizeof(float) * nacc);
+        for (int b = r0; b < e; b++)
+            row(cell, (long)t * B + b, b, d + (long)(b - r0) * G, direct + (long)(b - r0) * H,
+                rest, part);
+        for (int j = 0; j < nacc; j++) acc[j] += part[j];
+        gemm_rows(e - r0, G, d, G, wtp, npanels, work, Hp);
+        for (int b = r0; b < e; b++) {
+            const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
+            float *dhb = dh + (long)b * H;
+            if (h_mask) {
+                const float *m = h_mask + (long)b * H;
+                if (has_direct)
+                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j] + dir[j];
+                else
+                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j];
+            } else if (has_direct)
+                for (int j = 0; j < H; j++) dhb[j] = y[j] + dir[j];
+            else
+                memcpy(dhb, y, sizeof(float) * H);
+        }
+    }
+    if (nthreads > 1 && acc) {
+#pragma omp critical
+        for (int j = 0; j < nacc; j++) dparams[j] += acc[j];
+        free(acc);
+    }
+    free(work);
+    }
+    return failed ? -1 : 0;
+}
+
+/* The step range of a backward call: [t0, t1), both 0 meaning all T steps. */
+static int step_range(int T, int t0, int t1, int *lo, int *hi) {
+    if (t0 == 0 && t1 == 0) t1 = T;
+    if (t0 < 0 || t1 > T || t0 >= t1) return -2;
+    *lo = t0;
+    *hi = t1;
+    return 0;
+}
+
+/* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
+ * dxhat = dy * gain; also accumulates the gain / bias gradients (sum of dy * xhat, sum of dy).
+ * dx may be dy (in place). */
+static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
+                            const float *gain, int n, float *dx, float *dgain, float *dbias) {
+    float s1 = 0.0f, s2 = 0.0f;  /* vectorized float sums, as torch's CPU kernels */
+#pragma omp simd reduction(+:s1, s2)
+    for (int j = 0; j < n; j++) {
+        float xhat = (x[j] - mu) * rs, dxhat = dy[j] * gain[j];
+        s1 += dxhat;
+        s2 += dxhat * xhat;
+        dgain[j] += dy[j] * xhat;
+        dbias[j] += dy[j];
+    }
+    float m1 = (float)(s1 / n), m2 = (float)(s2 / n);
+    for (int j = 0; j < n; j++) {
+        float xhat = (x[j] - mu) * rs;
+        dx[j] = rs * (dy[j] * gain[j] - m1 - xhat * m2);
+    }
+}
