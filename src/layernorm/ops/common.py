@@ -1,18 +1,17 @@
 """What the fused LN-LSTM and LN-GRU (``lstm``, ``gru``), the BN cells (``bn``) and the cells'
 step (``cell``) share around their own math.
 
-* Buffers and GEMMs: a pool that keeps the big CPU sequence buffers across calls, zero-filled
-  buffers for the torch-ops loops; oneDNN's packed linear for the input term and the torch-ops
-  recurrence, the C kernels' panel layout, and the cache of packed weights they share.
-* Checks and views: argument checks, the batch's sort order, the per-step views of the
-  torch-ops loops, the compute dtype (half types and autocast) and the input LN when it runs
-  outside the kernel.
-* The operators' frame: the choice of path inside the forward operator, the backward
-  operator's dispatch on the path the forward took, the fake tensors of the saved buffers, and
-  the autograd registration (first order through the backward operator, second order by
-  differentiating the differentiable loop). Each cell passes what is its own: its forward /
-  backward on each path, its differentiable loop, and how its first-order backward calls its
-  backward operator.
+* Buffers and GEMMs: a pool that keeps the big CPU sequence buffers across calls; oneDNN's
+  packed linear for the input term, the C kernels' panel layout, and the cache of packed
+  weights they share.
+* Checks: argument checks, the batch's sort order, the compute dtype (half types and autocast)
+  and the input LN when it runs outside the kernel.
+* The operators' frame: the one choice of path (``run_sequence``: the registered operator on
+  the C kernels, or the cell's reference loop under autograd), the fake tensors of the saved
+  buffers, and the autograd registration (first order through the backward operator, second
+  order by differentiating the reference loop). Each cell passes what is its own: its C
+  forward / backward, its reference loop, and how its first-order backward calls its backward
+  operator.
 
 Lengths travel in ONE encoding from the caller to the kernels, ``batch_sizes`` (checked and made
 in ``layernorm.recurrence.lengths``): step t runs the first ``batch_sizes[t]`` examples of a
@@ -131,9 +130,7 @@ def release_workspace() -> None:
 
 def _buffer(*shape, like: torch.Tensor, zero: bool = True) -> torch.Tensor:
     """A buffer for a whole sequence: zero-filled where rows past an example's length must read as
-    0 (or where the torch-ops steps write into it: they then write to pages already faulted in by
-    one fast memset instead of faulting them in one step at a time; measured 2-3x slower steps);
-    ``zero=False`` for buffers the C kernels write completely (a 13 MB fill is ~1 ms)."""
+    0; ``zero=False`` for buffers the C kernels write completely (a 13 MB fill is ~1 ms)."""
     return like.new_zeros(shape) if zero else like.new_empty(shape)
 
 
@@ -297,25 +294,7 @@ class _NativeLinear(torch.autograd.Function):
         return dx, dw
 
 
-class _Linear:
-    """``y = h @ w.T`` for a fixed ``w`` (G, K) and inputs of at most ``batch`` rows."""
-
-    def __init__(self, w: torch.Tensor, batch: int):
-        self.wt = w.t()
-        self.packed = _packed_weight(w, batch)
-
-    def __call__(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        if self.packed is not None:
-            y = torch.ops.mkldnn._linear_pointwise(h, self.packed, None, "none", [], "")
-            return y if out is None else out.copy_(y)
-        return torch.mm(h, self.wt, out=out) if out is not None else torch.mm(h, self.wt)
-
-
 # ---- checks, dtypes and the per-step views
-
-_layer_norm = torch.native_layer_norm
-_layer_norm_backward = torch.ops.aten.native_layer_norm_backward
-
 
 def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
                  vectors: dict) -> tuple[int, int, int]:
@@ -437,94 +416,9 @@ def input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float, 
     return xg, None, None
 
 
-# ---- inside the kernels' implementations (real tensors, batch_sizes as a list) ----------------
-
-def row_lengths(batch_sizes: list[int] | None, T: int, B: int) -> list[int]:
-    """Length of each (sorted) example."""
-    if batch_sizes is None:
-        return [T] * B
-    lens = [0] * B
-    for t, bs in enumerate(batch_sizes):
-        for b in range(bs):
-            lens[b] = t + 1
-    return lens
-
-
-def last_steps(lens: list[int], B: int) -> dict[int, tuple[int, int]]:
-    """{t: (lo, hi)}: the (sorted) examples lo:hi take their last step at t, so h_n / c_n come
-    from step t and their gradients enter the backward there; t = -1 for length 0 (h_n = h0)."""
-    blocks: dict[int, tuple[int, int]] = {}
-    for b, n in enumerate(lens):
-        lo, hi = blocks.get(n - 1, (b, b))
-        blocks[n - 1] = (lo, b + 1)
-    return blocks
-
-
-def final_state(seq: torch.Tensor, lens: list[int], init: torch.Tensor | None = None
-                ) -> torch.Tensor:
-    """seq (T + 1, B, H) = [init, state after step 1, ...], or with ``init`` (B, H) seq (T, B, H)
-    = [state after step 1, ...] -> each example's state after its last step (B, H)."""
-    B = seq.shape[1]
-    idx = torch.tensor(lens, dtype=torch.long, device=seq.device)
-    rows = torch.arange(B, device=seq.device)
-    if init is None:
-        return seq[idx, rows]
-    last = seq[(idx - 1).clamp(min=0), rows]
-    return torch.where((idx > 0).unsqueeze(1), last, init)
-
-
-def prev_steps(h0: torch.Tensor, out: torch.Tensor, batch_sizes, T: int) -> list[torch.Tensor]:
-    """h_{t-1} for t < T (h0, then out[t - 1]), restricted to the running examples."""
-    views = [h0, *out.unbind(0)[:T - 1]]
-    if batch_sizes is None:
-        return views
-    return [v[:bs] for v, bs in zip(views, batch_sizes)]
-
-
-def dw_hh(dhg: torch.Tensor, h0: torch.Tensor, out: torch.Tensor,
-          h_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """dW_hh = sum_t dhg_t^T h_{t-1} over all steps (dhg (T, B, G); h_{t-1}: h0, out[t - 1]),
-    h_{t-1} times ``h_mask`` (B, H) when given (recurrent dropout)."""
-    T, B, G = dhg.shape
-    H = out.shape[-1]
-    dw = torch.mm(dhg[0].t(), masked_h(h0, h_mask))
-    if T > 1:
-        dw.addmm_(dhg[1:].reshape(-1, G).t(), masked_h(out[:-1], h_mask).reshape(-1, H))
-    return dw
-
-
-def steps(x: torch.Tensor, batch_sizes, T: int, shift: int = 0) -> list[torch.Tensor]:
-    """x[t + shift] for t < T, restricted to the ``batch_sizes[t]`` running examples: views made
-    once per call, so the time loops do no slicing."""
-    views = x.unbind(0)
-    if batch_sizes is None:
-        return list(views[shift:shift + T])
-    return [views[t + shift][:bs] for t, bs in enumerate(batch_sizes)]
-
-
-def prefixes(x: torch.Tensor, batch_sizes, T: int) -> list[torch.Tensor]:
-    """x[:batch_sizes[t]] for each step t: the running rows of a (B, ...) buffer."""
-    return [x] * T if batch_sizes is None else [x[:bs] for bs in batch_sizes]
-
-
-def n_steps(batch_sizes, T: int) -> int:
-    """Steps with at least one running example (the loops stop there)."""
-    return T if batch_sizes is None else sum(1 for bs in batch_sizes if bs > 0)
-
-
-def scratch(save: bool, T: int, B: int, width: int, like: torch.Tensor) -> torch.Tensor:
-    """(T, B, width) zeros kept for the backward, or one (B, width) buffer seen at every step."""
-    if save:
-        return like.new_zeros(T, B, width)
-    return like.new_empty(1, B, width).expand(T, B, width)
-
-
-def step_stats(stats: torch.Tensor, k: int, t: int, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, rstd) of LN number k at step t for the bs running rows, shaped (bs, 1)."""
-    return stats[2 * k, t, :bs].unsqueeze(1), stats[2 * k + 1, t, :bs].unsqueeze(1)
-
-
-TORCH_OPS, NATIVE = 0, 1  # the path a forward took, returned by the operator
+NO_KERNELS = ("the C kernels are not available in this process (the operator was traced or "
+              "exported where they were); run the module eagerly, where it falls back to the "
+              "reference loop, or build the kernels here (docs/rnnfast.md)")
 
 
 def call(op, body, *args):
@@ -533,31 +427,54 @@ def call(op, body, *args):
     return body(*args) if native.eager(*args) else op(*args)
 
 
-def forward(forward_native, forward_ops, n_buffers, xw, *rest):
-    """Run one path of a forward operator -> (*states, *saved, path). ``forward_*`` return
+def forward(forward_native, who, n_buffers, xw, *rest):
+    """Run a forward operator on the C kernels -> (*states, *saved). ``forward_native`` returns
     (*states, saved or None); without ``save`` the saved buffers are empty (``n_buffers`` of xw's
     dtype and the statistics)."""
     lib = native.native_lib(xw)
-    args = (xw.contiguous(), *rest)
+    if lib is None:
+        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
     with torch.autocast(xw.device.type, enabled=False):
-        *states, saved = (forward_native(lib, *args) if lib is not None else forward_ops(*args))
+        *states, saved = forward_native(lib, xw.contiguous(), *rest)
     if saved is None:
         saved = [xw.new_empty(0) for _ in range(n_buffers)]
         saved.append(xw.new_empty(0, dtype=stats_dtype(xw.dtype)))
-    path = torch.tensor([NATIVE if lib is not None else TORCH_OPS], dtype=torch.int8)
-    return (*states, *saved, path)
+    return (*states, *saved)
 
 
-def backward(who, path, xw, backward_native, backward_ops, args):
-    """Run a backward operator on the path its forward took (``path``, as the forward returned)."""
+def backward(who, xw, backward_native, args):
+    """Run a backward operator on the C kernels."""
+    lib = native.native_lib(xw)
+    if lib is None:
+        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
     with torch.autocast(xw.device.type, enabled=False):
-        if int(path[0]) == NATIVE:
-            lib = native.native_lib(xw)
-            if lib is None:
-                raise RuntimeError(f"{who}: the forward ran the C kernels, which are no longer "
-                                   "available in this process; run the forward again.")
-            return backward_native(lib, *args)
-        return backward_ops(*args)
+        return backward_native(lib, *args)
+
+
+def run_sequence(who, run_op, loop, groups, xg, states, params, gain_x, bias_x, masks, order,
+                 batch_sizes, eps, out_dtype):
+    """``ln_*_sequence`` after its checks, on tensors in the compute dtype: the one choice of
+    path. The registered operator (``run_op``, from ``register_autograd``) where the C kernels
+    run; elsewhere (float64, no C compiler, ``USE_NATIVE = False``, CUDA without Triton, and
+    under torch.func transforms) the cell's reference ``loop`` under ordinary autograd. ->
+    (out, *final states) in the batch's order, in ``out_dtype``."""
+    n = len(states)
+    if under_functorch() or native.native_lib(xg) is None:
+        sizes = None if batch_sizes is None else batch_sizes.tolist()
+        xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
+
+        def run(xg_, *states_):
+            return loop(xg_, *states_, *params, sizes, eps, *masks)
+    else:
+        input_ln(who, xg, gain_x, bias_x, groups, eps, inside=True)  # checks the pair
+        save = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (xg, *states, *params, gain_x, bias_x))
+
+        def run(xg_, *states_):
+            return run_op(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
+                          float(eps), save)[:n + 1]
+    outs = with_order(run, order, xg, states)
+    return tuple(o.to(out_dtype) for o in outs)
 
 
 # The backward kernels run over the sequence in ranges of at most this many bytes of ``dhg`` (the
@@ -606,7 +523,7 @@ def fake_saved(xw, save):
 
 def register_autograd(op, body, name, n_states, loop, first_order):
     """Register the autograd of ``op`` (inputs: ``*tensors, batch_sizes, eps, save``; outputs:
-    out (T, B, H), ``n_states - 1`` final states, the saved buffers and the path) -> a function
+    out (T, B, H), ``n_states - 1`` final states and the saved buffers) -> a function
     with op's arguments that calls ``op``, or its ``body`` with the same autograd where ``eager``
     holds.
 

@@ -1,4 +1,4 @@
-"""Fused whole-sequence LN-LSTM and LN-GRU recurrences with a hand-derived backward.
+"""Fused whole-sequence LN-LSTM and LN-GRU recurrences with a hand-derived backward (C kernels).
 
 The readable LN-LSTM/LN-GRU (``layernorm.rnn``) runs one autograd graph per time step: at the sizes
 people train (B = 32, H = 256) the time goes to per-op Python/autograd overhead, not to arithmetic.
@@ -27,14 +27,15 @@ step's peak memory is about torch.nn.LSTM's / GRU's. Half types (and autocast) o
 converted to float32 once per call, so they run the same kernels with float32 statistics and
 accumulation; the result is in the half type, as torch.nn.LSTM's. Their input GEMM
 (``input_linear``) runs in float32 on CPUs without native half GEMMs (torch emulates those ~9x
-slower). Elsewhere (CUDA, float64, no C
-compiler, ``USE_NATIVE = False``) the same loops run in torch ops.
+slower). On CUDA the Triton kernels run (``layernorm.kernels``). Elsewhere (float64, no C
+compiler, ``USE_NATIVE = False``, CUDA without Triton) the reference loop of torch ops runs under
+ordinary autograd (docs/rnnfast.md, "Where the C kernels do not run").
 
 Variable-length batches run like cuDNN packed sequences: examples are ordered by decreasing length
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
 
 This module is the public face of those operators; they live in ``layernorm.ops`` (files
-there: ``lstm`` / ``gru`` each cell's paths, operators and entry point, ``common`` what they
+there: ``lstm`` / ``gru`` each cell's C path, operators and entry point, ``common`` what they
 share, the buffer pool and the GEMMs among it, ``native`` loading and calling the C kernels).
 Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
 ``ln_gru_sequence``; the reference they are tested against is ``layernorm.recurrence``.
