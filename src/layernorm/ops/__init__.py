@@ -12,7 +12,7 @@ packed weights and the input GEMM, checks, dtypes, per-step views, the path disp
 registration), ``native`` (loading the C kernels, their structs, one call).
 The readable reference they are tested against is ``layernorm.recurrence``.
 """
-from .bn import applies as bn_applies, bn_direction
+from .bn import PARAMS as BN_PARAMS, applies as bn_applies, bn_direction
 from .common import input_linear, release_workspace
 from .cell import gru_step as ln_gru_step, lib_for as cell_lib, lstm_step as ln_lstm_step
 from .gru import ln_gru_sequence
@@ -20,5 +20,5 @@ from .lstm import ln_lstm_sequence
 
 ln_lstm, ln_gru = ln_lstm_sequence, ln_gru_sequence
 
-__all__ = ["ln_lstm", "ln_gru", "bn_applies", "bn_direction", "ln_lstm_step", "ln_gru_step",
+__all__ = ["ln_lstm", "ln_gru", "bn_applies", "bn_direction", "BN_PARAMS", "ln_lstm_step", "ln_gru_step",
            "cell_lib", "input_linear", "release_workspace", "ln_lstm_sequence", "ln_gru_sequence"]

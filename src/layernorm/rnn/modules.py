@@ -325,6 +325,18 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             names += ("gain_c", "bias_c", "running_mean_c", "running_var_c")
         return ops.bn_applies(x, *state, *(self._get(n, suffix) for n in names))
 
+    def _bn_direction(self, suffix: str, x: torch.Tensor, state: tuple, batch_sizes,
+                      masks: dict):
+        """One direction of the fused BN-LSTM / BN-GRU: ``ops.bn_direction`` given this
+        direction's tensors, and this module's terms' ``_update`` as its statistics callback."""
+        terms = self._terms(suffix, batch_sizes)
+        return ops.bn_direction(
+            self.mode, x, state, self._get("weight_ih", suffix),
+            tuple(self._get(n, suffix) for n in ops.BN_PARAMS[self.mode]),
+            {name: term.running for name, term in terms.items()}, terms["hh"].last_slot,
+            lambda name, *stats: terms[name]._update(*stats), batch_sizes,
+            training=self.training, eps=self.eps, who=terms["ih"].who, **masks)
+
     def _plain_recurrence(self, x: torch.Tensor, hx: tuple, packed: bool) -> bool:
         """norm="none" LSTM / GRU through the C time loop without normalization
         (``ops.lstm.plain_lstm_sequence`` / ``ops.gru.plain_gru_sequence``) on packed input,
@@ -468,7 +480,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                             g("bias_hh")[H2:], **inputs, **masks)
             return out, (h,)
         if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
-            return ops.bn_direction(self, suffix, x, state, batch_sizes, **masks)
+            return self._bn_direction(suffix, x, state, batch_sizes, masks)
         return self._loop_direction(layer, direction, x, state, batch_sizes, h_mask, zone)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
