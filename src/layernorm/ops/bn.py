@@ -39,8 +39,9 @@ from torch import Tensor
 from .. import functional as LF
 from ..recurrence import gru_step, lstm_step, run_direction
 from . import common, native
-from .common import _WORKSPACE, _buffer, _panels, input_linear
-from .native import autocast_on
+from .gemm import _panels, input_linear
+from .pool import _WORKSPACE, _buffer
+from .._checks import autocast_on
 from .native import contig as _contig
 
 WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"

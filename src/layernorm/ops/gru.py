@@ -12,7 +12,8 @@ from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
 from . import common, native
-from .common import _WORKSPACE, _buffer, _panels
+from .gemm import _panels
+from .pool import _WORKSPACE, _buffer
 from .native import contig as _contig
 
 def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,

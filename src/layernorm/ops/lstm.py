@@ -20,7 +20,8 @@ from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import lstm_step, run_direction
 from . import common, native
-from .common import _WORKSPACE, _buffer, _panels
+from .gemm import _panels
+from .pool import _WORKSPACE, _buffer
 from .native import contig as _contig
 
 

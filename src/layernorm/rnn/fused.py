@@ -46,7 +46,8 @@ import sys
 import types
 
 from ..ops import native as _native
-from ..ops.common import input_linear, release_workspace
+from ..ops.gemm import input_linear
+from ..ops.pool import release_workspace
 from ..ops.gru import ln_gru_sequence
 from ..ops.lstm import ln_lstm_sequence
 
