@@ -41,7 +41,7 @@ from ..recurrence import gru_step, lstm_step, run_direction
 from . import common, native
 from .gemm import _panels, input_linear
 from .pool import _WORKSPACE, _buffer
-from .._checks import autocast_on
+from ..checks import autocast_on
 from .native import contig as _contig
 
 WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"

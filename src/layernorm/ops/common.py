@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
-from .._checks import autocast_on
+from ..checks import autocast_on
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
 from .pool import _WORKSPACE

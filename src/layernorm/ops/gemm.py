@@ -8,7 +8,7 @@ import weakref
 
 import torch
 
-from .._checks import autocast_on
+from ..checks import autocast_on
 from . import native
 
 _PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)

@@ -1,6 +1,6 @@
 """``RecurrentBase``: the parameters, buffers and per-direction math that the cells
 (``layernorm.rnn.cells``) and the stacked modules (``layernorm.rnn.modules``) share. Their errors
-and checks of arguments, inputs and states are ``layernorm._checks``'."""
+and checks of arguments, inputs and states are ``layernorm.checks``'."""
 from __future__ import annotations
 
 import math
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import _VF, nn
 
-from .._checks import RNNTypeError, autocast_on, check_choice, check_rnn_args
-from .._vocabulary import RNN_NORMS
+from ..checks import RNNTypeError, autocast_on, check_choice, check_rnn_args
+from ..vocabulary import RNN_NORMS
 from .. import recurrence
 from .. import ops
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step

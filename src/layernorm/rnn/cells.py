@@ -2,7 +2,7 @@
 
 Files: ``terms`` (the normalized terms ``Term``), ``layernorm.recurrence`` (the step functions
 and THE time loop), ``base`` (``RecurrentBase``: parameters shared with the stacked modules),
-``layernorm._checks`` (the exception types and checks); their names are importable from here
+``layernorm.checks`` (the exception types and checks); their names are importable from here
 too.
 
 The paper, section 3.1 (docs/rnn.md). Every recurrent layer here computes, at step t, normalized
@@ -41,7 +41,7 @@ from .. import recurrence
 from .. import ops
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
 from .base import _no_forget_bias
-from .._checks import (RNNInputError, RNNTypeError, autocast_on, check_dtype,  # noqa: F401
+from ..checks import (RNNInputError, RNNTypeError, autocast_on, check_dtype,  # noqa: F401
                        check_keywords, check_state_dtype)
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
 from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from .._checks import RNNInputError, RNNTypeError, check_dtype, check_state_dtype
+from ..checks import RNNInputError, RNNTypeError, check_dtype, check_state_dtype
 
 
 class InputChecks:

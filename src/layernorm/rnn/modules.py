@@ -27,7 +27,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .. import ops
 from ..ops import gru as _ops_gru
 from ..ops import lstm as _ops_lstm
-from .._checks import RNNInputError, RNNTypeError, autocast_on, check_keywords, real_number
+from ..checks import RNNInputError, RNNTypeError, autocast_on, check_keywords, real_number
 from .base import RecurrentBase, _copy_from_torch, _no_forget_bias
 from .inputs import InputChecks
 from .layout import TorchLayout

@@ -222,7 +222,7 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
     """Run the reproduction's tier ``preset`` (tiny, quick, embedded or full; "standard" is
     embedded's former name) into ``out``; returns the output directory."""
     from ..experiments import EXPERIMENTS as REGISTRY
-    from layernorm._checks import check_choice
+    from layernorm.checks import check_choice
 
     check_choice(preset, (*TIERS, STANDARD), "preset")
     preset = EMBEDDED if preset == STANDARD else preset

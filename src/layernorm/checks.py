@@ -1,7 +1,8 @@
 """Input checks shared by every public function: each error says what was expected, what was
 received, and what to do. The norms' checks first, then the recurrent modules' (``layernorm.rnn``:
 their errors, arguments, inputs and states, raising the exception types torch raises for the
-same mistakes)."""
+same mistakes). Public: the paper's reproduction checks its own arguments with the same helpers
+(``check_choice``, ``check_float``, ``check_nonempty``)."""
 from __future__ import annotations
 
 import difflib
