@@ -24,13 +24,17 @@ torch.compile / torch.export the registered operators run, one opaque op each.
 """
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import torch
 
+from .. import kernels
 from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
 from ..checks import autocast_on
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
 from .pool import _WORKSPACE
+from ..recurrence.lengths import to_lengths
 
 
 # ---- checks and dtypes
@@ -190,29 +194,56 @@ def backward(who, xw, backward_native, args):
         return backward_native(lib, *args)
 
 
-def run_sequence(who, run_op, loop, groups, xg, states, params, gain_x, bias_x, masks, order,
-                 batch_sizes, eps, out_dtype):
-    """``ln_*_sequence`` after its checks, on tensors in the compute dtype: the one choice of
-    path. The registered operator (``run_op``, from ``register_autograd``) where the C kernels
-    run; elsewhere (float64, no C compiler, ``USE_NATIVE = False``, CUDA without Triton, and
-    under torch.func transforms) the cell's reference ``loop`` under ordinary autograd. ->
-    (out, *final states) in the batch's order, in ``out_dtype``."""
-    n = len(states)
+class Backends(NamedTuple):
+    """One cell's implementations of a whole sequence, among which ``run_sequence`` chooses once
+    per call. Each takes ``(xg, *states, w_hh, *LN gains and biases, ...)``:
+
+    ``triton``: the name of the Triton kernels' entry in ``layernorm.kernels`` (CUDA), called as
+    ``(..., lengths, eps, gain_x, bias_x, **masks)`` with per-example lengths, derived here from
+    ``batch_sizes``, and the masks in the caller's order;
+    ``native(..., gain_x, bias_x, *masks, batch_sizes, eps, save)``: the registered operator on
+    the C kernels (``register_autograd``'s function; sorted batch);
+    ``reference(..., batch_sizes as a list, eps, *masks)``: the reference loop under autograd.
+    ``groups``: the unit groups the input LN normalizes, given H."""
+    triton: str
+    native: Callable
+    reference: Callable
+    groups: Callable[[int], tuple]
+
+
+def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks: dict, order,
+                 batch_sizes, eps):
+    """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
+    off): the one choice of path. The Triton kernels where ``kernels.applies_rnn``; the registered
+    operator where the C kernels run; elsewhere (float64, no C compiler, ``USE_NATIVE = False``,
+    CUDA without Triton, and under torch.func transforms) the cell's reference loop under
+    ordinary autograd. -> (out, *final states) in the batch's order and in the output dtype."""
+    if kernels.applies_rnn(xg):
+        lengths = to_lengths(order, batch_sizes, xg.shape[1])
+        given = {k: m for k, m in masks.items() if m is not None}
+        return getattr(kernels, cell.triton)(xg, *states, *params, lengths, eps, gain_x, bias_x,
+                                             **given)
+    compute, out_dtype = dtypes(xg)
+    masks = prepare_masks(masks.values(), compute, order)
+    xg, *states = (t.to(compute) for t in (xg, *states))
+    params = tuple(t.to(compute) for t in params)
+    gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
+    groups, n = cell.groups(states[0].shape[-1]), len(states)
     if under_functorch() or native.native_lib(xg) is None:
         sizes = None if batch_sizes is None else batch_sizes.tolist()
         xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
 
         def run(xg_, *states_):
-            return loop(xg_, *states_, *params, sizes, eps, *masks)
+            return cell.reference(xg_, *states_, *params, sizes, eps, *masks)
     else:
         input_ln(who, xg, gain_x, bias_x, groups, eps, inside=True)  # checks the pair
         save = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (xg, *states, *params, gain_x, bias_x))
 
         def run(xg_, *states_):
-            return run_op(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
-                          float(eps), save)[:n + 1]
-    outs = with_order(run, order, xg, states)
+            return cell.native(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
+                               float(eps), save)[:n + 1]
+    outs = with_order(run, order, xg, tuple(states))
     return tuple(o.to(out_dtype) for o in outs)
 
 

@@ -149,6 +149,8 @@ def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bi
 
 _run = common.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
                               _first_order)
+_BACKENDS = common.Backends(triton="ln_gru_sequence", native=_run, reference=_loop,
+                            groups=lambda H: (2 * H, H))
 
 
 def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
@@ -189,20 +191,10 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
-    regularized = common.check_masks(who, xg, T, B, H, h_mask=h_mask, zone_h=zone_h)
-    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
-        masks = {"h_mask": h_mask, "zone_h": zone_h} if regularized else {}
-        return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
-                                        _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
-                                        bias_x, **masks)
-    compute, out_dtype = common.dtypes(xg)
-    masks = common.prepare_masks((h_mask, zone_h), compute, order)
-    xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = (
-        None if t is None else t.to(compute)
-        for t in (xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x))
-    return common.run_sequence(who, _run, _loop, (2 * H, H), xg, (h0,),
-                               (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks,
-                               order, batch_sizes, eps, out_dtype)
+    masks = dict(h_mask=h_mask, zone_h=zone_h)
+    common.check_masks(who, xg, T, B, H, **masks)
+    return common.run_sequence(who, _BACKENDS, xg, (h0,), (w_hh, gain_h, bias_h, gain_u, bias_u),
+                               gain_x, bias_x, masks, order, batch_sizes, eps)
 
 
 # ---- the plain GRU (norm="none") through the same C kernel -------------------------------------

@@ -174,6 +174,8 @@ def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x
 
 _run = common.register_autograd(ln_lstm_op, _lstm_body, "ln_lstm", 3, _loop_with_input_ln,
                               _first_order)
+_BACKENDS = common.Backends(triton="ln_lstm_sequence", native=_run, reference=_loop,
+                            groups=lambda H: (4 * H,))
 
 
 # ---- the entry point -------------------------------------------------------------------------
@@ -217,21 +219,11 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
         vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
     T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
-    regularized = common.check_masks(who, xg, T, B, H, h_mask=h_mask, zone_h=zone_h,
-                                     zone_c=zone_c)
-    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
-        masks = {"h_mask": h_mask, "zone_h": zone_h, "zone_c": zone_c} if regularized else {}
-        return _kernels.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
-                                         _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
-                                         bias_x, **masks)
-    compute, out_dtype = common.dtypes(xg)
-    masks = common.prepare_masks((h_mask, zone_h, zone_c), compute, order)
-    xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x = (
-        None if t is None else t.to(compute)
-        for t in (xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x))
-    return common.run_sequence(who, _run, _loop, (4 * H,), xg, (h0, c0),
+    masks = dict(h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
+    common.check_masks(who, xg, T, B, H, **masks)
+    return common.run_sequence(who, _BACKENDS, xg, (h0, c0),
                                (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks,
-                               order, batch_sizes, eps, out_dtype)
+                               order, batch_sizes, eps)
 
 
 # ---- the plain LSTM (norm="none") through the same C kernel ------------------------------------
