@@ -20,7 +20,7 @@ On the CPU in float32 the forward loop runs in ONE call of a small C kernel (``_
 its own register-tiled recurrent GEMM, the input LN folded into the step, examples split over
 threads for the whole sequence), the backward loop in one call per range of steps (each range
 followed by its share of ``dW_hh``, so the gradient of ``W_hh h_{t-1}`` is held for one range
-only), with their sequence buffers reused across calls (``layernorm.ops.common``). The
+only), with their sequence buffers reused across calls (``layernorm.ops.pool``). The
 operators write the outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves
 ``W_hh h_{t-1}`` and the LN statistics only, recomputing its gates in the backward: a training
 step's peak memory is about torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are
@@ -36,7 +36,8 @@ and step t only touches the ``batch_sizes[t]`` examples still running, so paddin
 
 This module is the public face of those operators; they live in ``layernorm.ops`` (files
 there: ``lstm`` / ``gru`` each cell's C path, operators and entry point, ``common`` what they
-share, the buffer pool and the GEMMs among it, ``native`` loading and calling the C kernels).
+share (the one choice of path among them), ``pool`` the buffer pool, ``gemm`` the GEMMs,
+``native`` loading and calling the C kernels).
 Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
 ``ln_gru_sequence``; the reference they are tested against is ``layernorm.recurrence``.
 """
