@@ -3,7 +3,7 @@ tests/reference.py: forward and every gradient, with and without (unsorted) leng
 import pytest
 import torch
 
-from layernorm.ops import common, native
+from layernorm.ops import common, gemm, native, pool
 from layernorm.rnn import fused
 from layernorm.rnn.fused import ln_gru_sequence, ln_lstm_sequence
 from tests.reference import ref_ln_gru_sequence, ref_ln_lstm_sequence
@@ -63,9 +63,9 @@ def step_path(request, monkeypatch):
     else:
         monkeypatch.setattr(fused, "USE_NATIVE", False)
     if request.param == "torch-ops-mm":
-        monkeypatch.setattr(common, "_PACKED_OK", False)
+        monkeypatch.setattr(gemm, "_PACKED_OK", False)
     else:
-        monkeypatch.setattr(common, "_PACKED_MIN_FLOPS", 0)
+        monkeypatch.setattr(gemm, "_PACKED_MIN_FLOPS", 0)
     return request.param
 
 
@@ -142,7 +142,7 @@ def test_fused_input_ln_matches_reference(kind, lengths, T, B, H, step_path):
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_fused_buffers_reused_safely(kind):
-    """The kernels reuse their saved sequence buffers across calls (common._Workspace) only once
+    """The kernels reuse their saved sequence buffers across calls (pool._Workspace) only once
     nothing else holds them: a graph kept with retain_graph while two other forwards run, and a
     broadcast (non-contiguous) output gradient, give the reference's gradients."""
     fn, ref, *_ = KINDS[kind]
@@ -168,7 +168,7 @@ def test_fused_buffers_reused_safely(kind):
     sizes = []
     for _ in range(3):
         torch.autograd.grad(loss(fn(*args)), args)
-        sizes.append(len(common._WORKSPACE._bufs))
+        sizes.append(len(pool._WORKSPACE._bufs))
     assert sizes[0] == sizes[1] == sizes[2]
 
 
@@ -188,7 +188,7 @@ def test_native_gemm_matches_torch(M, K, N):
     rows take wider tiles, so N also leaves a narrower tile at the end of a row."""
     lib = _native_or_skip()
     a, w = torch.randn(M, K), torch.randn(N, K)
-    panels = common._panels(w, lib.panel_width())
+    panels = gemm._panels(w, lib.panel_width())
     y = torch.full((M, panels.shape[0] * lib.panel_width()), float("nan"))
     lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
     torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-4 * K ** 0.5, rtol=1e-5)
@@ -227,8 +227,8 @@ def test_panels_of_the_transpose_from_the_weight(G, K):
     of the transposed copy, zero columns padding K."""
     w = torch.randn(G, K)
     for width in (4, 8, 16, 32):
-        torch.testing.assert_close(common._panels(w, width, transposed=True),
-                                   common._panels(w.t().contiguous(), width), rtol=0, atol=0)
+        torch.testing.assert_close(gemm._panels(w, width, transposed=True),
+                                   gemm._panels(w.t().contiguous(), width), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -432,7 +432,7 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
         args = make_args("lstm" if fn is ln_lstm_sequence else "gru", 5, 11, 24)
         assert_matches_float64(fn, ref, args, lens)
     w, a = torch.randn(40, 24), torch.randn(7, 24)
-    panels = common._panels(w, lib.panel_width())
+    panels = gemm._panels(w, lib.panel_width())
     y = torch.empty(7, panels.shape[0] * lib.panel_width())
     lib.gemm_packed(7, 24, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
     torch.testing.assert_close(y[:, :40], a @ w.t(), atol=1e-4, rtol=1e-5)
@@ -812,7 +812,7 @@ def test_half_modules_forward_and_grads_within_the_dtypes_tolerance(cls, dtype, 
     import copy
 
     import layernorm
-    monkeypatch.setitem(common._HALF_GEMM, dtype, native_half_gemm)
+    monkeypatch.setitem(gemm._HALF_GEMM, dtype, native_half_gemm)
     torch.manual_seed(1)
     m = getattr(layernorm, cls)(6, H, num_layers=2, bidirectional=True).to(dtype)
     ref = copy.deepcopy(m).double()

@@ -154,8 +154,8 @@ def test_the_library_never_imports_the_reproduction():
 def test_the_runner_imports_nothing_above_it():
     """experiments/ knows its own floor and the layers below (data, norms, I/O), never the
     commands, the reproduction, the report or the analysis that plug into it."""
-    below = {f"layernorm.{m}" for m in ("norms", "functional", "sync_bn", "_io", "_checks",
-                                        "_vocabulary")} | {"layernorm_paper._io", "layernorm_paper._args",
+    below = {f"layernorm.{m}" for m in ("norms", "functional", "sync_bn", "files", "checks",
+                                        "vocabulary")} | {"layernorm_paper._io", "layernorm_paper._args",
                                            "layernorm_paper.models.mlp"}
     graph = import_graph()
     runner = [m for m in graph if m == "layernorm_paper.experiments" or
@@ -171,11 +171,11 @@ def test_the_runner_imports_nothing_above_it():
 
 
 def test_the_vocabulary_imports_nothing_of_the_package():
-    assert import_graph()["layernorm._vocabulary"] == set()
+    assert import_graph()["layernorm.vocabulary"] == set()
 
 
 def test_one_table_of_norms_read_by_every_layer():
-    from layernorm import _vocabulary as V
+    from layernorm import vocabulary as V
     from layernorm import norms, rnn
     from layernorm_paper.analysis import layer
     from layernorm_paper.report import scoring

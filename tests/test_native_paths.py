@@ -176,7 +176,7 @@ def test_avx2_gemm_tiles_match_torch_mm(avx2_kernels):
     """Every row count of the AVX2 tiles (1 x 8 vectors ... 5-6 x 2, then several tiles) and a
     ragged last panel."""
     lib = avx2_kernels
-    from layernorm.ops.common import _panels
+    from layernorm.ops.gemm import _panels
     K, N = 19, 3 * lib.panel_width() + 5
     w = torch.randn(N, K)
     wp = _panels(w, lib.panel_width())

@@ -1,12 +1,16 @@
-"""``python -m layernorm``: the ``layernorm`` command of the paper's reproduction (``torchrun ...
--m layernorm run EXP`` in docs/distributed.md). Run as a program only: ``import layernorm`` never
-loads this file, and the library imports nothing of the reproduction."""
+"""``python -m layernorm``: the ``layernorm`` command, whose program is the paper's reproduction's
+(``layernorm_paper.__main__``; the installed ``layernorm`` script runs ``layernorm_paper:main``).
+``python -m layernorm`` is what docs/distributed.md's ``torchrun ... -m layernorm run EXP`` runs,
+so this file hands the process over to that program: it runs ``layernorm_paper``'s ``__main__``
+by name, as ``python -m layernorm_paper`` would. It is the library's one reference to the
+reproduction, in a program that ``import layernorm`` never loads."""
+import importlib.util
+import runpy
 import sys
 
-try:
-    from layernorm_paper import main
-except ImportError:                # the library installed without the reproduction
+PROGRAM = "layernorm_paper"
+
+if importlib.util.find_spec(PROGRAM) is None:   # the library installed without the reproduction
     sys.exit("layernorm: error: the command is the paper's reproduction, not installed here; "
              "install it with: pip install 'layernorm[paper]'")
-
-sys.exit(main())
+runpy.run_module(PROGRAM, run_name="__main__", alter_sys=True)

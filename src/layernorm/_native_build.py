@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ._io import atomic_write_text
+from .files import atomic_write_text
 
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC"]
 # ``LAYERNORM_NATIVE_ISA=avx2``: build for this CPU without AVX-512 (the AVX2 code path of the

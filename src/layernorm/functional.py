@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kernels as _kernels
-from ._checks import (check_channels, check_eps, check_float, check_param_shape,
+from .checks import (check_channels, check_eps, check_float, check_param_shape,
                       check_trailing_shape)
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)

@@ -20,8 +20,8 @@ from torch import nn
 from torch.nn.utils import parametrizations
 
 from . import functional as LF
-from ._vocabulary import BY_NAME, NORMS
-from ._checks import (check_channels, check_choice, check_eps, check_float, check_kwargs,
+from .vocabulary import BY_NAME, NORMS
+from .checks import (check_channels, check_choice, check_eps, check_float, check_kwargs,
                       check_momentum, check_nonempty, check_size)
 
 
@@ -239,7 +239,7 @@ def make_norm(name: str, num_features: int, *, conv: bool = False, eps: float = 
               **kwargs) -> nn.Module:
     """The normalization applied to the summed inputs of a layer with ``num_features`` units.
 
-    name: one of ``NORMS`` (the table in ``layernorm._vocabulary``). ``conv=True`` for
+    name: one of ``NORMS`` (the table in ``layernorm.vocabulary``). ``conv=True`` for
     (N, C, H, W) feature maps. "weight" and "none" act on the activations as the identity (weight
     norm lives in the layer: use ``norm_block``). Extra keyword arguments go to the module (e.g.
     ``unbiased=True`` for "batch"); a name the module does not take is a TypeError naming the

@@ -11,7 +11,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from layernorm._io import atomic_write_bytes, atomic_write_text
+from layernorm.files import atomic_write_bytes, atomic_write_text
 
 
 def atomic_write_json(path: str | os.PathLike, obj) -> None:

@@ -17,8 +17,9 @@ cost, as the LN-LSTM folds its input LN); W_x x itself is one GEMM over all step
 loop. A step uses batch statistics in training when at least two examples are active; otherwise
 (eval, or one active example) the running statistics of slot min(t, last trained slot), as the
 readable path. The kernels return every batch step's mean and biased variance; the running
-statistics are then updated (and reported to ``observe_batch_stats``' observers) by
-``BatchTerm._update``, as the readable path does.
+statistics are then updated by the caller's callback (``layernorm.rnn`` passes
+``BatchTerm._update``, which also reports them to ``observe_batch_stats``' observers, as the
+readable path does): the operators take tensors and never read the module.
 
 Second order (``create_graph=True``): the backward re-runs the recurrence as a differentiable loop
 of torch ops (the reference step ``lstm_step`` / ``gru_step`` in THE loop, with the statistics
@@ -38,8 +39,9 @@ from torch import Tensor
 from .. import functional as LF
 from ..recurrence import gru_step, lstm_step, run_direction
 from . import common, native
-from .common import _WORKSPACE, _buffer, _panels, input_linear
-from .native import autocast_on
+from .gemm import _panels, input_linear
+from .pool import _WORKSPACE, _buffer
+from ..checks import autocast_on
 from .native import contig as _contig
 
 WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
@@ -72,11 +74,21 @@ def _runs(sizes: Sequence[int], flags: Sequence[bool]):
         t = t1
 
 
-def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
-                 batch_sizes: Sequence[int] | None, *, h_mask: Tensor | None = None,
-                 zone_h: Tensor | None = None, zone_c: Tensor | None = None):
-    """``_Stack._run_direction`` of a BN-LSTM / BN-GRU where ``applies``: x (T, B, I) in
+def bn_direction(mode: str, x: Tensor, state: tuple[Tensor, ...], weight_ih: Tensor,
+                 params: tuple[Tensor, ...], running: dict, last_slot, update,
+                 batch_sizes: Sequence[int] | None, *, training: bool, eps: float, who: str,
+                 h_mask: Tensor | None = None, zone_h: Tensor | None = None,
+                 zone_c: Tensor | None = None):
+    """One direction of a BN-LSTM / BN-GRU (``mode``) where ``applies``: x (T, B, I) in
     processing order -> (out (T, B, H), final state); the running statistics updated in training.
+
+    ``params``: the direction's tensors in the order of ``PARAMS[mode]``; ``running``: each
+    term's running (mean, var) buffers (max_length, width), by name ("hh", "ih" and for the
+    LSTM "c"); ``last_slot``: the last step whose running statistics were trained (an int or a
+    0-d tensor; steps that read running statistics use slot min(t, last_slot));
+    ``update(name, t0, mean, var, n)``: called in training with the batch statistics (rows
+    (k, width), biased variance) of steps t0 .. t0 + k - 1 of term ``name`` over n examples;
+    ``who``: the module's name in error messages.
 
     The recurrent regularizers (docs/rnn.md; None = off), in the same processing order:
     ``h_mask`` (B, H) recurrent dropout on h_{t-1} where it enters W_hh; ``zone_h`` (and for the
@@ -86,78 +98,80 @@ def bn_direction(module, suffix: str, x: Tensor, state: tuple[Tensor, ...],
     readable path's single-example steps read running statistics that its earlier steps of the
     same call have just updated (slot min(t, last trained slot)), so those steps (one example:
     row 0) run after the first call's updates."""
-    g = lambda name: module._get(name, suffix)  # noqa: E731
-    terms = module._terms(suffix, batch_sizes)
-    xw = input_linear(x, g("weight_ih"))                        # W_x x (T, B, G)
+    xw = input_linear(x, weight_ih)                             # W_x x (T, B, G)
     T, B, _ = xw.shape
-    masks = _masks(module, T, B, xw, h_mask, zone_h, zone_c)
+    masks = _masks(mode, state[0].shape[-1], T, B, xw, h_mask, zone_h, zone_c)
     sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
-    if module.training:  # the readable input term's check: batch statistics need two examples
-        LF.check_batch_size(xw[0, :sizes[0]], terms["ih"].who)
-    params = tuple(g(n) for n in _PARAMS[module.mode])
-    split = next((t for t, n in enumerate(sizes) if n < 2), T) if module.training else T
+    if training:  # the readable input term's check: batch statistics need two examples
+        LF.check_batch_size(xw[0, :sizes[0]], who)
+    run = _Direction(mode, params, running, last_slot, update, training, eps)
+    split = next((t for t, n in enumerate(sizes) if n < 2), T) if training else T
     if split == T:
-        return _segment(module, terms, params, xw, state, batch_sizes, 0, masks)
+        return run(xw, state, batch_sizes, 0, masks)
     head = [None if m is None else (m if k == 0 else m[:split]) for k, m in enumerate(masks)]
     rest = [None if m is None else (m[:1] if k == 0 else m[split:, :1].contiguous())
             for k, m in enumerate(masks)]
-    out, states = _segment(module, terms, params, xw[:split], state, sizes[:split], 0, head)
-    tail, last = _segment(module, terms, params, xw[split:, :1], tuple(s[:1] for s in states),
-                          None, split, rest)
+    out, states = run(xw[:split], state, sizes[:split], 0, head)
+    tail, last = run(xw[split:, :1], tuple(s[:1] for s in states), None, split, rest)
     out = torch.cat([out, torch.cat([tail, tail.new_zeros(T - split, B - 1, tail.shape[-1])],
                                     1)])
     return out, tuple(torch.cat([a, s[1:]]) for a, s in zip(last, states))
 
 
-def _masks(module, T: int, B: int, xw: Tensor, h_mask, zone_h, zone_c) -> list:
+def _masks(mode: str, H: int, T: int, B: int, xw: Tensor, h_mask, zone_h, zone_c) -> list:
     """The regularizers' masks checked ((B, H) / (T, B, H)), detached, float32, contiguous:
     [h_mask, zone_h] and for the LSTM zone_c."""
-    H = module.hidden_size
-    who = WHO if module.mode == "LSTM" else WHO_GRU
-    if module.mode != "LSTM" and zone_c is not None:
+    who = WHO if mode == "LSTM" else WHO_GRU
+    if mode != "LSTM" and zone_c is not None:
         raise ValueError(f"{who} has no cell state: zone_c must be None, received a tensor.")
     given = {"h_mask": h_mask, "zone_h": zone_h}
-    if module.mode == "LSTM":
+    if mode == "LSTM":
         given["zone_c"] = zone_c
     common.check_masks(who, xw, T, B, H, **given)
     return common.prepare_masks(given.values(), xw.dtype, None)
 
 
 # per mode: the direction's parameters, in the autograd Functions' order after the states
-_PARAMS = {"LSTM": ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c", "gain_ih", "bias_ih"),
+PARAMS = {"LSTM": ("weight_hh", "gain_hh", "bias_hh", "gain_c", "bias_c", "gain_ih", "bias_ih"),
            "GRU": ("weight_hh", "gain_hh", "bias_hh", "gain_ih", "bias_ih")}
 
 
-def _segment(module, terms, params, xw, state, batch_sizes, t0: int, masks):
-    """Steps t0 .. t0 + len(xw) - 1 of a direction in one kernel call (``batch_sizes`` of those
-    steps, or None), then their running statistics' update in training. The kernel's statistics
-    come in the order of ``names`` (each term's (T, width) mean, then var)."""
-    T, B, G = xw.shape
-    H = module.hidden_size
-    names = ("hh", "c", "ih") if module.mode == "LSTM" else ("hh", "ih")
-    sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
-    flags = [bool(module.training and n >= 2) for n in sizes]
-    fixed = [t for t in range(T) if not flags[t]]
-    stats = []
-    for name in names:
-        term = terms[name]
-        for buf in term.running:                 # the fixed steps' rows: running statistics
-            rows = xw.new_empty(T, H if name == "c" else G)
-            if fixed:
-                steps = torch.tensor(fixed)
-                slots = (steps + t0).clamp(max=term.last_slot)
-                rows[steps] = buf.detach()[slots]
-            stats.append(rows)
-    sizes_t = None if batch_sizes is None else torch.as_tensor(sizes)
-    fn = _BNLSTM if module.mode == "LSTM" else _BNGRU
-    out, *rest = fn.apply(xw, *state, *params, *stats, sizes_t, flags, float(module.eps), *masks)
-    states, found = rest[:len(state)], rest[len(state):]
-    if module.training:
-        for k, name in enumerate(names):
-            mean, var = found[2 * k], found[2 * k + 1]
-            for lo, hi, n in _runs(sizes, flags):
-                terms[name]._update(t0 + lo, mean[lo:hi], var[lo:hi], n)
-    return out, tuple(states)
+class _Direction:
+    """The tensors of one direction and one call; ``self(xw, state, batch_sizes, t0, masks)``
+    runs steps t0 .. t0 + len(xw) - 1 in one kernel call (``batch_sizes`` of those steps, or
+    None), then reports their batch statistics in training. The kernel's statistics come in the
+    order of ``names`` (each term's (T, width) mean, then var)."""
+
+    def __init__(self, mode, params, running, last_slot, update, training, eps):
+        self.mode, self.params, self.running, self.last_slot = mode, params, running, last_slot
+        self.update, self.training, self.eps = update, training, float(eps)
+        self.names = ("hh", "c", "ih") if mode == "LSTM" else ("hh", "ih")
+
+    def __call__(self, xw, state, batch_sizes, t0: int, masks):
+        T, B, G = xw.shape
+        H = state[0].shape[-1]
+        sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
+        flags = [bool(self.training and n >= 2) for n in sizes]
+        fixed = [t for t in range(T) if not flags[t]]
+        stats = []
+        for name in self.names:
+            for buf in self.running[name]:       # the fixed steps' rows: running statistics
+                rows = xw.new_empty(T, H if name == "c" else G)
+                if fixed:
+                    steps = torch.tensor(fixed)
+                    slots = (steps + t0).clamp(max=self.last_slot)
+                    rows[steps] = buf.detach()[slots]
+                stats.append(rows)
+        sizes_t = None if batch_sizes is None else torch.as_tensor(sizes)
+        fn = _BNLSTM if self.mode == "LSTM" else _BNGRU
+        out, *rest = fn.apply(xw, *state, *self.params, *stats, sizes_t, flags, self.eps, *masks)
+        states, found = rest[:len(state)], rest[len(state):]
+        if self.training:
+            for k, name in enumerate(self.names):
+                mean, var = found[2 * k], found[2 * k + 1]
+                for lo, hi, n in _runs(sizes, flags):
+                    self.update(name, t0 + lo, mean[lo:hi], var[lo:hi], n)
+        return out, tuple(states)
 
 
 class _BNLSTM(torch.autograd.Function):

@@ -31,7 +31,7 @@ from torch import Tensor
 from .. import recurrence
 from ..functional import HALF_DTYPES as _HALF
 from . import common, native
-from .common import half_gemm_native
+from .gemm import half_gemm_native
 from .native import GRUArgs, LSTMArgs
 
 _byref = ctypes.byref

@@ -1,18 +1,17 @@
 """What the fused LN-LSTM and LN-GRU (``lstm``, ``gru``), the BN cells (``bn``) and the cells'
 step (``cell``) share around their own math.
 
-* Buffers and GEMMs: a pool that keeps the big CPU sequence buffers across calls, zero-filled
-  buffers for the torch-ops loops; oneDNN's packed linear for the input term and the torch-ops
-  recurrence, the C kernels' panel layout, and the cache of packed weights they share.
-* Checks and views: argument checks, the batch's sort order, the per-step views of the
-  torch-ops loops, the compute dtype (half types and autocast) and the input LN when it runs
-  outside the kernel.
-* The operators' frame: the choice of path inside the forward operator, the backward
-  operator's dispatch on the path the forward took, the fake tensors of the saved buffers, and
-  the autograd registration (first order through the backward operator, second order by
-  differentiating the differentiable loop). Each cell passes what is its own: its forward /
-  backward on each path, its differentiable loop, and how its first-order backward calls its
-  backward operator.
+* (Buffers and GEMMs are their own modules: ``pool`` keeps the big CPU sequence buffers across
+  calls; ``gemm`` holds the input term's GEMM, the C kernels' panel layout, and the cache of
+  packed weights they share.)
+* Checks: argument checks, the batch's sort order, the compute dtype (half types and autocast)
+  and the input LN when it runs outside the kernel.
+* The operators' frame: the one choice of path (``run_sequence``: the registered operator on
+  the C kernels, or the cell's reference loop under autograd), the fake tensors of the saved
+  buffers, and the autograd registration (first order through the backward operator, second
+  order by differentiating the reference loop). Each cell passes what is its own: its C
+  forward / backward, its reference loop, and how its first-order backward calls its backward
+  operator.
 
 Lengths travel in ONE encoding from the caller to the kernels, ``batch_sizes`` (checked and made
 in ``layernorm.recurrence.lengths``): step t runs the first ``batch_sizes[t]`` examples of a
@@ -25,297 +24,20 @@ torch.compile / torch.export the registered operators run, one opaque op each.
 """
 from __future__ import annotations
 
-import math
-import threading
-import weakref
+from typing import Callable, NamedTuple
 
 import torch
 
+from .. import kernels
+from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
+from ..checks import autocast_on
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
-from .native import autocast_on
-from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
+from .pool import _WORKSPACE
+from ..recurrence.lengths import to_lengths
 
 
-# ---- the buffers
-
-WORKSPACE_BYTES = 512 << 20  # most bytes the pool keeps (0 disables it)
-
-
-class _Workspace:
-    """CPU buffers of the whole-sequence kernels kept across calls and reused once free.
-
-    A buffer of tens of MB that the allocator gets from the OS anew at every call (glibc mmaps
-    big blocks and returns them on free) costs a page fault per 4 KB at first touch: measured
-    +10 ms on the 12 ms LN-LSTM forward at (100, 32, 128, 256) when it saves its buffers for the
-    backward. Measured over forward+backward (modules with norm="layer", one thread, this
-    process's CPU time, medians of interleaved rounds with ``WORKSPACE_BYTES = 0``, a 2-core AMD
-    EPYC at load ~9): without the pool / with it, LN-LSTM 1.00 at (T, B, I, H) = (100, 32, 128,
-    256), 1.05 at (300, 64, 128, 512) with 2 layers, 1.08 at (50, 64, 256, 512), 1.12 with 2
-    layers at (B, I, H) = (32, 128, 256) and T changing every call (76..120); LN-GRU 1.00, 1.01,
-    1.03, 0.99. The pool keeps each buffer (flat); a caller gets a *view* of its first
-    elements (the smallest free buffer large enough, whatever shape it served), and the buffer is
-    free again when no tensor but the pool's own shares its storage (the views saved for the
-    backward are released after it, or when the graph is dropped). Only buffers that never reach
-    the user go through the pool. Thread-safe; ``release_workspace()`` drops every free buffer."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._bufs: list[torch.Tensor] = []
-        self._ok: bool | None = None
-
-    def _usable(self) -> bool:
-        if self._ok is None:  # private refcount APIs: without them, no pool
-            try:
-                t = torch.empty(1)
-                self._base = self._count(t)
-                v = t.view(1)
-                self._ok = self._count(t) == self._base + 1
-                del v
-            except Exception:  # noqa: BLE001
-                self._ok = False
-        return self._ok
-
-    @staticmethod
-    def _count(t: torch.Tensor) -> int:
-        return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
-
-    def _free(self, buf: torch.Tensor) -> bool:
-        return self._count(buf) == self._base
-
-    def get(self, shape, like: torch.Tensor) -> torch.Tensor:
-        """An uninitialized tensor of this shape, dtype and device (CPU: from the pool)."""
-        if like.device.type != "cpu" or WORKSPACE_BYTES <= 0 or not self._usable():
-            return like.new_empty(shape)
-        shape = tuple(shape)
-        n = math.prod(shape)
-        with self._lock:
-            # best fit: the smallest free buffer of this dtype with room for n elements, whatever
-            # shape it was made for (lengths change every batch in real training; a pool keyed
-            # by exact shape would fill with one buffer per length and reuse none)
-            fits = [b for b in self._bufs if b.dtype == like.dtype and b.numel() >= n
-                    and self._free(b)]
-            if fits:
-                return min(fits, key=torch.Tensor.numel)[:n].view(shape)
-            need = like.element_size() * n
-            total = sum(b.numel() * b.element_size() for b in self._bufs)
-            kept = []  # drop the free buffers too small for this request (the new one serves
-            # what they served), then, oldest first, free ones until the new one fits the cap;
-            # by identity: ``list.remove`` would compare tensors with ==
-            for buf in self._bufs:
-                small = buf.dtype == like.dtype and buf.numel() < n
-                if (small or total + need > WORKSPACE_BYTES) and self._free(buf):
-                    total -= buf.numel() * buf.element_size()
-                else:
-                    kept.append(buf)
-            self._bufs = kept
-            with torch.inference_mode(False):  # a pooled buffer outlives inference mode
-                buf = like.new_empty(n)
-            if total + need <= WORKSPACE_BYTES:
-                self._bufs.append(buf)
-                return buf[:n].view(shape)
-            return buf.view(shape)
-
-    def release(self) -> None:
-        with self._lock:
-            self._bufs = [b for b in self._bufs if not self._free(b)]
-
-
-_WORKSPACE = _Workspace()
-
-
-def release_workspace() -> None:
-    """Give the free sequence buffers kept for reuse back to the allocator."""
-    _WORKSPACE.release()
-
-
-def _buffer(*shape, like: torch.Tensor, zero: bool = True) -> torch.Tensor:
-    """A buffer for a whole sequence: zero-filled where rows past an example's length must read as
-    0 (or where the torch-ops steps write into it: they then write to pages already faulted in by
-    one fast memset instead of faulting them in one step at a time; measured 2-3x slower steps);
-    ``zero=False`` for buffers the C kernels write completely (a 13 MB fill is ~1 ms)."""
-    return like.new_zeros(shape) if zero else like.new_empty(shape)
-
-
-_PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
-
-
-def _packed_available() -> bool:
-    """oneDNN linear with a pre-packed weight (the kernel torch.compile uses on CPU): about 30%
-    faster than ``torch.mm`` for a (32, 256) x (256, 1024) product. Checked once against torch.mm;
-    any failure falls back to torch.mm."""
-    global _PACKED_OK
-    if _PACKED_OK is None:
-        try:
-            ok = torch.backends.mkldnn.is_available()
-            if ok:
-                w, h = torch.randn(24, 8), torch.randn(3, 8)
-                packed = torch.ops.mkldnn._reorder_linear_weight(w, 3)
-                y = torch.ops.mkldnn._linear_pointwise(h, packed, None, "none", [], "")
-                ok = torch.allclose(y, h @ w.t(), atol=1e-5, rtol=1e-5)
-        except Exception:  # noqa: BLE001 - any failure means "use torch.mm"
-            ok = False
-        _PACKED_OK = bool(ok)
-    return _PACKED_OK
-
-
-# oneDNN's call overhead (~5 us) beats its faster kernel only for big enough products (measured:
-# slower than torch.mm at (8, 128) x (128, 512), faster from (32, 256) x (256, 768) up).
-_PACKED_MIN_FLOPS = 2 ** 22
-
-
-# Packed weights of the last few weight tensors, reused while the tensor holds the same values
-# (inference calls reuse them; a training step's updated weights are packed again). The values
-# are compared with a kept copy (~0.1 ms), since edits through ``w.data`` do not bump the version:
-# (id(w), kind) -> (weakref to w, (data_ptr, version), copy of w, packed).
-_PACK_CACHE: dict[tuple, tuple] = {}
-_PACK_CACHE_SIZE = 16
-
-
-def _cached_pack(w: torch.Tensor, kind, make):
-    """``make(w)`` (a packed form of w, ``kind`` names the form), cached while w is unchanged."""
-    if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
-        return make(w.detach().contiguous())
-    # inference tensors have no version counter: the kept copy alone tells a changed value
-    key = (w.data_ptr(), -1 if w.is_inference() else w._version)
-    hit = _PACK_CACHE.get((id(w), kind))
-    if hit is not None and hit[0]() is w and hit[1] == key and torch.equal(hit[2], w):
-        return hit[3]
-    packed = make(w.detach().contiguous())
-    if len(_PACK_CACHE) >= _PACK_CACHE_SIZE:
-        _PACK_CACHE.pop(next(iter(_PACK_CACHE)))
-    _PACK_CACHE[(id(w), kind)] = (weakref.ref(w), key, w.detach().clone(), packed)
-    return packed
-
-
-def _packed_weight(w: torch.Tensor, batch: int):
-    """oneDNN's packed form of w (G, K) for inputs of ``batch`` rows, or None when it does not
-    apply (not CPU float32, product too small, oneDNN unavailable)."""
-    if (w.device.type != "cpu" or w.dtype != torch.float32
-            or batch * w.numel() < _PACKED_MIN_FLOPS or not _packed_available()):
-        return None
-    return _cached_pack(w, ("onednn", batch),
-                        lambda wc: torch.ops.mkldnn._reorder_linear_weight(wc, batch))
-
-
-def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tensor:
-    """w (G, K) in the C kernel's layout: (ceil(G / width), K, width) column panels,
-    panels[p, k, c] = w[p * width + c, k], zero rows padding G (``_rnn_steps.c``, gemm_rows).
-    ``transposed``: the panels of w.t() (the backward's W_hh^T), made from w itself and cached
-    with it. Either is one strided copy of w (measured at w (512, 128), one thread: 0.26 ms for
-    the panels of the view w.t(), made and not cached, against 0.09 ms cached and 0.10 ms when w
-    changed)."""
-    def make(wc):
-        if transposed:  # panels[p, g, c] = w[g, p * width + c]
-            pad = -wc.shape[1] % width
-            wc = torch.nn.functional.pad(wc, (0, pad)) if pad else wc
-            return wc.reshape(wc.shape[0], -1, width).transpose(0, 1).contiguous()
-        pad = -wc.shape[0] % width
-        wc = torch.nn.functional.pad(wc, (0, 0, 0, pad)) if pad else wc
-        return wc.reshape(-1, width, wc.shape[1]).transpose(1, 2).contiguous()
-    return _cached_pack(w, ("panels_t" if transposed else "panels", width), make)
-
-
-_HALF_GEMM: dict[torch.dtype, bool] = {}  # whether oneDNN has a native GEMM for a half type here
-
-
-def half_gemm_native(dtype: torch.dtype) -> bool:
-    """This CPU runs ``dtype`` (bfloat16 / float16) GEMMs natively (AVX512-BF16 / AMX /
-    AVX512-FP16, as oneDNN reports). Without, torch emulates them, ~9x slower than float32
-    (measured: (3200, 128) x (128, 1024) in bfloat16 on an AVX2 CPU)."""
-    if dtype not in _HALF_GEMM:
-        check = {torch.bfloat16: "_is_mkldnn_bf16_supported",
-                 torch.float16: "_is_mkldnn_fp16_supported"}[dtype]
-        try:
-            _HALF_GEMM[dtype] = bool(getattr(torch.ops.mkldnn, check)())
-        except (AttributeError, RuntimeError):
-            _HALF_GEMM[dtype] = False
-    return _HALF_GEMM[dtype]
-
-
-def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)). On one thread, in
-    float32 on the CPU, through the C kernels' GEMM (``_NativeLinear``; with more threads MKL's
-    threaded GEMM is faster); else without autograd through oneDNN with w packed once and cached
-    (measured ~25-30% faster than F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Under
-    torch.compile it is ``F.linear`` (the compiler picks its own kernel). On a CPU without
-    native half GEMMs a bfloat16 / float16 product (half tensors, or under autocast) is computed
-    in float32 and rounded to the half type once: the dtype torch's rules give (autocast's for
-    linear), the accuracy of a float32 accumulation, and the speed of a float32 GEMM."""
-    if torch.compiler.is_compiling():
-        return torch.nn.functional.linear(x, w)
-    device = x.device.type
-    autocast = autocast_on(x)                  # False on a device without autocast (meta)
-    half = torch.get_autocast_dtype(device) if autocast else x.dtype
-    if device == "cpu" and half in (torch.bfloat16, torch.float16) and not half_gemm_native(half) \
-            and (autocast or w.dtype == x.dtype):
-        with torch.autocast(device, enabled=False):
-            return input_linear(x.float(), w.float()).to(half)
-    if not autocast and torch.get_num_threads() == 1 and x.dim() == 3 and _native_applies(x, w):
-        return _NativeLinear.apply(x, w)
-    if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and not autocast:
-        packed = _packed_weight(w, x.shape[0] * x.shape[1])
-        if packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
-    return torch.nn.functional.linear(x, w)
-
-
-def _native_applies(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """The C kernels' GEMM can compute x @ w.T: eager float32 CPU tensors (``native.eager``),
-    w's rows a whole number of panels."""
-    if x.dtype != torch.float32 or w.dtype != torch.float32 or not native.eager(x, w):
-        return False
-    lib = native.native_lib(x)
-    return w.shape[0] % lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31
-
-
-class _NativeLinear(torch.autograd.Function):
-    """``F.linear(x, w)`` for x (T, B, K) through the C kernels' GEMM (one thread; measured at
-    (1600, 64) x (64, 512), the input term of T, B = 200, 8 and H = 128: 1.6 ms against 2.5 for
-    MKL's, 2.1 for oneDNN's); the backward in torch ops: dx = dy @ w, dw = dy^T x."""
-
-    @staticmethod
-    def forward(x, w):
-        lib = native.native_lib(x)
-        N, K = w.shape
-        a = x.detach().reshape(-1, K).contiguous()
-        wp = _panels(w, lib.panel_width())
-        y = x.new_empty(*x.shape[:-1], N)
-        lib.gemm_packed(a.shape[0], K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr())
-        return y
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        flat = dy.reshape(-1, w.shape[0])
-        dx = torch.mm(flat, w).view_as(x) if ctx.needs_input_grad[0] else None
-        dw = torch.mm(flat.t(), x.reshape(-1, w.shape[1])) if ctx.needs_input_grad[1] else None
-        return dx, dw
-
-
-class _Linear:
-    """``y = h @ w.T`` for a fixed ``w`` (G, K) and inputs of at most ``batch`` rows."""
-
-    def __init__(self, w: torch.Tensor, batch: int):
-        self.wt = w.t()
-        self.packed = _packed_weight(w, batch)
-
-    def __call__(self, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        if self.packed is not None:
-            y = torch.ops.mkldnn._linear_pointwise(h, self.packed, None, "none", [], "")
-            return y if out is None else out.copy_(y)
-        return torch.mm(h, self.wt, out=out) if out is not None else torch.mm(h, self.wt)
-
-
-# ---- checks, dtypes and the per-step views
-
-_layer_norm = torch.native_layer_norm
-_layer_norm_backward = torch.ops.aten.native_layer_norm_backward
-
+# ---- checks and dtypes
 
 def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
                  vectors: dict) -> tuple[int, int, int]:
@@ -437,94 +159,9 @@ def input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float, 
     return xg, None, None
 
 
-# ---- inside the kernels' implementations (real tensors, batch_sizes as a list) ----------------
-
-def row_lengths(batch_sizes: list[int] | None, T: int, B: int) -> list[int]:
-    """Length of each (sorted) example."""
-    if batch_sizes is None:
-        return [T] * B
-    lens = [0] * B
-    for t, bs in enumerate(batch_sizes):
-        for b in range(bs):
-            lens[b] = t + 1
-    return lens
-
-
-def last_steps(lens: list[int], B: int) -> dict[int, tuple[int, int]]:
-    """{t: (lo, hi)}: the (sorted) examples lo:hi take their last step at t, so h_n / c_n come
-    from step t and their gradients enter the backward there; t = -1 for length 0 (h_n = h0)."""
-    blocks: dict[int, tuple[int, int]] = {}
-    for b, n in enumerate(lens):
-        lo, hi = blocks.get(n - 1, (b, b))
-        blocks[n - 1] = (lo, b + 1)
-    return blocks
-
-
-def final_state(seq: torch.Tensor, lens: list[int], init: torch.Tensor | None = None
-                ) -> torch.Tensor:
-    """seq (T + 1, B, H) = [init, state after step 1, ...], or with ``init`` (B, H) seq (T, B, H)
-    = [state after step 1, ...] -> each example's state after its last step (B, H)."""
-    B = seq.shape[1]
-    idx = torch.tensor(lens, dtype=torch.long, device=seq.device)
-    rows = torch.arange(B, device=seq.device)
-    if init is None:
-        return seq[idx, rows]
-    last = seq[(idx - 1).clamp(min=0), rows]
-    return torch.where((idx > 0).unsqueeze(1), last, init)
-
-
-def prev_steps(h0: torch.Tensor, out: torch.Tensor, batch_sizes, T: int) -> list[torch.Tensor]:
-    """h_{t-1} for t < T (h0, then out[t - 1]), restricted to the running examples."""
-    views = [h0, *out.unbind(0)[:T - 1]]
-    if batch_sizes is None:
-        return views
-    return [v[:bs] for v, bs in zip(views, batch_sizes)]
-
-
-def dw_hh(dhg: torch.Tensor, h0: torch.Tensor, out: torch.Tensor,
-          h_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """dW_hh = sum_t dhg_t^T h_{t-1} over all steps (dhg (T, B, G); h_{t-1}: h0, out[t - 1]),
-    h_{t-1} times ``h_mask`` (B, H) when given (recurrent dropout)."""
-    T, B, G = dhg.shape
-    H = out.shape[-1]
-    dw = torch.mm(dhg[0].t(), masked_h(h0, h_mask))
-    if T > 1:
-        dw.addmm_(dhg[1:].reshape(-1, G).t(), masked_h(out[:-1], h_mask).reshape(-1, H))
-    return dw
-
-
-def steps(x: torch.Tensor, batch_sizes, T: int, shift: int = 0) -> list[torch.Tensor]:
-    """x[t + shift] for t < T, restricted to the ``batch_sizes[t]`` running examples: views made
-    once per call, so the time loops do no slicing."""
-    views = x.unbind(0)
-    if batch_sizes is None:
-        return list(views[shift:shift + T])
-    return [views[t + shift][:bs] for t, bs in enumerate(batch_sizes)]
-
-
-def prefixes(x: torch.Tensor, batch_sizes, T: int) -> list[torch.Tensor]:
-    """x[:batch_sizes[t]] for each step t: the running rows of a (B, ...) buffer."""
-    return [x] * T if batch_sizes is None else [x[:bs] for bs in batch_sizes]
-
-
-def n_steps(batch_sizes, T: int) -> int:
-    """Steps with at least one running example (the loops stop there)."""
-    return T if batch_sizes is None else sum(1 for bs in batch_sizes if bs > 0)
-
-
-def scratch(save: bool, T: int, B: int, width: int, like: torch.Tensor) -> torch.Tensor:
-    """(T, B, width) zeros kept for the backward, or one (B, width) buffer seen at every step."""
-    if save:
-        return like.new_zeros(T, B, width)
-    return like.new_empty(1, B, width).expand(T, B, width)
-
-
-def step_stats(stats: torch.Tensor, k: int, t: int, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, rstd) of LN number k at step t for the bs running rows, shaped (bs, 1)."""
-    return stats[2 * k, t, :bs].unsqueeze(1), stats[2 * k + 1, t, :bs].unsqueeze(1)
-
-
-TORCH_OPS, NATIVE = 0, 1  # the path a forward took, returned by the operator
+NO_KERNELS = ("the C kernels are not available in this process (the operator was traced or "
+              "exported where they were); run the module eagerly, where it falls back to the "
+              "reference loop, or build the kernels here (docs/rnnfast.md)")
 
 
 def call(op, body, *args):
@@ -533,31 +170,81 @@ def call(op, body, *args):
     return body(*args) if native.eager(*args) else op(*args)
 
 
-def forward(forward_native, forward_ops, n_buffers, xw, *rest):
-    """Run one path of a forward operator -> (*states, *saved, path). ``forward_*`` return
+def forward(forward_native, who, n_buffers, xw, *rest):
+    """Run a forward operator on the C kernels -> (*states, *saved). ``forward_native`` returns
     (*states, saved or None); without ``save`` the saved buffers are empty (``n_buffers`` of xw's
     dtype and the statistics)."""
     lib = native.native_lib(xw)
-    args = (xw.contiguous(), *rest)
+    if lib is None:
+        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
     with torch.autocast(xw.device.type, enabled=False):
-        *states, saved = (forward_native(lib, *args) if lib is not None else forward_ops(*args))
+        *states, saved = forward_native(lib, xw.contiguous(), *rest)
     if saved is None:
         saved = [xw.new_empty(0) for _ in range(n_buffers)]
         saved.append(xw.new_empty(0, dtype=stats_dtype(xw.dtype)))
-    path = torch.tensor([NATIVE if lib is not None else TORCH_OPS], dtype=torch.int8)
-    return (*states, *saved, path)
+    return (*states, *saved)
 
 
-def backward(who, path, xw, backward_native, backward_ops, args):
-    """Run a backward operator on the path its forward took (``path``, as the forward returned)."""
+def backward(who, xw, backward_native, args):
+    """Run a backward operator on the C kernels."""
+    lib = native.native_lib(xw)
+    if lib is None:
+        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
     with torch.autocast(xw.device.type, enabled=False):
-        if int(path[0]) == NATIVE:
-            lib = native.native_lib(xw)
-            if lib is None:
-                raise RuntimeError(f"{who}: the forward ran the C kernels, which are no longer "
-                                   "available in this process; run the forward again.")
-            return backward_native(lib, *args)
-        return backward_ops(*args)
+        return backward_native(lib, *args)
+
+
+class Backends(NamedTuple):
+    """One cell's implementations of a whole sequence, among which ``run_sequence`` chooses once
+    per call. Each takes ``(xg, *states, w_hh, *LN gains and biases, ...)``:
+
+    ``triton``: the name of the Triton kernels' entry in ``layernorm.kernels`` (CUDA), called as
+    ``(..., lengths, eps, gain_x, bias_x, **masks)`` with per-example lengths, derived here from
+    ``batch_sizes``, and the masks in the caller's order;
+    ``native(..., gain_x, bias_x, *masks, batch_sizes, eps, save)``: the registered operator on
+    the C kernels (``register_autograd``'s function; sorted batch);
+    ``reference(..., batch_sizes as a list, eps, *masks)``: the reference loop under autograd.
+    ``groups``: the unit groups the input LN normalizes, given H."""
+    triton: str
+    native: Callable
+    reference: Callable
+    groups: Callable[[int], tuple]
+
+
+def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks: dict, order,
+                 batch_sizes, eps):
+    """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
+    off): the one choice of path. The Triton kernels where ``kernels.applies_rnn``; the registered
+    operator where the C kernels run; elsewhere (float64, no C compiler, ``USE_NATIVE = False``,
+    CUDA without Triton, and under torch.func transforms) the cell's reference loop under
+    ordinary autograd. -> (out, *final states) in the batch's order and in the output dtype."""
+    if kernels.applies_rnn(xg):
+        lengths = to_lengths(order, batch_sizes, xg.shape[1])
+        given = {k: m for k, m in masks.items() if m is not None}
+        return getattr(kernels, cell.triton)(xg, *states, *params, lengths, eps, gain_x, bias_x,
+                                             **given)
+    compute, out_dtype = dtypes(xg)
+    masks = prepare_masks(masks.values(), compute, order)
+    xg, *states = (t.to(compute) for t in (xg, *states))
+    params = tuple(t.to(compute) for t in params)
+    gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
+    groups, n = cell.groups(states[0].shape[-1]), len(states)
+    if under_functorch() or native.native_lib(xg) is None:
+        sizes = None if batch_sizes is None else batch_sizes.tolist()
+        xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
+
+        def run(xg_, *states_):
+            return cell.reference(xg_, *states_, *params, sizes, eps, *masks)
+    else:
+        input_ln(who, xg, gain_x, bias_x, groups, eps, inside=True)  # checks the pair
+        save = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (xg, *states, *params, gain_x, bias_x))
+
+        def run(xg_, *states_):
+            return cell.native(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
+                               float(eps), save)[:n + 1]
+    outs = with_order(run, order, xg, tuple(states))
+    return tuple(o.to(out_dtype) for o in outs)
 
 
 # The backward kernels run over the sequence in ranges of at most this many bytes of ``dhg`` (the
@@ -606,7 +293,7 @@ def fake_saved(xw, save):
 
 def register_autograd(op, body, name, n_states, loop, first_order):
     """Register the autograd of ``op`` (inputs: ``*tensors, batch_sizes, eps, save``; outputs:
-    out (T, B, H), ``n_states - 1`` final states, the saved buffers and the path) -> a function
+    out (T, B, H), ``n_states - 1`` final states and the saved buffers) -> a function
     with op's arguments that calls ``op``, or its ``body`` with the same autograd where ``eager``
     holds.
 

@@ -1,6 +1,7 @@
 """The LN-GRU over a whole sequence (one layer, one direction) as the operator
-``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward``; paths,
-second order and torch.func as the LN-LSTM (see ``lstm``)."""
+``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward`` on the C
+kernels; elsewhere the reference loop under autograd, second order and torch.func as the LN-LSTM
+(see ``lstm``)."""
 import functools
 
 import torch
@@ -11,174 +12,9 @@ from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
 from . import common, native
-from .common import _WORKSPACE, _Linear, _buffer, _panels
+from .gemm import _panels
+from .pool import _WORKSPACE, _buffer
 from .native import contig as _contig
-
-_layer_norm, _layer_norm_backward = common._layer_norm, common._layer_norm_backward
-
-
-def _input_ln_ops(xw, gain_x, bias_x, eps, stats):
-    """[LN(xw[:2H]); LN(xw[2H:])] (statistics into stats[4:8] when given)."""
-    H = xw.shape[-1] // 3
-    parts = []
-    for k, (lo, hi) in enumerate(((0, 2 * H), (2 * H, 3 * H))):
-        y, mean, rstd = _layer_norm(xw[..., lo:hi], (hi - lo,), gain_x[lo:hi], bias_x[lo:hi], eps)
-        if stats is not None:
-            stats[4 + 2 * k].copy_(mean.squeeze(-1))
-            stats[5 + 2 * k].copy_(rstd.squeeze(-1))
-        parts.append(y)
-    return torch.cat(parts, -1)
-
-
-def _forward_ops(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h,
-                 batch_sizes, eps, save):
-    """The forward loop in torch ops; saves what the C kernel saves: hg_all (T, B, 3H) and the
-    statistics (8, T, B) (the backward recomputes the gates from them)."""
-    T, B, G = xw.shape
-    H = G // 3
-    gain_u2, bias_u2 = gain_u * 2, bias_u * 2  # LN(U h) pre-scaled: tanh(a) = 2 sigmoid(2a) - 1
-    linear = _Linear(w_hh, B)
-    stats = xw.new_zeros(8, T, B, dtype=common.stats_dtype(xw.dtype)) if save else None
-    xg = xw if gain_x is None else _input_ln_ops(xw, gain_x, bias_x, eps, stats)
-
-    out = _buffer(T, B, H, like=xw)             # out[t] = h_{t+1}
-    hg_all = common.scratch(save, T, B, G, xw)     # [W_h h; U h]
-    rz_all = common.scratch(False, T, B, 2 * H, xw)  # sigmoid gates r, z (one step's)
-    n_all = common.scratch(False, T, B, H, xw)       # h~ = tanh(...)
-
-    steps = lambda x: common.steps(x, batch_sizes, T)  # noqa: E731
-    h_prev, h_new = common.prev_steps(h0, out, batch_sizes, T), steps(out)
-    x_rz, x_n = steps(xg[..., :2 * H]), steps(xg[..., 2 * H:])
-    hgs, rzs, ns = (steps(a) for a in (hg_all, rz_all, n_all))
-    resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
-    hms = None if h_mask is None else common.prefixes(h_mask, batch_sizes, T)
-    zhs = None if zone_h is None else steps(zone_h)
-    for t in range(common.n_steps(batch_sizes, T)):
-        hp = h_prev[t] if hms is None else h_prev[t] * hms[t]    # recurrent dropout
-        hg = linear(hp, out=hgs[t])                               # [W_h h; U h]  (B, 3H)
-        # r, z = sigmoid(LN(W_h h; g1, b1) + LN(W_x x; g2, b2))      LN over 2H jointly
-        a, mean_h, rstd_h = _layer_norm(hg[:, :2 * H], (2 * H,), gain_h, bias_h, eps)
-        torch.sigmoid(a.add_(x_rz[t]), out=rzs[t])
-        # h~ = tanh(LN(W x; g3, b3) + r * LN(U h; g4, b4))           computed as 2 sigmoid(2 .) - 1
-        un2, mean_u, rstd_u = _layer_norm(hg[:, 2 * H:], (H,), gain_u2, bias_u2, eps)
-        pre = torch.addcmul(x_n[t], resetgate[t], un2, value=0.5).mul_(2)
-        torch.sigmoid(pre, out=ns[t]).mul_(2).sub_(1)
-        # h_t = (1 - z) h~ + z h_{t-1}                               torch.nn.GRU's convention
-        torch.lerp(ns[t], h_prev[t], updategate[t], out=h_new[t])
-        if zhs is not None:  # zoneout: h_t = h~ + z (h_{t-1} - h~)
-            h_new[t].lerp_(h_prev[t], zhs[t])
-        if save:
-            bs = hg.shape[0]
-            for k, v in enumerate((mean_h, rstd_h, mean_u, rstd_u)):
-                stats[k, t, :bs] = v.squeeze(-1)
-
-    h_n = common.final_state(out, common.row_lengths(batch_sizes, T, B), h0)
-    return out, h_n, ([hg_all, stats] if save else None)
-
-
-def _gates_ops(xw, hg_all, stats, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x):
-    """r, z (T, B, 2H), LN(U h) (T, B, H) and h~ (T, B, H) of every step, recomputed from the
-    saved W_hh h_{t-1} and LN statistics (finite, unused values on padded rows)."""
-    H = xw.shape[-1] // 3
-    st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731
-    x_rz, x_n = xw[..., :2 * H], xw[..., 2 * H:]
-    if gain_x is not None:
-        x_rz = (x_rz - st(4)) * st(5) * gain_x[:2 * H] + bias_x[:2 * H]
-        x_n = (x_n - st(6)) * st(7) * gain_x[2 * H:] + bias_x[2 * H:]
-    rz = torch.sigmoid((hg_all[..., :2 * H] - st(0)) * st(1) * gain_h + bias_h + x_rz)
-    un = (hg_all[..., 2 * H:] - st(2)) * st(3) * gain_u + bias_u
-    return rz, un, torch.tanh(x_n + rz[..., :H] * un)
-
-
-def _backward_ops(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
-                  bias_x, out, hg_all, stats, batch_sizes, h_mask=None, zone_h=None):
-    T, B, G = hg_all.shape
-    H = G // 3
-    blocks = common.last_steps(common.row_lengths(batch_sizes, T, B), B)
-    linear_t = _Linear(w_hh.t(), B)
-    rz_all, un_all, n_all = _gates_ops(xw, hg_all, stats, gain_h, bias_h, gain_u, bias_u,
-                                       gain_x, bias_x)
-
-    dxg = _buffer(T, B, G, like=hg_all)   # grad of xg: [d(r, z) pre; d n pre]
-    dhg = _buffer(T, B, G, like=hg_all)   # grad of [W_h h; U h]
-    dun = _buffer(T, B, H, like=hg_all)   # grad of LN(U h)
-    dh = grad_hn.new_zeros(B, H)
-    dn = hg_all.new_empty(B, H)
-    deriv = hg_all.new_empty(B, 2 * H)
-
-    steps = lambda x: common.steps(x, batch_sizes, T)  # noqa: E731
-    rows = lambda x: common.prefixes(x, batch_sizes, T)  # noqa: E731
-    rzs, ns, uns = steps(rz_all), steps(n_all), steps(un_all)
-    h_prev = common.prev_steps(h0, out, batch_sizes, T)
-    resetgate, updategate = (steps(a) for a in rz_all.split(H, -1))
-    hgs, d_uns, grad_outs = steps(hg_all), steps(dun), steps(grad_out)
-    d_rz, d_r, d_z, d_npre = (steps(d) for d in (dxg[..., :2 * H], dxg[..., :H],
-                                                 dxg[..., H:2 * H], dxg[..., 2 * H:]))
-    d_hrz, d_hu = steps(dhg[..., :2 * H]), steps(dhg[..., 2 * H:])
-    d_hgs = steps(dhg)
-    dhs, dns, derivs = rows(dh), rows(dn), rows(deriv)
-    hms = None if h_mask is None else rows(h_mask)
-    zhs = None if zone_h is None else steps(zone_h)
-    for t in range(common.n_steps(batch_sizes, T) - 1, -1, -1):
-        if t in blocks:
-            lo, hi = blocks[t]
-            dh[lo:hi] += grad_hn[lo:hi]
-        dh_t = dhs[t].add_(grad_outs[t])
-        if zhs is not None:  # zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~_t
-            zd_h = dh_t * zhs[t]
-            dh_t.sub_(zd_h)
-        n = ns[t]
-        bs = dh_t.shape[0]
-        # h = n + z (h_prev - n)
-        d_n = torch.mul(dh_t, updategate[t], out=dns[t])     # direct path: dh z
-        torch.sub(h_prev[t], n, out=d_z[t]).mul_(dh_t)
-        torch.sub(dh_t, d_n, out=d_n)                        # dn = dh (1 - z)
-        dh_t.sub_(d_n)
-        # n = tanh(npre):  d npre = dn (1 - n^2)
-        torch.mul(d_n, n, out=d_npre[t])
-        torch.addcmul(d_n, d_npre[t], n, value=-1, out=d_npre[t])
-        # npre = xn + r * un
-        torch.mul(d_npre[t], uns[t], out=d_r[t])
-        torch.mul(d_npre[t], resetgate[t], out=d_uns[t])
-        # r, z = sigmoid(.)
-        rz = rzs[t]
-        torch.addcmul(rz, rz, rz, value=-1, out=derivs[t])
-        d_rz[t].mul_(derivs[t])
-        mean_h, rstd_h = common.step_stats(stats, 0, t, bs)
-        mean_u, rstd_u = common.step_stats(stats, 1, t, bs)
-        d_hrz[t].copy_(_layer_norm_backward(d_rz[t], hgs[t][:, :2 * H], (2 * H,), mean_h, rstd_h,
-                                            gain_h, None, [True, False, False])[0])
-        d_hu[t].copy_(_layer_norm_backward(d_uns[t], hgs[t][:, 2 * H:], (H,), mean_u, rstd_u,
-                                           gain_u, None, [True, False, False])[0])
-        d_rec = linear_t(d_hgs[t])
-        dh_t.add_(d_rec if hms is None else d_rec.mul_(hms[t]))  # the product read h * h_mask
-        if zhs is not None:
-            dh_t.add_(zd_h)
-    if -1 in blocks:  # length-0 examples: h_n = h0
-        lo, hi = blocks[-1]
-        dh[lo:hi] += grad_hn[lo:hi]
-
-    dw_hh = common.dw_hh(dhg, h0, out, h_mask)
-    st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731
-    _, dgain_h, dbias_h = _layer_norm_backward(dxg[..., :2 * H].contiguous(), hg_all[..., :2 * H],
-                                               (2 * H,), st(0), st(1), gain_h, gain_h,
-                                               [False, True, True])
-    _, dgain_u, dbias_u = _layer_norm_backward(dun, hg_all[..., 2 * H:], (H,), st(2), st(3),
-                                               gain_u, gain_u, [False, True, True])
-    dparams = [dgain_h, dbias_h, dgain_u, dbias_u]
-    if gain_x is not None:  # through the two input LNs
-        dxs, dgs, dbs = [], [], []
-        for k, (lo, hi) in enumerate(((0, 2 * H), (2 * H, 3 * H))):
-            d, g, b = _layer_norm_backward(dxg[..., lo:hi].contiguous(), xw[..., lo:hi],
-                                           (hi - lo,), st(4 + 2 * k), st(5 + 2 * k),
-                                           gain_x[lo:hi], gain_x[lo:hi], [True, True, True])
-            dxs.append(d)
-            dgs.append(g)
-            dbs.append(b)
-        dxg = torch.cat(dxs, -1)
-        dparams += [*dgs, *dbs]
-    return dxg, dh, dw_hh, torch.cat(dparams)
-
 
 def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
                     zone_h, batch_sizes, eps, save):
@@ -221,20 +57,19 @@ def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_
 
 _SCHEMA = ("(Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, Tensor bias_h, Tensor gain_u, "
            "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, Tensor? zone_h, "
-           "Tensor? batch_sizes, float eps, bool save) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+           "Tensor? batch_sizes, float eps, bool save) -> (Tensor, Tensor, Tensor, Tensor)")
 _BACKWARD_SCHEMA = (
     "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, "
     "Tensor bias_h, Tensor gain_u, Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor out, "
-    "Tensor hg_all, Tensor stats, Tensor path, Tensor? batch_sizes, Tensor? h_mask, "
+    "Tensor hg_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
     "Tensor? zone_h) -> (Tensor, Tensor, Tensor, Tensor)")
 
 
 def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h,
               batch_sizes, eps, save):
-    """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``) and the
-    path taken (1,) int8. Rows sorted by decreasing length; ``h_mask``, ``zone_h``: the
+    """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``). Rows sorted by decreasing length; ``h_mask``, ``zone_h``: the
     recurrent regularizers or None."""
-    return common.forward(_forward_native, _forward_ops, 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
+    return common.forward(_forward_native, "ln_gru", 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
                         bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes, eps, save)
 
 
@@ -248,17 +83,16 @@ def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone
     T, B, G = xw.shape
     H = G // 3
     new, new_stats = common.fake_saved(xw, save)
-    return (xw.new_empty(T, B, H), h0.new_empty(B, H), new(T, B, G), new_stats(8, T, B),
-            torch.empty(1, dtype=torch.int8))
+    return xw.new_empty(T, B, H), h0.new_empty(B, H), new(T, B, G), new_stats(8, T, B)
 
 
 def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
-                       bias_x, out, hg_all, stats, path, batch_sizes, h_mask, zone_h):
+                       bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h):
     """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
             bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
-    return common.backward("ln_gru_backward", path, xw, _backward_native, _backward_ops, args)
+    return common.backward("ln_gru_backward", xw, _backward_native, args)
 
 
 ln_gru_backward_op = torch.library.custom_op(
@@ -267,7 +101,7 @@ ln_gru_backward_op = torch.library.custom_op(
 
 @ln_gru_backward_op.register_fake
 def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
-      hg_all, stats, path, batch_sizes, h_mask, zone_h):
+      hg_all, stats, batch_sizes, h_mask, zone_h):
     T, B, G = xw.shape
     H = G // 3
     n = 12 * H if gain_x is not None else 6 * H
@@ -315,6 +149,8 @@ def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bi
 
 _run = common.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
                               _first_order)
+_BACKENDS = common.Backends(triton="ln_gru_sequence", native=_run, reference=_loop,
+                            groups=lambda H: (2 * H, H))
 
 
 def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
@@ -355,35 +191,10 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
-    regularized = common.check_masks(who, xg, T, B, H, h_mask=h_mask, zone_h=zone_h)
-    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
-        masks = {"h_mask": h_mask, "zone_h": zone_h} if regularized else {}
-        return _kernels.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
-                                        _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
-                                        bias_x, **masks)
-    compute, out_dtype = common.dtypes(xg)
-    masks = common.prepare_masks((h_mask, zone_h), compute, order)
-    xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x = (
-        None if t is None else t.to(compute)
-        for t in (xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x))
-    params = (w_hh, gain_h, bias_h, gain_u, bias_u)
-    if common.under_functorch():
-        sizes = None if batch_sizes is None else batch_sizes.tolist()
-        xg, _, _ = common.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=False)
-
-        def run(xg_, h0_):
-            return _loop(xg_, h0_, *params, sizes, eps, *masks)
-    else:
-        common.input_ln(who, xg, gain_x, bias_x, (2 * H, H), eps, inside=True)
-        save = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (xg, h0, *params, gain_x, bias_x))
-
-        def run(xg_, h0_):
-            out, h_n, *_ = _run(xg_, h0_, *params, gain_x, bias_x, *masks, batch_sizes,
-                                float(eps), save)
-            return out, h_n
-    outs = common.with_order(run, order, xg, (h0,))
-    return tuple(o.to(out_dtype) for o in outs)
+    masks = dict(h_mask=h_mask, zone_h=zone_h)
+    common.check_masks(who, xg, T, B, H, **masks)
+    return common.run_sequence(who, _BACKENDS, xg, (h0,), (w_hh, gain_h, bias_h, gain_u, bias_u),
+                               gain_x, bias_x, masks, order, batch_sizes, eps)
 
 
 # ---- the plain GRU (norm="none") through the same C kernel -------------------------------------

@@ -1,22 +1,14 @@
 """The LN-LSTM over a whole sequence (one layer, one direction) as the operator
 ``torch.ops.layernorm.ln_lstm``, with a hand-derived backward operator
-``torch.ops.layernorm.ln_lstm_backward``.
+``torch.ops.layernorm.ln_lstm_backward``, both on the C kernels (``_rnn_steps.c``, CPU float32:
+the whole time loop in one call); the graph torch.compile / torch.export see is one opaque op.
 
-Paths, chosen inside the operator (the graph torch.compile / torch.export see is one opaque op):
-the C kernels (``_rnn_steps.c``, CPU float32: the whole time loop in one call) or torch ops (any
-device and dtype). Both save the same buffers, and the operator returns which path ran, so its
-backward reads them the way they were written. Second order: with ``create_graph=True`` the
-backward re-runs the forward as a differentiable loop of torch ops (``_loop``: the reference step
-in the reference loop, ``layernorm.recurrence``) and differentiates that, so double backward is
-exact; under torch.func transforms that loop runs directly.
-
-The torch-ops path (``_forward_ops`` / ``_backward_ops``) is a fast path like the C kernels, not
-the reference under autograd: the operator's contract (its fake implementation promises
-torch.compile / torch.export the saved buffers, and one backward operator reads them on either
-path) needs a forward that fills them, and its in-place loops measured faster than autograd over
-the reference (float64, T 50, B 32, H 128, one thread: 99 against 167 ms a training step, before
-the second forward that recomputing inside the operator would add). It is tested against the
-reference (tests/test_fused.py runs every comparison on each path).
+Where the C kernels do not run (float64, no C compiler, ``USE_NATIVE = False``, CUDA without
+Triton) and under torch.func transforms, ``ln_lstm_sequence`` runs the reference step in the
+reference loop (``_loop``, ``layernorm.recurrence``) under ordinary autograd: one form of the
+step besides the kernels (its cost: docs/rnnfast.md, "Where the C kernels do not run"). Second
+order: with ``create_graph=True`` the operator's backward re-runs the forward as that loop and
+differentiates it, so double backward is exact.
 """
 import functools
 
@@ -28,186 +20,9 @@ from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import lstm_step, run_direction
 from . import common, native
-from .common import _WORKSPACE, _Linear, _buffer, _panels
+from .gemm import _panels
+from .pool import _WORKSPACE, _buffer
 from .native import contig as _contig
-
-_layer_norm, _layer_norm_backward = common._layer_norm, common._layer_norm_backward
-
-
-def _scale(H: int, like: Tensor) -> Tensor:
-    """m = [1, 1, 2, 1] per gate block: sigmoid(m * pre) gives i, f, o and (tanh(u) + 1) / 2."""
-    m = like.new_ones(4, H)
-    m[2] = 2
-    return m.reshape(4 * H)
-
-
-# ---- torch ops (any device, any dtype) -----------------------------------------------------
-
-def _forward_ops(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask,
-                 zone_h, zone_c, batch_sizes, eps, save):
-    """The forward loop in torch ops. Saves act = [sigmoid(i), sigmoid(f), tanh(u), sigmoid(o)]
-    as the C kernel does. Returns out, h_n, c_n, [cs, hg_all, act_all, tc_all, stats]. With
-    zoneout cs holds the carried c_t and the LN of c reads the candidate c~_t (as the C kernel;
-    the backward recomputes c~_t from act_all and cs)."""
-    T, B, G = xw.shape
-    H = G // 4
-    m = _scale(H, xw)
-    gain_h2, bias_h2 = gain_h * m, bias_h * m  # pre-scaled for tanh(x) = 2 sigmoid(2x) - 1
-    gain_c2, bias_c2 = gain_c * 2, bias_c * 2
-    linear = _Linear(w_hh, B)
-    stats = xw.new_zeros(6, T, B, dtype=common.stats_dtype(xw.dtype)) if save else None
-    xg = xw
-    if gain_x is not None:  # the input LN (its statistics kept for the backward)
-        xg, mean_x, rstd_x = _layer_norm(xw, (G,), gain_x, bias_x, eps)
-        if save:
-            stats[4].copy_(mean_x.squeeze(-1))
-            stats[5].copy_(rstd_x.squeeze(-1))
-
-    out = _buffer(T, B, H, like=xw)     # out[t] = h_{t+1}
-    cs = _buffer(T + 1, B, H, like=xw)  # raw cell states, cs[0] = c0
-    cs[0] = c0
-    hg_all = _buffer(T, B, G, like=xw) if save else None  # W_h h, the LN input
-    act_all = common.scratch(save, T, B, G, xw)
-    tc_all = common.scratch(save, T, B, H, xw)   # tanh(LN(c_t))
-
-    steps = lambda x, shift=0: common.steps(x, batch_sizes, T, shift)  # noqa: E731
-    h_prev, h_new = common.prev_steps(h0, out, batch_sizes, T), steps(out)
-    c_prev, c_new = steps(cs), steps(cs, 1)
-    xgs, acts, tcs = steps(xg), steps(act_all), steps(tc_all)
-    hgs = steps(hg_all) if save else [None] * T
-    ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
-    hms = None if h_mask is None else common.prefixes(h_mask, batch_sizes, T)
-    zhs, zcs = (None if z is None else steps(z) for z in (zone_h, zone_c))
-    ccs = None if zone_c is None else common.prefixes(xw.new_empty(B, H), batch_sizes, T)
-    for t in range(common.n_steps(batch_sizes, T)):
-        # gates = LN(W_h (h_{t-1} * h_mask); g1, b1) + xg_t                             (B, 4H)
-        hg = linear(h_prev[t] if hms is None else h_prev[t] * hms[t], out=hgs[t])
-        pre, mean_h, rstd_h = _layer_norm(hg, (G,), gain_h2, bias_h2, eps)
-        pre.addcmul_(xgs[t], m)
-        torch.sigmoid(pre, out=acts[t])          # cellgate = (tanh(u) + 1) / 2 for now
-        # c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u)                                   (B, H)
-        cellgate[t].mul_(2).sub_(1)
-        c = torch.mul(forgetgate[t], c_prev[t], out=c_new[t] if zcs is None else ccs[t])
-        c.addcmul_(ingate[t], cellgate[t])
-        # h_t = sigmoid(o) tanh(LN(c_t; g3, b3))                                          (B, H)
-        cn2, mean_c, rstd_c = _layer_norm(c, (H,), gain_c2, bias_c2, eps)
-        torch.sigmoid(cn2, out=tcs[t]).mul_(2).sub_(1)
-        torch.mul(outgate[t], tcs[t], out=h_new[t])
-        # zoneout: s_t = s~_t + z (s_{t-1} - s~_t)
-        if zcs is not None:
-            torch.lerp(c, c_prev[t], zcs[t], out=c_new[t])
-        if zhs is not None:
-            h_new[t].lerp_(h_prev[t], zhs[t])
-        if save:
-            bs = c.shape[0]
-            for k, v in enumerate((mean_h, rstd_h, mean_c, rstd_c)):
-                stats[k, t, :bs] = v.squeeze(-1)
-
-    lens = common.row_lengths(batch_sizes, T, B)
-    h_n, c_n = common.final_state(out, lens, h0), common.final_state(cs, lens)
-    return out, h_n, c_n, ([cs, hg_all, act_all, tc_all, stats] if save else None)
-
-
-def _backward_ops(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs,
-                  hg_all, act_all, tc_all, stats, batch_sizes, h_mask=None, zone_h=None,
-                  zone_c=None):
-    """The hand-derived backward loop in torch ops over ``_forward_ops``' buffers."""
-    T, B, G = hg_all.shape
-    H = G // 4
-    blocks = common.last_steps(common.row_lengths(batch_sizes, T, B), B)
-    linear_t = _Linear(w_hh.t(), B)  # dh_{t-1} = d(W_h h_{t-1}) @ W_h
-
-    dxg = _buffer(T, B, G, like=hg_all)    # d pre: grad of xg and of LN_h
-    dhg = _buffer(T, B, G, like=hg_all)    # grad of W_h h_{t-1}
-    dcn = _buffer(T, B, H, like=hg_all)    # grad of LN(c_t)
-    dh = grad_hn.new_zeros(B, H)
-    dc = grad_cn.new_zeros(B, H)
-    deriv = hg_all.new_empty(B, G)
-    dtc = hg_all.new_empty(B, H)
-
-    steps = lambda x, shift=0: common.steps(x, batch_sizes, T, shift)  # noqa: E731
-    rows = lambda x: common.prefixes(x, batch_sizes, T)  # noqa: E731
-    tcs, c_new, c_prev = steps(tc_all), steps(cs, 1), steps(cs)
-    ingate, forgetgate, cellgate, outgate = (steps(a) for a in act_all.split(H, -1))
-    d_pres, d_cns, d_hgs, hgs = steps(dxg), steps(dcn), steps(dhg), steps(hg_all)
-    d_i, d_f, d_u, d_o = (steps(d) for d in dxg.split(H, -1))
-    grad_outs = steps(grad_out)
-    dhs, dcs, derivs, dtcs = rows(dh), rows(dc), rows(deriv), rows(dtc)
-    hms = None if h_mask is None else rows(h_mask)
-    zhs, zcs = (None if z is None else steps(z) for z in (zone_h, zone_c))
-    for t in range(common.n_steps(batch_sizes, T) - 1, -1, -1):
-        if t in blocks:  # these examples' last step: grads of h_n, c_n enter here
-            lo, hi = blocks[t]
-            dh[lo:hi] += grad_hn[lo:hi]
-            dc[lo:hi] += grad_cn[lo:hi]
-        dh_t = dhs[t].add_(grad_outs[t])
-        if zhs is not None:  # zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~_t
-            zd_h = dh_t * zhs[t]
-            dh_t.sub_(zd_h)
-        tc, og = tcs[t], outgate[t]
-        bs = dh_t.shape[0]
-        # h = o * tc;  tc = tanh(LN(c)):  d LN(c) = d tc (1 - tc^2)
-        torch.mul(dh_t, tc, out=d_o[t])
-        d_tc = torch.mul(dh_t, og, out=dtcs[t])
-        d_cn = torch.mul(d_tc, tc, out=d_cns[t])
-        torch.addcmul(d_tc, d_cn, tc, value=-1, out=d_cn)
-        mean_c, rstd_c = common.step_stats(stats, 1, t, bs)
-        c_ln = c_new[t] if zcs is None else torch.addcmul(forgetgate[t] * c_prev[t], ingate[t],
-                                                          cellgate[t])  # the candidate c~_t
-        dc_t = _layer_norm_backward(d_cn, c_ln, (H,), mean_c, rstd_c, gain_c, None,
-                                    [True, False, False])[0]
-        if zcs is None:
-            dc_t.add_(dcs[t])
-        else:  # dc~_t = ... + (1 - z) dc_t; dc_{t-1} = f dc~_t + z dc_t
-            zd_c = dcs[t] * zcs[t]
-            dc_t.add_(dcs[t]).sub_(zd_c)
-        # c = f c_prev + i u  (u = tanh(pre_u))
-        torch.mul(dc_t, cellgate[t], out=d_i[t])
-        torch.mul(dc_t, c_prev[t], out=d_f[t])
-        torch.mul(dc_t, ingate[t], out=d_u[t])
-        torch.mul(dc_t, forgetgate[t], out=dcs[t])
-        if zcs is not None:
-            dcs[t].add_(zd_c)
-        # through the nonlinearities: sigmoid' = s (1 - s), tanh' = 1 - u^2
-        act, d_pre = torch.cat([ingate[t], forgetgate[t], outgate[t]], -1), d_pres[t]
-        d = derivs[t]
-        torch.addcmul(act, act, act, value=-1, out=d[:, :3 * H])
-        u = cellgate[t]
-        torch.addcmul(torch.ones_like(u), u, u, value=-1, out=d[:, 3 * H:])
-        d_pre[:, :2 * H].mul_(d[:, :2 * H])
-        d_pre[:, 3 * H:].mul_(d[:, 2 * H:3 * H])
-        d_pre[:, 2 * H:3 * H].mul_(d[:, 3 * H:])
-        # gates = LN(W_h h_{t-1}) + xg:  d (W_h h_{t-1}) through the LN
-        mean_h, rstd_h = common.step_stats(stats, 0, t, bs)
-        d_hgs[t].copy_(_layer_norm_backward(d_pre, hgs[t], (G,), mean_h, rstd_h, gain_h, None,
-                                            [True, False, False])[0])
-        linear_t(d_hgs[t], out=dhs[t])
-        if hms is not None:  # the recurrent product read h_{t-1} * h_mask
-            dhs[t].mul_(hms[t])
-        if zhs is not None:
-            dhs[t].add_(zd_h)
-    if -1 in blocks:  # length-0 examples: h_n = h0, c_n = c0
-        lo, hi = blocks[-1]
-        dh[lo:hi] += grad_hn[lo:hi]
-        dc[lo:hi] += grad_cn[lo:hi]
-
-    # everything that does not feed the recurrence: one GEMM / one reduction over all steps
-    dw_hh = common.dw_hh(dhg, h0, out, h_mask)
-    c_ln = cs[1:]
-    if zone_c is not None:  # the LN of c read the candidates c~_t (0 on padded rows)
-        c_ln = torch.addcmul(act_all[..., H:2 * H] * cs[:-1], act_all[..., :H],
-                             act_all[..., 2 * H:3 * H])
-    st = lambda k: stats[k].unsqueeze(-1)  # noqa: E731  (T, B, 1), 0 on padded rows
-    _, dgain_h, dbias_h = _layer_norm_backward(dxg, hg_all, (G,), st(0), st(1), gain_h, gain_h,
-                                               [False, True, True])
-    _, dgain_c, dbias_c = _layer_norm_backward(dcn, c_ln, (H,), st(2), st(3), gain_c, gain_c,
-                                               [False, True, True])
-    dparams = [dgain_h, dbias_h, dgain_c, dbias_c]
-    if gain_x is not None:
-        dxg, dgain_x, dbias_x = _layer_norm_backward(dxg, xw, (G,), st(4), st(5), gain_x, gain_x,
-                                                     [True, True, True])
-        dparams += [dgain_x, dbias_x]
-    return dxg, dh, dc, dw_hh, torch.cat(dparams)
 
 
 # ---- the C kernels (CPU float32) -----------------------------------------------------------
@@ -260,22 +75,21 @@ def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain
 _SCHEMA = ("(Tensor xw, Tensor h0, Tensor c0, Tensor w_hh, Tensor gain_h, Tensor bias_h, "
            "Tensor gain_c, Tensor bias_c, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, "
            "Tensor? zone_h, Tensor? zone_c, Tensor? batch_sizes, float eps, bool save) -> "
-           "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+           "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 _BACKWARD_SCHEMA = (
     "(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor xw, Tensor h0, Tensor w_hh, "
     "Tensor gain_h, Tensor gain_c, Tensor? gain_x, Tensor out, Tensor cs, Tensor hg_all, "
     "Tensor act_all, "
-    "Tensor tc_all, Tensor stats, Tensor path, Tensor? batch_sizes, Tensor? h_mask, "
+    "Tensor tc_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
     "Tensor? zone_h, Tensor? zone_c) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
 def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
                zone_c, batch_sizes, eps, save):
     """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
-    cs, hg_all, act_all, tc_all, stats (empty without ``save``) and the path taken (1,) int8.
-    Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``;
+    cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``;
     ``h_mask``, ``zone_h``, ``zone_c``: the recurrent regularizers or None."""
-    return common.forward(_forward_native, _forward_ops, 4, xw, h0, c0, w_hh, gain_h, bias_h,
+    return common.forward(_forward_native, "ln_lstm", 4, xw, h0, c0, w_hh, gain_h, bias_h,
                           gain_c, bias_c, gain_x, bias_x, h_mask, zone_h, zone_c, batch_sizes,
                           eps, save)
 
@@ -291,18 +105,17 @@ def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, 
     H = G // 4
     new, new_stats = common.fake_saved(xw, save)
     return (xw.new_empty(T, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
-            new(T, B, G), new(T, B, G), new(T, B, H), new_stats(6, T, B),
-            torch.empty(1, dtype=torch.int8))
+            new(T, B, G), new(T, B, G), new(T, B, H), new_stats(6, T, B))
 
 
 def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
-                        cs, hg_all, act_all, tc_all, stats, path, batch_sizes, h_mask, zone_h,
+                        cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h,
                         zone_c):
     """-> grads of xw (T, B, G), h0, c0, w_hh and the LN parameters as one vector [gain_h,
     bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
             gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h, zone_c)
-    return common.backward("ln_lstm_backward", path, xw, _backward_native, _backward_ops, args)
+    return common.backward("ln_lstm_backward", xw, _backward_native, args)
 
 
 ln_lstm_backward_op = torch.library.custom_op(
@@ -311,7 +124,7 @@ ln_lstm_backward_op = torch.library.custom_op(
 
 @ln_lstm_backward_op.register_fake
 def _(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs, hg_all, act_all,
-      tc_all, stats, path, batch_sizes, h_mask, zone_h, zone_c):
+      tc_all, stats, batch_sizes, h_mask, zone_h, zone_c):
     T, B, G = xw.shape
     H = G // 4
     n = 18 * H if gain_x is not None else 10 * H
@@ -361,6 +174,8 @@ def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x
 
 _run = common.register_autograd(ln_lstm_op, _lstm_body, "ln_lstm", 3, _loop_with_input_ln,
                               _first_order)
+_BACKENDS = common.Backends(triton="ln_lstm_sequence", native=_run, reference=_loop,
+                            groups=lambda H: (4 * H,))
 
 
 # ---- the entry point -------------------------------------------------------------------------
@@ -404,36 +219,11 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
         vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
     T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
-    regularized = common.check_masks(who, xg, T, B, H, h_mask=h_mask, zone_h=zone_h,
-                                     zone_c=zone_c)
-    if _kernels.applies_rnn(xg):  # CUDA: the Triton step kernels (layernorm.kernels)
-        masks = {"h_mask": h_mask, "zone_h": zone_h, "zone_c": zone_c} if regularized else {}
-        return _kernels.ln_lstm_sequence(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c,
-                                         _lengths.to_lengths(order, batch_sizes, B), eps, gain_x,
-                                         bias_x, **masks)
-    compute, out_dtype = common.dtypes(xg)
-    masks = common.prepare_masks((h_mask, zone_h, zone_c), compute, order)
-    xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x = (
-        None if t is None else t.to(compute)
-        for t in (xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x))
-    params = (w_hh, gain_h, bias_h, gain_c, bias_c)
-    if common.under_functorch():  # torch.func transforms: the differentiable loop itself
-        sizes = None if batch_sizes is None else batch_sizes.tolist()
-        xg, _, _ = common.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=False)
-
-        def run(xg_, h0_, c0_):
-            return _loop(xg_, h0_, c0_, *params, sizes, eps, *masks)
-    else:
-        common.input_ln(who, xg, gain_x, bias_x, (4 * H,), eps, inside=True)  # checks the pair
-        save = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (xg, h0, c0, *params, gain_x, bias_x))
-
-        def run(xg_, h0_, c0_):
-            out, h_n, c_n, *_ = _run(xg_, h0_, c0_, *params, gain_x, bias_x, *masks,
-                                     batch_sizes, float(eps), save)
-            return out, h_n, c_n
-    outs = common.with_order(run, order, xg, (h0, c0))
-    return tuple(o.to(out_dtype) for o in outs)
+    masks = dict(h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
+    common.check_masks(who, xg, T, B, H, **masks)
+    return common.run_sequence(who, _BACKENDS, xg, (h0, c0),
+                               (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks,
+                               order, batch_sizes, eps)
 
 
 # ---- the plain LSTM (norm="none") through the same C kernel ------------------------------------

@@ -14,10 +14,10 @@ against.
                 kernels
 
 Every other form computes these functions and is tested against them: the C kernels of
-``layernorm.rnn`` (``_rnn_steps.c``: the cells' one-step call and the whole-sequence loop), the
-Triton kernels of ``layernorm.kernels`` (CUDA), and the torch-ops forward and hand-derived
-backward of the fused operators (``layernorm.ops.lstm`` / ``gru``). Their second derivatives
-and torch.func transforms differentiate the steps here.
+``layernorm.ops`` (``_rnn_steps.c``: the cells' one-step call and the whole-sequence loop, with
+their hand-derived backward) and the Triton kernels of ``layernorm.kernels`` (CUDA). Where no
+kernel runs, and for second derivatives and torch.func transforms, the operators run or
+differentiate the steps here in the loop here.
 
 This package imports torch only: it sits below every other part of ``layernorm``.
 """

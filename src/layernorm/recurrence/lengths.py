@@ -3,11 +3,12 @@
 Lengths travel in one encoding from the modules to the time loops and the C kernels:
 ``batch_sizes`` (T,), int64 on the CPU, as ``PackedSequence.batch_sizes``: step t runs the first
 ``batch_sizes[t]`` examples of a batch sorted by decreasing length; ``None`` means every example
-runs all T steps (``run_direction`` takes it, ``layernorm.rnn.fused`` passes it to its kernels).
+runs all T steps (``run_direction`` takes it, ``layernorm.ops`` passes it to the C kernels).
 Callers holding per-example lengths in any order (``ln_*_sequence(lengths=...)``) get the sort
 order and ``batch_sizes`` here; the Triton kernels, which read one length per example, get them
-back with ``to_lengths``. Every length a user passes is checked by ``check_lengths`` or
-``check_batch_sizes`` and nowhere else.
+back with ``to_lengths``. Lengths passed to the operators are checked by ``check_lengths`` or
+``check_batch_sizes``; the stacked modules check a PackedSequence where it enters them
+(``layernorm.rnn.inputs``).
 """
 from __future__ import annotations
 

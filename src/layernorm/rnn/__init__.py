@@ -9,7 +9,7 @@ modules are in ``cells``, the stacked modules in ``modules``.
 """
 from .cells import (RNN_NORMS, GRUCell, LSTMCell, RNNCell, RNNInputError, RNNTypeError, gru_step,
                     lstm_step, rnn_step)
-from .base import RNNArgumentError
+from ..checks import RNNArgumentError
 from .modules import GRU, LSTM, RNN, run_direction
 
 __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "RNN_NORMS", "lstm_step",

@@ -1,119 +1,23 @@
 """``RecurrentBase``: the parameters, buffers and per-direction math that the cells
-(``layernorm.rnn.cells``) and the stacked modules (``layernorm.rnn.modules``) share, and
-their errors: the checks of arguments, inputs and states, raising the exception types torch
-raises for the same mistakes, each message naming what was expected, what was received and the
-fix."""
+(``layernorm.rnn.cells``) and the stacked modules (``layernorm.rnn.modules``) share. Their errors
+and checks of arguments, inputs and states are ``layernorm.checks``'."""
 from __future__ import annotations
 
-import difflib
 import math
-import numbers
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import _VF, nn
 
-from .._checks import check_choice
-from .._vocabulary import RNN_NORMS
+from ..checks import RNNTypeError, autocast_on, check_choice, check_rnn_args
+from ..vocabulary import RNN_NORMS
 from .. import recurrence
 from .. import ops
-from ..ops.native import autocast_on
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
 from ._norm_kinds import NORM_KINDS
 from . import regularizers as _reg
 from .terms import Term, gate_groups, last_trained_slot
-
-# ---- the errors and checks of arguments, inputs and states
-
-class RNNInputError(ValueError, RuntimeError):
-    """A wrong shape, dtype or state given to a layernorm RNN. torch raises ValueError for some of
-    these mistakes and RuntimeError for others: this is both, so code written for either catches
-    it."""
-
-
-class RNNTypeError(TypeError, ValueError, RuntimeError):
-    """An argument of the wrong type (e.g. ``dropout="0.1"``, an integer input, a PackedSequence
-    with non-integer batch sizes): a TypeError that is also what torch raises for it."""
-
-
-class RNNArgumentError(ValueError, RuntimeError):
-    """A constructor argument torch refuses with a ValueError in the stacked modules and with a
-    RuntimeError at the first call in the cells (an unknown ``nonlinearity``): both, so code
-    written for either catches it."""
-
-
-def _real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def check_keywords(who: str, unknown: dict, valid) -> None:
-    """A TypeError naming the misspelt keyword and the closest valid one."""
-    if not unknown:
-        return
-    name = next(iter(unknown))
-    close = difflib.get_close_matches(name, list(valid), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise TypeError(f"{who} got an unexpected keyword argument {name!r}.{hint} Valid keywords: "
-                    f"{', '.join(sorted(valid))}.")
-
-
-def check_sizes(who: str, zero_ok: bool, **sizes) -> None:
-    """input_size / hidden_size / max_length: ints, positive (torch's modules: "must be greater
-    than zero"), or >= 0 for input_size and hidden_size where ``zero_ok`` (torch's cells run with
-    0 units and return empty states)."""
-    for name, value in sizes.items():
-        low = 0 if zero_ok and name != "max_length" else 1
-        what = "a positive int" if low else "an int >= 0"
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise RNNTypeError(f"{name} should be of type int, got: {type(value).__name__}: {who} "
-                               f"expected {name} to be {what}, received {value!r} "
-                               f"({type(value).__name__}). Pass e.g. {name}=16.")
-        if value < low:
-            raise ValueError(f"{name} must be greater than {'or equal to ' if not low else ''}"
-                             f"zero: {who} expected {name} to be {what}, received {value!r}. "
-                             f"Pass e.g. {name}=16.")
-
-
-def check_nonlinearity(nonlinearity, who: str) -> None:
-    """torch.nn.RNN's "Unknown nonlinearity" (a ValueError there, a RuntimeError from
-    torch.nn.RNNCell's forward)."""
-    if nonlinearity not in ("tanh", "relu"):
-        raise RNNArgumentError(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or "
-                               f"'relu': {who} expected nonlinearity 'tanh' or 'relu', received "
-                               f"{nonlinearity!r}. Pass one of those.")
-
-
-def check_dtype(x: torch.Tensor, weight: torch.Tensor, who: str) -> None:
-    """The input's dtype is the weights' (torch's check, with torch's phrase "does not match weight
-    dtype"; skipped under autocast, as torch), and it is on the weights' device."""
-    if not torch.is_floating_point(x):
-        raise RNNTypeError(f"RNN input dtype ({x.dtype}) does not match weight dtype "
-                           f"({weight.dtype}): {who} expected a floating-point input of dtype "
-                           f"{weight.dtype} (the weights'), received dtype {x.dtype}. Convert it: "
-                           f"input.to({weight.dtype}).")
-    if x.dtype != weight.dtype and not autocast_on(x):
-        raise RNNInputError(f"RNN input dtype ({x.dtype}) does not match weight dtype "
-                            f"({weight.dtype}): {who} expected an input of dtype {weight.dtype} "
-                            f"(its weights'), received dtype {x.dtype}. Convert the input: "
-                            f"input.to({weight.dtype}), or the module: module.to({x.dtype}).")
-    if x.device != weight.device:
-        raise RNNInputError(f"Input and parameter tensors are not at the same device: {who} "
-                            f"expected an input on its parameters' device {weight.device}, "
-                            f"received one on {x.device}. Move the input: "
-                            f"input.to({str(weight.device)!r}), or the module: "
-                            f"module.to({str(x.device)!r}).")
-
-
-def check_state_dtype(h: torch.Tensor, x: torch.Tensor, name: str, who: str) -> None:
-    if h.dtype != x.dtype and not autocast_on(x):
-        raise RNNInputError(f"{who} expected {name} of dtype {x.dtype} (the input's), received "
-                            f"{h.dtype}. Convert it: {name}.to({x.dtype}).")
-    if h.device != x.device:
-        raise RNNInputError(f"Input and hidden tensors are not at the same device: {who} "
-                            f"expected {name} on the input's device {x.device}, received it on "
-                            f"{h.device}. Move it: {name}.to({str(x.device)!r}).")
-
 
 def _no_forget_bias(who: str, kwargs: dict) -> None:
     if kwargs.get("forget_bias"):
@@ -160,53 +64,11 @@ class RecurrentBase(nn.Module):
         rates = _reg.check_rates(who, mode, recurrent_dropout, zoneout, dropconnect,
                                  error_type=RNNTypeError)
         check_choice(norm, RNN_NORMS, "norm")
-        check_nonlinearity(nonlinearity, who)
-        if mode != "RNN" and nonlinearity != "tanh":
-            raise ValueError(f"nonlinearity={nonlinearity!r} applies to RNN and RNNCell only, "
-                             f"received it for {who}. Remove the argument.")
-        check_sizes(who, self._zero_sizes, input_size=input_size, hidden_size=hidden_size,
-                    max_length=max_length)
-        if not isinstance(proj_size, int) or isinstance(proj_size, bool) or proj_size < 0:
-            raise ValueError(f"proj_size should be a positive integer or zero to disable "
-                             f"projections: {who} expected proj_size to be an int >= 0 (0: no "
-                             f"projection), received {proj_size!r}. Pass e.g. proj_size=0.")
-        if proj_size and mode != "LSTM":
-            raise ValueError(f"proj_size argument is only supported for LSTM, not RNN or GRU: "
-                             f"{who} expected no proj_size (a projection of the LSTM's h_t), "
-                             f"received proj_size={proj_size}. Remove the argument.")
-        if proj_size and proj_size >= hidden_size:
-            raise ValueError(f"proj_size has to be smaller than hidden_size: {who} expected "
-                             f"proj_size smaller than hidden_size={hidden_size}, received "
-                             f"proj_size={proj_size}. Pass a smaller proj_size.")
-        if not _real(eps) or not math.isfinite(eps) or eps <= 0:
-            raise ValueError(f"{who} expected eps to be a finite number > 0 (it is added to the "
-                             f"variance inside the square root), received {eps!r}. Pass e.g. "
-                             f"eps=1e-5.")
-        if not _real(momentum) or not 0 < momentum <= 1:
-            raise ValueError(f"{who} expected momentum in (0, 1] (the weight of the new batch in "
-                             f"the running statistics), received {momentum!r}. Pass e.g. "
-                             f"momentum=0.1.")
-        if gain_init is not None and (not _real(gain_init) or not math.isfinite(gain_init)):
-            raise ValueError(f"{who} expected gain_init to be a finite number (the gains' initial "
-                             f"value), received {gain_init!r}. Pass e.g. gain_init=1.0, or None "
-                             f"for the default.")
-        if recurrent_gain is not None:
-            if not _real(recurrent_gain) or not math.isfinite(recurrent_gain):
-                raise ValueError(f"{who} expected recurrent_gain to be a finite number (the "
-                                 f"initial gain of the normalized recurrent term W_h h), received "
-                                 f"{recurrent_gain!r}. Pass e.g. recurrent_gain=0.5, or None for "
-                                 f"gain_init.")
-            if mode == "RNN" or not NORM_KINDS[norm].gains:
-                raise ValueError(f"recurrent_gain applies to an LSTM or GRU with norm='layer' or "
-                                 f"'batch' (the gain of the normalized W_h h), received it for "
-                                 f"{who}(norm={norm!r}). Remove it, or use gain_init.")
-        if not _real(forget_bias) or not math.isfinite(forget_bias):
-            raise ValueError(f"{who} expected forget_bias to be a finite number, received "
-                             f"{forget_bias!r}. Pass e.g. forget_bias=1.0.")
-        if forget_bias and (mode != "LSTM" or not bias):
-            raise ValueError(f"forget_bias applies to an LSTM with biases, received "
-                             f"forget_bias={forget_bias} for {who}(bias={bias}). Remove it, or "
-                             f"use an LSTM with bias=True.")
+        check_rnn_args(who, mode, norm, nonlinearity, self._zero_sizes, input_size=input_size,
+                       hidden_size=hidden_size, max_length=max_length, proj_size=proj_size,
+                       eps=eps, momentum=momentum, gain_init=gain_init,
+                       recurrent_gain=recurrent_gain, gains=NORM_KINDS[norm].gains,
+                       forget_bias=forget_bias, bias=bias)
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.bias, self.proj_size, self.forget_bias = bias, proj_size, float(forget_bias)
         self.norm, self.eps, self.momentum, self.max_length = norm, eps, momentum, max_length

@@ -2,7 +2,8 @@
 
 Files: ``terms`` (the normalized terms ``Term``), ``layernorm.recurrence`` (the step functions
 and THE time loop), ``base`` (``RecurrentBase``: parameters shared with the stacked modules),
-``errors`` (the exception types and checks); their names are importable from here too.
+``layernorm.checks`` (the exception types and checks); their names are importable from here
+too.
 
 The paper, section 3.1 (docs/rnn.md). Every recurrent layer here computes, at step t, normalized
 *terms* (summed inputs) and then the gates of torch's LSTM / GRU / Elman RNN:
@@ -39,8 +40,9 @@ from torch import nn
 from .. import recurrence
 from .. import ops
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
-from .base import (RNNInputError, RNNTypeError, _no_forget_bias, _real,  # noqa: F401
-                   autocast_on, check_dtype, check_keywords, check_state_dtype)
+from .base import _no_forget_bias
+from ..checks import (RNNInputError, RNNTypeError, autocast_on, check_dtype,  # noqa: F401
+                       check_keywords, check_state_dtype)
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
 from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401
 from . import regularizers as _reg

@@ -1,4 +1,4 @@
-"""Fused whole-sequence LN-LSTM and LN-GRU recurrences with a hand-derived backward.
+"""Fused whole-sequence LN-LSTM and LN-GRU recurrences with a hand-derived backward (C kernels).
 
 The readable LN-LSTM/LN-GRU (``layernorm.rnn``) runs one autograd graph per time step: at the sizes
 people train (B = 32, H = 256) the time goes to per-op Python/autograd overhead, not to arithmetic.
@@ -20,22 +20,24 @@ On the CPU in float32 the forward loop runs in ONE call of a small C kernel (``_
 its own register-tiled recurrent GEMM, the input LN folded into the step, examples split over
 threads for the whole sequence), the backward loop in one call per range of steps (each range
 followed by its share of ``dW_hh``, so the gradient of ``W_hh h_{t-1}`` is held for one range
-only), with their sequence buffers reused across calls (``layernorm.ops.common``). The
+only), with their sequence buffers reused across calls (``layernorm.ops.pool``). The
 operators write the outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves
 ``W_hh h_{t-1}`` and the LN statistics only, recomputing its gates in the backward: a training
 step's peak memory is about torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are
 converted to float32 once per call, so they run the same kernels with float32 statistics and
 accumulation; the result is in the half type, as torch.nn.LSTM's. Their input GEMM
 (``input_linear``) runs in float32 on CPUs without native half GEMMs (torch emulates those ~9x
-slower). Elsewhere (CUDA, float64, no C
-compiler, ``USE_NATIVE = False``) the same loops run in torch ops.
+slower). On CUDA the Triton kernels run (``layernorm.kernels``). Elsewhere (float64, no C
+compiler, ``USE_NATIVE = False``, CUDA without Triton) the reference loop of torch ops runs under
+ordinary autograd (docs/rnnfast.md, "Where the C kernels do not run").
 
 Variable-length batches run like cuDNN packed sequences: examples are ordered by decreasing length
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
 
 This module is the public face of those operators; they live in ``layernorm.ops`` (files
-there: ``lstm`` / ``gru`` each cell's paths, operators and entry point, ``common`` what they
-share, the buffer pool and the GEMMs among it, ``native`` loading and calling the C kernels).
+there: ``lstm`` / ``gru`` each cell's C path, operators and entry point, ``common`` what they
+share (the one choice of path among them), ``pool`` the buffer pool, ``gemm`` the GEMMs,
+``native`` loading and calling the C kernels).
 Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
 ``ln_gru_sequence``; the reference they are tested against is ``layernorm.recurrence``.
 """
@@ -45,7 +47,8 @@ import sys
 import types
 
 from ..ops import native as _native
-from ..ops.common import input_linear, release_workspace
+from ..ops.gemm import input_linear
+from ..ops.pool import release_workspace
 from ..ops.gru import ln_gru_sequence
 from ..ops.lstm import ln_lstm_sequence
 

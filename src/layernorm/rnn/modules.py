@@ -5,8 +5,8 @@
     bn = layernorm.LSTM(32, 64, norm="batch", max_length=50)        # BN-LSTM baseline
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
-``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``TorchLayout`` with torch's
-weight lists; the input checks are ``InputChecks``), except an LSTM or GRU on packed CPU float32
+``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``TorchLayout``, ``layout``,
+with torch's weight lists; the input checks are ``InputChecks``, ``inputs``), except an LSTM or GRU on packed CPU float32
 input, which runs the C time loop without normalization where it applies
 (``_plain_recurrence``; 2-4x faster there, equal to torch's op to float rounding). For the
 normalized norms the time loop of one layer and one direction is
@@ -21,14 +21,16 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import _VF, nn
+from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .. import ops
 from ..ops import gru as _ops_gru
 from ..ops import lstm as _ops_lstm
-from .base import (RecurrentBase, RNNInputError, RNNTypeError, _copy_from_torch, _no_forget_bias,
-                   _real, autocast_on, check_dtype, check_keywords, check_state_dtype)
+from ..checks import RNNInputError, RNNTypeError, autocast_on, check_keywords, real_number
+from .base import RecurrentBase, _copy_from_torch, _no_forget_bias
+from .inputs import InputChecks
+from .layout import TorchLayout
 from ..recurrence import run_direction
 
 
@@ -47,238 +49,6 @@ def exporting_to_onnx() -> bool:
     """Whether ``torch.onnx.export`` is capturing the model with torch.export (its default,
     ``dynamo=True``); the legacy exporter traces, which takes the loop already."""
     return torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
-
-
-# ---- the input checks
-# The stacked modules' checks of their input (a tensor or a PackedSequence) and of hx: torch's
-# exception types, messages naming what was expected, what was received and the fix.
-
-class InputChecks:
-    """Mixed into ``layernorm.rnn.modules._Stack`` (reads its configuration)."""
-
-    def _check_input(self, x: torch.Tensor) -> None:
-        """x: a tensor (T, B, I), (B, T, I) with batch_first, or unbatched (T, I)."""
-        who = type(self).__name__
-        layout = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
-        if not isinstance(x, torch.Tensor):
-            raise RNNTypeError(f"{who} expected a tensor {layout} or a PackedSequence, received "
-                               f"{type(x).__name__}.")
-        if x.dim() not in (2, 3):
-            raise RNNInputError(f"{who} expected a 3-D input {layout}, an unbatched 2-D input "
-                                f"(T, input_size) or a PackedSequence, received a {x.dim()}-D "
-                                f"tensor of shape {tuple(x.shape)}. Reshape it to one of those.")
-        check_dtype(x, self.weight_ih_l0, who)
-        if x.shape[-1] != self.input_size:
-            raise RNNInputError(f"input.size(-1) must be equal to input_size. Expected "
-                                f"{self.input_size}, got {x.shape[-1]}: "
-                                f"{who} expected input of shape {layout} with input_size="
-                                f"{self.input_size}, received shape {tuple(x.shape)} (last dim "
-                                f"{x.shape[-1]}). Build it with input_size={x.shape[-1]} or fix "
-                                f"the input's feature dimension.")
-        T = x.shape[1] if self.batch_first and x.dim() == 3 else x.shape[0]
-        if T == 0:
-            raise RNNInputError(f"Expected sequence length to be larger than 0 in RNN: {who} "
-                                f"expected a sequence length larger than 0, received input of "
-                                f"shape {tuple(x.shape)}. Skip empty sequences.")
-
-    def _check_packed(self, p: PackedSequence) -> None:
-        """A PackedSequence as pack_padded_sequence / pack_sequence make it."""
-        who = type(self).__name__
-        bs = p.batch_sizes
-        if not isinstance(bs, torch.Tensor) or bs.dtype != torch.int64 or bs.dim() != 1:
-            got = (f"{bs.dtype} tensor of shape {tuple(bs.shape)}" if
-                   isinstance(bs, torch.Tensor) else type(bs).__name__)
-            raise RNNTypeError(f"{who} expected a PackedSequence whose batch_sizes is a 1-D int64 "
-                               f"tensor, received {got}. Build it with "
-                               f"torch.nn.utils.rnn.pack_padded_sequence(x, lengths) with integer "
-                               f"lengths (not a mask).")
-        if not isinstance(p.data, torch.Tensor) or p.data.dim() != 2:
-            raise RNNInputError(f"{who} expected a PackedSequence with 2-D data (sum of lengths, "
-                                f"input_size), received {getattr(p.data, 'shape', p.data)}.")
-        check_dtype(p.data, self.weight_ih_l0, who)
-        if p.data.shape[-1] != self.input_size:
-            raise RNNInputError(f"input.size(-1) must be equal to input_size. Expected "
-                                f"{self.input_size}, got {p.data.shape[-1]}: "
-                                f"{who} expected a PackedSequence of input_size={self.input_size}, "
-                                f"received data of shape {tuple(p.data.shape)}. Build it with "
-                                f"input_size={p.data.shape[-1]} or fix the features.")
-        sizes = bs.tolist()                      # a few ints: cheaper checked in Python
-        if not sizes or sizes[-1] < 1 or sum(sizes) != p.data.shape[0] or \
-                any(a < b for a, b in zip(sizes, sizes[1:])):
-            raise RNNInputError(f"{who} expected a PackedSequence with positive, non-increasing "
-                                f"batch_sizes summing to the {p.data.shape[0]} rows of data, "
-                                f"received batch_sizes {sizes}. Build it with "
-                                f"pack_padded_sequence / pack_sequence.")
-        B = sizes[0]
-        s, u = p.sorted_indices, p.unsorted_indices
-        if s is None and u is None:
-            return
-        ok = s is not None and u is not None and s.dim() == 1 and u.dim() == 1 and \
-            s.dtype == torch.int64 and u.dtype == torch.int64 and len(s) == B and len(u) == B
-        if ok and "meta" in (s.device.type, u.device.type):
-            return                               # no values to check (shapes only)
-        if ok:
-            sl, ul = s.tolist(), u.tolist()
-            ok = sorted(sl) == list(range(B)) and all(0 <= j < B and sl[j] == i
-                                                       for i, j in enumerate(ul))
-        if not ok:
-            raise RNNInputError(f"{who} expected a PackedSequence whose sorted_indices is a "
-                                f"permutation of range({B}) and unsorted_indices its inverse, "
-                                f"received sorted_indices={None if s is None else s.tolist()}, "
-                                f"unsorted_indices={None if u is None else u.tolist()}. Build it "
-                                f"with pack_padded_sequence(..., enforce_sorted=False).")
-
-    def _state_sizes(self) -> tuple[int, ...]:
-        H = self.hidden_size
-        return (self.proj_size or H, H) if self.mode == "LSTM" else (H,)
-
-    def _check_hx(self, hx: tuple, batch: int | None, x: torch.Tensor) -> None:
-        """hx: the states, each (L * D, batch, size), or (L * D, size) when batch is None
-        (unbatched input)."""
-        who, LD = type(self).__name__, self.num_layers * self.num_directions
-        dims = [h.dim() for h in hx if isinstance(h, torch.Tensor)]
-        want_dim = 2 if batch is None else 3
-        if len(dims) == len(hx) and any(d != want_dim for d in dims):
-            # torch's message for a state of the wrong rank, then ours
-            kind = "unbatched 2-D" if batch is None else "batched 3-D"
-            got = f"({', '.join(f'{d}-D' for d in dims)}) tensors" if len(hx) == 2 else \
-                f"{dims[0]}-D tensor"
-            torch_says = (f"For {kind} input, hx{' and cx' if len(hx) == 2 else ''} should also be "
-                          f"{want_dim}-D but got {got}")
-        else:
-            torch_says = None
-        for i, (h, size) in enumerate(zip(hx, self._state_sizes())):
-            name = "hx" if len(hx) == 1 else f"hx[{i}]"
-            want = (LD, size) if batch is None else (LD, batch, size)
-            if not isinstance(h, torch.Tensor):
-                raise RNNTypeError(f"{who} expected {name} to be a tensor of shape {want}, "
-                                   f"received {type(h).__name__}. Pass hx=None for zeros.")
-            if tuple(h.shape) != want:
-                what = ("(num_layers * num_directions, hidden_size) for an unbatched 2-D input"
-                        if batch is None else "(num_layers * num_directions, batch, " +
-                        ("proj_size" if self.proj_size and i == 0 else "hidden_size") + ")")
-                if torch_says is None:           # torch's phrase for a wrong size
-                    # torch compares an unbatched input's state with a batch of one added
-                    torch_want, got = (want, list(h.shape)) if batch is not None else \
-                        ((LD, 1, size), [h.shape[0], 1, *h.shape[1:]])
-                    torch_says = (f"Expected hidden{'' if len(hx) == 1 else f'[{i}]'} size "
-                                  f"{torch_want}, got {got}")
-                raise RNNInputError(f"{torch_says}: {who} expected {name} of shape {want} {what}, "
-                                    f"received {tuple(h.shape)}. Pass hx=None for zeros, or a "
-                                    f"state shaped like the one it returns.")
-            check_state_dtype(h, x, name, who)
-
-
-# ---- torch's weight layout
-# torch's weight layout for the stacked modules: the weight lists torch.nn.RNNBase exposes
-# (``_all_weights``, ``_flat_weights``, ``all_weights``: weight-drop / AWD-LSTM code reads them),
-# cuDNN's flat weight buffer, the equivalent torch module and, for ``norm="none"``, torch's own
-# fused RNN op on these Parameters.
-
-class TorchLayout:
-    """Mixed into ``layernorm.rnn.modules._Stack`` (reads its configuration and Parameters)."""
-
-    @property
-    def _all_weights(self) -> list[list[str]]:
-        """Parameter names per (layer, direction): torch's first (weight_ih, weight_hh, bias_ih,
-        bias_hh, weight_hr, as the configuration has them), then the normalization's gains and
-        biases. From the configuration, so a name whose Parameter was deleted (weight drop)
-        keeps its place."""
-        torch_names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) \
-            + (["weight_hr"] if self.proj_size else [])
-        extra = [] if not self._kind.gains else ["gain"] if self.mode == "RNN" else \
-            ["gain_ih", "gain_hh"] + (["gain_c"] + (["bias_c"] if self.bias else [])
-                                      if self.mode == "LSTM" else [])
-        return [[n + self._suffix(layer, d) for n in torch_names + extra]
-                for layer in range(self.num_layers) for d in range(self.num_directions)]
-
-    @property
-    def _flat_weights_names(self) -> list[str]:
-        """torch's flat list, exactly: the tensors torch's op takes (every layer and direction,
-        torch's order), so code that counts or walks torch's weights (``weight_norm``'s tests,
-        weight drop) sees what it sees on torch's module. The normalization's gains and biases
-        are in ``_norm_weights_names``."""
-        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
-        return [n for names in self._all_weights for n in names[:k]]
-
-    @property
-    def _norm_weights_names(self) -> list[str]:
-        """The normalization's Parameters (``gain_*``, ``bias_c``) in layer order: what this
-        module has beyond torch's ``_flat_weights_names`` (empty for norm="none")."""
-        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
-        return [n for names in self._all_weights for n in names[k:]]
-
-    @property
-    def _flat_weights(self) -> list[torch.Tensor | None]:
-        """The tensors of ``_flat_weights_names`` (None for one deleted and not yet set, as
-        torch)."""
-        return [getattr(self, n, None) for n in self._flat_weights_names]
-
-    @property
-    def _norm_weights(self) -> list[torch.Tensor | None]:
-        """The tensors of ``_norm_weights_names``."""
-        return [getattr(self, n, None) for n in self._norm_weights_names]
-
-    @property
-    def all_weights(self) -> list[list[torch.Tensor]]:
-        return [[getattr(self, n) for n in names] for names in self._all_weights]
-
-    def flatten_parameters(self) -> None:
-        """norm="none" on a CUDA device: put the weights in one cuDNN buffer, as
-        torch.nn.RNNBase.flatten_parameters does (called after ``.to()`` / ``.cuda()`` too), so
-        torch's op runs without compacting them at every call. A no-op otherwise."""
-        weights = self._flat_weights
-        if not self._kind.torch_twin or not weights or not all(
-                isinstance(w, torch.Tensor) and w.is_cuda and w.dtype == weights[0].dtype and
-                torch.backends.cudnn.is_acceptable(w) for w in weights):
-            return
-        if len({w.data_ptr() for w in weights}) != len(weights):
-            return                                   # aliased weights: torch's copying path
-        import torch.backends.cudnn.rnn as cudnn_rnn
-        mode = self.mode if self.mode != "RNN" else "RNN_" + self.nonlinearity.upper()
-        with torch.cuda.device_of(weights[0]), torch.no_grad():
-            if torch._use_cudnn_rnn_flatten_weight():
-                torch._cudnn_rnn_flatten_weight(
-                    weights, (4 if self.bias else 2) + (1 if self.proj_size else 0),
-                    self.input_size, cudnn_rnn.get_cudnn_mode(mode), self.hidden_size,
-                    self.proj_size, self.num_layers, self.batch_first, self.bidirectional)
-
-    def _apply(self, fn, recurse=True):
-        out = super()._apply(fn, recurse)
-        self.flatten_parameters()
-        return out
-
-    def _torch_module(self) -> nn.Module:
-        cls = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[self.mode]
-        kw = {"nonlinearity": self.nonlinearity} if self.mode == "RNN" else {}
-        if self.proj_size:
-            kw["proj_size"] = self.proj_size
-        return cls(self.input_size, self.hidden_size, num_layers=self.num_layers, bias=self.bias,
-                   batch_first=self.batch_first, dropout=self.dropout,
-                   bidirectional=self.bidirectional, device="meta", **kw)
-
-    def _torch_forward(self, input, hx: tuple[torch.Tensor, ...], packed: bool):
-        """norm="none": torch's own fused op (what torch.nn.LSTM / GRU / RNN call), on this
-        module's Parameters in torch's flat order: the same numbers and the same speed."""
-        if self.mode == "LSTM":
-            fn, state = _VF.lstm, hx
-        else:
-            fn = {"GRU": _VF.gru, "tanh": _VF.rnn_tanh, "relu": _VF.rnn_relu}[
-                "GRU" if self.mode == "GRU" else self.nonlinearity]
-            state = hx[0]
-        weights = self._flat_weights
-        if self._masked is not None:                # DropConnect: W_hh * M in torch's list
-            weights = [self._masked.get(n, w) for n, w in zip(self._flat_weights_names, weights)]
-        args = (weights, self.bias, self.num_layers, self.dropout, self.training,
-                self.bidirectional)
-        if packed:
-            result = fn(input.data, input.batch_sizes, state, *args)
-            output = PackedSequence(result[0], input.batch_sizes, input.sorted_indices,
-                                    input.unsorted_indices)
-        else:
-            result = fn(input, state, *args, self.batch_first)
-            output = result[0]
-        return output, tuple(result[1:])
 
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
@@ -325,6 +95,18 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             names += ("gain_c", "bias_c", "running_mean_c", "running_var_c")
         return ops.bn_applies(x, *state, *(self._get(n, suffix) for n in names))
 
+    def _bn_direction(self, suffix: str, x: torch.Tensor, state: tuple, batch_sizes,
+                      masks: dict):
+        """One direction of the fused BN-LSTM / BN-GRU: ``ops.bn_direction`` given this
+        direction's tensors, and this module's terms' ``_update`` as its statistics callback."""
+        terms = self._terms(suffix, batch_sizes)
+        return ops.bn_direction(
+            self.mode, x, state, self._get("weight_ih", suffix),
+            tuple(self._get(n, suffix) for n in ops.BN_PARAMS[self.mode]),
+            {name: term.running for name, term in terms.items()}, terms["hh"].last_slot,
+            lambda name, *stats: terms[name]._update(*stats), batch_sizes,
+            training=self.training, eps=self.eps, who=terms["ih"].who, **masks)
+
     def _plain_recurrence(self, x: torch.Tensor, hx: tuple, packed: bool) -> bool:
         """norm="none" LSTM / GRU through the C time loop without normalization
         (``ops.lstm.plain_lstm_sequence`` / ``ops.gru.plain_gru_sequence``) on packed input,
@@ -366,7 +148,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             raise ValueError(f"num_layers must be greater than zero: {who} expected num_layers "
                              f"to be a positive int, received "
                              f"{num_layers!r}. Pass e.g. num_layers=1.")
-        if not _real(dropout):
+        if not real_number(dropout):
             raise RNNTypeError(f"dropout should be a number in range [0, 1]: {who} expected "
                                f"dropout to be a number in [0, 1], received "
                                f"{dropout!r} ({type(dropout).__name__}). Pass a float, e.g. "
@@ -394,7 +176,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
     def _input_term(self, x: torch.Tensor, suffix: str, terms, time_step: int = 0):
         """As the cells' ``_input_term``; without autograd the all-steps GEMM of an LSTM/GRU
         whose recurrence runs in the loop (norm "batch" or "none", or no biases) goes through
-        ``fused.input_linear`` (weight packed once for oneDNN and cached)."""
+        ``ops.input_linear`` (weight packed once for oneDNN and cached)."""
         if self.use_fused and x.dim() == 3 and self.mode != "RNN":
             return terms["ih"].all_steps(ops.input_linear(x, self._get("weight_ih", suffix)))
         return super()._input_term(x, suffix, terms, time_step)
@@ -468,7 +250,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                             g("bias_hh")[H2:], **inputs, **masks)
             return out, (h,)
         if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
-            return ops.bn_direction(self, suffix, x, state, batch_sizes, **masks)
+            return self._bn_direction(suffix, x, state, batch_sizes, masks)
         return self._loop_direction(layer, direction, x, state, batch_sizes, h_mask, zone)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,

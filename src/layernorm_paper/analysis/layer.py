@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 import torch
 
 from layernorm import functional as LF
-from layernorm._checks import check_choice, check_float, check_nonempty
-from layernorm._vocabulary import LABELS, NORMS
+from layernorm.checks import check_choice, check_float, check_nonempty
+from layernorm.vocabulary import LABELS, NORMS
 
 _TABLE1 = ("batch", "weight", "layer")   # the columns of the paper's Table 1, in its order
 # Every norm of the project's table, Table 1's three first, then the others in the table's order.

@@ -64,7 +64,7 @@ def image_view(x: np.ndarray, side: int, view: str, permute: bool = False,
     one fixed permutation (seeded by ``permute_seed``) to the pixels of every image first, as in
     permuted MNIST.
     """
-    from layernorm._checks import check_choice
+    from layernorm.checks import check_choice
     check_choice(view, VIEWS, "image view")
     if permute:
         x = x[:, np.random.default_rng(permute_seed).permutation(side * side)]

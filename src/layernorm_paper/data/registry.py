@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from layernorm._checks import check_choice
+from layernorm.checks import check_choice
 
 TASKS = ("classify", "regress")
 

@@ -106,7 +106,7 @@ def add_commands(sub) -> None:
     p.add_argument("--preset", choices=PRESETS, default="quick", metavar="SCALE",
                    help="the scale of the experiment's runs: tiny (seconds), quick (minutes, "
                    "the default), full (the paper's); `layernorm reproduce` has tiers instead")
-    from layernorm._vocabulary import NORMS
+    from layernorm.vocabulary import NORMS
     p.add_argument("--norm", nargs="+", metavar="NORM", choices=NORMS,
                    help=f"one or more of {', '.join(NORMS)} (a model may support fewer)")
     p.add_argument("--batch-size", nargs="+", type=_args.positive_int, metavar="N")

@@ -39,7 +39,7 @@ class Config:
     def validate(self) -> "Config":
         """Check every field against what exists; raise a ValueError that names the fix."""
         from ..data import DATASETS
-        from layernorm._vocabulary import NORMS
+        from layernorm.vocabulary import NORMS
         check_name(self.experiment, "experiment", empty=True)
         check_name(self.tag, "tag", empty=True)
         check_choice(self.dataset, DATASETS, "dataset")

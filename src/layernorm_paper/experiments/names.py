@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from layernorm._checks import check_choice
+from layernorm.checks import check_choice
 
 __all__ = ["check_choice", "check_name"]
 

@@ -8,7 +8,7 @@ sentences scored by their total log-likelihood, the best one picked (``completio
 Registered with the runner when ``layernorm_paper.reproduce`` is imported."""
 from __future__ import annotations
 
-from layernorm._vocabulary import RNN_NORMS
+from layernorm.vocabulary import RNN_NORMS
 
 from ..data.completion import CHANCE, novels_completion_test
 from ..experiments import register_model

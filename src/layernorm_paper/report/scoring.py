@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from layernorm._vocabulary import LABELS, RNN_MODELS
-from layernorm._vocabulary import RNN_NORMS as _RNN_NORMS
+from layernorm.vocabulary import LABELS, RNN_MODELS
+from layernorm.vocabulary import RNN_NORMS as _RNN_NORMS
 from ..verdicts import Sample, sample
 from .runs import Run
 

@@ -232,7 +232,7 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
     directory. ``device`` (auto, cpu, cuda): the device of every training run (default: each
     config's, "auto": a GPU where torch sees one); the distributed batch split stays on CPU."""
     from ..experiments import EXPERIMENTS as REGISTRY
-    from layernorm._checks import check_choice
+    from layernorm.checks import check_choice
 
     check_choice(preset, (*TIERS, STANDARD, PAPER), "preset")
     if device is not None:

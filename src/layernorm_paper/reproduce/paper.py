@@ -37,7 +37,7 @@ from ..data import docstrings as _docstrings  # noqa: F401  (registers "docstrin
 from ..data import paper_tasks as _paper_tasks  # noqa: F401  (registers the generated tasks)
 from ..data.completion import CANDIDATES, CHANCE, completion_test
 from ..models import DRAW, AttentiveReader, HandwritingMDN
-from layernorm._vocabulary import RNN_NORMS
+from layernorm.vocabulary import RNN_NORMS
 from layernorm.rnn import LSTM
 from .models import RNN_TRAIN_SAMPLE, Scored
 

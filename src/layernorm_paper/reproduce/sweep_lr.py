@@ -177,7 +177,7 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
     still at)."""
     from ..experiments.rundir import git_commit
     from ..experiments.runner import run_configs
-    from layernorm._checks import check_choice
+    from layernorm.checks import check_choice
 
     check_choice(tier, tuple(SCALE), "tier")
     scale = SCALE[tier]

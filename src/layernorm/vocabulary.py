@@ -12,7 +12,8 @@ analysis (``analysis.layer.METHODS``), the report's labels and the CLI's ``--nor
 "rms" normalizes the trailing features of (..., features) inputs, so it has no conv form; "weight"
 re-parameterizes a layer's weight matrix and is not offered for the recurrent cells. The RNN column
 is the list of norms the recurrent cells accept (``layernorm.rnn.RNN_NORMS``; a test keeps the two
-equal). This module imports nothing, so every layer of the package may read it.
+equal). This module imports nothing, so every layer of the package may read it; it is public, and
+the paper's reproduction reads the names of the norms from here.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Atomic writes: a reader, or a process that resumes after a kill, never sees a half-written
 file. The one writer of the library's cached files (the compiled kernels) and of the
-reproduction's run directories."""
+reproduction's run directories (public: the reproduction imports it from here)."""
 from __future__ import annotations
 
 import os

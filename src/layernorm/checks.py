@@ -1,0 +1,279 @@
+"""Input checks shared by every public function: each error says what was expected, what was
+received, and what to do. The norms' checks first, then the recurrent modules' (``layernorm.rnn``:
+their errors, arguments, inputs and states, raising the exception types torch raises for the
+same mistakes). Public: the paper's reproduction checks its own arguments with the same helpers
+(``check_choice``, ``check_float``, ``check_nonempty``)."""
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+import numbers
+
+import torch
+
+
+class ShapeError(ValueError, RuntimeError):
+    """A tensor or size that does not have the shape asked for. It is a ValueError and also the
+    RuntimeError torch raises for the same mistake, so callers may catch either."""
+
+
+class DTypeError(TypeError, RuntimeError):
+    """A tensor of a dtype that cannot be normalized. A TypeError, and also the RuntimeError torch
+    raises for the same mistake (its NotImplementedError is one too)."""
+
+
+def check_float(x: torch.Tensor, who: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who} expected a torch.Tensor, received {type(x).__name__}. "
+                        f"Convert it first, e.g. torch.as_tensor(x, dtype=torch.float32).")
+    if not torch.is_floating_point(x):
+        raise DTypeError(f"{who} expected a floating-point tensor (float16, bfloat16, float32 or "
+                         f"float64), received dtype {x.dtype}. Convert it first, e.g. x.float().")
+
+
+def check_nonempty(x: torch.Tensor, who: str) -> None:
+    if x.numel() == 0:
+        raise ValueError(f"{who} expected at least one example with at least one element, received "
+                         f"an empty tensor of shape {tuple(x.shape)}. Skip empty batches before "
+                         f"calling it (e.g. drop_last=True in the DataLoader, or filter them out).")
+
+
+def check_trailing_shape(x: torch.Tensor, shape: tuple[int, ...], who: str) -> None:
+    k = len(shape)
+    if x.dim() < k or tuple(x.shape[x.dim() - k:]) != tuple(shape):
+        got = tuple(x.shape[max(x.dim() - k, 0):])
+        raise ShapeError(f"{who} expected an input whose last {k} dim(s) are {tuple(shape)} "
+                         f"(normalized_shape), received shape {tuple(x.shape)} (last dims {got}). "
+                         f"Build the layer with normalized_shape={got} or reshape the input.")
+
+
+def check_channels(x: torch.Tensor, channels: int, who: str) -> None:
+    if x.dim() < 2 or x.shape[1] != channels:
+        got = x.shape[1] if x.dim() >= 2 else None
+        raise ShapeError(f"{who} expected an input of shape (N, {channels}, ...) with the channel / "
+                         f"feature dimension at dim 1, received shape {tuple(x.shape)} "
+                         f"({got} channels). Build the layer with num_features={got} or "
+                         f"transpose the input so that features are at dim 1.")
+
+
+def check_choice(name: str, choices, what: str) -> None:
+    if name not in choices:
+        raise ValueError(f"unknown {what} {name!r}; expected one of {sorted(choices)}. "
+                         f"Pick one of those names.")
+
+
+def check_eps(eps, who: str) -> float:
+    """eps >= 0 and finite (added to the variance inside the square root). eps = 0 is allowed: the
+    exact normalization, where a constant row divides 0 by 0 (NaN), as in torch."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{who} expected eps to be a float >= 0, received {type(eps).__name__} "
+                        f"{eps!r}. Pass a number, e.g. eps=1e-5.")
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"{who} expected eps to be a finite float >= 0 (it is added to the "
+                         f"variance inside the square root), received eps={eps!r}. Use a small "
+                         f"positive value such as eps=1e-5; a negative eps gives NaN on constant "
+                         f"rows.")
+    return float(eps)
+
+
+def check_momentum(momentum, who: str) -> None:
+    """Running-average momentum in [0, 1], or None (cumulative average), as torch's BatchNorm."""
+    if momentum is None:
+        return
+    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real):
+        raise TypeError(f"{who} expected momentum to be a float in [0, 1] or None, received "
+                        f"{type(momentum).__name__} {momentum!r}. Pass e.g. momentum=0.1.")
+    if not 0 <= momentum <= 1:
+        raise ValueError(f"{who} expected momentum in [0, 1] (the weight of the new batch in "
+                         f"the running average), received momentum={momentum!r}. Use e.g. "
+                         f"momentum=0.1, or momentum=None for a cumulative average.")
+
+
+def check_size(n, who: str, what: str = "num_features") -> int:
+    """A positive int size (a number of features or channels)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{who} expected {what} to be a positive int, received "
+                        f"{type(n).__name__} {n!r}. Pass the number of features, e.g. {what}=256.")
+    if n < 1:
+        raise ShapeError(f"{who} expected {what} to be a positive int, received {what}={n}. "
+                         f"Pass the number of features of the input (its size at the normalized "
+                         f"dim).")
+    return int(n)
+
+
+def check_param_shape(p: torch.Tensor | None, shape: tuple[int, ...], name: str, who: str) -> None:
+    """A gain or bias of exactly ``shape`` (or None)."""
+    if p is not None and tuple(p.shape) != tuple(shape):
+        raise ShapeError(f"{who} expected {name} of shape {tuple(shape)}, received {name} of shape "
+                         f"{tuple(p.shape)}. Pass one value per normalized feature, e.g. "
+                         f"torch.ones({', '.join(map(str, shape))}), or {name}=None.")
+
+
+def check_kwargs(kwargs: dict, cls: type, who: str) -> None:
+    """Keyword arguments that ``cls(...)`` accepts; a typo gets the closest valid name."""
+    valid = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    for key in kwargs:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else "Remove it."
+            raise TypeError(f"{who} got an unexpected keyword argument {key!r} for "
+                            f"{cls.__name__}; expected one of {sorted(valid)}. {hint}")
+
+
+# ---- the recurrent modules and cells (layernorm.rnn)
+
+def autocast_on(x: torch.Tensor) -> bool:
+    """Whether autocast is on for x's device (False for a device autocast does not know, such as
+    ``meta``)."""
+    try:
+        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
+    except TypeError:                                  # torch < 2.4: no device argument
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+    except RuntimeError:                               # "unknown device type for autocast"
+        return False
+
+
+class RNNInputError(ValueError, RuntimeError):
+    """A wrong shape, dtype or state given to a layernorm RNN. torch raises ValueError for some of
+    these mistakes and RuntimeError for others: this is both, so code written for either catches
+    it."""
+
+
+class RNNTypeError(TypeError, ValueError, RuntimeError):
+    """An argument of the wrong type (e.g. ``dropout="0.1"``, an integer input, a PackedSequence
+    with non-integer batch sizes): a TypeError that is also what torch raises for it."""
+
+
+class RNNArgumentError(ValueError, RuntimeError):
+    """A constructor argument torch refuses with a ValueError in the stacked modules and with a
+    RuntimeError at the first call in the cells (an unknown ``nonlinearity``): both, so code
+    written for either catches it."""
+
+
+def real_number(value) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_keywords(who: str, unknown: dict, valid) -> None:
+    """A TypeError naming the misspelt keyword and the closest valid one."""
+    if not unknown:
+        return
+    name = next(iter(unknown))
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise TypeError(f"{who} got an unexpected keyword argument {name!r}.{hint} Valid keywords: "
+                    f"{', '.join(sorted(valid))}.")
+
+
+def check_sizes(who: str, zero_ok: bool, **sizes) -> None:
+    """input_size / hidden_size / max_length: ints, positive (torch's modules: "must be greater
+    than zero"), or >= 0 for input_size and hidden_size where ``zero_ok`` (torch's cells run with
+    0 units and return empty states)."""
+    for name, value in sizes.items():
+        low = 0 if zero_ok and name != "max_length" else 1
+        what = "a positive int" if low else "an int >= 0"
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise RNNTypeError(f"{name} should be of type int, got: {type(value).__name__}: {who} "
+                               f"expected {name} to be {what}, received {value!r} "
+                               f"({type(value).__name__}). Pass e.g. {name}=16.")
+        if value < low:
+            raise ValueError(f"{name} must be greater than {'or equal to ' if not low else ''}"
+                             f"zero: {who} expected {name} to be {what}, received {value!r}. "
+                             f"Pass e.g. {name}=16.")
+
+
+def check_nonlinearity(nonlinearity, who: str) -> None:
+    """torch.nn.RNN's "Unknown nonlinearity" (a ValueError there, a RuntimeError from
+    torch.nn.RNNCell's forward)."""
+    if nonlinearity not in ("tanh", "relu"):
+        raise RNNArgumentError(f"Unknown nonlinearity {nonlinearity!r}. Select from 'tanh' or "
+                               f"'relu': {who} expected nonlinearity 'tanh' or 'relu', received "
+                               f"{nonlinearity!r}. Pass one of those.")
+
+
+def check_dtype(x: torch.Tensor, weight: torch.Tensor, who: str) -> None:
+    """The input's dtype is the weights' (torch's check, with torch's phrase "does not match weight
+    dtype"; skipped under autocast, as torch), and it is on the weights' device."""
+    if not torch.is_floating_point(x):
+        raise RNNTypeError(f"RNN input dtype ({x.dtype}) does not match weight dtype "
+                           f"({weight.dtype}): {who} expected a floating-point input of dtype "
+                           f"{weight.dtype} (the weights'), received dtype {x.dtype}. Convert it: "
+                           f"input.to({weight.dtype}).")
+    if x.dtype != weight.dtype and not autocast_on(x):
+        raise RNNInputError(f"RNN input dtype ({x.dtype}) does not match weight dtype "
+                            f"({weight.dtype}): {who} expected an input of dtype {weight.dtype} "
+                            f"(its weights'), received dtype {x.dtype}. Convert the input: "
+                            f"input.to({weight.dtype}), or the module: module.to({x.dtype}).")
+    if x.device != weight.device:
+        raise RNNInputError(f"Input and parameter tensors are not at the same device: {who} "
+                            f"expected an input on its parameters' device {weight.device}, "
+                            f"received one on {x.device}. Move the input: "
+                            f"input.to({str(weight.device)!r}), or the module: "
+                            f"module.to({str(x.device)!r}).")
+
+
+def check_state_dtype(h: torch.Tensor, x: torch.Tensor, name: str, who: str) -> None:
+    if h.dtype != x.dtype and not autocast_on(x):
+        raise RNNInputError(f"{who} expected {name} of dtype {x.dtype} (the input's), received "
+                            f"{h.dtype}. Convert it: {name}.to({x.dtype}).")
+    if h.device != x.device:
+        raise RNNInputError(f"Input and hidden tensors are not at the same device: {who} "
+                            f"expected {name} on the input's device {x.device}, received it on "
+                            f"{h.device}. Move it: {name}.to({str(x.device)!r}).")
+
+
+def check_rnn_args(who: str, mode: str, norm: str, nonlinearity, zero_ok: bool, *, input_size,
+                   hidden_size, max_length, proj_size, eps, momentum, gain_init, recurrent_gain,
+                   gains: bool, forget_bias, bias: bool) -> None:
+    """The constructor arguments of the recurrent modules and cells (``layernorm.rnn``), after
+    ``norm`` (``gains``: whether that norm has gains). Each error is the one torch raises for the
+    same argument, where torch checks it."""
+    check_nonlinearity(nonlinearity, who)
+    if mode != "RNN" and nonlinearity != "tanh":
+        raise ValueError(f"nonlinearity={nonlinearity!r} applies to RNN and RNNCell only, "
+                         f"received it for {who}. Remove the argument.")
+    check_sizes(who, zero_ok, input_size=input_size, hidden_size=hidden_size,
+                max_length=max_length)
+    if not isinstance(proj_size, int) or isinstance(proj_size, bool) or proj_size < 0:
+        raise ValueError(f"proj_size should be a positive integer or zero to disable "
+                         f"projections: {who} expected proj_size to be an int >= 0 (0: no "
+                         f"projection), received {proj_size!r}. Pass e.g. proj_size=0.")
+    if proj_size and mode != "LSTM":
+        raise ValueError(f"proj_size argument is only supported for LSTM, not RNN or GRU: "
+                         f"{who} expected no proj_size (a projection of the LSTM's h_t), "
+                         f"received proj_size={proj_size}. Remove the argument.")
+    if proj_size and proj_size >= hidden_size:
+        raise ValueError(f"proj_size has to be smaller than hidden_size: {who} expected "
+                         f"proj_size smaller than hidden_size={hidden_size}, received "
+                         f"proj_size={proj_size}. Pass a smaller proj_size.")
+    if not real_number(eps) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"{who} expected eps to be a finite number > 0 (it is added to the "
+                         f"variance inside the square root), received {eps!r}. Pass e.g. "
+                         f"eps=1e-5.")
+    if not real_number(momentum) or not 0 < momentum <= 1:
+        raise ValueError(f"{who} expected momentum in (0, 1] (the weight of the new batch in "
+                         f"the running statistics), received {momentum!r}. Pass e.g. "
+                         f"momentum=0.1.")
+    if gain_init is not None and (not real_number(gain_init) or not math.isfinite(gain_init)):
+        raise ValueError(f"{who} expected gain_init to be a finite number (the gains' initial "
+                         f"value), received {gain_init!r}. Pass e.g. gain_init=1.0, or None "
+                         f"for the default.")
+    if recurrent_gain is not None:
+        if not real_number(recurrent_gain) or not math.isfinite(recurrent_gain):
+            raise ValueError(f"{who} expected recurrent_gain to be a finite number (the "
+                             f"initial gain of the normalized recurrent term W_h h), received "
+                             f"{recurrent_gain!r}. Pass e.g. recurrent_gain=0.5, or None for "
+                             f"gain_init.")
+        if mode == "RNN" or not gains:
+            raise ValueError(f"recurrent_gain applies to an LSTM or GRU with norm='layer' or "
+                             f"'batch' (the gain of the normalized W_h h), received it for "
+                             f"{who}(norm={norm!r}). Remove it, or use gain_init.")
+    if not real_number(forget_bias) or not math.isfinite(forget_bias):
+        raise ValueError(f"{who} expected forget_bias to be a finite number, received "
+                         f"{forget_bias!r}. Pass e.g. forget_bias=1.0.")
+    if forget_bias and (mode != "LSTM" or not bias):
+        raise ValueError(f"forget_bias applies to an LSTM with biases, received "
+                         f"forget_bias={forget_bias} for {who}(bias={bias}). Remove it, or "
+                         f"use an LSTM with bias=True.")

@@ -1,0 +1,171 @@
+"""The GEMMs of the recurrent operators: the input term of all steps (``input_linear``: the C
+kernels' GEMM on one thread, oneDNN's packed linear, or ``F.linear``), the C kernels' panel layout
+of a weight (``_panels``), the cache of packed weights they share, and whether this CPU has
+native half-type GEMMs."""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..checks import autocast_on
+from . import native
+
+_PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
+
+
+def _packed_available() -> bool:
+    """oneDNN linear with a pre-packed weight (the kernel torch.compile uses on CPU): about 30%
+    faster than ``torch.mm`` for a (32, 256) x (256, 1024) product. Checked once against torch.mm;
+    any failure falls back to torch.mm."""
+    global _PACKED_OK
+    if _PACKED_OK is None:
+        try:
+            ok = torch.backends.mkldnn.is_available()
+            if ok:
+                w, h = torch.randn(24, 8), torch.randn(3, 8)
+                packed = torch.ops.mkldnn._reorder_linear_weight(w, 3)
+                y = torch.ops.mkldnn._linear_pointwise(h, packed, None, "none", [], "")
+                ok = torch.allclose(y, h @ w.t(), atol=1e-5, rtol=1e-5)
+        except Exception:  # noqa: BLE001 - any failure means "use torch.mm"
+            ok = False
+        _PACKED_OK = bool(ok)
+    return _PACKED_OK
+
+
+# oneDNN's call overhead (~5 us) beats its faster kernel only for big enough products (measured:
+# slower than torch.mm at (8, 128) x (128, 512), faster from (32, 256) x (256, 768) up).
+_PACKED_MIN_FLOPS = 2 ** 22
+
+
+# Packed weights of the last few weight tensors, reused while the tensor holds the same values
+# (inference calls reuse them; a training step's updated weights are packed again). The values
+# are compared with a kept copy (~0.1 ms), since edits through ``w.data`` do not bump the version:
+# (id(w), kind) -> (weakref to w, (data_ptr, version), copy of w, packed).
+_PACK_CACHE: dict[tuple, tuple] = {}
+_PACK_CACHE_SIZE = 16
+
+
+def _cached_pack(w: torch.Tensor, kind, make):
+    """``make(w)`` (a packed form of w, ``kind`` names the form), cached while w is unchanged."""
+    if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
+        return make(w.detach().contiguous())
+    # inference tensors have no version counter: the kept copy alone tells a changed value
+    key = (w.data_ptr(), -1 if w.is_inference() else w._version)
+    hit = _PACK_CACHE.get((id(w), kind))
+    if hit is not None and hit[0]() is w and hit[1] == key and torch.equal(hit[2], w):
+        return hit[3]
+    packed = make(w.detach().contiguous())
+    if len(_PACK_CACHE) >= _PACK_CACHE_SIZE:
+        _PACK_CACHE.pop(next(iter(_PACK_CACHE)))
+    _PACK_CACHE[(id(w), kind)] = (weakref.ref(w), key, w.detach().clone(), packed)
+    return packed
+
+
+def _packed_weight(w: torch.Tensor, batch: int):
+    """oneDNN's packed form of w (G, K) for inputs of ``batch`` rows, or None when it does not
+    apply (not CPU float32, product too small, oneDNN unavailable)."""
+    if (w.device.type != "cpu" or w.dtype != torch.float32
+            or batch * w.numel() < _PACKED_MIN_FLOPS or not _packed_available()):
+        return None
+    return _cached_pack(w, ("onednn", batch),
+                        lambda wc: torch.ops.mkldnn._reorder_linear_weight(wc, batch))
+
+
+def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tensor:
+    """w (G, K) in the C kernel's layout: (ceil(G / width), K, width) column panels,
+    panels[p, k, c] = w[p * width + c, k], zero rows padding G (``_rnn_steps.c``, gemm_rows).
+    ``transposed``: the panels of w.t() (the backward's W_hh^T), made from w itself and cached
+    with it. Either is one strided copy of w (measured at w (512, 128), one thread: 0.26 ms for
+    the panels of the view w.t(), made and not cached, against 0.09 ms cached and 0.10 ms when w
+    changed)."""
+    def make(wc):
+        if transposed:  # panels[p, g, c] = w[g, p * width + c]
+            pad = -wc.shape[1] % width
+            wc = torch.nn.functional.pad(wc, (0, pad)) if pad else wc
+            return wc.reshape(wc.shape[0], -1, width).transpose(0, 1).contiguous()
+        pad = -wc.shape[0] % width
+        wc = torch.nn.functional.pad(wc, (0, 0, 0, pad)) if pad else wc
+        return wc.reshape(-1, width, wc.shape[1]).transpose(1, 2).contiguous()
+    return _cached_pack(w, ("panels_t" if transposed else "panels", width), make)
+
+
+_HALF_GEMM: dict[torch.dtype, bool] = {}  # whether oneDNN has a native GEMM for a half type here
+
+
+def half_gemm_native(dtype: torch.dtype) -> bool:
+    """This CPU runs ``dtype`` (bfloat16 / float16) GEMMs natively (AVX512-BF16 / AMX /
+    AVX512-FP16, as oneDNN reports). Without, torch emulates them, ~9x slower than float32
+    (measured: (3200, 128) x (128, 1024) in bfloat16 on an AVX2 CPU)."""
+    if dtype not in _HALF_GEMM:
+        check = {torch.bfloat16: "_is_mkldnn_bf16_supported",
+                 torch.float16: "_is_mkldnn_fp16_supported"}[dtype]
+        try:
+            _HALF_GEMM[dtype] = bool(getattr(torch.ops.mkldnn, check)())
+        except (AttributeError, RuntimeError):
+            _HALF_GEMM[dtype] = False
+    return _HALF_GEMM[dtype]
+
+
+def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)). On one thread, in
+    float32 on the CPU, through the C kernels' GEMM (``_NativeLinear``; with more threads MKL's
+    threaded GEMM is faster); else without autograd through oneDNN with w packed once and cached
+    (measured ~25-30% faster than F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Under
+    torch.compile it is ``F.linear`` (the compiler picks its own kernel). On a CPU without
+    native half GEMMs a bfloat16 / float16 product (half tensors, or under autocast) is computed
+    in float32 and rounded to the half type once: the dtype torch's rules give (autocast's for
+    linear), the accuracy of a float32 accumulation, and the speed of a float32 GEMM."""
+    if torch.compiler.is_compiling():
+        return torch.nn.functional.linear(x, w)
+    device = x.device.type
+    autocast = autocast_on(x)                  # False on a device without autocast (meta)
+    half = torch.get_autocast_dtype(device) if autocast else x.dtype
+    if device == "cpu" and half in (torch.bfloat16, torch.float16) and not half_gemm_native(half) \
+            and (autocast or w.dtype == x.dtype):
+        with torch.autocast(device, enabled=False):
+            return input_linear(x.float(), w.float()).to(half)
+    if not autocast and torch.get_num_threads() == 1 and x.dim() == 3 and _native_applies(x, w):
+        return _NativeLinear.apply(x, w)
+    if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and not autocast:
+        packed = _packed_weight(w, x.shape[0] * x.shape[1])
+        if packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
+    return torch.nn.functional.linear(x, w)
+
+
+def _native_applies(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """The C kernels' GEMM can compute x @ w.T: eager float32 CPU tensors (``native.eager``),
+    w's rows a whole number of panels."""
+    if x.dtype != torch.float32 or w.dtype != torch.float32 or not native.eager(x, w):
+        return False
+    lib = native.native_lib(x)
+    return w.shape[0] % lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31
+
+
+class _NativeLinear(torch.autograd.Function):
+    """``F.linear(x, w)`` for x (T, B, K) through the C kernels' GEMM (one thread; measured at
+    (1600, 64) x (64, 512), the input term of T, B = 200, 8 and H = 128: 1.6 ms against 2.5 for
+    MKL's, 2.1 for oneDNN's); the backward in torch ops: dx = dy @ w, dw = dy^T x."""
+
+    @staticmethod
+    def forward(x, w):
+        lib = native.native_lib(x)
+        N, K = w.shape
+        a = x.detach().reshape(-1, K).contiguous()
+        wp = _panels(w, lib.panel_width())
+        y = x.new_empty(*x.shape[:-1], N)
+        lib.gemm_packed(a.shape[0], K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr())
+        return y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        flat = dy.reshape(-1, w.shape[0])
+        dx = torch.mm(flat, w).view_as(x) if ctx.needs_input_grad[0] else None
+        dw = torch.mm(flat.t(), x.reshape(-1, w.shape[1])) if ctx.needs_input_grad[1] else None
+        return dx, dw
