@@ -81,7 +81,8 @@ def draw(dataset, norm: str, hidden: int = 64, z_dim: int = 8, glimpses: int = 8
         raise ValueError(f"draw expects flat binary images (N, D), received dataset "
                          f"{dataset.name!r} with input shape {dataset.input_shape}. Use "
                          f"'digits-binary' or 'binarized-mnist'.")
-    return DrawForRunner(DRAW(dataset.input_shape[0], hidden, z_dim, glimpses, norm=norm))
+    return DrawForRunner(DRAW(dataset.input_shape[0], hidden, z_dim, glimpses, norm=norm,
+                              binarize=dataset.info.get("binarize") == "dynamic"))
 
 
 class MdnForRunner(LossAsRegression):
