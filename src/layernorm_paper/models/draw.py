@@ -16,7 +16,10 @@ cheaper on large images. The loss is the same: the negative evidence lower bound
 
     -ELBO(x) = -log p(x | c_T) + sum_t KL(q(z_t | h_enc_t) || N(0, I))     in nats per image
 
-with a Bernoulli decoder on ``sigmoid(c_T)`` and diagonal-Gaussian posteriors.
+with a Bernoulli decoder on ``sigmoid(c_T)`` and diagonal-Gaussian posteriors. ``binarize=True``
+(dynamic binarization): in training mode x holds grey levels in [0, 1], each pixel's probability
+of being on, and every forward draws a fresh binary image from them; the test images come
+binarized once (``load_dataset("mnist", binarize="dynamic")``).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ it stands in for, what runs here instead, and the report's catalog lines for its
     cnn_batch_size      6.7 + summary B   ConvNet at batch 128, 4, 1
     skip_thoughts       6.3   not run (no stand-in)
     paper_order         6.1   order embeddings
-    paper_draw          6.4   DRAW (and its full form on binarized MNIST)
+    paper_draw          6.4   DRAW (and its full form on dynamically binarized MNIST)
     paper_reader        6.2   the attentive reader (and its full form on the CNN questions)
     paper_handwriting   6.5   handwriting generation
     paper_charlm        summary B   character-level LM and its 5-way completion test

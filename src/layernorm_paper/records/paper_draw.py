@@ -30,7 +30,7 @@ def _lines(R, spec, suffix: str, heading: str) -> list:
     data = REAL if suffix else STAND_IN      # the full form runs on the paper's dataset
     return [
         # embedded: at a fixed budget (docs/reproduce.md, "Budgets"): both arms still improve by
-        # more than the margin at every epoch count the default tier can afford; binarized MNIST
+        # more than the margin at every epoch count the default tier can afford; MNIST
         # (the full form) keeps the paper's final-value claim and its undertrained guard
         R.Claim(f"6.4-draw-bound{suffix}", "paper 6.4", "“DRAW with LN reaches a lower test "
               "variational bound” (82.36 -> 82.09 nats" + (
@@ -45,7 +45,7 @@ def _lines(R, spec, suffix: str, heading: str) -> list:
 
 
 def claims(found, R) -> list:
-    """On the embedded data; on binarized MNIST too when its runs are here (the full form)."""
+    """On the embedded data; on MNIST too when its runs are here (the full form)."""
     from dataclasses import replace
 
     out = _lines(R, R.DRAW_SPEC, "", HEADING)
