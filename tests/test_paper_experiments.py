@@ -257,6 +257,6 @@ def test_completion_test_errors_name_the_fix(paper, completion):
 def test_full_presets_use_the_papers_downloadable_data(paper):
     from layernorm_paper.data import DATASETS
     used = {n: {c.dataset for c in get_experiment(n).configs("full")} for n in NAMES}
-    assert used == {"paper_draw": {"binarized-mnist"}, "paper_reader": {"cnn-questions"},
+    assert used == {"paper_draw": {"mnist"}, "paper_reader": {"cnn-questions"},
                     "paper_handwriting": {"pen-strokes"}, "paper_charlm": {"docstrings"}}
-    assert not DATASETS["binarized-mnist"].embedded and not DATASETS["cnn-questions"].embedded
+    assert not DATASETS["mnist"].embedded and not DATASETS["cnn-questions"].embedded

@@ -44,6 +44,14 @@ def _arms(exp, key, ends, starts=None, dataset="x"):
             for n, e in ends.items() for s in SEEDS]
 
 
+def draw_on_mnist(ends, starts):
+    """DRAW runs of the full form: MNIST, dynamically binarized (data_args binarize)."""
+    runs = _arms("paper_draw", "test_loss", ends, starts, dataset="mnist")
+    for r in runs:
+        r.config["data_args"] = {"binarize": "dynamic"}
+    return runs
+
+
 def test_draw_lower_bound_supported_not_supported_and_not_run():
     lower = claim_loss_lower(DRAW_SPEC, DRAW_MARGIN, ("none",))
     good = _inputs(_arms("paper_draw", "test_loss", {"none": 22.0, "layer": 21.0}))
@@ -262,8 +270,7 @@ def test_reader_bn_with_population_statistics_beside_ema():
 
 def test_full_forms_judged_apart_when_their_runs_exist():
     emb = _arms("paper_draw", "test_loss", {"none": 22.0, "layer": 21.0}, dataset="digits-binary")
-    mnist = _arms("paper_draw", "test_loss", {"none": 82.4, "layer": 82.5},
-                  {"none": 95.0, "layer": 95.0}, dataset="binarized-mnist")
+    mnist = draw_on_mnist({"none": 82.4, "layer": 82.5}, {"none": 95.0, "layer": 95.0})
     inp = _inputs(emb + mnist + _reader_runs({"none": 0.15, "batch": 0.7, "layer": 0.05}))
     assert C.full_forms_run(inp) == ("paper_draw",)
     results = {c.id: res for c, res in judge(inp)}
@@ -275,8 +282,8 @@ def test_full_forms_judged_apart_when_their_runs_exist():
     assert "6.2-reader-best-cnn" not in results and "6.4-draw-fast-mnist" in results
     md = render(inp, judge(inp), {})
     assert "`paper_reader on cnn-questions (full form)`" in md
-    assert "`paper_draw on binarized-mnist (full form)`" not in md
-    assert "## 6.4 DRAW on binarized-mnist (full form)" in md
+    assert "`paper_draw on mnist (full form)`" not in md
+    assert "## 6.4 DRAW on MNIST, dynamically binarized (full form)" in md
     cnn = _inputs(_reader_runs({"none": 0.3, "batch": 0.5, "layer": 0.2}, task="cnn-questions"))
     res = {c.id: r for c, r in judge(cnn)}["6.2-reader-best-cnn"]
     assert res.status == SUPPORTED and "DeepMind Q&A" in res.notes[0]

@@ -232,7 +232,7 @@ def test_quick_budgets_update_counts_log_grid_and_seeded_splits():
     for c in cnn:
         seeds.setdefault((c.norm, c.batch_size), set()).add(c.seed)
         assert c.steps // c.eval_every >= 20
-    assert len(seeds[("batch", 128)]) == len(seeds[("layer", 128)]) == 10
+    assert len(seeds[("batch", 128)]) == len(seeds[("layer", 128)]) >= 5
     assert set(BUDGETS) == {"mlp_batch_size", "mlp_mnist", "cnn_batch_size"}
     assert all(b["rule"] in ("to convergence", "same updates") for b in BUDGETS.values())
     stab = get_experiment("rnn_stability").configs("quick")

@@ -29,8 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from layernorm._checks import check_choice
+
 from .._io import atomic_write_bytes
 from .download import Resource
+from . import mnist_views
 from .embedded import image_view
 from .sources import ORIGINAL_FILES, SOURCES, Obtained, Package, Pinned, Source
 from .paper_tasks import LOSS_TARGETS
@@ -207,7 +210,8 @@ def mnist_from_pickle(path, sizes: tuple[int, int, int] = (50000, 10000, 10000)
     return x, y, np.round(grey[2]).astype(np.uint8), np.asarray(parts[2][1], np.int64)
 
 
-def _idx_dataset(group: str, view: str, permute: bool, permute_seed: int) -> Dataset:
+def _idx_dataset(group: str, view: str, permute: bool, permute_seed: int, side: int = 28,
+                 binarize: str = "", binarize_seed: int = 0) -> Dataset:
     got = obtain(group)
     paths = got.paths
     if "mnist.pkl.gz" in paths:
@@ -218,25 +222,34 @@ def _idx_dataset(group: str, view: str, permute: bool, permute_seed: int) -> Dat
         xt = read_idx(paths["t10k-images-idx3-ubyte.gz"]).reshape(-1, 784)
         y = read_idx(paths["train-labels-idx1-ubyte.gz"]).astype(np.int64)
         yt = read_idx(paths["t10k-labels-idx1-ubyte.gz"]).astype(np.int64)
-    x, xt = (a.astype(np.float32) / 255 for a in (x, xt))
-    return Dataset(name=group, task="classify", x_train=image_view(x, 28, view, permute, permute_seed),
-                   y_train=torch.from_numpy(y), x_test=image_view(xt, 28, view, permute, permute_seed),
-                   y_test=torch.from_numpy(yt), num_classes=10,
-                   info={"source": got.source.label, "source_key": got.source.key,
-                         "view": view, "permute": permute})
+    x, xt = (mnist_views.pooled(a.astype(np.float32) / 255, side) for a in (x, xt))
+    info = {"source": got.source.label, "source_key": got.source.key, "view": view,
+            "permute": permute, "side": side}
+    if binarize:
+        check_choice(binarize, mnist_views.BINARIZE, "binarize")
+        if view != "flat" or permute:
+            raise ValueError(f"binarize={binarize!r} (a density model's images) takes view='flat' "
+                             f"and permute=False, received view={view!r}, permute={permute!r}.")
+        return mnist_views.density(group, x, xt, binarize_seed, info)
+    return Dataset(name=group, task="classify", x_train=image_view(x, side, view, permute, permute_seed),
+                   y_train=torch.from_numpy(y), x_test=image_view(xt, side, view, permute, permute_seed),
+                   y_test=torch.from_numpy(yt), num_classes=10, info=info)
 
 
-def _mnist(view: str = "flat", permute: bool = False, permute_seed: int = 0) -> Dataset:
+def _mnist(view: str = "flat", permute: bool = False, permute_seed: int = 0, side: int = 28,
+           binarize: str = "", binarize_seed: int = 0) -> Dataset:
     """MNIST (60,000 / 10,000), pixels in [0, 1]; views as for digits (flat 784, image 1x28x28,
-    rows 28x28, pixels 784x1)."""
-    return _idx_dataset("mnist", view, permute, permute_seed)
+    rows 28x28, pixels 784x1); ``side=14``: averaged over 2x2 blocks; ``binarize="dynamic"``:
+    for density models, test images binarized with ``binarize_seed`` (``mnist_views``)."""
+    return _idx_dataset("mnist", view, permute, permute_seed, side, binarize, binarize_seed)
 
 
 def _fashion(view: str = "flat", permute: bool = False, permute_seed: int = 0) -> Dataset:
     return _idx_dataset("fashion-mnist", view, permute, permute_seed)
 
 
-register_dataset("mnist", description="MNIST 28x28 digits, 60k/10k (view=flat|image|rows|pixels)",
+register_dataset("mnist", description="MNIST 28x28 digits, 60k/10k (view=flat|image|rows|pixels; "
+                 "side=14: 2x2 averages; binarize=dynamic: for density models)",
                  embedded=False)(_mnist)
 register_dataset("fashion-mnist", description="Fashion-MNIST 28x28 clothing, 60k/10k",
                  embedded=False)(_fashion)

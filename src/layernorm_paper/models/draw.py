@@ -16,7 +16,10 @@ cheaper on large images. The loss is the same: the negative evidence lower bound
 
     -ELBO(x) = -log p(x | c_T) + sum_t KL(q(z_t | h_enc_t) || N(0, I))     in nats per image
 
-with a Bernoulli decoder on ``sigmoid(c_T)`` and diagonal-Gaussian posteriors.
+with a Bernoulli decoder on ``sigmoid(c_T)`` and diagonal-Gaussian posteriors. ``binarize=True``
+(dynamic binarization): in training mode x holds grey levels in [0, 1], each pixel's probability
+of being on, and every forward draws a fresh binary image from them; the test images come
+binarized once (``load_dataset("mnist", binarize="dynamic")``).
 """
 from __future__ import annotations
 
@@ -90,7 +93,7 @@ class DRAW(nn.Module):
     """
 
     def __init__(self, x_dim: int, hidden: int = 64, z_dim: int = 8, glimpses: int = 8,
-                 norm: str = "layer", eval_seed: int = 0) -> None:
+                 norm: str = "layer", eval_seed: int = 0, binarize: bool = False) -> None:
         super().__init__()
         if norm not in DRAW_NORMS:
             raise ValueError(f"DRAW norm must be one of {list(DRAW_NORMS)} (the paper compares "
@@ -100,7 +103,7 @@ class DRAW(nn.Module):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"DRAW {name} must be a positive int, received {v!r}.")
         self.x_dim, self.hidden, self.z_dim, self.glimpses = x_dim, hidden, z_dim, glimpses
-        self.norm, self.eval_seed = norm, eval_seed
+        self.norm, self.eval_seed, self.binarize = norm, eval_seed, bool(binarize)
         cell_norm = norm == "layer"
         self.encoder = CellNormLSTMCell(2 * x_dim + hidden, hidden, cell_norm)
         self.decoder = CellNormLSTMCell(z_dim, hidden, cell_norm)
@@ -116,6 +119,17 @@ class DRAW(nn.Module):
                              f"shape {tuple(x.shape)}.")
         n = x.shape[0]
         x = x.float()
+        if self.binarize and self.training:
+            # dynamic binarization: x holds each pixel's probability of being on; a fresh binary
+            # image every time (torch's global generator: the run's seed)
+            x = torch.bernoulli(x)
+        elif bool(((x != 0) & (x != 1)).any()):
+            raise ValueError("DRAW models binary images: x must hold only 0 and 1"
+                             + (" in eval mode (the test images, binarized once)"
+                                if self.binarize else "")
+                             + f", received values in [{float(x.min()):.3g}, {float(x.max()):.3g}]"
+                             + ("." if self.binarize else ". For grey levels read as "
+                                "probabilities, pass binarize=True (dynamic binarization)."))
         gen = None if self.training else torch.Generator(device=x.device).manual_seed(
             self.eval_seed)
         h_enc = c_enc = h_dec = c_dec = x.new_zeros(n, self.hidden)
@@ -139,4 +153,4 @@ class DRAW(nn.Module):
 
     def extra_repr(self) -> str:
         return f"x_dim={self.x_dim}, hidden={self.hidden}, z_dim={self.z_dim}, " \
-               f"glimpses={self.glimpses}, norm={self.norm!r}"
+               f"glimpses={self.glimpses}, norm={self.norm!r}, binarize={self.binarize}"

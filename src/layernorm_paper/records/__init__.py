@@ -10,7 +10,7 @@ it stands in for, what runs here instead, and the report's catalog lines for its
     cnn_batch_size      6.7 + summary B   ConvNet at batch 128, 4, 1
     skip_thoughts       6.3   not run (no stand-in)
     paper_order         6.1   order embeddings
-    paper_draw          6.4   DRAW (and its full form on binarized MNIST)
+    paper_draw          6.4   DRAW (and its full form on dynamically binarized MNIST)
     paper_reader        6.2   the attentive reader (and its full form on the CNN questions)
     paper_handwriting   6.5   handwriting generation
     paper_charlm        summary B   character-level LM and its 5-way completion test
@@ -19,6 +19,7 @@ it stands in for, what runs here instead, and the report's catalog lines for its
                         rnn_downloads: the same claims on embedded and on downloaded data)
     rnn_imdb            summary B; 3.1   LSTM vs BN-LSTM vs LN-LSTM on the real IMDb reviews, their
                         hidden-state stability and gradient growth with T
+    rnn_pixels_mnist    summary B   the same on permuted pixel-by-pixel MNIST (downloaded; --paper)
     rnn_stability       summary B; 3.1   hidden-state stability on long sequences
     lstm_gain_init      6.2   LN-LSTM gain initialisation
     analysis            5.1 / 5.2   Table 1, curvature, learning-rate decay
@@ -37,14 +38,15 @@ from ._record import (FULL, LEARNING_RATES, QUICK, STANDARD, TIERS, Found, Recor
 from . import (analysis, cnn_batch_size, ddp_batch_split, lstm_gain_init, mlp_batch_size,
                mlp_mnist, novels_charlm, paper_charlm, paper_draw, paper_handwriting,
                paper_order, paper_reader, rnn_imdb, rnn_norms, rnn_stability, skip_thoughts)
+from . import rnn_pixels_mnist
 
 # In the order of the report: its claims, its sections and its "not run" list follow this list.
 RECORDS: dict[str, Record] = {r.name: r for r in (
     mlp_batch_size.RECORD, mlp_mnist.RECORD, cnn_batch_size.RECORD, skip_thoughts.RECORD,
     paper_order.RECORD, paper_draw.RECORD, paper_reader.RECORD, paper_handwriting.RECORD,
     paper_charlm.RECORD, novels_charlm.RECORD, rnn_norms.RECORD, rnn_norms.DOWNLOADS,
-    rnn_imdb.RECORD, rnn_stability.RECORD, lstm_gain_init.RECORD, analysis.RECORD,
-    ddp_batch_split.RECORD)}
+    rnn_imdb.RECORD, rnn_pixels_mnist.RECORD, rnn_stability.RECORD, lstm_gain_init.RECORD,
+    analysis.RECORD, ddp_batch_split.RECORD)}
 
 
 def run_order() -> tuple[str, ...]:

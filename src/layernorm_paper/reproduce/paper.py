@@ -12,8 +12,8 @@ The experiments themselves (configs per preset, tiers, claims, the paper's numbe
                             character vs updates
 
 Presets: ``tiny`` (seconds; tests), ``quick`` (embedded data, 5 seeds, run by ``reproduce
---preset standard``), ``full`` (the paper's data where it can be downloaded: DRAW on the standard
-binarized MNIST, the reader on the CNN questions of the DeepMind Q&A corpus; handwriting stays
+--preset standard``), ``full`` (the paper's data where it can be downloaded: DRAW on MNIST,
+dynamically binarized, the reader on the CNN questions of the DeepMind Q&A corpus; handwriting stays
 on generated strokes, IAM-OnDB being available on registration only; the char-LM on the whole
 docstring corpus).
 
@@ -80,8 +80,10 @@ def draw(dataset, norm: str, hidden: int = 64, z_dim: int = 8, glimpses: int = 8
     if len(dataset.input_shape) != 1:
         raise ValueError(f"draw expects flat binary images (N, D), received dataset "
                          f"{dataset.name!r} with input shape {dataset.input_shape}. Use "
-                         f"'digits-binary' or 'binarized-mnist'.")
-    return DrawForRunner(DRAW(dataset.input_shape[0], hidden, z_dim, glimpses, norm=norm))
+                         f"'digits-binary', 'binarized-mnist' or 'mnist' with "
+                         f"binarize='dynamic'.")
+    return DrawForRunner(DRAW(dataset.input_shape[0], hidden, z_dim, glimpses, norm=norm,
+                              binarize=dataset.info.get("binarize") == "dynamic"))
 
 
 class MdnForRunner(LossAsRegression):

@@ -179,7 +179,10 @@ def recall_chance(run: Run, key: str) -> tuple[float, str] | None:
 
 
 def _dataset(run: Run) -> str:
-    return str(run.config.get("dataset") or run.task)
+    d = str(run.config.get("dataset") or run.task)
+    # MNIST read as binary images for a density model (DRAW: data_args binarize)
+    return "binarized-mnist" if d == "mnist" and \
+        (run.config.get("data_args") or {}).get("binarize") else d
 
 
 def trivial(run: Run, key: str) -> tuple[float, str] | None:
