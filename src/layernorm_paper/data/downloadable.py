@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from layernorm._checks import check_choice
+from layernorm.checks import check_choice
 
 from .._io import atomic_write_bytes
 from .download import Resource
