@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import layernorm as L
-from layernorm_paper.bench.growth import GROWTH_MODELS, gradient_growth
+from layernorm_paper.analysis.growth import GROWTH_MODELS, gradient_growth
 from layernorm_paper.cli import main
 
 

@@ -272,7 +272,7 @@ def _inference_case(kind, T, B, I, H, packed):
         assert native.inference_applies(x, w_ih, *args)
         ours = call(x, *states, w_ih, rest[0], gain_x, bias_x, *rest[1:], batch_sizes=sizes)
         lib = native.load()
-        from layernorm.ops.common import _panels
+        from layernorm.ops.gemm import _panels
         wxp = _panels(w_ih, lib.panel_width())
         xw = torch.empty(T * B, wxp.shape[0] * lib.panel_width())
         lib.gemm_packed(T * B, I, x.data_ptr(), wxp.data_ptr(), wxp.shape[0], xw.data_ptr())

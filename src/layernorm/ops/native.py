@@ -290,7 +290,8 @@ def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.
     """One layer and direction forward with the input GEMM inside the kernel (``x`` and the
     panels of ``w_ih``): no (T, B, G) input term is written, nothing is saved. ``states``: the
     initial states (h0 first), cloned into the final ones."""
-    from .common import _buffer, _panels      # (common imports this module)
+    from .gemm import _panels      # (gemm imports this module)
+    from .pool import _buffer
     lib = load()
     T, B, I = x.shape
     H, G = states[0].shape[-1], w_hh.shape[0]
@@ -328,6 +329,32 @@ def ln_gru_inference(x, h0, w_ih, w_hh, gain_x, bias_x, gain_h, bias_h, gain_u, 
     return _inference("gru_forward_seq", GRUArgs, "ln_gru_inference", x, (h0,), w_ih, w_hh,
                       batch_sizes, eps, gain_x=gain_x, bias_x=bias_x, gain_h=gain_h,
                       bias_h=bias_h, gain_u=gain_u, bias_u=bias_u)
+
+
+# the parameters ``ln_inference`` takes, in order, by the modules' names
+INFERENCE_PARAMS = {
+    "LSTM": ("weight_ih", "weight_hh", "gain_ih", "bias_ih", "gain_hh", "bias_hh", "gain_c",
+             "bias_c"),
+    "GRU": ("weight_ih", "weight_hh", "gain_ih", "bias_ih", "gain_hh", "bias_hh")}
+
+
+def ln_inference(mode: str, x: torch.Tensor, state, params, batch_sizes, eps: float):
+    """One layer and direction of ``layernorm.LSTM`` / ``GRU`` (norm="layer") from its raw input
+    where ``inference_applies``: ``params`` the layer's tensors named by
+    ``INFERENCE_PARAMS[mode]``, ``state`` (h0, c0) or (h0,). -> (out, states), or None where
+    the inference kernels do not apply (the caller runs the operator)."""
+    if not inference_applies(x, *state, *params):
+        return None
+    if mode == "LSTM":
+        out, h, c = ln_lstm_inference(x, state[0], state[1], *params, batch_sizes=batch_sizes,
+                                      eps=eps)
+        return out, (h, c)
+    w_ih, w_hh, gain_x, bias_x, gain_hh, bias_hh = params
+    H2 = 2 * w_hh.shape[1]      # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
+    out, h = ln_gru_inference(x, state[0], w_ih, w_hh, gain_x, bias_x, gain_hh[:H2],
+                              bias_hh[:H2], gain_hh[H2:], bias_hh[H2:],
+                              batch_sizes=batch_sizes, eps=eps)
+    return out, (h,)
 
 
 def int32(batch_sizes: torch.Tensor | None) -> torch.Tensor | None:

@@ -5,14 +5,12 @@
     bn = layernorm.LSTM(32, 64, norm="batch", max_length=50)        # BN-LSTM baseline
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
-``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``TorchLayout``, ``layout``,
-with torch's weight lists; the input checks are ``InputChecks``, ``inputs``), except an LSTM or GRU on packed CPU float32
-input, which runs the C time loop without normalization where it applies
-(``_plain_recurrence``; 2-4x faster there, equal to torch's op to float rounding). For the
-normalized norms the time loop of one layer and one direction is
-``layernorm.recurrence.run_direction`` (the reference loop; the fused operators and kernels run
-their own, tested against it); ``_run_direction`` prepares its inputs and is the single place
-where a fused kernel can take over (see its docstring); ``_loop_direction`` always runs the reference loop (proj_size, torch.jit.trace).
+``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``layout.TorchLayout``; the
+input checks are ``inputs.InputChecks``) except for an LSTM or GRU on packed CPU float32 input,
+which runs the C time loop without normalization (``_plain_recurrence``; 2-4x faster there, equal
+to torch's op to float rounding). For the normalized norms ``_run_direction`` is the one place
+where a fused kernel takes over one layer and direction (its docstring); else ``_loop_direction``
+runs the reference loop ``layernorm.recurrence.run_direction`` (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
 
@@ -27,6 +25,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .. import ops
 from ..ops import gru as _ops_gru
 from ..ops import lstm as _ops_lstm
+from ..ops import native as _native
 from ..checks import RNNInputError, RNNTypeError, autocast_on, check_keywords, real_number
 from .base import RecurrentBase, _copy_from_torch, _no_forget_bias
 from .inputs import InputChecks
@@ -233,21 +232,23 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                                  g("weight_hh"), b_hh[H2:], sizes)
             return out, (h,)
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
-            # the input LN runs inside the fused kernel: pass the raw W_x x (T, B, G)
-            xw = ops.input_linear(x, g("weight_ih"))
             sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
+            done = None if masks else _native.ln_inference(     # no graph: W_x x_t in the loop
+                self.mode, x, state, [g(n) for n in _native.INFERENCE_PARAMS[self.mode]], sizes,
+                self.eps)
+            if done is not None:
+                return done
+            xw = ops.input_linear(x, g("weight_ih"))    # the input LN runs inside the kernel
             inputs = {"batch_sizes": sizes, "eps": self.eps, "gain_x": g("gain_ih"),
                       "bias_x": g("bias_ih")}
             if self.mode == "LSTM":
-                out, h, c = ops.ln_lstm(xw, state[0], state[1], g("weight_hh"),
-                                                    g("gain_hh"), g("bias_hh"), g("gain_c"),
-                                                    g("bias_c"), **inputs, **masks)
+                out, h, c = ops.ln_lstm(xw, *state, g("weight_hh"), g("gain_hh"), g("bias_hh"),
+                                        g("gain_c"), g("bias_c"), **inputs, **masks)
                 return out, (h, c)
             # GRU: LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
             H2 = 2 * self.hidden_size
-            out, h = ops.ln_gru(xw, state[0], g("weight_hh"), g("gain_hh")[:H2],
-                                            g("bias_hh")[:H2], g("gain_hh")[H2:],
-                                            g("bias_hh")[H2:], **inputs, **masks)
+            out, h = ops.ln_gru(xw, state[0], g("weight_hh"), g("gain_hh")[:H2], g("bias_hh")[:H2],
+                                g("gain_hh")[H2:], g("bias_hh")[H2:], **inputs, **masks)
             return out, (h,)
         if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
             return self._bn_direction(suffix, x, state, batch_sizes, masks)

@@ -1,6 +1,6 @@
 """Paper 3.1's "much more stable hidden-to-hidden dynamics", measured where it lives: how the
 backward Jacobian grows with the sequence length T, as ``layernorm bench growth`` measures it
-(|dL/dW_hh| for a loss on the last step's output, float64: ``bench.growth.hh_gradient_norm``),
+(|dL/dW_hh| for a loss on the last step's output, float64: ``analysis.growth.hh_gradient_norm``),
 at initialization and after training, written to ``DIR/analysis/growth.json`` by ``layernorm
 reproduce`` once the runs of ``GROWTH_EXPERIMENT`` (summary B's IMDb classifiers) have finished.
 
@@ -8,7 +8,7 @@ reproduce`` once the runs of ``GROWTH_EXPERIMENT`` (summary B's IMDb classifiers
                         the other normalized gated cell), one layer sized as the IMDb model
                         (hidden and embedding width of the runs), torch's initialization at each
                         seed of the runs, N(0, 1) inputs (the scale of a freshly initialized
-                        word embedding): ``bench.growth.gradient_growth``
+                        word embedding): ``analysis.growth.gradient_growth``
     after training      every finished LSTM and LN-LSTM run of the experiment: its own trained
                         recurrent layer in float64, fed its own trained word embeddings of the
                         test reviews read one after another (4 streams of T words)
@@ -30,7 +30,7 @@ from ..records.rnn_imdb import GROWTH_LENGTHS, NAME as GROWTH_EXPERIMENT
 GROWTH_FILE = "growth.json"     # in DIR/analysis
 GROWTH_NORMS = ("none", "layer")    # the trained arms measured (BN-LSTM's statistics stop at its
 #                                     training length)
-# at initialization: the name in the report -> ``bench.growth``'s model
+# at initialization: the name in the report -> ``analysis.growth``'s model
 INIT_MODELS = {"LSTM": "torch.nn.LSTM", "LN-LSTM": "LN-LSTM (gains 1)", "LN-GRU": "LN-GRU"}
 STREAMS = 4                     # sequences per measurement (the loss sums their last outputs)
 
@@ -60,7 +60,7 @@ def _word_streams(ds, length: int) -> tuple[torch.Tensor, int]:
 
 def trained_growth(run_dir: Path, lengths=GROWTH_LENGTHS) -> dict:
     """{"run", "norm", "seed", "T": {T: |dL/dW_hh|}} of one finished classifier run."""
-    from ..bench.growth import hh_gradient_norm
+    from ..analysis.growth import hh_gradient_norm
     from ..experiments import Config, build_model, load_checkpoint
     from ..experiments.holdout import load_for
     config = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
@@ -80,7 +80,7 @@ def run_growth(out: Path, lengths=GROWTH_LENGTHS, log=print) -> dict[str, str]:
     """Measure into ``out/analysis/growth.json`` (reused when it holds the same runs and
     lengths). Returns {"growth": why} when there is nothing to measure."""
     from .._io import atomic_write_json
-    from ..bench.growth import gradient_growth
+    from ..analysis.growth import gradient_growth
     runs = [d for d in _finished_runs(out / "runs" / GROWTH_EXPERIMENT)
             if json.loads((d / "config.json").read_text()).get("norm") in GROWTH_NORMS]
     if not runs:
