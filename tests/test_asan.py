@@ -106,7 +106,7 @@ def _exercise() -> None:
 
     import layernorm as L
     from layernorm import _rms_native
-    from layernorm.ops import native
+    from layernorm.ops import inference, native
 
     class Recorder:
         """The loaded library, recording the names of the functions called through it."""
@@ -163,7 +163,7 @@ def _exercise() -> None:
         x = torch.randn(13, 9, I)
         sizes = (torch.tensor([13, 13, 12, 11, 9, 7, 4, 2, 1]).unsqueeze(0)
                  > torch.arange(13).unsqueeze(1)).sum(1)
-        for G, infer in ((4, native.ln_lstm_inference), (3, native.ln_gru_inference)):
+        for G, infer in ((4, inference.ln_lstm_inference), (3, inference.ln_gru_inference)):
             w_ih, w_hh = torch.randn(G * H, I), torch.randn(G * H, H)
             g, b = torch.ones(G * H), torch.zeros(G * H)
             states = [torch.zeros(9, H)] * (2 if G == 4 else 1)

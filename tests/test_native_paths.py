@@ -11,7 +11,7 @@ import layernorm
 from layernorm import _native_build
 from layernorm.ops import gru as ops_gru
 from layernorm.ops import lstm as ops_lstm
-from layernorm.ops import native
+from layernorm.ops import inference, native
 from tests.test_fused import KINDS, assert_matches_float64, make_args
 
 pytestmark = pytest.mark.skipif(native.load() is None, reason="no C compiler: no C kernels")
@@ -266,10 +266,10 @@ def _inference_case(kind, T, B, I, H, packed):
     gain_x, bias_x = 1 + 0.1 * torch.randn(G), 0.1 * torch.randn(G)
     lengths = torch.arange(T, T - B, -1).clamp(min=0) if packed else None
     sizes = None if lengths is None else (lengths.unsqueeze(0) > torch.arange(T).unsqueeze(1)).sum(1)
-    call = native.ln_lstm_inference if kind == "lstm" else native.ln_gru_inference
+    call = inference.ln_lstm_inference if kind == "lstm" else inference.ln_gru_inference
     states, rest = args[:n_states], args[n_states:]
     with torch.inference_mode():
-        assert native.inference_applies(x, w_ih, *args)
+        assert inference.inference_applies(x, w_ih, *args)
         ours = call(x, *states, w_ih, rest[0], gain_x, bias_x, *rest[1:], batch_sizes=sizes)
         lib = native.load()
         from layernorm.ops.gemm import _panels
@@ -320,9 +320,9 @@ def test_inference_kernels_empty_batch_or_sequence(T, B):
     x, h0, c0 = torch.randn(T, B, I), torch.randn(B, H), torch.randn(B, H)
     g, b = torch.ones(4 * H), torch.zeros(4 * H)
     with torch.no_grad():
-        out, h, c = native.ln_lstm_inference(x, h0, c0, torch.randn(4 * H, I),
+        out, h, c = inference.ln_lstm_inference(x, h0, c0, torch.randn(4 * H, I),
                                              torch.randn(4 * H, H), g, b, g, b, g[:H], b[:H])
-        out_g, h_g = native.ln_gru_inference(x, h0, torch.randn(3 * H, I), torch.randn(3 * H, H),
+        out_g, h_g = inference.ln_gru_inference(x, h0, torch.randn(3 * H, I), torch.randn(3 * H, H),
                                              g[:3 * H], b[:3 * H], g[:2 * H], b[:2 * H], g[:H],
                                              b[:H])
     assert out.shape == out_g.shape == (T, B, H)
@@ -340,10 +340,10 @@ def test_inference_kernel_refuses_save_and_raw_input_term():
 
 def test_inference_does_not_apply_where_a_graph_is_wanted():
     x, w = torch.randn(2, 1, 3), torch.randn(4, 3, requires_grad=True)
-    assert not native.inference_applies(x, w)
+    assert not inference.inference_applies(x, w)
     with torch.no_grad():
-        assert native.inference_applies(x, w)
-        assert not native.inference_applies(x.double(), w.double())
+        assert inference.inference_applies(x, w)
+        assert not inference.inference_applies(x.double(), w.double())
 
 
 # ---- the cells' products at batch 1 ----------------------------------------------------------

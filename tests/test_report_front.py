@@ -1,7 +1,7 @@
 """The front page's pieces on constructed inputs: the verdict in words, the learning-rate pick
 (interior or edge, winning margin against the seed spread), the sources a claim is listed under,
 the machine's arithmetic (CPU flags, BLAS build)."""
-from layernorm_paper.report import front
+from layernorm_paper.report import front, rates
 from layernorm_paper.report.claims import CHECK, Claim, ClaimResult
 from layernorm_paper.report.machine import blas_summary, cpu_flags
 from layernorm_paper.verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Verdict, exceeds,
@@ -47,12 +47,12 @@ def test_learning_rate_pick_interior_or_edge_against_the_seed_spread():
          "scores": {"0.0001": 0.30, "0.0003": 0.20, "0.001": 0.25},
          "scores_per_seed": {"0.0001": [0.29, 0.31], "0.0003": [0.19, 0.21],
                              "0.001": [0.24, 0.26]}}
-    row = front.lr_pick(e)
+    row = rates.lr_pick(e)
     assert row["where"] == "interior" and row["winning margin"] == "0.05"
     assert row["vs seed-to-seed"].startswith("3.5× the seed spread 0.0141") and row["seeds"] == 2
-    top = front.lr_pick({**e, "chosen": 1e-3})
+    top = rates.lr_pick({**e, "chosen": 1e-3})
     assert top["where"] == "edge (highest)"
-    one = front.lr_pick({"grid": [1e-3, 3e-3], "chosen": 1e-3, "seeds": [0],
+    one = rates.lr_pick({"grid": [1e-3, 3e-3], "chosen": 1e-3, "seeds": [0],
                          "scores": {"0.001": 0.1, "0.003": 0.2},
                          "scores_per_seed": {"0.001": [0.1], "0.003": [0.2]}})
     assert one["where"] == "edge (lowest)" and one["vs seed-to-seed"] == \
@@ -95,22 +95,22 @@ def test_arms_compared_at_one_shared_learning_rate():
                 "scores": {f"{k:g}": v for k, v in scores.items()}}
     arms = {"layer-bs8": entry(1e-3, {3e-4: 1.3, 1e-3: 1.2, 3e-3: 1.21}),
             "none-bs8": entry(0.027, {1e-3: 1.6, 3e-3: 1.4, 0.027: 1.1})}
-    s = front.shared_rate(arms)
+    s = rates.shared_rate(arms)
     # picks 1e-3 and 0.027: middle 5.2e-3; on both grids: 1e-3, 3e-3 -> 3e-3
     assert s["rate"] == 3e-3
     assert s["groups"] == {"*-bs8": {"picks": ["none", "layer"], "shared": ["layer", "none"]}}
-    assert front.shared_rate_text(arms) == \
+    assert rates.shared_rate_text(arms) == \
         "0.003: order differs, *-bs8: layer, none (picks: none, layer)"
-    assert front.shared_rate_text(arms, short=True) == "0.003: order differs, *-bs8"
+    assert rates.shared_rate_text(arms, short=True) == "0.003: order differs, *-bs8"
     same = {**arms, "none-bs8": entry(3e-3, {1e-3: 1.6, 3e-3: 1.4, 0.027: 1.5})}
-    assert front.shared_rate_text(same).endswith("same order")
+    assert rates.shared_rate_text(same).endswith("same order")
     # no value on every arm's grid: no shared-rate runs
     apart = {**arms, "none-bs8": entry(0.027, {9e-3: 1.4, 0.027: 1.1})}
-    assert front.shared_rate(apart) is None and front.shared_rate_text(apart) == front.NO_SHARED
+    assert rates.shared_rate(apart) is None and rates.shared_rate_text(apart) == rates.NO_SHARED
     # arms that differ by another setting (the gain's initial value): compared all at once
     gains = {"gain0.1-layer-bs32": entry(0.027, {9e-3: 0.5, 0.027: 0.4}),
              "gain1-layer-bs32": entry(9e-3, {9e-3: 0.3, 0.027: 0.35})}
-    assert front.shared_rate(gains)["groups"] == {
+    assert rates.shared_rate(gains)["groups"] == {
         "*": {"picks": ["gain1-layer-bs32", "gain0.1-layer-bs32"],
               "shared": ["gain1-layer-bs32", "gain0.1-layer-bs32"]}}
 
@@ -138,10 +138,10 @@ def test_a_claim_says_its_order_differs_only_for_its_own_arms():
                  meta={"learning_rates": {"rnn_norms": swept}})
     adding = Claim("rnn-fast-adding", "summary B", "q", "rnn_norms", None)
     mnist = Claim("rnn-fast-mnist1d-seq", "summary B", "q", "rnn_norms", None)
-    assert front.shared_rate_disagrees(inp, adding) is False
-    assert front.shared_rate_disagrees(inp, mnist) is True
+    assert rates.shared_rate_disagrees(inp, adding) is False
+    assert rates.shared_rate_disagrees(inp, mnist) is True
     other = Claim("6.5-hw-fast", "paper 6.5", "q", "paper_handwriting", None)
-    assert front.shared_rate_disagrees(inp, other) is None
+    assert rates.shared_rate_disagrees(inp, other) is None
 
 
 def test_the_environment_names_each_arithmetic_the_runs_recorded():

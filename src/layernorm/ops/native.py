@@ -12,7 +12,7 @@ is loaded, so a field added on one side only is an error, never a misread pointe
 
 Calling: whether the kernels apply to a tensor (``native_lib``; ``eager_mode`` / ``eager``: where
 a C kernel may run in place of torch ops), the thread count, and one call with its arguments by
-name (``call``); ``autocast_on``: whether autocast is on for a tensor's device.
+name (``call``).
 """
 from __future__ import annotations
 
@@ -274,89 +274,6 @@ def call(lib, kernel: str, cls, who: str, **fields) -> None:
                           f"(status {status}). Use a smaller batch or fewer threads.")
 
 
-def inference_applies(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
-    """Whether ``ln_lstm_inference`` / ``ln_gru_inference`` apply: nothing to save for a backward
-    (grad mode off, or no tensor requires grad), eager mode, the C kernels loaded, every tensor
-    CPU float32, autocast off."""
-    tensors = (x, *tensors)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return (eager(*tensors) and all(t.dtype == torch.float32 for t in tensors)
-            and not autocast_on(x))
-
-
-def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.Tensor,
-               w_hh: torch.Tensor, batch_sizes, eps: float, **fields):
-    """One layer and direction forward with the input GEMM inside the kernel (``x`` and the
-    panels of ``w_ih``): no (T, B, G) input term is written, nothing is saved. ``states``: the
-    initial states (h0 first), cloned into the final ones."""
-    from .gemm import _panels      # (gemm imports this module)
-    from .pool import _buffer
-    lib = load()
-    T, B, I = x.shape
-    H, G = states[0].shape[-1], w_hh.shape[0]
-    if w_ih.shape != (G, I) or w_hh.shape != (G, H) or x.dim() != 3:
-        raise RuntimeError(f"internal: {who}: x {tuple(x.shape)}, w_ih {tuple(w_ih.shape)}, "
-                           f"w_hh {tuple(w_hh.shape)} do not fit (T, B, I), (G, I), (G, H)")
-    out = _buffer(T, B, H, like=x, zero=batch_sizes is not None)
-    finals = [s.detach().clone(memory_format=torch.contiguous_format) for s in states]
-    width = lib.panel_width()
-    fields.update(zip(("h_n", "c_n"), finals))
-    call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=threads(B), eps=eps,
-         batch_sizes=int32(batch_sizes), x=contig(x), I=I, wxp=_panels(w_ih, width),
-         wp=_panels(w_hh, width), h0=contig(states[0]), out=out,
-         **{k: contig(v) for k, v in fields.items()})
-    return (out, *finals)
-
-
-def ln_lstm_inference(x, h0, c0, w_ih, w_hh, gain_x, bias_x, gain_h, bias_h, gain_c, bias_c,
-                      batch_sizes=None, eps=1e-5):
-    """``layernorm.LSTM``'s layer (norm="layer") forward from its raw input x (T, B, I), for
-    inference (``inference_applies``): out = ``ln_lstm_sequence(F.linear(x, w_ih), h0, c0, w_hh,
-    gain_h, bias_h, gain_c, bias_c, gain_x=gain_x, bias_x=bias_x, batch_sizes=batch_sizes)``,
-    the same sums as the C path of that call, with W_x x_t computed step by step inside the time
-    loop. -> out (T, B, H), h_n, c_n (B, H); batch_sizes: None or as ``PackedSequence``'s (rows
-    sorted by decreasing length)."""
-    return _inference("lstm_forward_seq", LSTMArgs, "ln_lstm_inference", x, (h0, c0), w_ih,
-                      w_hh, batch_sizes, eps, gain_x=gain_x, bias_x=bias_x, gain_h=gain_h,
-                      bias_h=bias_h, gain_c=gain_c, bias_c=bias_c)
-
-
-def ln_gru_inference(x, h0, w_ih, w_hh, gain_x, bias_x, gain_h, bias_h, gain_u, bias_u,
-                     batch_sizes=None, eps=1e-5):
-    """The LN-GRU's ``ln_lstm_inference``: ``ln_gru_sequence(F.linear(x, w_ih), h0, w_hh, gain_h,
-    bias_h, gain_u, bias_u, gain_x=gain_x, bias_x=bias_x, ...)`` -> out (T, B, H), h_n (B, H)."""
-    return _inference("gru_forward_seq", GRUArgs, "ln_gru_inference", x, (h0,), w_ih, w_hh,
-                      batch_sizes, eps, gain_x=gain_x, bias_x=bias_x, gain_h=gain_h,
-                      bias_h=bias_h, gain_u=gain_u, bias_u=bias_u)
-
-
-# the parameters ``ln_inference`` takes, in order, by the modules' names
-INFERENCE_PARAMS = {
-    "LSTM": ("weight_ih", "weight_hh", "gain_ih", "bias_ih", "gain_hh", "bias_hh", "gain_c",
-             "bias_c"),
-    "GRU": ("weight_ih", "weight_hh", "gain_ih", "bias_ih", "gain_hh", "bias_hh")}
-
-
-def ln_inference(mode: str, x: torch.Tensor, state, params, batch_sizes, eps: float):
-    """One layer and direction of ``layernorm.LSTM`` / ``GRU`` (norm="layer") from its raw input
-    where ``inference_applies``: ``params`` the layer's tensors named by
-    ``INFERENCE_PARAMS[mode]``, ``state`` (h0, c0) or (h0,). -> (out, states), or None where
-    the inference kernels do not apply (the caller runs the operator)."""
-    if not inference_applies(x, *state, *params):
-        return None
-    if mode == "LSTM":
-        out, h, c = ln_lstm_inference(x, state[0], state[1], *params, batch_sizes=batch_sizes,
-                                      eps=eps)
-        return out, (h, c)
-    w_ih, w_hh, gain_x, bias_x, gain_hh, bias_hh = params
-    H2 = 2 * w_hh.shape[1]      # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
-    out, h = ln_gru_inference(x, state[0], w_ih, w_hh, gain_x, bias_x, gain_hh[:H2],
-                              bias_hh[:H2], gain_hh[H2:], bias_hh[H2:],
-                              batch_sizes=batch_sizes, eps=eps)
-    return out, (h,)
-
-
 def int32(batch_sizes: torch.Tensor | None) -> torch.Tensor | None:
     return None if batch_sizes is None else batch_sizes.to(torch.int32).contiguous()
 
@@ -385,12 +302,3 @@ def contig(v):
     return None if v is None else v.detach().contiguous()
 
 
-def autocast_on(x: torch.Tensor) -> bool:
-    """Whether autocast is on for x's device (False for a device autocast does not know, such as
-    ``meta``)."""
-    try:
-        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
-    except TypeError:                                  # torch < 2.4: no device argument
-        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
-    except RuntimeError:                               # "unknown device type for autocast"
-        return False

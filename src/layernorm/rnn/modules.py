@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .. import ops
 from ..ops import gru as _ops_gru
 from ..ops import lstm as _ops_lstm
-from ..ops import native as _native
+from ..ops import inference as _inference
 from ..checks import RNNInputError, RNNTypeError, autocast_on, check_keywords, real_number
 from .base import RecurrentBase, _copy_from_torch, _no_forget_bias
 from .inputs import InputChecks
@@ -233,8 +233,8 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             return out, (h,)
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
             sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
-            done = None if masks else _native.ln_inference(     # no graph: W_x x_t in the loop
-                self.mode, x, state, [g(n) for n in _native.INFERENCE_PARAMS[self.mode]], sizes,
+            done = None if masks else _inference.ln_inference(     # no graph: W_x x_t in the loop
+                self.mode, x, state, [g(n) for n in _inference.INFERENCE_PARAMS[self.mode]], sizes,
                 self.eps)
             if done is not None:
                 return done

@@ -17,10 +17,8 @@ from ..verdicts import (CEILING, CENSORED, CENSORED_BUILT_IN, FEW_SEEDS, INCONCL
                         UNDERPOWERED, UNDERTRAINED, Verdict, borderline, nearest)
 from .claims import CHECK, COMPOSITE, NOT_RUN, Claim, ClaimResult
 from .claims.targets import TARGET_DEPENDS
-from .rates import (NO_SHARED, SHARED_DIFFERS, learning_rate_arms, learning_rate_rows,
-                    lr_pick, no_shared_rate, run_arm, shared_rate, shared_rate_disagrees,
-                    shared_rate_lines, shared_rate_text)
-from .runs import Inputs, Run, select
+from .rates import SHARED_DIFFERS, shared_rate_disagrees
+from .runs import Inputs, Run, _experiment_runs, data_of
 from .scoring import _fmt_range, updates
 
 IMPLEMENTATION = "check of this implementation"
@@ -61,14 +59,6 @@ def sources_of(claim: Claim) -> list[str]:
         elif t.startswith(SUMMARY_B):
             found.add(SUMMARY_B)
     return [s for s, _, _ in SOURCES if s in found] or [PAPER]
-
-
-def data_of(claim: Claim) -> str:
-    """"real" (the dataset the source used) or "stand-in", from the claim or its record."""
-    if claim.data:
-        return claim.data
-    rec = RECORDS.get(claim.experiment)
-    return rec.data if rec is not None else STAND_IN
 
 
 def words(claim: Claim, res: ClaimResult, data: bool = True) -> str:
@@ -192,26 +182,6 @@ def _arm_key(run: Run) -> str:
     c["data_args"] = {k: v for k, v in (c.get("data_args") or {}).items()
                       if k not in ("seed", "split_seed")}
     return json.dumps(c, sort_keys=True, default=str)
-
-
-def _experiment_runs(inp: Inputs, experiment: str) -> list[Run]:
-    return select(inp.runs, experiment=experiment)
-
-
-def claim_runs(inp: Inputs, claim: Claim) -> list[Run]:
-    """The runs a claim is judged on, as far as the catalog line tells: its experiment's, on
-    the downloaded full form or not (``Claim.data``), of the task its id names where the
-    experiment ran several."""
-    runs = _experiment_runs(inp, claim.experiment)
-    rec = RECORDS.get(claim.experiment)
-    if rec is not None and rec.full_form:
-        full = rec.full_form[0]
-        real = data_of(claim) == REAL
-        runs = [r for r in runs if (str(r.config.get("dataset") or r.task) == full) == real]
-    tasks = {r.task for r in runs}
-    if len(tasks) > 1:
-        runs = [r for r in runs if claim.id.endswith("-" + str(r.task))]
-    return runs
 
 
 def checks_table(results: list[tuple[Claim, ClaimResult]], mark) -> list[str]:

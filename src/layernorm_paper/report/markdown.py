@@ -13,7 +13,7 @@ from ..verdicts import (CEILING, GUARD_OUTCOMES, INCONCLUSIVE, LEVEL, MIN_SEEDS,
 from .claims import (BEATS_MARGIN, CHECK, CLAIM, COLLAPSE_MARGIN, COMPOSITE, DDP_DIFF_FACTOR,
                      DDP_REL_TOL, FASTER_MARGIN, NOT_RUN, STABLE_MARGIN, SUFFERS_MARGIN, Claim,
                      ClaimResult, paper_not_run)
-from . import front
+from . import front, rates
 from .claims.base import experiment_settings
 from .front import FOREST
 from .scoring import LAST_K, PP
@@ -234,7 +234,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
         md += ["### Every interval against its boundary", "",
                "In units of the boundary (margin 1, band ±1, a ratio's bar 1 on a log scale); "
                "hollow: borderline.", "", f"![{FOREST}]({figure_paths[FOREST]})", ""]
-    lr = front.learning_rate_rows(inp)
+    lr = rates.learning_rate_rows(inp)
     md += ['<a id="learning-rates"></a>', "### Learning rates", ""]
     md += ([md_table(lr), "", "Closest win: the smallest winning margin over the runner-up "
             "against the seeds' spread (under 1×: within noise). The shared rate, and the "
@@ -254,9 +254,9 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
     settings = _settings_block(inp, results)
     if settings:
         md += ["## Settings per experiment", ""] + settings + [""]
-    arms = front.learning_rate_arms(inp)
+    arms = rates.learning_rate_arms(inp)
     if arms:
-        unshared = front.no_shared_rate(inp, results)
+        unshared = rates.no_shared_rate(inp, results)
         md += ["## Learning rates per arm", "", md_table(arms), "",
                "Where each pick fell on its arm's grid (an edge: a better value may lie beyond "
                "it), and its winning margin over the runner-up against the seed-to-seed spread "
@@ -269,7 +269,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                "validation split, with fewer seeds than a verdict needs). "
                + (f"Experiments whose claims have no shared-rate runs: {', '.join(unshared)}."
                   if unshared else "Every experiment's claims have shared-rate runs."), ""]
-        md += front.shared_rate_lines(inp) + [""]
+        md += rates.shared_rate_lines(inp) + [""]
 
     section, shown, blocks = None, {}, {}
 
@@ -409,8 +409,8 @@ def summary_rows(results: list[tuple[Claim, ClaimResult]], inp: Inputs | None = 
     from ..verdicts import borderline
 
     def shared(c: Claim) -> str:
-        d = front.shared_rate_disagrees(inp, c)
-        return front.NO_SHARED if d is None else "differs" if d else "same"
+        d = rates.shared_rate_disagrees(inp, c)
+        return rates.NO_SHARED if d is None else "differs" if d else "same"
     return [{"claim": c.id, "kind": c.kind, "verdict": r.status, "words": front.words(c, r),
              "borderline": bool(r.measured and borderline(r.verdict)),
              "distance": front.distance(r), "guards": list(r.verdict.guards),

@@ -12,7 +12,7 @@ import statistics
 from ..records._record import INTERIOR, where_on_grid
 from ..verdicts import nearest
 from .claims import Claim, ClaimResult
-from .runs import Inputs, Run
+from .runs import Inputs, Run, claim_runs
 
 
 def learning_rate_rows(inp: Inputs) -> list[dict]:
@@ -137,7 +137,6 @@ def shared_rate_disagrees(inp: Inputs, claim: Claim) -> bool | None:
     """Whether the sweep's order of the claim's arms at one shared rate differs from their
     order at their own picks (``shared_rate``; only the groups of the arms the claim's runs
     trained); None where there are no shared-rate runs."""
-    from .front import claim_runs      # the front's choice of a claim's runs
     recorded = (inp.meta or {}).get("learning_rates")
     arms = recorded.get(claim.experiment) if isinstance(recorded, dict) else None
     s = shared_rate(arms) if isinstance(arms, dict) else None

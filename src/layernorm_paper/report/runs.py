@@ -16,10 +16,15 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._io import read_json as _read_json, read_metrics
-from ..records import budgets, not_downloaded
+from ..records import RECORDS, budgets, not_downloaded
+from ..records._record import REAL, STAND_IN
 from ..batch_split import DDP_EXPERIMENT
+
+if TYPE_CHECKING:
+    from .claims import Claim
 
 
 class ReportInputError(ValueError):
@@ -219,3 +224,31 @@ def read_inputs(out: str | Path) -> Inputs:
                   geometry_figures=sorted(gdir.glob("*.png")) if geometry else [],
                   ddp_rows=ddp_rows, ddp_error=ddp_error, unfinished=unfinished,
                   budgets=_budgets(meta), not_downloaded=not_downloaded())
+
+
+def data_of(claim: Claim) -> str:
+    """"real" (the dataset the source used) or "stand-in", from the claim or its record."""
+    if claim.data:
+        return claim.data
+    rec = RECORDS.get(claim.experiment)
+    return rec.data if rec is not None else STAND_IN
+
+
+def _experiment_runs(inp: Inputs, experiment: str) -> list[Run]:
+    return select(inp.runs, experiment=experiment)
+
+
+def claim_runs(inp: Inputs, claim: Claim) -> list[Run]:
+    """The runs a claim is judged on, as far as the catalog line tells: its experiment's, on
+    the downloaded full form or not (``Claim.data``), of the task its id names where the
+    experiment ran several."""
+    runs = _experiment_runs(inp, claim.experiment)
+    rec = RECORDS.get(claim.experiment)
+    if rec is not None and rec.full_form:
+        full = rec.full_form[0]
+        real = data_of(claim) == REAL
+        runs = [r for r in runs if (str(r.config.get("dataset") or r.task) == full) == real]
+    tasks = {r.task for r in runs}
+    if len(tasks) > 1:
+        runs = [r for r in runs if claim.id.endswith("-" + str(r.task))]
+    return runs

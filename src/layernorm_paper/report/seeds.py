@@ -34,11 +34,12 @@ def priority(results: list[tuple[Claim, ClaimResult]]) -> list[Claim]:
 
 
 def claim_configs(claim: Claim, configs: list) -> list:
-    """The configs of the runs ``claim`` is judged on (``front.claim_runs``' choice, on the
+    """The configs of the runs ``claim`` is judged on (``runs.claim_runs``' choice, on the
     configs: its experiment's; on its record's downloaded full form or not; of the dataset its
     id names where the experiment ran several)."""
     from ..records import RECORDS
-    from .front import REAL, data_of
+    from ..records._record import REAL
+    from .runs import data_of
     cs = [c for c in configs if c.experiment == claim.experiment]
     rec = RECORDS.get(claim.experiment)
     if rec is not None and rec.full_form:
