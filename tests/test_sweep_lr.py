@@ -157,7 +157,7 @@ def test_widening_until_the_pick_is_interior(tmp_path, monkeypatch):
 
 
 def test_the_pick_is_shown_against_the_seed_to_seed_spread(tmp_path, monkeypatch):
-    from layernorm_paper.report.front import lr_pick
+    from layernorm_paper.report.rates import lr_pick
     e = {"grid": [1e-3, 3e-3, 9e-3], "chosen": 3e-3, "extended": [9e-3],
          "scores": {"0.001": 0.30, "0.003": 0.20, "0.009": 0.21},
          "scores_per_seed": {"0.001": [0.29, 0.30, 0.31], "0.003": [0.15, 0.20, 0.25],
