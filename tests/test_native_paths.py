@@ -375,3 +375,15 @@ def test_cell_at_batch_one_without_grad_equals_with_grad(cls):
         states.append(state if isinstance(state, tuple) else (state,))
     for a, b in zip(*states):
         torch.testing.assert_close(a, b.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_the_compile_timeout_is_read_from_the_environment(monkeypatch):
+    from layernorm import _native_build
+    monkeypatch.delenv("LAYERNORM_COMPILE_TIMEOUT", raising=False)
+    assert _native_build._compile_timeout() == 60.0
+    monkeypatch.setenv("LAYERNORM_COMPILE_TIMEOUT", "240")
+    assert _native_build._compile_timeout() == 240.0
+    for bad in ("soon", "0", "-5", "nan"):
+        monkeypatch.setenv("LAYERNORM_COMPILE_TIMEOUT", bad)
+        with pytest.raises(ValueError, match="LAYERNORM_COMPILE_TIMEOUT must be a positive"):
+            _native_build._compile_timeout()

@@ -44,7 +44,25 @@ ISA_FLAGS = {"native": [], "avx2": ["-mno-avx512f"]}
 # OpenMP threads over the batch rows (libgomp is torch's own, already loaded); a compiler without
 # OpenMP support gets the single-threaded build.
 OMP_FLAGS = (["-fopenmp"], ["-fopenmp-simd"], [])
-COMPILE_TIMEOUT = 60.0  # seconds one compiler run may take
+
+
+def _compile_timeout() -> float:
+    """Seconds one compiler run may take: ``LAYERNORM_COMPILE_TIMEOUT``, else 60 (a busy
+    machine or an instrumented build may need more)."""
+    raw = os.environ.get("LAYERNORM_COMPILE_TIMEOUT")
+    if raw is None:
+        return 60.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"LAYERNORM_COMPILE_TIMEOUT must be a positive number of seconds, "
+                         f"received {raw!r}. Unset it for the default of 60.")
+    return value
+
+
+COMPILE_TIMEOUT = _compile_timeout()
 FIX = ("set CC to a working C compiler (e.g. CC=gcc) and LAYERNORM_CACHE to a writable "
        "directory, or LAYERNORM_NATIVE=0 to use torch ops without this message")
 
