@@ -24,12 +24,16 @@ def test_soak_finds_a_fast_path_that_differs(monkeypatch):
     """A fault in the fast path only (one unit of its input term off by 0.5; the readable loop
     computes its own) is a failure at every check."""
     import layernorm.ops
+    import layernorm.ops.inference
     right = layernorm.ops.input_linear
 
     def wrong(x, w):
         return right(x, w) + torch.nn.functional.one_hot(torch.tensor(0), w.shape[0]) * 0.5
 
     monkeypatch.setattr(layernorm.ops, "input_linear", wrong)
+    # the checks without a graph would take the inference kernels, whose input term is computed
+    # inside the C loop: send them through the operator too, where the fault sits
+    monkeypatch.setattr(layernorm.ops.inference, "ln_inference", lambda *args, **kwargs: None)
     result = soak.soak(0.5, hidden=8, input_size=4, max_len=10, max_batch=6, check_every=1,
                        models=("LN-LSTM 2 layers", "LN-GRU bidirectional"), progress=False)
     differs = [f for f in result["failures"] if "differs from its reference" in f]
