@@ -40,9 +40,9 @@ def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.
     width = lib.panel_width()
     fields.update(zip(("h_n", "c_n"), finals))
     native.call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=threads(B), eps=eps,
-         batch_sizes=int32(batch_sizes), x=contig(x), I=I, wxp=_panels(w_ih, width),
-         wp=_panels(w_hh, width), h0=contig(states[0]), out=out,
-         **{k: contig(v) for k, v in fields.items()})
+                batch_sizes=int32(batch_sizes), x=contig(x), I=I, wxp=_panels(w_ih, width),
+                wp=_panels(w_hh, width), h0=contig(states[0]), out=out,
+                **{k: contig(v) for k, v in fields.items()})
     return (out, *finals)
 
 
