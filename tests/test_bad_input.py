@@ -156,6 +156,8 @@ API = [
      ["jobs must be an integer >= 1", "received 0", "--jobs 1"]),
     ("reproduce jobs=-1", lambda t: reproduce("tiny", t, jobs=-1), ValueError,
      ["jobs must be an integer >= 1", "received -1", "--jobs 1"]),
+    ("reproduce seed_offset=-1", lambda t: reproduce("tiny", t, seed_offset=-1), ValueError,
+     ["seed_offset must be an integer >= 0", "received -1", "--seed-offset 0"]),
     ("reproduce preset", lambda t: reproduce("huge", t), ValueError,
      ["expected one of", "'huge'", "Pick one of those"]),
     ("run_configs jobs=0", lambda t: run_configs([_cfg()], t, jobs=0), ValueError,

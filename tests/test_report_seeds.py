@@ -54,3 +54,26 @@ def test_reproduce_states_the_extra_seed_option():
     add_commands(p.add_subparsers())
     assert p.parse_args(["reproduce", "--extra-seeds", "20"]).extra_seeds == 20
     assert p.parse_args(["reproduce"]).extra_seeds == 0
+
+
+def test_a_seed_offset_moves_every_training_run_to_other_seeds(tmp_path, monkeypatch):
+    """``--seed-offset K``: the same tier on the seeds K, K + 1, ... (a seeded test split
+    follows its seed), stated in reproduce.json."""
+    import json
+
+    from layernorm_paper.experiments import runner
+    from layernorm_paper.reproduce.command import add_commands, reproduce
+    seen = []
+    monkeypatch.setattr(runner, "run_configs", lambda configs, out, **kw: seen.extend(configs)
+                        or [])
+    reproduce("tiny", tmp_path / "a", only=["mlp_batch_size"], report=False, log=lambda *a: None)
+    reproduce("tiny", tmp_path / "b", only=["mlp_batch_size"], report=False, log=lambda *a: None,
+              seed_offset=100)
+    base, moved = seen[:len(seen) // 2], seen[len(seen) // 2:]
+    assert base and [c.seed + 100 for c in base] == [c.seed for c in moved]
+    assert all(c.data_args.get("split_seed") in (None, c.seed) for c in moved)
+    assert json.loads((tmp_path / "b" / "reproduce.json").read_text())["seed_offset"] == 100
+    import argparse
+    p = argparse.ArgumentParser()
+    add_commands(p.add_subparsers())
+    assert p.parse_args(["reproduce", "--seed-offset", "5"]).seed_offset == 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from .._args import SEED_MAX
 from .names import check_choice, check_name
@@ -104,3 +104,10 @@ class Config:
         parts = ([self.tag] if self.tag else []) + [self.norm] + \
             (["syncbn"] if self.sync_bn else []) + [f"bs{self.batch_size}", f"seed{self.seed}"]
         return "-".join(parts)
+
+
+def with_seed(config: Config, seed: int) -> Config:
+    """``config`` at another seed (a test split drawn with the seed follows it)."""
+    data_args = {k: (seed if k == "split_seed" and v == config.seed else v)
+                 for k, v in config.data_args.items()}
+    return replace(config, seed=seed, data_args=data_args)

@@ -104,6 +104,9 @@ def environment(inp: Inputs) -> list[str]:
             + (f"; CPU time {inv['cpu_s']:.0f} s" if inv.get("cpu_s") else "")
             + f"; --jobs {inv.get('jobs', '?')}; load average {inv.get('loadavg_start', '?')} at "
               f"start, {inv.get('loadavg_end', '?')} at end")
+    if meta.get("seed_offset"):
+        lines.append(f"- seeds: every training run at its seed + {meta['seed_offset']} "
+                     f"(`--seed-offset {meta['seed_offset']}`), a replicate on other seeds")
     extra = meta.get("extra_seeds")
     if isinstance(extra, dict):
         given = "; ".join(f"{g['claim']}: seeds {', '.join(map(str, g['seeds']))}"

@@ -11,10 +11,10 @@ them and rebuilds the report."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from ..verdicts import INCONCLUSIVE, STRADDLE, borderline, nearest
 from .claims import CLAIM, Claim, ClaimResult
+from ..experiments.config import with_seed
 
 
 def priority(results: list[tuple[Claim, ClaimResult]]) -> list[Claim]:
@@ -48,13 +48,6 @@ def claim_configs(claim: Claim, configs: list) -> list:
     if len({c.dataset for c in cs}) > 1:
         cs = [c for c in cs if claim.id.endswith("-" + c.dataset)]
     return cs
-
-
-def with_seed(config, seed: int):
-    """``config`` at another seed (a test split drawn with the seed follows it)."""
-    data_args = {k: (seed if k == "split_seed" and v == config.seed else v)
-                 for k, v in config.data_args.items()}
-    return replace(config, seed=seed, data_args=data_args)
 
 
 def plan(results: list[tuple[Claim, ClaimResult]], configs: list, budget: int

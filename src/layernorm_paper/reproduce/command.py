@@ -226,11 +226,13 @@ def _invocation(meta: dict) -> dict:
 
 def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, *, only=None,
               jobs: int | None = None, report: bool = True, device: str | None = None,
-              log=print, extra_seeds: int = 0) -> Path:
+              log=print, extra_seeds: int = 0, seed_offset: int = 0) -> Path:
     """Run the reproduction's tier ``preset`` (tiny, quick, embedded or full; "standard" is
     embedded's former name, "paper" full's command-line name) into ``out``; returns the output
     directory. ``device`` (auto, cpu, cuda): the device of every training run (default: each
-    config's, "auto": a GPU where torch sees one); the distributed batch split stays on CPU."""
+    config's, "auto": a GPU where torch sees one); the distributed batch split stays on CPU.
+    ``seed_offset``: every training run's seed moved up by this much (0, 1, ... become offset,
+    offset + 1, ...), for a replicate of the same tier on other seeds."""
     from ..experiments import EXPERIMENTS as REGISTRY
     from layernorm.checks import check_choice
 
@@ -253,6 +255,9 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise ValueError(f"jobs must be an integer >= 1 (or None: 2, or 1 on a single core), "
                          f"received {jobs!r}. Use --jobs 1 to run one at a time.")
+    if not isinstance(seed_offset, int) or isinstance(seed_offset, bool) or seed_offset < 0:
+        raise ValueError(f"seed_offset must be an integer >= 0, received {seed_offset!r}. "
+                         f"Use --seed-offset 0 for the seeds 0, 1, ...")
     out = output_dir(out or f"runs/reproduce-{preset}")
     jobs = jobs or max(1, min(2, os.cpu_count() or 1))
     with exclusive_lock(out / LOCK, f"another `layernorm reproduce` (pid {{pid}}) is writing "
@@ -260,7 +265,7 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
         for folder in (out, out / "analysis", out / "analysis" / "geometry"):
             clean_stale_temp_files(folder)     # atomic writes cut short by a kill
         return _reproduce(preset, out, names, jobs, report, log, deferred, bool(only), device,
-                          extra_seeds)
+                          extra_seeds, seed_offset)
 
 
 def _downloads(configs: list) -> list[str]:
@@ -271,8 +276,9 @@ def _downloads(configs: list) -> list[str]:
 
 def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool, log,
                deferred: set[str] = frozenset(), only_named: bool = False,
-               device: str | None = None, extra_seeds: int = 0) -> Path:
+               device: str | None = None, extra_seeds: int = 0, seed_offset: int = 0) -> Path:
     from ..experiments import get_experiment
+    from ..experiments.config import with_seed
     from ..experiments.runner import run_configs
     from ..experiments.rundir import git_commit
 
@@ -301,6 +307,8 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
         if device is not None:
             from dataclasses import replace
             cs = [replace(c, device=device) for c in cs]
+        if seed_offset:
+            cs = [with_seed(c, c.seed + seed_offset) for c in cs]
         configs += cs
         datasets |= {c.dataset for c in cs}
     parts: dict[str, float] = {}
@@ -350,6 +358,7 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
             common = {k: v for k, v in entry.items() if k not in ("arms", "budget")}
             swept[n] = {arm: {**common, **e} for arm, e in entry.get("arms", {}).items()}
     meta = {"preset": preset, "jobs": jobs, "device": device or "per config",
+            "seed_offset": seed_offset,
             "experiments": names, "datasets": sorted(datasets),
             "data_sources": sources_used,
             "learning_rates": swept,
@@ -419,7 +428,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     preset = tier(args)
     out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, device=args.device,
-                    log=print, extra_seeds=args.extra_seeds)
+                    log=print, extra_seeds=args.extra_seeds, seed_offset=args.seed_offset)
     if (out / "summary.json").exists():
         from ..report import summary_table
         print("\n" + summary_table(out))
@@ -478,4 +487,7 @@ def add_commands(sub) -> None:
                    help="after the main runs, at most N more training runs for the claims "
                         "nearest their boundary, borderline ones first, one more seed per arm "
                         "at a time (default 0: none)")
+    p.add_argument("--seed-offset", type=_args.int_at_least(0), default=0, metavar="K",
+                   help="train every run on its seed + K (default 0: the seeds 0, 1, ...): a "
+                        "replicate of the same tier on other seeds, into another --out")
     p.set_defaults(func=_run)
