@@ -170,3 +170,44 @@ def test_the_pick_is_shown_against_the_seed_to_seed_spread(tmp_path, monkeypatch
     assert sweep_lr.beyond_edge({1e-3: [0.3], 3e-3: [0.2]}, "min", 1e-3) == 0.009
     assert sweep_lr.beyond_edge({1e-3: [0.3], 3e-3: [0.2], 9e-3: [0.25]}, "min", 1e-3) is None
     assert sweep_lr.beyond_edge({1e-3: [0.1], 3e-3: [0.2]}, "min", 1e-3) == 0.000333
+
+
+def test_a_new_record_is_all_a_swept_experiment_needs(tmp_path, monkeypatch):
+    """A record built here, with its ``Sweep`` and ``paper_experiment`` fields, and nothing else
+    edited: the sweep lists it (at its rank), builds its arms' configs, scores its runs on its
+    metric in its direction, and the report's section 6 list includes it."""
+    from dataclasses import replace
+
+    from layernorm_paper.report.claims import paper_claims
+
+    def configs(scale):
+        return [_record.config(dataset="digits", model="mlp", norm=norm, batch_size=8, seed=s,
+                               lr=2e-3, steps=2, eval_every=1, model_args={"hidden": [8]})
+                for norm in ("none", "layer") for s in (0, 1)]
+    listed = object()
+    new = records.Record("toy_swept", section="6.6", claim="a toy", tier=records.QUICK,
+                         configs=configs, claims=lambda found, rules: [listed],
+                         sweep=records.Sweep(rank=0, metric="test_loss", direction="max",
+                                             scored_on="the best validation loss"),
+                         paper_experiment=True)
+    monkeypatch.setitem(records.RECORDS, new.name, new)
+
+    assert sweep_lr.default_experiments()[0] == "toy_swept"        # rank 0: swept first
+    runs, arms = sweep_lr.sweep_configs("toy_swept", "tiny", seeds=1, values=None,
+                                        factors=sweep_lr.FACTORS)
+    assert set(arms) == {"none-bs8", "layer-bs8"} and len(runs) == 2 * 3
+    assert arms["layer-bs8"]["grid"] == [0.000667, 0.002, 0.006]
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": i, "test_error": 0.5, "test_loss": v} for i, v in enumerate((1, 4, 2, 3))]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sweep_lr.run_score(run, "toy_swept") == 4.0        # "max": its best evaluation
+    monkeypatch.setitem(records.RECORDS, new.name,
+                        replace(new, sweep=records.Sweep(0, "test_loss")))
+    assert sweep_lr.run_score(run, "toy_swept") == 3.0        # "min": mean of the last 3
+    assert listed in paper_claims()
+
+    with pytest.raises(ValueError, match="direction"):
+        records.Sweep(1, direction="lower")
+    with pytest.raises(ValueError, match="not swept"):
+        sweep_lr.run_score(run, "analysis")

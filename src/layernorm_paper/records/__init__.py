@@ -33,8 +33,8 @@ and lists the claims of every record in ``RECORDS`` order. The models are the ru
 by their registry names (``layernorm_paper.reproduce.models``, ``.paper``, ``.order``)."""
 from __future__ import annotations
 
-from ._record import (FULL, LEARNING_RATES, QUICK, STANDARD, TIERS, Found, Record, arm_name,
-                      learning_rates, swept, tuned)
+from ._record import (FULL, LEARNING_RATES, QUICK, STANDARD, TIERS, Found, Record, Sweep,
+                      arm_name, learning_rates, swept, tuned)
 from . import (analysis, cnn_batch_size, ddp_batch_split, lstm_gain_init, mlp_batch_size,
                mlp_mnist, novels_charlm, paper_charlm, paper_draw, paper_handwriting,
                paper_order, paper_reader, rnn_imdb, rnn_norms, rnn_stability, skip_thoughts)
@@ -91,5 +91,5 @@ def _with_swept_lr(r: Record):
 
 
 __all__ = ["FULL", "LEARNING_RATES", "QUICK", "RECORDS", "STANDARD", "TIERS", "Found", "Record",
-           "arm_name", "budgets", "learning_rates", "not_downloaded", "register_all",
+           "Sweep", "arm_name", "budgets", "learning_rates", "not_downloaded", "register_all",
            "run_order", "swept", "tuned", "with_tier"]

@@ -20,6 +20,34 @@ TIERS = (QUICK, STANDARD, FULL)
 REAL, STAND_IN = "real", "stand-in"
 
 
+# How ``layernorm sweep-lr`` scores a run by default: the claims judged on test error.
+LAST_EVALUATIONS = 3     # a run's score: the mean of its last 3 evaluations (or its best, "max")
+ERROR_SCORED_ON = ("validation error (BN: with population statistics where recorded), mean of "
+                   "the last 3 evaluations")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """How ``layernorm sweep-lr`` (docs/reproduce.md, "Learning rates") chooses an experiment's
+    learning rates: each run scored by the validation value of ``metric`` (the metrics field of
+    the claim its arms are judged on), ``direction`` "min" (lower is better: the mean of its last
+    ``LAST_EVALUATIONS`` evaluations) or "max" (higher is better: its best evaluation), in
+    words ``scored_on``; ``rank``: its place in the default sweep, the cheapest first (measured
+    per run with ``layernorm reproduce --costs``)."""
+    rank: int
+    metric: str = "test_error"
+    direction: str = "min"
+    scored_on: str = ERROR_SCORED_ON
+
+    def __post_init__(self):
+        if self.direction not in ("min", "max"):
+            raise ValueError(f"Sweep.direction must be 'min' (lower is better) or 'max', "
+                             f"received {self.direction!r}.")
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ValueError(f"Sweep.metric must name a metrics field (e.g. 'test_error'), "
+                             f"received {self.metric!r}.")
+
+
 @dataclass(frozen=True)
 class Found:
     """What the report found in an output directory that decides which claims it lists: the
@@ -51,6 +79,11 @@ class Record:
     data: str = STAND_IN             # STAND_IN | REAL: whether its runs use the dataset the
     #                                  paper (or the summary) used; a claim can say otherwise
     #                                  (``Claim.data``: a downloaded full form)
+    sweep: Sweep | None = None       # how ``layernorm sweep-lr`` scores its arms; None: not
+    #                                  swept (its arms keep the learning rates set here)
+    paper_experiment: bool = False   # one of the paper's section 6 experiments whose claims
+    #                                  ``report.claims.paper_claims`` lists (DRAW, the reader,
+    #                                  handwriting, the char-LM)
     targets: dict = field(default_factory=dict)   # dataset -> the target its "faster" claims
     #                                  count updates to, in the measure's units as scored,
     #                                  fixed here before the runs it judges (with where it came

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._record import REAL, SEEDS, STAND_IN, Record, config, pick, split
+from ._record import REAL, SEEDS, STAND_IN, Record, Sweep, config, pick, split
 
 NAME = "cnn_batch_size"
 HEADING = "6.7 ConvNets + summary B's CNN claim"
@@ -82,6 +82,7 @@ RECORD = Record(
     claim="ConvNet: LN beats no normalization but BN beats LN (paper); BN wins slightly at batch "
           "128 and collapses at batch 1 and 4 while LN stays stable (summary B)",
     tier="standard", pack=4, configs=configs, claims=claims,
+    sweep=Sweep(10),
     budget={"rule": "to convergence",
             "text": "each batch size gets its own number of updates, set for its test error to "
                     "stop falling where the tier's time allows, batch 4 and batch 1 possibly "

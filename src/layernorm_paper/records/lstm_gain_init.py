@@ -1,7 +1,7 @@
 """Section 6.2: initializing the LN-LSTM gains to 1.0 is significantly better than 0.1."""
 from __future__ import annotations
 
-from ._record import SEEDS, Record, config
+from ._record import SEEDS, Record, Sweep, config
 from .rnn_norms import rnn_tasks
 
 NAME = "lstm_gain_init"
@@ -27,4 +27,5 @@ RECORD = Record(
     NAME, section="6.2",
     claim="initializing the LN-LSTM gains to 1.0 is significantly better than 0.1",
     tier="quick", pack=3, configs=configs, claims=claims,
+    sweep=Sweep(5),
     paper="paper 6.2: attentive reader, LN-LSTM 240 units, CNN QA corpus")

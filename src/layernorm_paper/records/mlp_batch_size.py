@@ -2,7 +2,7 @@
 batch size and trains faster than BN; BN suffers at batch 4."""
 from __future__ import annotations
 
-from ._record import SEEDS, Record, config, pick, split
+from ._record import SEEDS, Record, Sweep, config, pick, split
 
 NAME = "mlp_batch_size"
 HEADING = "6.6 batch-size sensitivity"
@@ -62,6 +62,7 @@ RECORD = Record(
     claim="LN is robust to the batch size and trains faster than BN; BN suffers at batch 4 "
           "(MLP, Adam, batch 128 vs 4)",
     tier="quick", pack=8, configs=configs, claims=claims,
+    sweep=Sweep(9),
     # "to convergence": each arm is trained until its test error has flattened; "same updates":
     # every arm gets the same number of optimizer updates. Every config gives ``steps`` (the
     # update count of its arm).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ._record import Record, arms, pick
+from ._record import Record, Sweep, arms, pick
 
 NAME = "paper_charlm"
 HEADING = "Summary B: character-level language model (docstrings)"
@@ -63,6 +63,9 @@ RECORD = Record(
     claim="LN-LSTM language model converges fastest and reaches the best score, vs LSTM and "
           "BN-LSTM (character-level, the standard library's docstrings)",
     tier="standard", pack=7, configs=configs, claims=claims,
+    sweep=Sweep(3, "test_loss",
+                scored_on="validation loss, mean of the last 3 evaluations"),
+    paper_experiment=True,
     paper="summary B: LSTM vs BN-LSTM vs LN-LSTM on MSR Sentence Completion (a character-level "
           "LM on the standard library's docstrings stands in)",
     paper_numbers={

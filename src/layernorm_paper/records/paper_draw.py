@@ -5,7 +5,7 @@ MNIST 28x28 (downloaded) with dynamic binarization: each training image is a fre
 from its grey levels at every batch, the test images binarized once (``data.mnist_views``)."""
 from __future__ import annotations
 
-from ._record import REAL, STAND_IN, Record, arms, pick
+from ._record import REAL, STAND_IN, Record, Sweep, arms, pick
 
 NAME = "paper_draw"
 HEADING = "6.4 DRAW (reduced form)"
@@ -60,6 +60,9 @@ RECORD = Record(
     claim="DRAW with LN on the LSTM cells reaches a lower test variational bound (82.36 -> 82.09 "
           "nats, MNIST) about twice as fast as the LSTM",
     tier="standard", pack=9, configs=configs, claims=claims,
+    sweep=Sweep(2, "test_loss",
+                scored_on="validation negative ELBO, mean of the last 3 evaluations"),
+    paper_experiment=True,
     paper="paper 6.4: DRAW (Gregor et al. 2015) with attention, binarized MNIST 28x28, 64 "
           "glimpses, 256 LSTM units, Adam, 200 epochs",
     paper_numbers={NAME: "paper: 82.36 -> 82.09 nats (test variational bound, LSTM -> LN) at 200 "

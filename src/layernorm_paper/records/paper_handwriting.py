@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ._record import Record, arms, pick
+from ._record import Record, Sweep, arms, pick
 
 NAME = "paper_handwriting"
 HEADING = "6.5 handwriting generation (reduced form)"
@@ -43,6 +43,9 @@ RECORD = Record(
     claim="a mixture-density LN-LSTM reaches the LSTM's final log-likelihood much faster "
           "(handwriting, IAM-OnDB)",
     tier="standard", pack=10, configs=configs, claims=claims,
+    sweep=Sweep(1, "test_nll_per_point",
+                scored_on="validation NLL per pen point, mean of the last 3 evaluations"),
+    paper_experiment=True,
     paper="paper 6.5: 3-layer 400-unit LSTM with a 20-component mixture density output, IAM-OnDB "
           "(12k sequences of length ~700), batch 8, Adam 1e-4",
     paper_numbers={NAME: "paper (Figure 5): LN-LSTM reaches the LSTM's final log-likelihood much "

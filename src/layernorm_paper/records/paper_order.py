@@ -3,7 +3,7 @@ LN-GRU retrieves better and reaches its best validation model sooner. The model 
 ``layernorm_paper.reproduce.order``'s ``order``; the rules are ``report.claims.order``'s."""
 from __future__ import annotations
 
-from ._record import Record, arms, pick
+from ._record import Record, Sweep, arms, pick
 
 NAME = "paper_order"
 HEADING = "6.1 order embeddings (reduced form)"
@@ -44,6 +44,8 @@ RECORD = Record(
           "caption, 37.8 -> 38.9 image retrieval, MS-COCO) and reach their best validation model "
           "in about 60% of the GRU's time",
     tier="standard", pack=5, configs=configs, claims=claims,
+    sweep=Sweep(8, "val_c2i_rsum", "max",
+                "best validation R-sum (image retrieval R@1 + R@5 + R@10)"),
     paper="paper 6.1: order embeddings (Vendrov et al. 2016), GRU vs LN-GRU sentence encoder "
           "(1024 units, 300-d word vectors), VGG image features, MS-COCO (1k test images), Adam "
           "1e-3, batch 128",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ._record import REAL, STAND_IN, Record, arms, pick
+from ._record import REAL, STAND_IN, Record, Sweep, arms, pick
 
 NAME = "paper_reader"
 HEADING = "6.2 attentive reader (reduced form)"
@@ -64,6 +64,7 @@ RECORD = Record(
     claim="the attentive reader with LN-LSTM trains faster and reaches a lower validation error "
           "than with LSTM and BN-LSTM",
     tier="standard", pack=6, configs=configs, claims=claims,
+    sweep=Sweep(4), paper_experiment=True,
     paper="paper 6.2: attentive reader, 240 units, CNN QA corpus (380k questions), Adam 8e-5, "
           "batch 64, gradient clipping 10",
     paper_numbers={NAME: "paper (Figure 2): LN-LSTM reaches a lower validation error than LSTM "

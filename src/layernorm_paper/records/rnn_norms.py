@@ -5,7 +5,7 @@ two records share their claims, listed per task. The model is
 ``layernorm_paper.reproduce.models``' ``rnn_classifier``."""
 from __future__ import annotations
 
-from ._record import REAL, SEEDS, STAND_IN, Record, config
+from ._record import REAL, SEEDS, STAND_IN, Record, Sweep, config
 
 NAME, DOWNLOADS_NAME = "rnn_norms", "rnn_downloads"
 EXPERIMENTS = (NAME, DOWNLOADS_NAME)
@@ -121,6 +121,7 @@ RECORD = Record(
     claim="LN-LSTM converges fastest, reaches the best accuracy and keeps the hidden-state "
           "distribution stable, vs LSTM and BN-LSTM",
     tier="quick", pack=1, configs=configs, claims=claims,
+    sweep=Sweep(7),
     paper="paper 6.2: attentive reader, LN-LSTM 240 units, CNN QA corpus, Adam 8e-5, batch 64; "
           "summary B: IMDb sentiment and MSR Sentence Completion")
 

@@ -3,7 +3,7 @@ hidden-state distribution stable over a long sequence (T >= 100), while the plai
 sharply."""
 from __future__ import annotations
 
-from ._record import SEEDS, Record, config, pick
+from ._record import SEEDS, Record, Sweep, config, pick
 from .rnn_norms import TASK_NAMES
 
 NAME = "rnn_stability"
@@ -52,5 +52,6 @@ RECORD = Record(
     claim="LN keeps the hidden-state distribution stable over a long sequence (T >= 100), while "
           "the plain LSTM's changes sharply",
     tier="quick", pack=2, configs=configs, claims=claims,
+    sweep=Sweep(6, "test_loss", scored_on="validation loss, mean of the last 3 evaluations"),
     paper="paper 3.1 argues LN stabilizes the hidden-to-hidden dynamics (no experiment of its "
           "own); summary B: a stable hidden-state distribution on IMDb / MSR")

@@ -7,9 +7,11 @@ its seed, ``[tag-]norm-bsB``; the batch-size experiments are swept at every batc
 (norm, batch size) an arm of its own), train the arm's first ``--seeds`` seeds at each learning
 rate of the grid (default: the record's value x 1/3, 1, 3) on the training split less a validation
 split, evaluated on that validation split (``experiments.holdout``: the test split is never
-read), score each run by the arm's claim field on validation (mean of its last 3 evaluations;
-the order embeddings: their best validation R-sum, the model-selection criterion of their
-claims) and keep the best value. The chosen values, the grid, every value's score, the seeds,
+read), score each run as its record's ``Sweep`` says (the field of the claim its arms are judged
+on, on validation: the mean of its last 3 evaluations, or the best one for a field where higher is
+better, e.g. the order embeddings' validation R-sum, the model-selection criterion of their
+claims) and keep the best value. The experiments swept by default are the records with a
+``Sweep``, the cheapest first. The chosen values, the grid, every value's score, the seeds,
 the budget, the git commit and the command are written, atomically, to
 ``layernorm_paper/records/learning_rates.json`` (or ``--json``), which the records' configs read
 (``records.tuned``). Finished runs in ``--out`` are reused, so an interrupted sweep resumes.
@@ -27,33 +29,30 @@ from pathlib import Path
 from .. import _args, records
 from .._io import atomic_write_json, read_metrics
 from ..experiments.holdout import HOLDOUT, VALIDATION
-from ..records._record import INTERIOR, where_on_grid
+from ..records._record import INTERIOR, LAST_EVALUATIONS, Sweep, where_on_grid
 
 FACTORS = (1 / 3, 1.0, 3.0)       # the default grid, times the record's learning rate
 SEEDS = 3                         # seeds per learning rate: a pick's margin against their spread
 WIDEN = 3                         # values tried beyond an edge until the pick is interior
-LAST_K = 3                        # each run scored on the mean of its last 3 evaluations
 SCALE = {"tiny": "tiny", "embedded": "quick"}    # the sweep's tier -> the runner's scale
-# The experiments, cheapest first (measured per run with `reproduce --costs`); the batch-size
-# experiments last.
-ORDER = ("paper_handwriting", "paper_draw", "paper_charlm", "paper_reader", "lstm_gain_init",
-         "rnn_stability", "rnn_norms", "paper_order", "mlp_batch_size", "cnn_batch_size")
 
 
-def _field(experiment: str) -> tuple[str, str, str]:
-    """(metrics field, "min" | "max", how a run is scored) of the claim an experiment's arms are
-    judged on; the field's validation value in a sweep run (``experiments.holdout``)."""
-    if experiment == "paper_order":
-        return "val_c2i_rsum", "max", "best validation R-sum (image retrieval R@1 + R@5 + R@10)"
-    if experiment == "paper_draw":
-        return "test_loss", "min", "validation negative ELBO, mean of the last 3 evaluations"
-    if experiment == "paper_handwriting":
-        return "test_nll_per_point", "min", ("validation NLL per pen point, mean of the last 3 "
-                                             "evaluations")
-    if experiment in ("paper_charlm", "rnn_stability"):
-        return "test_loss", "min", "validation loss, mean of the last 3 evaluations"
-    return "test_error", "min", ("validation error (BN: with population statistics where "
-                                 "recorded), mean of the last 3 evaluations")
+def default_experiments() -> list[str]:
+    """The experiments swept by default: every record with a ``Sweep`` and configs outside the
+    tier paper (downloaded data), the cheapest first (``Sweep.rank``)."""
+    return [r.name for r in sorted((r for r in records.RECORDS.values()
+                                    if r.sweep and r.configs and r.tier != records.FULL),
+                                   key=lambda r: r.sweep.rank)]
+
+
+def _field(experiment: str) -> Sweep:
+    """How an experiment's runs are scored (its record's ``Sweep``: the metrics field of the
+    claim its arms are judged on, read on validation in a sweep run, and its direction)."""
+    sweep = records.RECORDS[experiment].sweep
+    if sweep is None:
+        raise ValueError(f"experiment {experiment!r} is not swept: its record sets no "
+                         f"`sweep=Sweep(...)`. Pass one of {default_experiments()}.")
+    return sweep
 
 
 def _fair(rows: list[dict], key: str) -> str:
@@ -65,7 +64,8 @@ def _fair(rows: list[dict], key: str) -> str:
 def run_score(run_dir: Path, experiment: str) -> float:
     """A sweep run's validation score (lower is better for "min" fields; NaN and a diverged run
     count as +inf / -inf, the worst)."""
-    key, how, _ = _field(experiment)
+    spec = _field(experiment)
+    key, how = spec.metric, spec.direction
     rows = [r for r in read_metrics(run_dir)]
     key = _fair(rows, key)
     vals = [r[key] for r in rows if r.get(key) is not None]
@@ -73,7 +73,8 @@ def run_score(run_dir: Path, experiment: str) -> float:
     vals = [worst if not isinstance(v, (int, float)) or math.isnan(v) else float(v) for v in vals]
     if not vals:
         return worst
-    return max(vals) if how == "max" else sum(vals[-LAST_K:]) / len(vals[-LAST_K:])
+    last = vals[-LAST_EVALUATIONS:]
+    return max(vals) if how == "max" else sum(last) / len(last)
 
 
 def _lr_tag(lr: float) -> str:
@@ -181,8 +182,7 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
 
     check_choice(tier, tuple(SCALE), "tier")
     scale = SCALE[tier]
-    default = [n for n in ORDER if n in records.RECORDS and records.RECORDS[n].configs
-               and records.RECORDS[n].tier != records.FULL]
+    default = default_experiments()
     names = list(experiments or default)
     for n in names:
         check_choice(n, default, "experiment for --only")
@@ -211,7 +211,8 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
             f"learning rates x {seeds} seed(s) = {len(configs)} runs into {out / 'runs'}")
         t0, cpu0 = time.time(), _cpu()
         train(configs, name)
-        key, how, what = _field(name)
+        spec = _field(name)
+        key, how, what = spec.metric, spec.direction, spec.scored_on
 
         def scores_of(a: dict) -> dict[float, list[float]]:
             return {lr: [run_score(run_dir_for(c, out / "runs"), name) for c in cs]
@@ -315,7 +316,8 @@ def add_commands(sub) -> None:
                                         "beside the records")
     p.add_argument("--only", action="append", metavar="EXP",
                    help="sweep only this experiment (repeatable); default: every experiment of "
-                        "the default tier, cheapest first: " + ", ".join(ORDER))
+                        "the default tier, cheapest first: "
+                        + ", ".join(default_experiments()))
     p.add_argument("--values", type=_args.positive_float, nargs="+", metavar="LR",
                    help="the learning rates to try (every arm); default: each arm's record "
                         "value x 1/3, 1 and 3")

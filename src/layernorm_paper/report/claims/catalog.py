@@ -14,7 +14,8 @@ from . import rules
 from .base import COMPOSITE, Claim, ClaimResult, not_run
 from .sources import FULL_FORMS
 
-PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
+# the section 6 experiments ``paper_claims`` lists: the records that say so (``paper_experiment``)
+PAPER_EXPERIMENTS = tuple(r.name for r in RECORDS.values() if r.paper_experiment)
 
 
 def catalog(found: Found, names=None) -> list[Claim]:
@@ -29,7 +30,7 @@ def paper_claims(full: tuple[str, ...] = ()) -> list[Claim]:
     """The section 6 claims on the embedded forms, and on the downloaded full forms of the
     experiments in ``full`` (``paper.full_forms_run``)."""
     return catalog(Found(frozenset((exp, FULL_FORMS[exp][0]) for exp in full)),
-                   PAPER_EXPERIMENTS)
+                   [r.name for r in RECORDS.values() if r.paper_experiment])
 
 
 def found_in(inp: Inputs) -> Found:
