@@ -12,7 +12,7 @@ from torch.nn.utils.rnn import pack_sequence
 
 import layernorm
 from layernorm_paper.data import load_dataset
-from layernorm_paper.reproduce.models import rnn_classifier
+from layernorm_paper.models.classifiers import rnn_classifier
 
 from .test_report import bullet
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from layernorm_paper.data.registry import load_dataset
-from layernorm_paper.reproduce import experiments  # noqa: F401  (registers the models)
-from layernorm_paper.reproduce.models import convnet
+import layernorm_paper.reproduce  # noqa: F401  (registers the models)
+from layernorm_paper.models.classifiers import convnet
 
 from .test_report import bullet
 

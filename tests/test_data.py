@@ -536,7 +536,7 @@ def test_cnn_questions_download_verify_resume_cache_and_parse(monkeypatch, tmp_p
     test = load_dataset("cnn-questions", max_passage=12, max_query=6, test_split="test")
     assert test.y_test.tolist() == [4] and test.num_classes == 5
     # the reader of section 6.2 takes it as it takes the generated cloze task
-    import layernorm_paper.reproduce.paper as paper
+    import layernorm_paper.models.paper as paper
     model = paper.reader(ds, "batch", hidden=4, embed=4)
     logits = model(ds.x_train)
     assert logits.shape == (2, E) and torch.isinf(logits[1, 2])   # @entity2 not in b1's passage

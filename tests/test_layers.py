@@ -43,7 +43,7 @@ def _targets(module: str, is_package: bool, node: ast.AST, mods: dict) -> list[s
 
 
 def _named_modules(tree: ast.AST, mods: dict) -> set[str]:
-    """The package modules a file names in a string (``"layernorm_paper.reproduce.paper"``), not in
+    """The package modules a file names in a string (``"layernorm_paper.models.paper"``), not in
     a docstring: what ``importlib.import_module`` or a list of module names handed to a loader
     would import by name. Dotted names only (the bare ``"layernorm"`` is the project's name in
     messages and metadata)."""
@@ -220,7 +220,7 @@ def test_every_module_that_registers_is_imported_by_its_package():
     registering = {m for m, path in mods.items() if m.startswith("layernorm_paper.")
                    and ("@register_experiment(" in path.read_text()
                         or "@register_model(" in path.read_text())}
-    assert {"layernorm_paper.experiments.builtin", "layernorm_paper.reproduce.paper"} <= registering
+    assert {"layernorm_paper.experiments.builtin", "layernorm_paper.models.paper"} <= registering
     reached = _reachable(graph, {"layernorm_paper.reproduce", "layernorm_paper.experiments"})
     assert registering - reached == set()
 

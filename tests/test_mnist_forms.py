@@ -86,7 +86,7 @@ def test_draw_binarizes_each_training_batch_anew_and_refuses_grey_images_otherwi
 
 
 def test_draw_builder_binarizes_dynamically_on_mnist_for_density_models(mnist_files):
-    from layernorm_paper.reproduce.paper import draw
+    from layernorm_paper.models.paper import draw
     ds = load_dataset("mnist", binarize="dynamic")
     assert draw(ds, "layer", hidden=4, z_dim=2, glimpses=2).model.binarize
     binary = load_dataset("digits-binary")
@@ -94,7 +94,7 @@ def test_draw_builder_binarizes_dynamically_on_mnist_for_density_models(mnist_fi
 
 
 def test_the_mnist_records_train_on_mnist_at_the_quick_scale_and_tiny_stays_embedded():
-    import layernorm_paper.reproduce.experiments  # noqa: F401 (registers the models)
+    import layernorm_paper.reproduce  # noqa: F401 (registers the models)
     from layernorm_paper.records import FULL, RECORDS, cnn_batch_size, paper_draw
 
     cnn = cnn_batch_size.configs("quick")
@@ -137,7 +137,7 @@ def test_permuted_mnist_and_draw_on_mnist_train_through_the_runner(mnist_files, 
     import json
     from dataclasses import replace
 
-    import layernorm_paper.reproduce.experiments  # noqa: F401 (registers the models)
+    import layernorm_paper.reproduce  # noqa: F401 (registers the models)
     from layernorm_paper.experiments.training import train
     from layernorm_paper.records import paper_draw, rnn_pixels_mnist
 

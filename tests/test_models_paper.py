@@ -14,7 +14,7 @@ from layernorm_paper.models import DRAW, AttentiveReader, CellNormLSTMCell, Hand
 def _paper_data():
     # Registers the paper's datasets when a test runs, not when pytest collects this file, so
     # the dataset registry other test files see at collection is the package's own.
-    import layernorm_paper.reproduce.paper  # noqa: F401
+    import layernorm_paper.models.paper  # noqa: F401
 
 
 def _every_parameter_gets_a_gradient(model, loss):

@@ -229,7 +229,8 @@ def test_captions_say_what_the_image_shows():
 def test_paper_order_tiny_preset_runs_through_the_runner(tmp_path):
     from layernorm_paper.experiments import get_experiment, read_metrics
     from layernorm_paper.experiments.runner import run_configs
-    from layernorm_paper.reproduce.order import SEEDS, best_validation
+    from layernorm_paper.models.paper import best_validation
+    from layernorm_paper.records._record import SEEDS
 
     exp = get_experiment("paper_order")
     assert exp.section == "6.1"
@@ -260,7 +261,7 @@ def test_paper_order_tiny_preset_runs_through_the_runner(tmp_path):
 def test_order_model_refuses_other_datasets():
     from layernorm_paper.experiments import Config
     from layernorm_paper.experiments.registry import build_model
-    import layernorm_paper.reproduce.order  # noqa: F401
+    import layernorm_paper.models.paper  # noqa: F401
     ds = load_dataset("digits", limit_train=8, limit_test=8)
     with pytest.raises(ValueError, match="digit-captions"):
         build_model(Config(dataset="digits", model="order", norm="layer", batch_size=4,

@@ -1,4 +1,4 @@
-"""The paper's section 6 experiments (layernorm_paper.reproduce.paper): every tiny preset trains through
+"""The paper's section 6 experiments (layernorm_paper.models.paper): every tiny preset trains through
 the runner and writes the metrics its claim reads; the embedded data are deterministic."""
 import hashlib
 import json
@@ -20,8 +20,10 @@ NAMES = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
 @pytest.fixture(scope="module")
 def paper():
     # Imported when a test runs, not when pytest collects this file (see test_models_paper.py).
-    import layernorm_paper.reproduce.paper as module
-    assert module.PAPER_EXPERIMENTS == NAMES
+    import layernorm_paper.reproduce  # noqa: F401  (registers the experiments)
+    import layernorm_paper.models.paper as module
+    from layernorm_paper.report.claims.catalog import PAPER_EXPERIMENTS
+    assert PAPER_EXPERIMENTS == NAMES
     return module
 
 ARMS = {"paper_draw": {"none", "layer"}, "paper_reader": {"none", "batch", "layer"},
@@ -32,7 +34,7 @@ ARMS = {"paper_draw": {"none", "layer"}, "paper_reader": {"none", "batch", "laye
 def tiny_runs(tmp_path_factory, paper):
     out = tmp_path_factory.mktemp("paper")
     runs = {}
-    for name in paper.PAPER_EXPERIMENTS:
+    for name in NAMES:
         configs = get_experiment(name).configs("tiny")
         results = run_configs(configs, out, progress=False, log=lambda *a: None)
         runs[name] = [(r.config, r.run_dir, r.status, r.error)

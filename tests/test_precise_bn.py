@@ -5,7 +5,7 @@ from torch import nn
 
 import layernorm
 from layernorm_paper.data import load_dataset
-from layernorm_paper.reproduce.models import rnn_classifier
+from layernorm_paper.models.classifiers import rnn_classifier
 
 
 def _ff_model():

@@ -62,7 +62,7 @@ def test_best_validation_model_is_the_first_maximal_val_rsum():
 
 
 def test_the_experiment_picks_the_same_best_validation_model():
-    order = pytest.importorskip("layernorm_paper.reproduce.order")
+    order = pytest.importorskip("layernorm_paper.models.paper")
     for best_at in (50, 200, 500):
         run = order_runs({"none": (best_at, 30.0)}, seeds=[0])[0]
         run.rows[-1]["val_c2i_rsum"] = 150.0               # a tie at the end

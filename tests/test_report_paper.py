@@ -308,10 +308,8 @@ def test_not_run_lists_the_papers_data_no_preset_downloads(tmp_path):
     inp.not_downloaded = {"paper_handwriting": "IAM-OnDB is for registered users only"}
     md = render(inp, judge(inp, paper_claims()), {})
     assert "- `paper_handwriting on the paper's data`: IAM-OnDB is for registered users" in md
-    try:                                    # the reproduction's own list, where it has one
-        from layernorm_paper.reproduce.paper import NOT_DOWNLOADED
-    except ImportError:
-        return
+    from layernorm_paper.records import not_downloaded   # the reproduction's own list
+    NOT_DOWNLOADED = not_downloaded()
     (tmp_path / "reproduce.json").write_text("{}")
     from layernorm_paper.report.runs import read_inputs
     assert read_inputs(tmp_path).not_downloaded == NOT_DOWNLOADED

@@ -12,7 +12,7 @@ import torch
 from layernorm_paper.data import load_dataset
 from layernorm_paper.experiments import Config, get_experiment
 from layernorm_paper.reproduce.command import EXPERIMENTS, reproduce
-from layernorm_paper.reproduce.models import convnet, rnn_classifier
+from layernorm_paper.models.classifiers import convnet, rnn_classifier
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,7 +100,7 @@ def _imports_none_of(imports: str, forbidden: tuple[str, ...]) -> None:
 def test_training_code_never_imports_the_report():
     _imports_none_of("import layernorm_paper.reproduce; "
                      "import layernorm_paper.experiments.training, layernorm_paper.experiments.runner, "
-                     "layernorm_paper.reproduce.models, layernorm_paper.reproduce.experiments",
+                     "layernorm_paper.models.classifiers, layernorm_paper.models.paper",
                      ("layernorm_paper.report", "matplotlib"))
 
 
@@ -218,7 +218,8 @@ def test_quick_configs_use_the_unbiased_variance_at_small_batch():
 
 
 def test_quick_budgets_update_counts_log_grid_and_seeded_splits():
-    from layernorm_paper.reproduce.experiments import BUDGETS
+    from layernorm_paper import records
+    BUDGETS = records.budgets()
     mlp = get_experiment("mlp_batch_size").configs("quick")
     for c in mlp:
         # every arm gives its update count; evaluations hit eval_every * 2**j for all j
@@ -240,7 +241,7 @@ def test_quick_budgets_update_counts_log_grid_and_seeded_splits():
 
 
 def test_bn_models_are_scored_with_population_statistics_and_ema_kept():
-    from layernorm_paper.reproduce.models import repro_mlp
+    from layernorm_paper.models.classifiers import repro_mlp
     ds = load_dataset("digits", limit_train=64, limit_test=32)
     torch.manual_seed(0)
     m = repro_mlp(ds, "batch", hidden=[8], bn_logits=True)

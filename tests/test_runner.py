@@ -489,7 +489,7 @@ def test_spawned_workers_know_every_model_the_parent_knows(tmp_path):
     import) both train there."""
     import layernorm_paper.reproduce  # noqa: F401
     from layernorm_paper.experiments import register_model
-    from layernorm_paper.experiments.models import mlp
+    from layernorm_paper.experiments.builtin import mlp
 
     if "test-mlp-by-call" not in MODELS:
         register_model("test-mlp-by-call", norms=("layer",))(mlp)

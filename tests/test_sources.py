@@ -563,7 +563,7 @@ def test_the_tier_tiny_leaves_downloads_out_unless_named(env, monkeypatch):
 def test_mlp_mnist_is_mlp_batch_size_on_the_full_mnist_at_its_swept_rates():
     from layernorm_paper import records
     from layernorm_paper.records import mlp_mnist
-    from layernorm_paper.reproduce import experiments  # noqa: F401  (registers the records)
+    import layernorm_paper.reproduce  # noqa: F401  (registers the records)
     from layernorm_paper.experiments import get_experiment
     ours = get_experiment("mlp_mnist").configs("quick")
     theirs = get_experiment("mlp_batch_size").configs("quick")

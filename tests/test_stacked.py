@@ -13,7 +13,7 @@ from layernorm_paper.experiments import stacked as stacked_mod
 from layernorm_paper.experiments.rundir import read_metrics
 from layernorm_paper.experiments.runner import run_configs
 from layernorm_paper.experiments.stacked import groups, stack_key, train_stacked
-from layernorm_paper.reproduce.models import MLP
+from layernorm_paper.models.classifiers import MLP
 
 SEEDS = (0, 1, 2)
 

@@ -21,7 +21,7 @@ levels (0..16, sklearn's values) and then the caption's token ids (0 = padding),
 caption lengths. Splits are by image (no image in two splits); the validation and test splits
 list their rows image-major, ``n_captions`` consecutive rows per image. Targets are zeros (task
 "regress", the runner's form of a model returning its own loss; see
-``layernorm_paper.reproduce.order``). Deterministic given ``seed``.
+``layernorm_paper.models.paper``). Deterministic given ``seed``.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ All are deterministic functions of their arguments (numpy generators seeded from
 
 digits-binary and pen-strokes are density-modelling data: there is no label. Their targets are
 zeros and their task is "regress", the form in which the runner trains a model whose output is
-``sqrt(loss)`` of each example (``layernorm_paper.reproduce.paper``): the runner's squared error is
+``sqrt(loss)`` of each example (``layernorm_paper.models.paper``): the runner's squared error is
 then exactly the model's loss (nats). Their ``test_error`` counts nothing (tolerance inf).
 """
 from __future__ import annotations

@@ -4,8 +4,8 @@
     train(Config(dataset="digits", model="mlp", norm="layer", batch_size=32, epochs=2), "runs/x")
 
 Layers: ``config`` (and ``names``), ``registry``, ``rundir`` (the run directory), ``runtime``
-(torchrun), ``training`` (the loop), ``runner`` (many configs), ``builtin`` (the runner's example
-experiment; ``models``, the mlp). See docs/runner.md for the layout and how to register models and
+(torchrun), ``training`` (the loop), ``runner`` (many configs), ``builtin`` (the runner's example:
+the mlp builder and digits_mlp). See docs/runner.md for the layout and how to register models and
 experiments; importing ``layernorm_paper.reproduce`` registers every experiment of the
 reproduction.
 """

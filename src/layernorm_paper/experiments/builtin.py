@@ -1,9 +1,25 @@
-"""Built-in experiments of the runner itself (the paper's experiments live with `reproduce`)."""
+"""The runner's own example: the ``mlp`` model builder and the ``digits_mlp`` experiment (the
+paper's experiments and their models register when ``layernorm_paper.reproduce`` is imported)."""
 from __future__ import annotations
 
-from . import models  # noqa: F401  (registers the shared model builders)
+from torch import nn
+
+from ..models.mlp import batch_kwargs, mlp_layers
 from .config import Config
-from .registry import register_experiment
+from .registry import register_experiment, register_model
+
+
+@register_model("mlp")
+def mlp(dataset, norm: str, hidden: tuple[int, ...] | list[int] = (1000, 1000),
+        unbiased: bool = False, activation: str = "relu") -> nn.Sequential:
+    """Fully connected input-hidden...-output. Every hidden layer is ``norm_block(Linear, norm)``
+    followed by the activation; the logits are never normalized (paper section 6.6)."""
+    width = 1
+    for d in dataset.input_shape:
+        width *= d
+    return nn.Sequential(nn.Flatten(), *mlp_layers(width, hidden, dataset.output_size, norm,
+                                                   activation=activation,
+                                                   **batch_kwargs(norm, unbiased)))
 
 
 @register_experiment("digits_mlp", section="example",

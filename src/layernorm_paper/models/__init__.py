@@ -13,6 +13,17 @@
 
 Each recurrent model takes ``norm="none" | "layer"`` (and ``"batch"`` for the reader) for its
 recurrent parts; ``mlp_layers`` takes any norm name.
+
+Every model of the reproduction lives in this package (the runner's own example builder,
+``mlp``, with its example experiment in ``layernorm_paper.experiments.builtin``). The modules below
+register the runner's builders (``layernorm_paper.experiments.register_model``); importing
+``layernorm_paper.reproduce`` imports them:
+
+    classifiers   repro_mlp, convnet, rnn_classifier: 6.6's MLP, 6.7's ConvNet and summary B's
+                  LSTM classifiers, each adding fair scores to every metrics row (``Scored``)
+    paper         draw, reader, mdn, char_lm, order: the section 6 models as the runner trains
+                  them (and summary B's character-level LM, ``CharLM``)
+    novels_lm     novels_lm      the char-LM on the novels, with their completion test
 """
 from .draw import DRAW, CellNormLSTMCell
 from .mdn import HandwritingMDN

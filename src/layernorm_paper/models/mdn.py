@@ -17,7 +17,7 @@ section 5.1, Table 1), so an LN-LSTM reading the raw point could not tell a stro
 stroke drawn twice as large, and could not learn stroke sizes from its input. The tanh in
 between makes the term depend on the offsets' length. Every norm gets the same embedding, so the
 LSTM and LN-LSTM arms differ only in the norm (as the reproduction's sequence classifiers,
-``layernorm_paper.reproduce.models.SequenceClassifier``).
+``layernorm_paper.models.classifiers.SequenceClassifier``).
 """
 from __future__ import annotations
 

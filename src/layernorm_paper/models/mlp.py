@@ -1,6 +1,7 @@
 """The one MLP of the reproduction (section 6.6's shape): input - [Linear - norm - activation] per
-hidden layer - Linear logits, the logits never normalized. The runner's ``mlp`` builder and the
-geometry analysis' training runs (section 5.2) are built from it."""
+hidden layer - Linear logits, the logits never normalized. The runner's ``mlp`` builder (its
+example experiment's, ``experiments.builtin``) and the geometry analysis' training runs (section
+5.2) are built from it; ``batch_kwargs`` is every model's rule for batch norm's variance."""
 from __future__ import annotations
 
 from torch import nn
@@ -26,3 +27,10 @@ def mlp_layers(width: int, hidden, out: int, norm: str, *, activation: str = "re
         width = h
     layers.append(nn.Linear(width, out))
     return layers
+
+
+def batch_kwargs(norm: str, unbiased: bool) -> dict:
+    """The keyword arguments of ``norm_block`` for ``norm``: only batch norm takes ``unbiased``
+    (the variance divided by n - 1, as the paper at small batch sizes)."""
+    return {"unbiased": unbiased} if norm == "batch" else {}
+

@@ -1,5 +1,5 @@
 """``novels_lm``: the character-level LSTM language model of summary B's language-model claim
-(``layernorm_paper.reproduce.paper.CharLM``: embedding, ``layernorm.LSTM`` with norm none /
+(``layernorm_paper.models.paper.CharLM``: embedding, ``layernorm.LSTM`` with norm none /
 batch / layer, linear logits at every step) on the dataset ``novels``, scored at every
 evaluation on the 5-way MSR-format sentence-completion test of its held-out novels
 (``layernorm_paper.data.completion.novels_completion_test``): each question's five completed
@@ -12,8 +12,8 @@ from layernorm.vocabulary import RNN_NORMS
 
 from ..data.completion import CHANCE, novels_completion_test
 from ..experiments import register_model
-from ..reproduce.models import RNN_TRAIN_SAMPLE
-from ..reproduce.paper import CharLM, encode_completion
+from .classifiers import RNN_TRAIN_SAMPLE
+from .paper import CharLM, encode_completion
 
 
 @register_model("novels_lm", norms=RNN_NORMS)

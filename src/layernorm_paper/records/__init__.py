@@ -27,10 +27,10 @@ it stands in for, what runs here instead, and the report's catalog lines for its
 
 Importing a record loads neither the runner nor the report, and a record imports nothing of
 the report: ``configs`` imports the runner's ``Config`` when it is called (by the runner:
-``layernorm_paper.reproduce.experiments`` registers every record); ``claims(found, rules)`` is
+importing ``layernorm_paper.reproduce`` registers every record); ``claims(found, rules)`` is
 called by the report, which hands it its rule library (``layernorm_paper.report.claims.rules``)
 and lists the claims of every record in ``RECORDS`` order. The models are the runner's, named
-by their registry names (``layernorm_paper.reproduce.models``, ``.paper``, ``.order``)."""
+by their registry names (``layernorm_paper.models``)."""
 from __future__ import annotations
 
 from ._record import (FULL, LEARNING_RATES, QUICK, STANDARD, TIERS, Found, Record, Sweep,
@@ -71,8 +71,8 @@ def not_downloaded() -> dict[str, str]:
 
 
 def register_all() -> None:
-    """Register every record that has configs with the runner (called once, by
-    ``layernorm_paper.reproduce.experiments``, a plugin module of the runner)."""
+    """Register every record that has configs with the runner (called once, when
+    ``layernorm_paper.reproduce`` is imported)."""
     from ..experiments.registry import register_experiment
     for r in RECORDS.values():
         if r.configs is not None:

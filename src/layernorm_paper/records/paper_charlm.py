@@ -1,7 +1,7 @@
 """Summary B's language-model claim (docs/paper.md, section 6): LSTM vs BN-LSTM vs LN-LSTM
 character-level language model on the standard library's docstrings — LN-LSTM converges fastest
 and reaches the best score — and its 5-way sentence completion test in the MSR Sentence
-Completion format. The model is ``layernorm_paper.reproduce.paper``'s ``char_lm``; scored on
+Completion format. The model is ``layernorm_paper.models.paper``'s ``char_lm``; scored on
 ``report.claims.paper.CHARLM_SPEC`` and ``claim_completion``."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Section 6.4: DRAW (Gregor et al. 2015), LSTM vs LN on the cell — a lower test variational
-bound, reached about twice as fast. The model is ``layernorm_paper.reproduce.paper``'s ``draw``;
+bound, reached about twice as fast. The model is ``layernorm_paper.models.paper``'s ``draw``;
 scored by ``report.claims.losses`` on ``report.claims.paper.DRAW_SPEC``. The full form trains on
 MNIST 28x28 (downloaded) with dynamic binarization: each training image is a fresh binary draw
 from its grey levels at every batch, the test images binarized once (``data.mnist_views``)."""

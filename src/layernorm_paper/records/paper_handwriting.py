@@ -1,6 +1,6 @@
 """Section 6.5: handwriting generation, a mixture-density LSTM vs LN-LSTM — LN reaches the
 LSTM's final log-likelihood much faster, to about the same final value. The model is
-``layernorm_paper.reproduce.paper``'s ``mdn``; scored on ``report.claims.paper.HW_SPEC``."""
+``layernorm_paper.models.paper``'s ``mdn``; scored on ``report.claims.paper.HW_SPEC``."""
 from __future__ import annotations
 
 from functools import partial

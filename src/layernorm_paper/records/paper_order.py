@@ -1,6 +1,6 @@
 """Section 6.1: order embeddings (Vendrov et al. 2016) with a GRU vs an LN-GRU caption encoder —
 LN-GRU retrieves better and reaches its best validation model sooner. The model is
-``layernorm_paper.reproduce.order``'s ``order``; the rules are ``report.claims.order``'s."""
+``layernorm_paper.models.paper``'s ``order``; the rules are ``report.claims.order``'s."""
 from __future__ import annotations
 
 from ._record import Record, Sweep, arms, pick

@@ -1,5 +1,5 @@
 """Section 6.2: the attentive reader, LSTM vs BN-LSTM vs LN-LSTM — LN-LSTM converges faster and
-reaches a lower validation error. The model is ``layernorm_paper.reproduce.paper``'s ``reader``;
+reaches a lower validation error. The model is ``layernorm_paper.models.paper``'s ``reader``;
 judged by the RNN rules (``report.claims.rnn``) through ``report.claims.paper.claim_reader``."""
 from __future__ import annotations
 

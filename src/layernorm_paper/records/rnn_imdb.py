@@ -2,7 +2,7 @@
 LN-LSTM sentiment classifiers on IMDb (Maas et al. 2011) — LN-LSTM converges fastest and reaches
 the best accuracy — in the default tier, on the real reviews: the original archive's train/test
 split, or where only the package-index copy is reachable, its seeded stratified split
-(docs/runner.md, "Downloads"). The model is ``layernorm_paper.reproduce.models``'
+(docs/runner.md, "Downloads"). The model is ``layernorm_paper.models.classifiers``'
 ``rnn_classifier`` (word embedding, then the LSTM, then a linear layer on the last step's h)."""
 from __future__ import annotations
 

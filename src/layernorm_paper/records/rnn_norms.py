@@ -2,7 +2,7 @@
 LN-LSTM — LN-LSTM converges fastest and reaches the best accuracy — on embedded sequence tasks
 (``rnn_norms``) and on the summary's own data, downloaded (``rnn_downloads``, --full only). The
 two records share their claims, listed per task. The model is
-``layernorm_paper.reproduce.models``' ``rnn_classifier``."""
+``layernorm_paper.models.classifiers``' ``rnn_classifier``."""
 from __future__ import annotations
 
 from ._record import REAL, SEEDS, STAND_IN, Record, Sweep, config

@@ -5,7 +5,7 @@ converges fastest and reaches the best accuracy. Each pixel goes through a learn
 input term ``W_x x_t``, and of a raw scalar input that term keeps only the sign. At the quick
 scale the digits are averaged over 2x2 blocks to 14x14 (196 steps; the 28x28 form, 784 steps, is
 the full scale's and Cooijmans et al.'s). It runs in ``reproduce --paper`` only: its 5 seeds at the
-quick scale cost more than the default tier's time holds (docs/reproduce.md, "Cost"). The model is ``layernorm_paper.reproduce.models``'
+quick scale cost more than the default tier's time holds (docs/reproduce.md, "Cost"). The model is ``layernorm_paper.models.classifiers``'
 ``rnn_classifier``."""
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from ..batch_split import batch_split_rows
 from .._io import format_table
 
 
-# The experiment (configs, claims), registered by ``reproduce.experiments``:
+# The experiment (configs, claims), registered when ``layernorm_paper.reproduce`` is imported:
 # ``layernorm_paper.records.ddp_batch_split``; its configs keep their name here.
 from ..records.ddp_batch_split import configs as ddp_batch_split  # noqa: E402,F401
 

@@ -5,7 +5,7 @@ LN reaches its best validation model in about 60% of the baseline's time.
 
 Each run is read at its **best validation model**: the first evaluation of maximal validation
 R-sum (``val_c2i_rsum``: R@1 + R@5 + R@10 of image retrieval, Vendrov et al.'s selection
-criterion, the rule of ``layernorm_paper.reproduce.order.best_validation``); its ``test_*`` recalls are
+criterion, the rule of ``layernorm_paper.models.paper.best_validation``); its ``test_*`` recalls are
 that model's and its step is the update count to it."""
 from __future__ import annotations
 

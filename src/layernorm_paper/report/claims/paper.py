@@ -1,4 +1,4 @@
-"""The paper's section 6 experiments in reduced form (``layernorm_paper.reproduce.paper``): DRAW
+"""The paper's section 6 experiments in reduced form (``layernorm_paper.models.paper``): DRAW
 (6.4), the attentive reader (6.2), handwriting generation (6.5), and summary B's (docs/paper.md
 section 6) character-level language model with its 5-way sentence completion test — and the
 downloaded full forms of DRAW and the reader when their runs exist. DRAW, handwriting and the

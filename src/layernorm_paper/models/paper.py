@@ -1,45 +1,47 @@
-"""The paper's section 6 experiments in reduced form: their models, registered with the runner.
-The experiments themselves (configs per preset, tiers, claims, the paper's numbers) are records,
-``layernorm_paper.records``, registered by ``reproduce.experiments``.
+"""The models of the paper's section 6 experiments in reduced form as the runner trains them
+(registered with ``register_model``; the experiments themselves, configs per scale, tiers, claims
+and the paper's numbers, are records: ``layernorm_paper.records``):
 
-    paper_draw         6.4  DRAW, LSTM vs LN on the cell: test negative ELBO (nats) vs epochs
-    paper_reader       6.2  attentive reader, LSTM vs BN-LSTM vs LN-LSTM: validation error vs
-                            updates on a generated cloze task
-    paper_handwriting  6.5  mixture-density LSTM vs LN-LSTM on generated pen strokes: test NLL
-                            vs updates
-    paper_charlm       summary B (docs/paper.md): LSTM vs BN-LSTM vs LN-LSTM character-level
-                            language model on the standard library's docstrings: test bits per
-                            character vs updates
+    draw       6.4  DRAW (``models.DRAW``): the negative ELBO (nats) of each image
+    reader     6.2  the attentive reader (``models.AttentiveReader``) with the fair scores
+    mdn        6.5  the mixture-density LSTM (``models.HandwritingMDN``): NLL per sequence
+    char_lm    summary B (docs/paper.md): character-level LSTM language model (``CharLM``) and
+               its 5-way sentence-completion test
+    order      6.1  order embeddings (``models.OrderEmbedding``) with retrieval metrics at every
+               evaluation, and ``best_validation``, the model selection of Vendrov et al.
 
-Presets: ``tiny`` (seconds; tests), ``quick`` (embedded data, 5 seeds, run by ``reproduce
---preset standard``), ``full`` (the paper's data where it can be downloaded: DRAW on MNIST,
-dynamically binarized, the reader on the CNN questions of the DeepMind Q&A corpus; handwriting stays
-on generated strokes, IAM-OnDB being available on registration only; the char-LM on the whole
-docstring corpus).
+Density and ranking models (DRAW, handwriting, order embeddings) go through the runner's
+"regress" task: the registered model returns ``sqrt(loss + floor)`` per example against zero
+targets, so the runner's squared error is the model's loss (nats) plus a constant ``floor`` that
+makes it non-negative (0 for DRAW, whose negative ELBO is >= 0; the NLL's lower bound for the
+mixture density; 1 for the order embeddings' per-pair loss), and ``test_loss`` is the test set's
+mean loss. The exact scores are added to each metrics row by ``extra_metrics``.
 
-Density models (DRAW, handwriting) go through the runner's "regress" task: the registered model
-returns ``sqrt(loss + floor)`` per example against zero targets, so the runner's squared error is
-the model's loss (nats) plus a constant ``floor`` that makes it non-negative (0 for DRAW, whose
-negative ELBO is >= 0; the NLL's lower bound for the mixture density), and ``test_loss`` is the
-test set's mean loss. The exact scores are added to each metrics row by ``extra_metrics``.
+The order embeddings' runs: the registered model returns ``sqrt(loss + 1)`` per pair
+(``LossAsRegression``), so ``train_loss - 1`` is the mean per-pair contrastive loss; the
+retrieval metrics are computed by ``extra_metrics`` over the whole validation and test splits at
+every evaluation, and the best validation model is the one with the highest caption -> image
+R@1 + R@5 + R@10 (``best_validation``).
 """
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
 
-from .. import records
 from ..experiments import register_model
-from ..records._record import SEEDS, arms  # noqa: F401  (shared with order.py)
+from ..data import captions as _captions  # noqa: F401  (registers "digit-captions")
 from ..data import docstrings as _docstrings  # noqa: F401  (registers "docstrings")
 from ..data import paper_tasks as _paper_tasks  # noqa: F401  (registers the generated tasks)
+from ..data.captions import PIXELS, GREY_LEVELS
 from ..data.completion import CANDIDATES, CHANCE, completion_test
-from ..models import DRAW, AttentiveReader, HandwritingMDN
 from layernorm.vocabulary import RNN_NORMS
 from layernorm.rnn import LSTM
-from .models import RNN_TRAIN_SAMPLE, Scored
+from .classifiers import RNN_TRAIN_SAMPLE, Scored
+from .draw import DRAW
+from .mdn import HandwritingMDN
+from .order import OrderEmbedding, retrieval_metrics, split_order_loss, violation_matrix
+from .reader import AttentiveReader
+
 
 class LossAsRegression(nn.Module):
     """Wrap a model whose ``forward`` returns a per-example loss (N,) so the runner's regression
@@ -247,15 +249,92 @@ def char_lm(dataset, norm: str, hidden: int = 128, embed: int = 32,
     return model
 
 
-# ----------------------------------------------------------------------------- experiments
+# ----------------------------------------------------------------------------- 6.1
+SELECTION = "val_c2i_rsum"        # the validation criterion of the best model (Vendrov et al.)
+RSUM_KEYS = ("c2i_r1", "c2i_r5", "c2i_r10")
+MEAN_KEYS = ("c2i_r1", "c2i_r10", "i2c_r1", "i2c_r10")
 
-# Registered from their records (configs, claims, tiers, the paper's numbers) by
-# ``reproduce.experiments``: ``layernorm_paper.records``.
-PAPER_EXPERIMENTS = ("paper_draw", "paper_reader", "paper_handwriting", "paper_charlm")
-paper_draw, paper_reader, paper_handwriting, paper_charlm = (
-    records.RECORDS[n].configs for n in PAPER_EXPERIMENTS)   # their configs, by name
 
-# The papers' data sets that no preset downloads, with the reason (the report lists them as not
-# run; the experiment named runs on a stand-in).
-NOT_DOWNLOADED = records.not_downloaded()
-BITS_PER_NAT = 1 / math.log(2)     # paper_charlm: bits per character = test_loss * BITS_PER_NAT
+class _PairRows(nn.Module):
+    """The runner's rows (N, 64 + L) int64 = grey levels then caption tokens, with lengths (N,):
+    the per-pair contrastive loss of ``OrderEmbedding``, the batch's other pairs the negatives.
+    In eval mode (the runner's ``test_loss``) the negatives are the pair's block of
+    ``eval_block`` consecutive rows: the training batch's size, not the runner's 1000-row
+    evaluation chunks (whose all-pairs loss would cost more than the retrieval metrics)."""
+
+    def __init__(self, model: OrderEmbedding, eval_block: int = 128):
+        super().__init__()
+        self.model, self.eval_block = model, eval_block
+
+    @staticmethod
+    def split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[:, :PIXELS].float() / GREY_LEVELS, x[:, PIXELS:]
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        images, tokens = self.split(x)
+        if self.training:
+            return self.model(tokens, lengths, images)
+        b = self.eval_block
+        return torch.cat([self.model(tokens[a:a + b], lengths[a:a + b], images[a:a + b])
+                          for a in range(0, len(x), b)])
+
+
+class OrderForRunner(LossAsRegression):
+    """``OrderEmbedding`` trained by the runner; ``extra_metrics`` scores retrieval on the whole
+    validation and test splits (held here, not in the state dict)."""
+
+    def __init__(self, model: OrderEmbedding, splits: dict, captions_per_image: int,
+                 eval_block: int = 128):
+        super().__init__(_PairRows(model, eval_block), floor=1.0)
+        self.splits, self.per_image = splits, captions_per_image
+
+    @torch.no_grad()
+    def score(self, x: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """Retrieval metrics of one split: rows image-major, ``captions_per_image`` per image."""
+        n = len(x) // self.per_image * self.per_image
+        device = next(self.parameters()).device
+        x, lengths = x[:n].to(device), lengths[:n]
+        images, tokens = _PairRows.split(x[::self.per_image])
+        model = self.model.model
+        s = torch.cat([model.encode_captions(tokens_, lengths_) for tokens_, lengths_ in
+                       zip(_PairRows.split(x)[1].split(1024), lengths.split(1024))])
+        e = violation_matrix(s, model.encode_images(images))
+        image_of = torch.arange(n, device=device) // self.per_image
+        out = retrieval_metrics(e, image_of)
+        out["c2i_rsum"] = sum(out[k] for k in RSUM_KEYS)
+        out["r_mean"] = sum(out[k] for k in MEAN_KEYS) / len(MEAN_KEYS)
+        out["order_loss"] = split_order_loss(e, image_of, model.margin)
+        out["violation"] = float(e.gather(1, image_of[:, None]).mean())
+        out["images"] = n // self.per_image
+        return out
+
+    def extra_metrics(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> dict:
+        row = {"captions_per_image": self.per_image}
+        for name, (xs, ls) in self.splits.items():
+            row.update({f"{name}_{k}": v for k, v in self.score(xs, ls).items()})
+        return row
+
+
+@register_model("order", norms=("none", "layer"))
+def order(dataset, norm: str, dim: int = 64, word_dim: int = 32, image_hidden: int = 128):
+    """Order embeddings (``layernorm_paper.models.OrderEmbedding``) on "digit-captions"; the caption
+    encoder a GRU (norm "none") or LN-GRU ("layer")."""
+    if getattr(dataset, "x_val", None) is None or "captions_per_image" not in dataset.info:
+        raise ValueError(f"order expects a caption dataset with a validation split, received "
+                         f"{dataset.name!r}. Use 'digit-captions'.")
+    model = OrderEmbedding(dataset.vocab_size, PIXELS, dim, word_dim, image_hidden, norm=norm)
+    splits = {"val": (dataset.x_val, dataset.lengths_val),
+              "test": (dataset.x_test, dataset.lengths_test)}
+    return OrderForRunner(model, splits, dataset.info["captions_per_image"])
+
+
+def best_validation(rows: list[dict]) -> dict:
+    """The metrics row of the best validation model: the first row with the highest
+    ``val_c2i_rsum`` (caption -> image R@1 + R@5 + R@10 on the validation images, Vendrov et
+    al.'s criterion). Its ``step`` is the updates to the best validation model, its ``test_*``
+    fields that model's test scores."""
+    scored = [r for r in rows if SELECTION in r]
+    if not scored:
+        raise ValueError(f"best_validation needs metrics rows with {SELECTION!r} (rows of a "
+                         f"paper_order run), received {len(rows)} rows without it.")
+    return max(scored, key=lambda r: (r[SELECTION], -r["step"]))

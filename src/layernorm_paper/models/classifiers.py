@@ -1,4 +1,4 @@
-"""Models of the reproduction experiments, registered with the runner (``register_model``).
+"""The reproduction's classifiers, registered with the runner (``register_model``).
 
     repro_mlp        section 6.6's MLP: norm on the hidden layers (LN as the paper), optionally
                      batch norm on the logits too (``bn_logits``: BN "on all layers")
@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..experiments import register_model
+from .mlp import batch_kwargs
 from layernorm.norms import BatchNorm, norm_block
 from layernorm.precise_bn import recompute_batch_stats
 from layernorm.rnn import LSTM
@@ -125,12 +126,6 @@ class Scored(nn.Module):
             self.load_state_dict(saved, strict=False)
         self.train(was_training)
         return {k: round(v, 7) if isinstance(v, float) else v for k, v in out.items()}
-
-
-def batch_kwargs(norm: str, unbiased: bool) -> dict:
-    """The keyword arguments of ``norm_block`` for ``norm``: only batch norm takes ``unbiased``
-    (the variance divided by n - 1, as in the small-batch settings)."""
-    return {"unbiased": unbiased} if norm == "batch" else {}
 
 
 class MLP(Scored):
