@@ -95,7 +95,7 @@ def test_draw_builder_binarizes_dynamically_on_mnist_for_density_models(mnist_fi
 
 def test_the_mnist_records_train_on_mnist_at_the_quick_scale_and_tiny_stays_embedded():
     import layernorm_paper.reproduce  # noqa: F401 (registers the models)
-    from layernorm_paper.records import FULL, RECORDS, cnn_batch_size, paper_draw
+    from layernorm_paper.records import PAPER, RECORDS, cnn_batch_size, paper_draw
 
     cnn = cnn_batch_size.configs("quick")
     assert {c.dataset for c in cnn} == {"mnist"}
@@ -105,7 +105,7 @@ def test_the_mnist_records_train_on_mnist_at_the_quick_scale_and_tiny_stays_embe
     assert {c.dataset for c in cnn_batch_size.configs("tiny")} == {"digits-image"}
 
     pix = RECORDS["rnn_pixels_mnist"]
-    assert pix.tier == FULL and pix.data == "real"    # --paper: over the default tier's time
+    assert pix.tier == PAPER and pix.data == "real"    # --paper: over the default tier's time
     for c in pix.configs("quick"):
         assert c.dataset == "mnist" and c.model == "rnn_classifier"
         assert c.data_args["side"] == 14 and c.data_args["permute"]

@@ -136,16 +136,16 @@ def test_building_a_report_imports_no_training_code(tmp_path):
 
 def test_records_hold_the_tier_table_and_register_every_experiment():
     from layernorm_paper import records
-    from layernorm_paper.reproduce.command import STANDARD_ONLY
+    from layernorm_paper.reproduce.command import EMBEDDED_ONLY
     assert EXPERIMENTS == records.run_order()
-    assert set(STANDARD_ONLY) == {"cnn_batch_size", "paper_reader", "paper_charlm", "paper_draw",
+    assert set(EMBEDDED_ONLY) == {"cnn_batch_size", "paper_reader", "paper_charlm", "paper_draw",
                                   "paper_handwriting", "paper_order", "rnn_imdb", "mlp_mnist",
                                   "novels_charlm"}
     for name in (*EXPERIMENTS, "ddp_batch_split"):
         r, exp = records.RECORDS[name], get_experiment(name)
         assert (exp.section, exp.claim, exp.needs_download) == \
-            (r.section, r.claim, r.tier == records.FULL)
-        assert r.tier in records.TIERS
+            (r.section, r.claim, r.tier == records.PAPER)
+        assert r.tier in records.TIERS and r.tier != records.TINY
 
 
 def test_every_quick_config_is_valid_and_has_three_seeds():
@@ -281,21 +281,23 @@ def test_rnn_summed_input_statistics_per_step():
 
 
 @pytest.mark.parametrize("argv, tier", [([], "embedded"), (["--embedded"], "embedded"),
-                                        (["--quick"], "quick"), (["--full"], "full"),
+                                        (["--quick"], "quick"), (["--full"], "paper"),
+                                        (["--paper"], "paper"), (["--preset", "full"], "paper"),
+                                        (["--preset", "paper"], "paper"),
                                         (["--preset", "standard"], "embedded"),
                                         (["--preset", "embedded"], "embedded"),
                                         (["--preset", "tiny"], "tiny")])
 def test_the_command_line_picks_the_tier(monkeypatch, tmp_path, argv, tier):
     """``layernorm reproduce`` (the README's command) is read as the tier embedded, as is
-    --preset standard (its former name); --quick, --full and --preset NAME as named; the tier
-    reaches ``reproduce``."""
+    --preset standard (its former name); --quick, --paper and --preset NAME as named, --full and
+    --preset full (the former names) as the tier paper; the tier reaches ``reproduce``."""
     from layernorm_paper.cli import main
     from layernorm_paper.reproduce import command
 
     asked = []
 
-    def fake_reproduce(preset, out, **kwargs):
-        asked.append(preset)
+    def fake_reproduce(tier, out, **kwargs):
+        asked.append(tier)
         return tmp_path
     monkeypatch.setattr(command, "reproduce", fake_reproduce)
     assert main(["reproduce", *argv, "--out", str(tmp_path)]) == 0

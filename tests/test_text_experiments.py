@@ -78,9 +78,9 @@ def test_two_completion_test_sets_are_not_compared_and_the_reason_fits_the_data(
 
 
 def test_the_novels_lm_runs_in_the_default_tier_with_1000_questions():
-    from layernorm_paper.reproduce.command import STANDARD_ONLY
-    assert records.RECORDS["novels_charlm"].tier == records.STANDARD
-    assert "novels_charlm" in STANDARD_ONLY
+    from layernorm_paper.reproduce.command import EMBEDDED_ONLY
+    assert records.RECORDS["novels_charlm"].tier == records.EMBEDDED
+    assert "novels_charlm" in EMBEDDED_ONLY
     from layernorm_paper.experiments import get_experiment
     import layernorm_paper.reproduce  # noqa: F401  (registers the records)
     quick = get_experiment("novels_charlm").configs("quick")
@@ -209,15 +209,30 @@ def test_word_streams_read_the_test_reviews_in_order_and_wrap():
 
 # ------------------------------------------------------------------------------ the tier paper
 
-@pytest.mark.parametrize("argv", [["--paper"], ["--full"], ["--preset", "paper"]])
+@pytest.mark.parametrize("argv", [["--paper"], ["--full"], ["--preset", "paper"],
+                                  ["--preset", "full"]])
 def test_the_tier_paper_and_its_former_name(monkeypatch, tmp_path, argv):
     from layernorm_paper.cli import main
     from layernorm_paper.reproduce import command
     asked = []
     monkeypatch.setattr(command, "reproduce",
-                        lambda preset, out, **kw: asked.append((preset, kw["device"])) or tmp_path)
+                        lambda tier, out, **kw: asked.append((tier, kw["device"])) or tmp_path)
     assert main(["reproduce", *argv, "--device", "cpu", "--out", str(tmp_path)]) == 0
-    assert asked == [("full", "cpu")]
+    assert asked == [("paper", "cpu")]
+
+
+@pytest.mark.parametrize("name", ["paper", "full"])
+def test_the_tier_paper_keeps_the_directory_name_it_was_first_written_with(monkeypatch, tmp_path,
+                                                                           name):
+    """``reproduce("paper")`` (or its former name "full") runs the tier paper into
+    runs/reproduce-full, the directory an earlier run of the same tier resumes from."""
+    from layernorm_paper.reproduce import command
+    asked = []
+    monkeypatch.setattr(command, "_reproduce", lambda tier, out, *a, **k: asked.append((tier, out)))
+    monkeypatch.chdir(tmp_path)
+    command.reproduce(name, log=lambda *a: None)
+    assert asked == [("paper", Path("runs") / "reproduce-full")]
+    assert command.STORED_NAME[command.PAPER] == "full"
 
 
 def test_device_reaches_every_training_config(monkeypatch, tmp_path, capsys):

@@ -7,7 +7,7 @@ import sys
 from .. import _args
 from .._io import error_text
 from .config import DEVICES
-from .registry import EXPERIMENTS, MODELS, PRESETS, get_experiment
+from .registry import EXPERIMENTS, MODELS, SCALES, get_experiment
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -15,11 +15,11 @@ def _list(args: argparse.Namespace) -> int:
     print("Experiments (layernorm run NAME [--preset SCALE], SCALE: tiny, quick or full):")
     for name, exp in sorted(EXPERIMENTS.items()):
         sizes = []
-        for preset in PRESETS:
+        for scale in SCALES:
             try:
-                sizes.append(f"{preset} {len(exp.configs(preset))}")
+                sizes.append(f"{scale} {len(exp.configs(scale))}")
             except Exception as err:  # a broken experiment must not hide the others
-                sizes.append(f"{preset} error ({err})")
+                sizes.append(f"{scale} error ({err})")
         net = ", downloads data" if exp.needs_download else ""
         print(f"  {name:<24} [{exp.section}] {exp.claim}\n  {'':<24} runs: {', '.join(sizes)}{net}")
     print("\nDatasets (Config.dataset; 'embedded' needs no network):")
@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_all(args, exp, configs, runtime, run_configs) -> int:
     say = print if runtime.is_writer else (lambda *a, **k: None)
     procs = f", {runtime.world_size} processes" if runtime.world_size > 1 else ""
-    say(f"{exp.name} [{exp.section}]: {exp.claim}\n{len(configs)} run(s), preset "
+    say(f"{exp.name} [{exp.section}]: {exp.claim}\n{len(configs)} run(s), scale "
         f"{args.preset}{procs}, output {args.out}/{exp.name}/")
     try:
         results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
@@ -103,7 +103,7 @@ def add_commands(sub) -> None:
                        "or, for a value it does not use, set it in every config (several values: "
                        "the union).")
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
-    p.add_argument("--preset", choices=PRESETS, default="quick", metavar="SCALE",
+    p.add_argument("--preset", choices=SCALES, default="quick", metavar="SCALE",
                    help="the scale of the experiment's runs: tiny (seconds), quick (minutes, "
                    "the default), full (the paper's); `layernorm reproduce` has tiers instead")
     from layernorm.vocabulary import NORMS

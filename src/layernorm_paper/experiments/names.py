@@ -1,5 +1,5 @@
 """The one place names are checked: names chosen from a list (datasets, models, norms,
-experiments, presets: ``check_choice``) and names that become folder names (experiments, models,
+experiments, scales: ``check_choice``) and names that become folder names (experiments, models,
 tags: ``check_name``)."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     def mlp(dataset, norm, hidden=(1000, 1000)) -> nn.Module: ...
 
     @register_experiment("digits_mlp", claim="6.6: ...", section="6.6")
-    def digits_mlp(preset) -> list[Config]: ...     # preset: a scale, "tiny" | "quick" | "full"
+    def digits_mlp(scale) -> list[Config]: ...      # scale: "tiny" | "quick" | "full"
 
 A module registers its own when imported; importing ``layernorm_paper.reproduce`` imports every
 module of the reproduction that does. The config checks its names against these registries, never
@@ -19,17 +19,17 @@ from typing import Callable
 
 from .names import check_choice, check_name
 
-# The scales of one experiment (``layernorm run --preset``): how long and how many seeds each of
-# its configs trains. ``layernorm reproduce`` has tiers of its own (docs/reproduce.md) that pick
-# which experiments run, each at one of these scales.
-PRESETS = ("tiny", "quick", "full")
+# The scales of one experiment (``layernorm run NAME --preset SCALE``): how long and on how many
+# seeds each of its configs trains. ``layernorm reproduce`` has tiers of its own
+# (docs/reproduce.md) that pick which experiments run, each at one of these scales.
+SCALES = ("tiny", "quick", "full")
 
 
-def by_preset(preset: str, **values):
-    """The value for ``preset`` among ``tiny=..., quick=..., full=...`` (an experiment's settings
-    written side by side, one keyword per preset)."""
-    check_choice(preset, values, "preset")
-    return values[preset]
+def by_scale(scale: str, **values):
+    """The value for ``scale`` among ``tiny=..., quick=..., full=...`` (an experiment's settings
+    written side by side, one keyword per scale)."""
+    check_choice(scale, values, "scale")
+    return values[scale]
 
 
 MODELS: dict[str, Callable] = {}
@@ -85,18 +85,18 @@ class Experiment:
     make_configs: Callable[[str], list]     # scale -> the experiment's Configs
     needs_download: bool = False
 
-    def configs(self, preset: str = "quick") -> list:
-        """The experiment's configs (``Config``) at the scale ``preset``, validated, with unique
+    def configs(self, scale: str = "quick") -> list:
+        """The experiment's configs (``Config``) at the scale ``scale``, validated, with unique
         run names."""
-        check_choice(preset, PRESETS, "preset")
-        configs = list(self.make_configs(preset))
+        check_choice(scale, SCALES, "scale")
+        configs = list(self.make_configs(scale))
         seen = {}
         for c in configs:
             if not c.experiment:
                 c.experiment = self.name
             c.validate()
             if c.run_name() in seen:
-                raise ValueError(f"experiment {self.name!r} ({preset}) has two configs named "
+                raise ValueError(f"experiment {self.name!r} ({scale}) has two configs named "
                                  f"{c.run_name()!r}; give them different `tag`s.")
             seen[c.run_name()] = c
         return configs
@@ -106,7 +106,7 @@ EXPERIMENTS: dict[str, Experiment] = {}    # named in snake_case, like the funct
 
 
 def register_experiment(name: str, *, claim: str, section: str, needs_download: bool = False):
-    """Decorator: register ``fn(preset) -> list[Config]`` as experiment ``name``."""
+    """Decorator: register ``fn(scale) -> list[Config]`` as experiment ``name``."""
     check_name(name, "experiment name")
 
     def deco(fn):

@@ -1,7 +1,7 @@
 """One record per experiment of the reproduction: each module below holds, side by side, what
-one experiment is — the paper's section and claim it tests, its configs per preset, its tier
-(which ``layernorm reproduce`` preset runs it), its budget rule, the paper's settings and numbers
-it stands in for, what runs here instead, and the report's catalog lines for its claims.
+one experiment is — the paper's section and claim it tests, its configs per scale, its tier
+(the smallest ``layernorm reproduce`` tier that runs it), its budget rule, the paper's settings
+and numbers it stands in for, what runs here instead, and the report's catalog lines for its claims.
 "summary A" and "summary B" are the two blog summaries the reproduction also checks
 (docs/paper.md, section 6).
 
@@ -33,8 +33,8 @@ and lists the claims of every record in ``RECORDS`` order. The models are the ru
 by their registry names (``layernorm_paper.models``)."""
 from __future__ import annotations
 
-from ._record import (FULL, LEARNING_RATES, QUICK, STANDARD, TIERS, Found, Record, Sweep,
-                      arm_name, learning_rates, swept, tuned)
+from ._record import (EMBEDDED, FORMER_TIER_NAMES, LEARNING_RATES, PAPER, QUICK, TIER_SCALE,
+                      TIERS, TINY, Found, Record, Sweep, arm_name, learning_rates, swept, tuned)
 from . import (analysis, cnn_batch_size, ddp_batch_split, lstm_gain_init, mlp_batch_size,
                mlp_mnist, novels_charlm, paper_charlm, paper_draw, paper_handwriting,
                paper_order, paper_reader, rnn_imdb, rnn_norms, rnn_stability, skip_thoughts)
@@ -66,7 +66,7 @@ def budgets() -> dict[str, dict]:
 
 
 def not_downloaded() -> dict[str, str]:
-    """Experiment -> why no preset downloads its paper's data (it runs on a stand-in)."""
+    """Experiment -> why no scale downloads its paper's data (it runs on a stand-in)."""
     return {r.name: r.not_downloaded for r in RECORDS.values() if r.not_downloaded}
 
 
@@ -77,19 +77,20 @@ def register_all() -> None:
     for r in RECORDS.values():
         if r.configs is not None:
             register_experiment(r.name, section=r.section, claim=r.claim,
-                                needs_download=r.tier == FULL)(_with_swept_lr(r))
+                                needs_download=r.tier == PAPER)(_with_swept_lr(r))
 
 
 def _with_swept_lr(r: Record):
     """The record's configs with each arm's learning rate chosen by ``layernorm sweep-lr``
     where it was swept (``_record.tuned``); ``Record.configs`` itself stays the untuned form
     (the sweep's grid is centred on it)."""
-    def configs(preset: str) -> list:
-        return tuned(r.name, preset, r.configs(preset))
+    def configs(scale: str) -> list:
+        return tuned(r.name, scale, r.configs(scale))
     configs.__doc__ = r.configs.__doc__
     return configs
 
 
-__all__ = ["FULL", "LEARNING_RATES", "QUICK", "RECORDS", "STANDARD", "TIERS", "Found", "Record",
-           "Sweep", "arm_name", "budgets", "learning_rates", "not_downloaded", "register_all",
-           "run_order", "swept", "tuned", "with_tier"]
+__all__ = ["EMBEDDED", "FORMER_TIER_NAMES", "LEARNING_RATES", "PAPER", "QUICK", "RECORDS",
+           "TIER_SCALE", "TIERS", "TINY", "Found", "Record", "Sweep", "arm_name", "budgets",
+           "learning_rates", "not_downloaded", "register_all", "run_order", "swept", "tuned",
+           "with_tier"]

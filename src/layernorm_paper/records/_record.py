@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-# Tiers: which `layernorm reproduce` preset runs an experiment (docs/reproduce.md, "Cost").
-QUICK = "quick"         # --quick and every larger preset
-STANDARD = "standard"   # --preset standard and --full, not --quick: with the training its
-#                         verdicts need it does not fit --quick's time budget
-FULL = "full"           # --full only: needs downloaded data
-TIERS = (QUICK, STANDARD, FULL)
+# Two words for two ideas (docs/reproduce.md). A tier of ``layernorm reproduce`` says which
+# experiments it includes: tiny (seconds, for tests), quick (what fits 10 minutes on 2 cores),
+# embedded (the default) or paper (the paper's sizes where the data can be downloaded). A scale
+# (``layernorm run NAME --preset SCALE``, the runner's ``SCALES``) says how long, and on how many
+# seeds, one experiment's configs train: tiny, quick or full. Each tier trains at one scale.
+TINY, QUICK, EMBEDDED, PAPER = "tiny", "quick", "embedded", "paper"
+TIERS = (TINY, QUICK, EMBEDDED, PAPER)
+TIER_SCALE = {TINY: "tiny", QUICK: "quick", EMBEDDED: "quick", PAPER: "full"}
+# the tiers' former names, still accepted on the command line (``--preset standard``, ``--full``)
+FORMER_TIER_NAMES = {"standard": EMBEDDED, "full": PAPER}
 
 # Whose data an experiment runs on (``Record.data``): the dataset the paper (or the summary)
 # used, or a stand-in for it (embedded, generated or another dataset).
@@ -64,17 +68,20 @@ class Record:
     section: str                     # the paper's section, or "summary A" / "summary B" (the
     #                                  two blog summaries, docs/paper.md section 6)
     claim: str                       # the claim it tests, one line (the runner's registry text)
-    tier: str = QUICK                # QUICK | STANDARD | FULL
+    tier: str = QUICK                # the smallest tier that runs it: QUICK (every tier but
+    #                                  tiny's downloads), EMBEDDED (over --quick's time with the
+    #                                  training its verdicts need) or PAPER (downloaded data,
+    #                                  over the default tier's time)
     pack: int | None = None          # rank in the run order of `layernorm reproduce` (the
     #                                  longest first); None: not trained by that loop
-    configs: Callable | None = None  # preset -> list[Config] (imports Config when called)
+    configs: Callable | None = None  # scale -> list[Config] (imports Config when called)
     claims: Callable | None = None   # (Found, the report's rules) -> the report's Claims
     budget: dict | None = None       # {"rule": "to convergence" | "same updates", "text": ...}
     paper: str = ""                  # the paper's (or a summary's) settings it stands in for
     paper_numbers: dict = field(default_factory=dict)   # key -> what the paper reports
     data_here: dict = field(default_factory=dict)       # key -> what runs here instead
     full_form: tuple[str, str] | None = None   # (dataset, what it is): its downloaded form
-    not_downloaded: str = ""         # why no preset downloads its paper's data
+    not_downloaded: str = ""         # why no scale downloads its paper's data
     not_run: dict = field(default_factory=dict)   # the paper's forms with no runs here -> why
     data: str = STAND_IN             # STAND_IN | REAL: whether its runs use the dataset the
     #                                  paper (or the summary) used; a claim can say otherwise
@@ -102,11 +109,11 @@ class Record:
 SEEDS = {"tiny": (0,), "quick": (0, 1, 2, 3, 4), "full": (0, 1, 2, 3, 4)}
 
 
-def pick(preset: str, **values):
-    """The value for ``preset`` among ``tiny=..., quick=..., full=...`` (the runner's
-    ``by_preset``, imported when a config is built)."""
-    from ..experiments.registry import by_preset
-    return by_preset(preset, **values)
+def pick(scale: str, **values):
+    """The value for ``scale`` among ``tiny=..., quick=..., full=...`` (the runner's
+    ``by_scale``, imported when a config is built)."""
+    from ..experiments.registry import by_scale
+    return by_scale(scale, **values)
 
 
 def config(**kwargs):
@@ -120,18 +127,18 @@ def split(dataset: str, seed: int) -> dict:
     return {"split_seed": seed} if dataset.startswith("digits") else {}
 
 
-def arms(preset: str, dataset: str, model: str, norms: tuple[str, ...], *, batch_size: int,
+def arms(scale: str, dataset: str, model: str, norms: tuple[str, ...], *, batch_size: int,
          model_args: dict, data_args: dict, length: dict, lr_full: float = 1e-3,
          lr: float | None = None, grad_clip: float = 10.0) -> list:
     """One Config per (norm, seed) with the settings the section 6 experiments share: Adam at
     1e-3 (tiny; ``lr_full`` for full) or 3e-3 (quick) unless ``lr`` fixes one rate for every
-    preset, gradients clipped at norm ``grad_clip``."""
+    scale, gradients clipped at norm ``grad_clip``."""
     if lr is None:
-        lr = pick(preset, tiny=1e-3, quick=3e-3, full=lr_full)
+        lr = pick(scale, tiny=1e-3, quick=3e-3, full=lr_full)
     return [config(dataset=dataset, model=model, norm=norm, batch_size=batch_size, seed=seed,
                    optimizer="adam", lr=lr, grad_clip=grad_clip, model_args=dict(model_args),
                    data_args=dict(data_args), **length)
-            for norm in norms for seed in SEEDS[preset]]
+            for norm in norms for seed in SEEDS[scale]]
 
 
 # ----------------------------------------------------------------------------- learning rates

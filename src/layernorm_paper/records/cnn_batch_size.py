@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._record import REAL, SEEDS, STAND_IN, Record, Sweep, config, pick, split
+from ._record import EMBEDDED, REAL, SEEDS, STAND_IN, Record, Sweep, config, pick, split
 
 NAME = "cnn_batch_size"
 HEADING = "6.7 ConvNets + summary B's CNN claim"
@@ -22,21 +22,21 @@ LENGTH = {"tiny": {128: (6, 3), 1: (6, 3)},
           "full": {128: (6000, 250), 4: (30000, 1000), 1: (30000, 1000)}}
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     """tiny: the 8x8 digits (seconds, wiring only); quick and full: MNIST 28x28 (downloaded),
     quick on ``TEST_DIGITS`` test digits with 8-16-16 channels, full on all 10,000 with
     32-64-64."""
-    dataset = pick(preset, tiny="digits-image", quick="mnist", full="mnist")
-    channels = pick(preset, tiny=[4, 8], quick=[8, 16, 16], full=[32, 64, 64])
-    batches = pick(preset, tiny=(128, 1), quick=(128, 4, 1), full=(128, 4, 1))
-    data_args = pick(preset, tiny=None, quick={"view": "image", "limit_test": TEST_DIGITS},
+    dataset = pick(scale, tiny="digits-image", quick="mnist", full="mnist")
+    channels = pick(scale, tiny=[4, 8], quick=[8, 16, 16], full=[32, 64, 64])
+    batches = pick(scale, tiny=(128, 1), quick=(128, 4, 1), full=(128, 4, 1))
+    data_args = pick(scale, tiny=None, quick={"view": "image", "limit_test": TEST_DIGITS},
                      full={"view": "image"})
-    length = LENGTH[preset]
+    length = LENGTH[scale]
     out = []
     for norm in ("none", "batch", "layer"):
         for bs in batches:
             steps, every = length[bs]
-            seeds = SEEDS_128[preset] if bs == 128 and norm != "none" else SEEDS[preset]
+            seeds = SEEDS_128[scale] if bs == 128 and norm != "none" else SEEDS[scale]
             for seed in seeds:
                 out.append(config(dataset=dataset, model="convnet", norm=norm, batch_size=bs,
                                   seed=seed, optimizer="adam", lr=1e-3, steps=steps,
@@ -81,7 +81,7 @@ RECORD = Record(
     NAME, data=REAL, section="6.7 + summary B",
     claim="ConvNet: LN beats no normalization but BN beats LN (paper); BN wins slightly at batch "
           "128 and collapses at batch 1 and 4 while LN stays stable (summary B)",
-    tier="standard", pack=4, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=4, configs=configs, claims=claims,
     sweep=Sweep(10),
     budget={"rule": "to convergence",
             "text": "each batch size gets its own number of updates, set for its test error to "

@@ -10,11 +10,11 @@ from ._record import Record, config
 HEADING = "Distributed: 1 process x batch 8 vs 2 processes x 4"
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     """Run it once plainly and once under ``torchrun --nproc-per-node 2``, then
     ``layernorm ddp-compare OUT/ddp_batch_split``."""
-    hidden = {"tiny": [32], "quick": [64, 64], "full": [256, 256]}[preset]
-    steps, eval_every = {"tiny": (6, 2), "quick": (200, 50), "full": (2000, 250)}[preset]
+    hidden = {"tiny": [32], "quick": [64, 64], "full": [256, 256]}[scale]
+    steps, eval_every = {"tiny": (6, 2), "quick": (200, 50), "full": (2000, 250)}[scale]
     # BN with the n - 1 variance, as the paper at small batches: the count must be the global one
     # (the mlp ignores `unbiased` for other norms, so --norm overrides collapse duplicates).
     base = dict(dataset="digits", model="mlp", batch_size=8, optimizer="sgd", lr=0.1,

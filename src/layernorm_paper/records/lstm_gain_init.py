@@ -1,20 +1,20 @@
 """Section 6.2: initializing the LN-LSTM gains to 1.0 is significantly better than 0.1."""
 from __future__ import annotations
 
-from ._record import SEEDS, Record, Sweep, config
+from ._record import QUICK, SEEDS, Record, Sweep, config
 from .rnn_norms import rnn_tasks
 
 NAME = "lstm_gain_init"
 
 
-def configs(preset: str) -> list:
-    t = [t for t in rnn_tasks(preset) if t["tag"] == "mnist1d"][0]
+def configs(scale: str) -> list:
+    t = [t for t in rnn_tasks(scale) if t["tag"] == "mnist1d"][0]
     return [config(dataset=t["dataset"], model="rnn_classifier", norm="layer",
                    batch_size=t["batch_size"], seed=seed, optimizer="adam",
-                   lr=1e-3 if preset == "full" else 3e-3, grad_clip=10.0, tag=f"gain{gain:g}",
+                   lr=1e-3 if scale == "full" else 3e-3, grad_clip=10.0, tag=f"gain{gain:g}",
                    data_args=t["data_args"], model_args={**t["model_args"], "gain_init": gain},
                    **t["length"])
-            for gain in (1.0, 0.1) for seed in SEEDS[preset]]
+            for gain in (1.0, 0.1) for seed in SEEDS[scale]]
 
 
 def claims(found, R) -> list:
@@ -26,6 +26,6 @@ def claims(found, R) -> list:
 RECORD = Record(
     NAME, section="6.2",
     claim="initializing the LN-LSTM gains to 1.0 is significantly better than 0.1",
-    tier="quick", pack=3, configs=configs, claims=claims,
+    tier=QUICK, pack=3, configs=configs, claims=claims,
     sweep=Sweep(5),
     paper="paper 6.2: attentive reader, LN-LSTM 240 units, CNN QA corpus")

@@ -2,7 +2,7 @@
 batch size and trains faster than BN; BN suffers at batch 4."""
 from __future__ import annotations
 
-from ._record import SEEDS, Record, Sweep, config, pick, split
+from ._record import QUICK, SEEDS, Record, Sweep, config, pick, split
 
 NAME = "mlp_batch_size"
 HEADING = "6.6 batch-size sensitivity"
@@ -13,26 +13,26 @@ def _split(dataset: str, seed: int) -> dict:
     return {"split_seed": seed} if dataset == "mnist-5k" else split(dataset, seed)
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     """Arms: none, batch (BN on the hidden layers, as LN), batch with tag "bnall" (BN on all
     layers, the logits too: the paper's wording), layer; full adds weight and rms. Each evaluated
     every ``eval_every`` updates with ``steps = eval_every * 2**k``, so the log-spaced update
     counts eval_every * 2**j are all rows (for "trains faster" on a log scale)."""
-    norms = pick(preset, tiny=("batch", "layer"), quick=("none", "batch", "layer"),
+    norms = pick(scale, tiny=("batch", "layer"), quick=("none", "batch", "layer"),
                  full=("none", "batch", "layer", "weight", "rms"))
     # quick: 5,000 real MNIST digits (28x28, the paper's 784 inputs) from an installed wheel,
     # 4,000 train / 1,000 test split by the seed; full: the downloaded MNIST (55k / 10k)
-    dataset = pick(preset, tiny="mnist-5k", quick="mnist-5k", full="mnist")
-    hidden = pick(preset, tiny=[16, 16], quick=[128, 128], full=[1000, 1000])
+    dataset = pick(scale, tiny="mnist-5k", quick="mnist-5k", full="mnist")
+    hidden = pick(scale, tiny=[16, 16], quick=[128, 128], full=[1000, 1000])
     # (steps, eval_every) per batch size: see BUDGET
-    length = pick(preset, tiny={128: (8, 2), 4: (8, 2)}, quick={128: (800, 25), 4: (6400, 100)},
+    length = pick(scale, tiny={128: (8, 2), 4: (8, 2)}, quick={128: (800, 25), 4: (6400, 100)},
                   full={128: (12800, 100), 4: (51200, 400)})
     arms = [(norm, "", False) for norm in norms] + [("batch", "bnall", True)]
     out = []
     for norm, tag, bn_logits in arms:
         for bs in (128, 4):
             steps, every = length[bs]
-            for seed in SEEDS[preset]:
+            for seed in SEEDS[scale]:
                 args = {"hidden": hidden, "unbiased": bs < 16}   # paper: n - 1 at batch 4
                 if bn_logits:
                     args["bn_logits"] = True
@@ -61,7 +61,7 @@ RECORD = Record(
     NAME, section="6.6",
     claim="LN is robust to the batch size and trains faster than BN; BN suffers at batch 4 "
           "(MLP, Adam, batch 128 vs 4)",
-    tier="quick", pack=8, configs=configs, claims=claims,
+    tier=QUICK, pack=8, configs=configs, claims=claims,
     sweep=Sweep(9),
     # "to convergence": each arm is trained until its test error has flattened; "same updates":
     # every arm gets the same number of optimizer updates. Every config gives ``steps`` (the

@@ -6,7 +6,7 @@ trains with the learning rate the sweep chose for it there."""
 from __future__ import annotations
 
 from . import mlp_batch_size
-from ._record import REAL, Record, tuned
+from ._record import EMBEDDED, REAL, Record, tuned
 
 NAME = "mlp_mnist"
 HEADING = "6.6 batch-size sensitivity on the full MNIST"
@@ -17,14 +17,14 @@ HEADING = "6.6 batch-size sensitivity on the full MNIST"
 LENGTH = {128: (3200, 100), 4: (12800, 400)}
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     """``mlp_batch_size``'s configs on ``mnist`` (one test set for every seed), at
     ``LENGTH``'s budgets on the quick scale, each arm at its swept learning rate."""
     from dataclasses import replace
     out = []
-    for c in tuned(mlp_batch_size.NAME, preset, mlp_batch_size.configs(preset)):
+    for c in tuned(mlp_batch_size.NAME, scale, mlp_batch_size.configs(scale)):
         c = replace(c, dataset="mnist", data_args={})
-        if preset == "quick":
+        if scale == "quick":
             steps, every = LENGTH[c.batch_size]
             c = replace(c, steps=steps, eval_every=every, checkpoint_every=steps // 4)
         out.append(c)
@@ -48,7 +48,7 @@ RECORD = Record(
     NAME, data=REAL, section="6.6",
     claim="LN is robust to the batch size and trains faster than BN; BN suffers at batch 4 "
           "(MLP, Adam, batch 128 vs 4, on the full MNIST, downloaded)",
-    tier="standard", pack=9, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=9, configs=configs, claims=claims,
     budget={"rule": "to convergence",
             "text": "each batch size gets its own number of updates, set for its test error to "
                     "stop falling (the update counts and each arm's late change below are read "

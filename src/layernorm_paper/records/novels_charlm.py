@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from ._record import REAL, STANDARD, Record, arms, pick
+from ._record import EMBEDDED, REAL, Record, arms, pick
 
 NAME = "novels_charlm"
 HEADING = "Summary B: character-level language model on 19th-century novels"
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     """quick (the default tier): hidden 128, windows of 100 characters, batch 32, 1,500 Adam
     updates at 3e-3 (4.8 M characters, under one pass over the 6.4 M of the training novels),
     evaluated every 100 on the first 1,000 test windows and the 1,000 completion questions:
@@ -26,17 +26,17 @@ def configs(preset: str) -> list:
     154 CPU-s (its per-step statistics). No arm has flattened there (bits/char still falling by
     ~0.01 per 100 updates), so the claims are judged at this fixed budget. full (--paper):
     hidden 256, batch 64, 8,000 updates, 2,000 questions."""
-    data = pick(preset, tiny={"seq_len": 16, "limit_train": 64, "limit_test": 16},
+    data = pick(scale, tiny={"seq_len": 16, "limit_train": 64, "limit_test": 16},
                 quick={"seq_len": 100, "limit_test": 1000},
                 full={"seq_len": 100, "limit_test": 2000})
-    model = pick(preset, tiny={"hidden": 8, "embed": 8, "completion_questions": 10},
+    model = pick(scale, tiny={"hidden": 8, "embed": 8, "completion_questions": 10},
                  quick={"hidden": 128, "embed": 32, "completion_questions": 1000},
                  full={"hidden": 256, "embed": 64, "completion_questions": 2000})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 1500, "eval_every": 100},
                   full={"steps": 8000, "eval_every": 250})
-    return arms(preset, "novels", "novels_lm", ("none", "batch", "layer"),
-                batch_size=pick(preset, tiny=8, quick=32, full=64), model_args=model,
+    return arms(scale, "novels", "novels_lm", ("none", "batch", "layer"),
+                batch_size=pick(scale, tiny=8, quick=32, full=64), model_args=model,
                 data_args=data, length=length, lr_full=2e-3)
 
 
@@ -66,7 +66,7 @@ RECORD = Record(
     claim="LN-LSTM language model converges fastest and reaches the best score, vs LSTM and "
           "BN-LSTM (character-level, 19th-century novels, downloaded), with an MSR-format "
           "completion test of the held-out novels",
-    tier=STANDARD, pack=3, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=3, configs=configs, claims=claims,
     paper="summary B: LSTM vs BN-LSTM vs LN-LSTM on the MSR Sentence Completion Challenge "
           "(trained on 19th-century Project Gutenberg novels; its questions from Sherlock Holmes "
           "novels)",

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from functools import partial
 
-from ._record import Record, Sweep, arms, pick
+from ._record import EMBEDDED, Record, Sweep, arms, pick
 
 NAME = "paper_charlm"
 HEADING = "Summary B: character-level language model (docstrings)"
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     # tiny reads 20,000 characters so that its held-out split holds completion questions (10)
-    data = pick(preset, tiny={"seq_len": 16, "max_chars": 20_000, "limit_train": 64,
+    data = pick(scale, tiny={"seq_len": 16, "max_chars": 20_000, "limit_train": 64,
                               "limit_test": 16},
                 quick={"seq_len": 16, "max_chars": 200_000},
                 full={"seq_len": 100, "max_chars": None})
@@ -24,14 +24,14 @@ def configs(preset: str) -> list:
     # quick scores BN-LSTM with its running averages only: population statistics, measured at
     # every evaluation of 5 seeds, gave the same test loss (2.3004 vs 2.3027 nats/char at 250
     # updates) and completion accuracy (22.2% vs 22.0%) for a third more CPU time
-    model = pick(preset, tiny={"hidden": 8, "embed": 8, "completion_questions": 10},
+    model = pick(scale, tiny={"hidden": 8, "embed": 8, "completion_questions": 10},
                  quick={"hidden": 64, "embed": 32, "completion_questions": 100,
                         "population_scoring": False},
                  full={"hidden": 256, "embed": 64, "completion_questions": 1000})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 600, "eval_every": 30}, full={"steps": 5000, "eval_every": 250})
-    return arms(preset, "docstrings", "char_lm", ("none", "batch", "layer"),
-                batch_size=pick(preset, tiny=8, quick=32, full=64), model_args=model,
+    return arms(scale, "docstrings", "char_lm", ("none", "batch", "layer"),
+                batch_size=pick(scale, tiny=8, quick=32, full=64), model_args=model,
                 data_args=data, length=length, lr_full=2e-3)
 
 
@@ -62,7 +62,7 @@ RECORD = Record(
     NAME, section="summary B",
     claim="LN-LSTM language model converges fastest and reaches the best score, vs LSTM and "
           "BN-LSTM (character-level, the standard library's docstrings)",
-    tier="standard", pack=7, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=7, configs=configs, claims=claims,
     sweep=Sweep(3, "test_loss",
                 scored_on="validation loss, mean of the last 3 evaluations"),
     paper_experiment=True,

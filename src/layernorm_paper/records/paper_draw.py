@@ -5,7 +5,7 @@ MNIST 28x28 (downloaded) with dynamic binarization: each training image is a fre
 from its grey levels at every batch, the test images binarized once (``data.mnist_views``)."""
 from __future__ import annotations
 
-from ._record import REAL, STAND_IN, Record, Sweep, arms, pick
+from ._record import EMBEDDED, REAL, STAND_IN, Record, Sweep, arms, pick
 
 NAME = "paper_draw"
 HEADING = "6.4 DRAW (reduced form)"
@@ -13,16 +13,16 @@ FULL_DATASET = "mnist"      # with data_args binarize="dynamic"
 FULL_DATA_ARGS = {"binarize": "dynamic"}
 
 
-def configs(preset: str) -> list:
-    model = pick(preset, tiny={"hidden": 8, "z_dim": 2, "glimpses": 2},
+def configs(scale: str) -> list:
+    model = pick(scale, tiny={"hidden": 8, "z_dim": 2, "glimpses": 2},
                  quick={"hidden": 64, "z_dim": 8, "glimpses": 8},
                  full={"hidden": 256, "z_dim": 16, "glimpses": 16})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2}, quick={"epochs": 15},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2}, quick={"epochs": 15},
                   full={"epochs": 100})
-    dataset = FULL_DATASET if preset == "full" else "digits-binary"   # 28x28 / 8x8
-    data_args = pick(preset, tiny={"limit_test": 32}, quick={}, full=FULL_DATA_ARGS)
-    return arms(preset, dataset, "draw", ("none", "layer"),
-                batch_size=pick(preset, tiny=16, quick=64, full=128), model_args=model,
+    dataset = FULL_DATASET if scale == "full" else "digits-binary"   # 28x28 / 8x8
+    data_args = pick(scale, tiny={"limit_test": 32}, quick={}, full=FULL_DATA_ARGS)
+    return arms(scale, dataset, "draw", ("none", "layer"),
+                batch_size=pick(scale, tiny=16, quick=64, full=128), model_args=model,
                 data_args=data_args, length=length)
 
 
@@ -59,7 +59,7 @@ RECORD = Record(
     NAME, section="6.4",
     claim="DRAW with LN on the LSTM cells reaches a lower test variational bound (82.36 -> 82.09 "
           "nats, MNIST) about twice as fast as the LSTM",
-    tier="standard", pack=9, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=9, configs=configs, claims=claims,
     sweep=Sweep(2, "test_loss",
                 scored_on="validation negative ELBO, mean of the last 3 evaluations"),
     paper_experiment=True,

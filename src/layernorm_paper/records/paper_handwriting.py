@@ -5,22 +5,22 @@ from __future__ import annotations
 
 from functools import partial
 
-from ._record import Record, Sweep, arms, pick
+from ._record import EMBEDDED, Record, Sweep, arms, pick
 
 NAME = "paper_handwriting"
 HEADING = "6.5 handwriting generation (reduced form)"
 
 
-def configs(preset: str) -> list:
-    data = pick(preset, tiny={"length": 12, "n_train": 16, "n_test": 8},
+def configs(scale: str) -> list:
+    data = pick(scale, tiny={"length": 12, "n_train": 16, "n_test": 8},
                 quick={"length": 100, "n_train": 256, "n_test": 64},
                 full={"length": 300, "n_train": 2048, "n_test": 256})
-    model = pick(preset, tiny={"hidden": 8, "layers": 2, "mixtures": 2, "embed": 8},
+    model = pick(scale, tiny={"hidden": 8, "layers": 2, "mixtures": 2, "embed": 8},
                  quick={"hidden": 48, "layers": 2, "mixtures": 5, "embed": 32},
                  full={"hidden": 128, "layers": 3, "mixtures": 10, "embed": 64})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 500, "eval_every": 25}, full={"steps": 3000, "eval_every": 100})
-    return arms(preset, "pen-strokes", "mdn", ("none", "layer"), batch_size=8,
+    return arms(scale, "pen-strokes", "mdn", ("none", "layer"), batch_size=8,
                 model_args=model, data_args=data, length=length)
 
 
@@ -42,7 +42,7 @@ RECORD = Record(
     NAME, section="6.5",
     claim="a mixture-density LN-LSTM reaches the LSTM's final log-likelihood much faster "
           "(handwriting, IAM-OnDB)",
-    tier="standard", pack=10, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=10, configs=configs, claims=claims,
     sweep=Sweep(1, "test_nll_per_point",
                 scored_on="validation NLL per pen point, mean of the last 3 evaluations"),
     paper_experiment=True,

@@ -3,25 +3,25 @@ LN-GRU retrieves better and reaches its best validation model sooner. The model 
 ``layernorm_paper.models.paper``'s ``order``; the rules are ``report.claims.order``'s."""
 from __future__ import annotations
 
-from ._record import Record, Sweep, arms, pick
+from ._record import EMBEDDED, Record, Sweep, arms, pick
 
 NAME = "paper_order"
 HEADING = "6.1 order embeddings (reduced form)"
 
 
-def configs(preset: str) -> list:
-    data = pick(preset, tiny={"n_captions": 2, "n_val": 16, "n_test": 16},
+def configs(scale: str) -> list:
+    data = pick(scale, tiny={"n_captions": 2, "n_val": 16, "n_test": 16},
                 quick={"n_captions": 5, "n_val": 300, "n_test": 300},
                 full={"n_captions": 10, "n_val": 300, "n_test": 300})
-    model = pick(preset, tiny={"dim": 8, "word_dim": 8, "image_hidden": 8},
+    model = pick(scale, tiny={"dim": 8, "word_dim": 8, "image_hidden": 8},
                  quick={"dim": 64, "word_dim": 32, "image_hidden": 128},
                  full={"dim": 128, "word_dim": 64, "image_hidden": 256})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 2250, "eval_every": 75},
                   full={"steps": 6000, "eval_every": 200})
-    return arms(preset, "digit-captions", "order", ("none", "layer"),
-                batch_size=pick(preset, tiny=16, quick=128, full=128), model_args=model,
-                data_args=dict(data, limit_train=64) if preset == "tiny" else data,
+    return arms(scale, "digit-captions", "order", ("none", "layer"),
+                batch_size=pick(scale, tiny=16, quick=128, full=128), model_args=model,
+                data_args=dict(data, limit_train=64) if scale == "tiny" else data,
                 length=length, lr=1e-3, grad_clip=2.0)
 
 
@@ -43,7 +43,7 @@ RECORD = Record(
     claim="order embeddings with an LN-GRU caption encoder retrieve better (R@1 46.6 -> 48.5 "
           "caption, 37.8 -> 38.9 image retrieval, MS-COCO) and reach their best validation model "
           "in about 60% of the GRU's time",
-    tier="standard", pack=5, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=5, configs=configs, claims=claims,
     sweep=Sweep(8, "val_c2i_rsum", "max",
                 "best validation R-sum (image retrieval R@1 + R@5 + R@10)"),
     paper="paper 6.1: order embeddings (Vendrov et al. 2016), GRU vs LN-GRU sentence encoder "

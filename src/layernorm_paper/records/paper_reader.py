@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ._record import REAL, STAND_IN, Record, Sweep, arms, pick
+from ._record import EMBEDDED, REAL, STAND_IN, Record, Sweep, arms, pick
 
 NAME = "paper_reader"
 HEADING = "6.2 attentive reader (reduced form)"
@@ -13,20 +13,20 @@ TASK = "cloze"
 FULL_DATASET = "cnn-questions"
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     # full: the CNN questions (validation split as the test set, as the paper's Figure 2), the
     # first 100,000 training questions by file name, passages cut at 2,000 tokens
-    data = pick(preset, tiny={"n_train": 64, "n_test": 32, "n_facts": 3},
+    data = pick(scale, tiny={"n_train": 64, "n_test": 32, "n_facts": 3},
                 quick={"n_train": 4000, "n_test": 500, "n_facts": 3},
                 full={"max_passage": 2000, "max_query": 50, "vocab_size": 50_000,
                       "max_train": 100_000})
-    model = pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 32, "embed": 32},
+    model = pick(scale, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 32, "embed": 32},
                  full={"hidden": 128, "embed": 64})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 1500, "eval_every": 50}, full={"steps": 4000, "eval_every": 100})
-    dataset = FULL_DATASET if preset == "full" else TASK
-    return arms(preset, dataset, "reader", ("none", "batch", "layer"),
-                batch_size=pick(preset, tiny=16, quick=32, full=64), model_args=model,
+    dataset = FULL_DATASET if scale == "full" else TASK
+    return arms(scale, dataset, "reader", ("none", "batch", "layer"),
+                batch_size=pick(scale, tiny=16, quick=32, full=64), model_args=model,
                 data_args=data, length=length)
 
 
@@ -63,7 +63,7 @@ RECORD = Record(
     NAME, section="6.2",
     claim="the attentive reader with LN-LSTM trains faster and reaches a lower validation error "
           "than with LSTM and BN-LSTM",
-    tier="standard", pack=6, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=6, configs=configs, claims=claims,
     sweep=Sweep(4), paper_experiment=True,
     paper="paper 6.2: attentive reader, 240 units, CNN QA corpus (380k questions), Adam 8e-5, "
           "batch 64, gradient clipping 10",

@@ -6,7 +6,7 @@ split, or where only the package-index copy is reachable, its seeded stratified 
 ``rnn_classifier`` (word embedding, then the LSTM, then a linear layer on the last step's h)."""
 from __future__ import annotations
 
-from ._record import REAL, SEEDS, Record, config, pick
+from ._record import EMBEDDED, REAL, SEEDS, Record, config, pick
 from .rnn_stability import task_claims
 
 NAME = "rnn_imdb"
@@ -17,26 +17,26 @@ GROWTH_LENGTHS = (50, 100, 200, 500, 1000)
 GROWTH_HEADING = "Paper 3.1: the backward Jacobian's growth with the sequence length"
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     """Each review's last ``max_len`` words (its verdict is usually at its end), a 5,000-word
     vocabulary; Adam, gradients clipped at 10; 5 seeds. The quick scale's test set is the first
     2,500 test reviews (0.04 pp each), for the cost of the 15 evaluations of each run."""
-    data = pick(preset,
+    data = pick(scale,
                 tiny={"vocab_size": 200, "max_len": 12, "keep": "last", "limit_train": 256,
                       "limit_test": 64},
                 quick={"vocab_size": 5000, "max_len": 100, "keep": "last", "limit_test": 2500},
                 full={"vocab_size": 20000, "max_len": 400, "keep": "last"})
-    model = pick(preset, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 64, "embed": 64},
+    model = pick(scale, tiny={"hidden": 8, "embed": 8}, quick={"hidden": 64, "embed": 64},
                  full={"hidden": 128, "embed": 128})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 1500, "eval_every": 100},
                   full={"steps": 4000, "eval_every": 250})
     return [config(dataset="imdb", model="rnn_classifier", norm=norm,
-                   batch_size=pick(preset, tiny=16, quick=32, full=32), seed=seed,
-                   optimizer="adam", lr=pick(preset, tiny=1e-3, quick=3e-3, full=1e-3),
+                   batch_size=pick(scale, tiny=16, quick=32, full=32), seed=seed,
+                   optimizer="adam", lr=pick(scale, tiny=1e-3, quick=3e-3, full=1e-3),
                    grad_clip=10.0, tag=TASK, data_args=dict(data), model_args=dict(model),
                    **length)
-            for norm in ("none", "batch", "layer") for seed in SEEDS[preset]]
+            for norm in ("none", "batch", "layer") for seed in SEEDS[scale]]
 
 
 def claims(found, R) -> list:
@@ -68,7 +68,7 @@ RECORD = Record(
     NAME, data=REAL, section="summary B exp. 1",
     claim="LN-LSTM converges fastest and reaches the best accuracy, vs LSTM and BN-LSTM, on "
           "IMDb sentiment (the real reviews, downloaded)",
-    tier="standard", pack=2, configs=configs, claims=claims,
+    tier=EMBEDDED, pack=2, configs=configs, claims=claims,
     paper="summary B: LSTM vs BN-LSTM vs LN-LSTM on IMDb sentiment (no sizes or numbers given)",
     paper_numbers={NAME: "summary B: LN-LSTM converges fastest and reaches the best accuracy "
                          "(no number is given)"},

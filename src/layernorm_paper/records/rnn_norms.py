@@ -1,11 +1,11 @@
 """Summary B's first experiment (docs/paper.md, section 6; paper 6.2 / 6.5): LSTM vs BN-LSTM vs
 LN-LSTM — LN-LSTM converges fastest and reaches the best accuracy — on embedded sequence tasks
-(``rnn_norms``) and on the summary's own data, downloaded (``rnn_downloads``, --full only). The
-two records share their claims, listed per task. The model is
+(``rnn_norms``) and on the summary's own data, downloaded (``rnn_downloads``, the tier paper
+only). The two records share their claims, listed per task. The model is
 ``layernorm_paper.models.classifiers``' ``rnn_classifier``."""
 from __future__ import annotations
 
-from ._record import REAL, SEEDS, STAND_IN, Record, Sweep, config
+from ._record import PAPER, QUICK, REAL, SEEDS, STAND_IN, Record, Sweep, config
 
 NAME, DOWNLOADS_NAME = "rnn_norms", "rnn_downloads"
 EXPERIMENTS = (NAME, DOWNLOADS_NAME)
@@ -19,15 +19,15 @@ DOWNLOAD_TASKS = ((DOWNLOADS_NAME, "imdb"), (DOWNLOADS_NAME, "tiny-shakespeare")
 REAL_TASKS = ("imdb",)
 
 
-def rnn_tasks(preset: str) -> list[dict]:
+def rnn_tasks(scale: str) -> list[dict]:
     """Sequence tasks: pixel-sequence digits (one fixed permutation), MNIST-1D, and a long
     synthetic task (the adding problem). Each: dataset, data_args, model_args, tag, length."""
-    if preset == "tiny":
+    if scale == "tiny":
         return [dict(tag="mnist1d", dataset="mnist1d-seq", data_args={"num_samples": 400},
                      model_args={"hidden": 8, "chunk": 4, "embed": 8},
                      length={"steps": 4, "eval_every": 2},
                      batch_size=16)]
-    big = preset == "full"
+    big = scale == "full"
     # quick: 600 Adam steps of batch 32, evaluated every 30 (20 evaluations); hidden 48; the
     # digits and MNIST-1D sequences are read 4 values per step (16 and 10 steps), the adding
     # problem 1 per step (30).
@@ -55,34 +55,34 @@ def _seeded(task: dict, seed: int) -> dict:
     return {**task["data_args"], **extra.get(task["dataset"], {})}
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     out = []
-    for t in rnn_tasks(preset):
+    for t in rnn_tasks(scale):
         for norm in ("none", "batch", "layer"):
-            for seed in SEEDS[preset]:
+            for seed in SEEDS[scale]:
                 out.append(config(dataset=t["dataset"], model="rnn_classifier", norm=norm,
                                   batch_size=t["batch_size"], seed=seed, optimizer="adam",
-                                  lr=1e-3 if preset == "full" else 3e-3, grad_clip=10.0,
+                                  lr=1e-3 if scale == "full" else 3e-3, grad_clip=10.0,
                                   tag=t["tag"], data_args=_seeded(t, seed),
                                   model_args=dict(t["model_args"]), **t["length"]))
     return out
 
 
-def download_configs(preset: str) -> list:
+def download_configs(scale: str) -> list:
     tasks = [dict(tag="imdb", dataset="imdb", data_args={"vocab_size": 20000, "max_len": 200},
                   model_args={"hidden": 128, "embed": 128}, batch_size=32,
                   length={"steps": 4000, "eval_every": 250}),
              dict(tag="charlm", dataset="tiny-shakespeare", data_args={"seq_len": 100},
                   model_args={"hidden": 256, "embed": 64}, batch_size=32,
                   length={"steps": 4000, "eval_every": 250})]
-    if preset != "full":     # tiny / quick: a few steps, for checking the wiring only
+    if scale != "full":     # tiny / quick: a few steps, for checking the wiring only
         for t in tasks:
             t["length"] = {"steps": 4, "eval_every": 2}
     return [config(dataset=t["dataset"], model="rnn_classifier", norm=norm,
                    batch_size=t["batch_size"], seed=seed, optimizer="adam", lr=1e-3,
                    grad_clip=10.0, tag=t["tag"], data_args=t["data_args"],
                    model_args=dict(t["model_args"]), **t["length"])
-            for t in tasks for norm in ("none", "batch", "layer") for seed in SEEDS[preset]]
+            for t in tasks for norm in ("none", "batch", "layer") for seed in SEEDS[scale]]
 
 
 def task_claims(tasks: list[tuple[str, str]], R) -> list:
@@ -120,7 +120,7 @@ RECORD = Record(
     NAME, section="summary B exp. 1; 6.2/6.5; 3.1",
     claim="LN-LSTM converges fastest, reaches the best accuracy and keeps the hidden-state "
           "distribution stable, vs LSTM and BN-LSTM",
-    tier="quick", pack=1, configs=configs, claims=claims,
+    tier=QUICK, pack=1, configs=configs, claims=claims,
     sweep=Sweep(7),
     paper="paper 6.2: attentive reader, LN-LSTM 240 units, CNN QA corpus, Adam 8e-5, batch 64; "
           "summary B: IMDb sentiment and MSR Sentence Completion")
@@ -130,6 +130,6 @@ DOWNLOADS = Record(
     claim="LSTM vs BN-LSTM vs LN-LSTM on IMDb sentiment and on a character-level language model "
           "(tiny-shakespeare, standing in for the MSR Sentence Completion Challenge, which has "
           "no stable public download)",
-    tier="full", pack=11, configs=download_configs,     # its claims: ``claims`` above
+    tier=PAPER, pack=11, configs=download_configs,     # its claims: ``claims`` above
     paper="summary B: IMDb sentiment and MSR Sentence Completion (a char-level LM on "
           "tiny-shakespeare stands in for MSR)")

@@ -9,30 +9,30 @@ quick scale cost more than the default tier's time holds (docs/reproduce.md, "Co
 ``rnn_classifier``."""
 from __future__ import annotations
 
-from ._record import REAL, SEEDS, Record, config, pick
+from ._record import PAPER, REAL, SEEDS, Record, config, pick
 
 NAME = "rnn_pixels_mnist"
 TASK = "mnist"
 HEADING = "Summary B: LSTM vs BN-LSTM vs LN-LSTM on permuted pixel-by-pixel MNIST (real digits)"
 
 
-def configs(preset: str) -> list:
+def configs(scale: str) -> list:
     """One fixed pixel permutation (``permute_seed`` 0) for every run; Adam at 1e-3 for every
     arm (not swept), gradients clipped at 10, batch 32; 5 seeds. The quick scale's test set is
     the first 2,000 of MNIST's 10,000 test digits (0.05 pp each), for the cost of scoring
     196-step sequences at each evaluation."""
-    data = pick(preset, tiny={"side": 14, "limit_train": 256, "limit_test": 64},
+    data = pick(scale, tiny={"side": 14, "limit_train": 256, "limit_test": 64},
                 quick={"side": 14, "limit_test": 2000}, full={"side": 28})
-    model = pick(preset, tiny={"hidden": 8, "embed": 4}, quick={"hidden": 64, "embed": 16},
+    model = pick(scale, tiny={"hidden": 8, "embed": 4}, quick={"hidden": 64, "embed": 16},
                  full={"hidden": 100, "embed": 32})
-    length = pick(preset, tiny={"steps": 4, "eval_every": 2},
+    length = pick(scale, tiny={"steps": 4, "eval_every": 2},
                   quick={"steps": 1200, "eval_every": 100},
                   full={"steps": 20000, "eval_every": 1000})
     return [config(dataset=TASK, model="rnn_classifier", norm=norm, batch_size=32, seed=seed,
                    optimizer="adam", lr=1e-3, grad_clip=10.0, tag="pixels",
                    data_args={"view": "pixels", "permute": True, **data},
                    model_args={"chunk": 1, **model}, **length)
-            for norm in ("none", "batch", "layer") for seed in SEEDS[preset]]
+            for norm in ("none", "batch", "layer") for seed in SEEDS[scale]]
 
 
 def claims(found, R) -> list:
@@ -53,7 +53,7 @@ RECORD = Record(
     NAME, data=REAL, section="summary B exp. 1",
     claim="LN-LSTM converges fastest and reaches the best accuracy, vs LSTM and BN-LSTM, on "
           "permuted pixel-by-pixel MNIST (the real digits, downloaded)",
-    tier="full", pack=3, configs=configs, claims=claims,
+    tier=PAPER, pack=3, configs=configs, claims=claims,
     paper="summary B: LSTM vs BN-LSTM vs LN-LSTM (IMDb, MSR Sentence Completion; no pixel "
           "task); Cooijmans et al. (2016), BN-LSTM's paper: permuted MNIST, 784 steps, "
           "100 units",

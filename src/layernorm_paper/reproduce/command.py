@@ -1,7 +1,7 @@
 """``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
-table, geometry), and write the report. A tier (``--embedded``, ``--quick``, ``--full``,
-``--preset tiny``) picks which experiments run and at which of the runner's scales
-(``layernorm run --preset tiny|quick|full``):
+table, geometry), and write the report. A tier (``--embedded``, ``--quick``, ``--paper``,
+``--preset tiny``) picks which experiments run, each at one of the runner's scales
+(``layernorm run NAME --preset tiny|quick|full``):
 
     layernorm reproduce                      the tier embedded (the default): every experiment
                                              whose data ships with the package, and three on real
@@ -43,20 +43,22 @@ from ..batch_split import DDP_EXPERIMENT
 from .growth import GROWTH_EXPERIMENT, run_growth
 
 # The experiments and their tiers are the records' (``layernorm_paper.records``): EXPERIMENTS in
-# their run order (the longest first: better packing over --jobs processes); STANDARD_ONLY, run by
-# --preset standard (at the experiments' quick scale) and not by --quick: with the training each
+# their run order (the longest first: better packing over --jobs processes); EMBEDDED_ONLY, run by
+# the tier embedded (at the experiments' quick scale) and not by --quick: with the training each
 # needs for an honest verdict they do not fit --quick's time budget on 2 cores
-# (docs/reproduce.md, "Cost"). Paper experiments not yet registered are skipped.
+# (docs/reproduce.md, "Cost"). The tiers, their former names and the scale each trains at are
+# the records' too (``records.TIERS``, ``FORMER_TIER_NAMES``, ``TIER_SCALE``).
 EXPERIMENTS = records.run_order()
-STANDARD_ONLY = records.with_tier(records.STANDARD)
-EMBEDDED = "embedded"   # the default tier: the runner's "quick" configs of every embedded experiment
-STANDARD = "standard"   # the former name of the tier embedded, still accepted
+EMBEDDED_ONLY = records.with_tier(records.EMBEDDED)
+TINY, QUICK, EMBEDDED, PAPER = records.TINY, records.QUICK, records.EMBEDDED, records.PAPER
 DEFAULT_TIER = EMBEDDED
-TIERS = ("tiny", "quick", EMBEDDED, "full")
-PAPER = "paper"         # the command line's name of the tier full (the paper's sizes)
+TIERS = records.TIERS
+TIER_NAMES = (*TIERS, *records.FORMER_TIER_NAMES)    # what --preset accepts
+# reproduce.json's "preset" and the default output directory (runs/reproduce-<name>) call the
+# tier paper "full", the name they were first written with: a directory written then resumes,
+# and the report (which reads "preset") reads it the same
+STORED_NAME = {PAPER: "full"}
 DEVICES = ("auto", "cpu", "cuda")
-# the runner's scale (``layernorm run --preset``) each tier trains its configs at
-SCALE = {"tiny": "tiny", "quick": "quick", EMBEDDED: "quick", "full": "full"}
 ANALYSIS = "analysis"
 LOCK = ".reproduce.lock"     # in the output directory: one reproduction writes it at a time
 
@@ -76,7 +78,7 @@ def _cpu_seconds() -> float:
                resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
 
 
-def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
+def run_analysis(out: Path, scale: str, log=print) -> dict[str, str]:
     """Invariance table and geometry into ``out/analysis`` (reused when present). Returns the
     parts that could not be run, with the reason."""
     not_run = {}
@@ -89,8 +91,8 @@ def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
         return {ANALYSIS: f"layernorm_paper.analysis is not available in this build ({err})"}
     # tiny: a smoke test of the wiring; quick: the analysis' own defaults (seconds), with fewer
     # training steps for the geometry's implicit-learning-rate runs; full: the defaults.
-    inv_args = {"tiny": {"draws": 1, "real_draws": 1}}.get(preset, {})
-    geo_args = {"tiny": {"steps": 10, "n_examples": 16}, "quick": {"steps": 200}}.get(preset, {})
+    inv_args = {"tiny": {"draws": 1, "real_draws": 1}}.get(scale, {})
+    geo_args = {"tiny": {"steps": 10, "n_examples": 16}, "quick": {"steps": 200}}.get(scale, {})
     inv = adir / "invariance.json"
     if not inv.exists():
         log("analysis: invariance table (Table 1) ...")
@@ -111,7 +113,7 @@ def run_analysis(out: Path, preset: str, log=print) -> dict[str, str]:
 DDP_WORLD = 2
 
 
-def _ddp_worker(preset: str, runs: str) -> None:
+def _ddp_worker(scale: str, runs: str) -> None:
     """One rank of the batch-split run (started by torch's elastic launcher, which set RANK,
     WORLD_SIZE, MASTER_ADDR...): the runner trains every config of ``ddp_batch_split`` together
     with the other rank, one torch thread each, as ``layernorm run`` does under torchrun."""
@@ -125,7 +127,7 @@ def _ddp_worker(preset: str, runs: str) -> None:
     loopback = next((n for _, n in socket.if_nameindex() if n.startswith("lo")), "lo")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)   # gloo on 127.0.0.1 only
     torch.set_num_threads(1)
-    configs = get_experiment(DDP_EXPERIMENT).configs(preset)
+    configs = get_experiment(DDP_EXPERIMENT).configs(scale)
     runtime = distributed.runtime(configs[0].device)
     try:
         # under torchrun a failed run raises on its rank (run_configs), which stops the group
@@ -138,7 +140,7 @@ def _ddp_worker(preset: str, runs: str) -> None:
                            f"{runtime.rank}: {error_text(failed[0].error)}")
 
 
-def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
+def run_distributed(out: Path, scale: str, log=print) -> dict[str, str]:
     """Section 3's batch split, measured: ``ddp_batch_split`` trained on 1 process into
     ``out/runs/ddp_batch_split/NAME`` and on 2 processes (torch's elastic launcher, the library
     behind torchrun: gloo on 127.0.0.1, a free port) into ``NAME-w2``; both reused when finished.
@@ -149,7 +151,7 @@ def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
     from ..experiments import get_experiment
     from ..experiments.runner import run_configs
     runs = out / "runs"
-    configs = get_experiment(DDP_EXPERIMENT).configs(preset)
+    configs = get_experiment(DDP_EXPERIMENT).configs(scale)
     log(f"{DDP_EXPERIMENT}: {len(configs)} runs on 1 process, then on {DDP_WORLD} processes "
         f"(gloo, 127.0.0.1)")
     failed = [r for r in run_configs(configs, runs, jobs=1, progress=False, log=log)
@@ -171,7 +173,7 @@ def run_distributed(out: Path, preset: str, log=print) -> dict[str, str]:
                           rdzv_endpoint=f"127.0.0.1:{port}", max_restarts=0,
                           monitor_interval=0.5, start_method="spawn", local_addr="127.0.0.1")
     try:
-        elastic_launch(config, _ddp_worker)(preset, str(runs))
+        elastic_launch(config, _ddp_worker)(scale, str(runs))
     except Exception as err:    # the report lists it as not run, with the reason
         # torch's text frames the failed rank's report in rows of '=': keep what it says
         return {DDP_EXPERIMENT: f"the {DDP_WORLD}-process run failed: {error_text(err)}"}
@@ -224,11 +226,11 @@ def _invocation(meta: dict) -> dict:
     return {k: meta.get(k) for k in keys}
 
 
-def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, *, only=None,
+def reproduce(tier: str = DEFAULT_TIER, out: str | os.PathLike | None = None, *, only=None,
               jobs: int | None = None, report: bool = True, device: str | None = None,
               log=print, extra_seeds: int = 0, seed_offset: int = 0) -> Path:
-    """Run the reproduction's tier ``preset`` (tiny, quick, embedded or full; "standard" is
-    embedded's former name, "paper" full's command-line name) into ``out``; returns the output
+    """Run the reproduction's tier ``tier`` (tiny, quick, embedded or paper; "standard" and
+    "full", their former names, are embedded and paper) into ``out``; returns the output
     directory. ``device`` (auto, cpu, cuda): the device of every training run (default: each
     config's, "auto": a GPU where torch sees one); the distributed batch split stays on CPU.
     ``seed_offset``: every training run's seed moved up by this much (0, 1, ... become offset,
@@ -236,7 +238,7 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
     from ..experiments import EXPERIMENTS as REGISTRY
     from layernorm.checks import check_choice
 
-    check_choice(preset, (*TIERS, STANDARD, PAPER), "preset")
+    check_choice(tier, TIER_NAMES, "tier")
     if device is not None:
         check_choice(device, DEVICES, "device")
         import torch
@@ -244,27 +246,27 @@ def reproduce(preset: str = DEFAULT_TIER, out: str | os.PathLike | None = None, 
             raise ValueError(f"device 'cuda' was asked for, but torch {torch.__version__} sees "
                                f"no CUDA GPU here. Leave --device out (auto: the CPU here) or "
                                f"pass --device cpu.")
-    preset = {STANDARD: EMBEDDED, PAPER: "full"}.get(preset, preset)
+    tier = records.FORMER_TIER_NAMES.get(tier, tier)
     names = [n for n in EXPERIMENTS if n in REGISTRY] + [DDP_EXPERIMENT, ANALYSIS]
     if only:
         for n in only:
             check_choice(n, names, "experiment for --only")
         names = [n for n in names if n in only]
     # --quick leaves these to the tier embedded, unless --only asks for them by name
-    deferred = set(STANDARD_ONLY) if preset == "quick" and not only else set()
+    deferred = set(EMBEDDED_ONLY) if tier == QUICK and not only else set()
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise ValueError(f"jobs must be an integer >= 1 (or None: 2, or 1 on a single core), "
                          f"received {jobs!r}. Use --jobs 1 to run one at a time.")
     if not isinstance(seed_offset, int) or isinstance(seed_offset, bool) or seed_offset < 0:
         raise ValueError(f"seed_offset must be an integer >= 0, received {seed_offset!r}. "
                          f"Use --seed-offset 0 for the seeds 0, 1, ...")
-    out = output_dir(out or f"runs/reproduce-{preset}")
+    out = output_dir(out or f"runs/reproduce-{STORED_NAME.get(tier, tier)}")
     jobs = jobs or max(1, min(2, os.cpu_count() or 1))
     with exclusive_lock(out / LOCK, f"another `layernorm reproduce` (pid {{pid}}) is writing "
                         f"{out} right now; wait for it to finish, or pass another --out."):
         for folder in (out, out / "analysis", out / "analysis" / "geometry"):
             clean_stale_temp_files(folder)     # atomic writes cut short by a kill
-        return _reproduce(preset, out, names, jobs, report, log, deferred, bool(only), device,
+        return _reproduce(tier, out, names, jobs, report, log, deferred, bool(only), device,
                           extra_seeds, seed_offset)
 
 
@@ -274,7 +276,7 @@ def _downloads(configs: list) -> list[str]:
     return sorted({c.dataset for c in configs if not dataset_info(c.dataset).embedded})
 
 
-def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool, log,
+def _reproduce(tier: str, out: Path, names: list[str], jobs: int, report: bool, log,
                deferred: set[str] = frozenset(), only_named: bool = False,
                device: str | None = None, extra_seeds: int = 0, seed_offset: int = 0) -> Path:
     from ..experiments import get_experiment
@@ -283,7 +285,7 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
     from ..experiments.rundir import git_commit
 
     t0, load0, cpu0 = time.time(), _loadavg(), _cpu_seconds()
-    scale = SCALE[preset]    # the runner's preset of every config
+    scale = records.TIER_SCALE[tier]    # the runner's scale of every config
     not_run: dict[str, str] = {}
     configs, datasets = [], set()
     for n in names:
@@ -295,12 +297,12 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
                           "standard), or --only " + n)
             continue
         exp = get_experiment(n)
-        if exp.needs_download and scale != "full" and not (preset == "tiny" and only_named):
+        if exp.needs_download and tier != PAPER and not (tier == TINY and only_named):
             # --paper's experiments; the tier tiny runs them when --only names them (wiring)
             not_run[n] = (f"needs downloaded data ({exp.claim}); run with --paper")
             continue
         cs = exp.configs(scale)
-        if preset == "tiny" and not only_named and _downloads(cs):
+        if tier == TINY and not only_named and _downloads(cs):
             not_run[n] = (f"needs downloaded data ({', '.join(_downloads(cs))}); the tier tiny "
                           f"trains on embedded data only (--only {n} runs it)")
             continue
@@ -316,7 +318,7 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
     configs, unreachable, sources_used = prefetch(configs, log)
     not_run.update(unreachable)
     parts["data"] = time.time() - t
-    log(f"layernorm reproduce --preset {preset}: {len(configs)} training runs in {jobs} "
+    log(f"layernorm reproduce --preset {tier}: {len(configs)} training runs in {jobs} "
         f"process(es) into {out}/runs (finished runs are reused)")
     failed, trained = [], 0
     if configs:
@@ -357,7 +359,7 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
         if isinstance(entry, dict):
             common = {k: v for k, v in entry.items() if k not in ("arms", "budget")}
             swept[n] = {arm: {**common, **e} for arm, e in entry.get("arms", {}).items()}
-    meta = {"preset": preset, "jobs": jobs, "device": device or "per config",
+    meta = {"preset": STORED_NAME.get(tier, tier), "jobs": jobs, "device": device or "per config",
             "seed_offset": seed_offset,
             "experiments": names, "datasets": sorted(datasets),
             "data_sources": sources_used,
@@ -401,8 +403,8 @@ def _reproduce(preset: str, out: Path, names: list[str], jobs: int, report: bool
 
 def failures(out: str | os.PathLike) -> list[str]:
     """What failed in the last ``reproduce`` into ``out``: one line per failed training run and
-    per analysis part that raised (parts not run by choice, e.g. downloads outside --full, are
-    not failures)."""
+    per analysis part that raised (parts not run by choice, e.g. downloads outside the tier
+    paper, are not failures)."""
     meta = _read_meta(Path(out))
     return list(meta.get("failed_runs", [])) + [
         f"analysis {k}: {v}" for k, v in meta.get("failed_analysis", {}).items()]
@@ -411,14 +413,15 @@ def failures(out: str | os.PathLike) -> list[str]:
 def tier(args: argparse.Namespace) -> str:
     """The tier of the reproduction that the command line asks for: ``--quick``, ``--paper``
     (``--full``), ``--embedded`` or ``--preset NAME`` (one of them at most); ``embedded`` when
-    none is given (``--preset standard``, its former name, too)."""
-    if args.full or args.paper or args.preset == PAPER:
-        return "full"
+    none is given. A former name (``--full``, ``--preset standard``, ``--preset full``) gives
+    the tier it names now."""
+    if args.full or args.paper:
+        return PAPER
     if args.quick:
-        return "quick"
-    if args.embedded:
+        return QUICK
+    if args.embedded or args.preset is None:
         return EMBEDDED
-    return EMBEDDED if args.preset in (None, STANDARD) else args.preset
+    return records.FORMER_TIER_NAMES.get(args.preset, args.preset)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -426,8 +429,7 @@ def _run(args: argparse.Namespace) -> int:
         from .costs import format_costs
         print(format_costs(args.costs))
         return 0
-    preset = tier(args)
-    out = reproduce(preset, args.out, only=args.only, jobs=args.jobs, device=args.device,
+    out = reproduce(tier(args), args.out, only=args.only, jobs=args.jobs, device=args.device,
                     log=print, extra_seeds=args.extra_seeds, seed_offset=args.seed_offset)
     if (out / "summary.json").exists():
         from ..report import summary_table
@@ -447,8 +449,9 @@ def add_commands(sub) -> None:
     p = sub.add_parser("reproduce", help="run the experiments of the paper and of the two "
                                          "summaries it checks (docs/paper.md) and write a report "
                                          "that judges each claim")
-    # A tier of the reproduction picks which experiments run and at which of the runner's scales
-    # (`layernorm run --preset tiny|quick|full`); the tiers quick and embedded run the quick scale.
+    # A tier of the reproduction picks which experiments run, each at one of the runner's scales
+    # (`layernorm run NAME --preset tiny|quick|full`); the tiers quick and embedded run the quick
+    # scale, the tier paper the full one.
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--embedded", action="store_true", help="the tier embedded (the default): "
                       "every experiment whose data ships with the package, and summary B's IMDb "
@@ -465,7 +468,7 @@ def add_commands(sub) -> None:
                       "cores, its cost per experiment from --costs DIR; with --device cuda on a "
                       "GPU; resumable")
     mode.add_argument("--full", action="store_true", help="the former name of --paper")
-    mode.add_argument("--preset", choices=(*TIERS, STANDARD, PAPER), metavar="TIER",
+    mode.add_argument("--preset", choices=TIER_NAMES, metavar="TIER",
                       help="the tier by name: tiny (seconds, for tests), quick (= --quick), "
                       "embedded (= --embedded, the default; 'standard' is its former name and "
                       "still accepted), paper (= --paper; 'full' is its former name)")

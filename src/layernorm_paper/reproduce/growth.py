@@ -43,7 +43,7 @@ def _finished_runs(exp_dir: Path) -> list[Path]:
 def _word_streams(ds, length: int) -> tuple[torch.Tensor, int]:
     """((STREAMS, length) token ids, the number of distinct test words read): the test reviews'
     words (padding left out) read one review after another, cut into STREAMS streams; where the
-    test split holds fewer words than that (a small preset), read again from its start."""
+    test split holds fewer words than that (a small scale), read again from its start."""
     lengths = ds.lengths_test if ds.lengths_test is not None else \
         torch.full((len(ds.x_test),), ds.x_test.shape[1])
     words, need, i = [], STREAMS * length, 0

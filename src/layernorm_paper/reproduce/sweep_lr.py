@@ -34,14 +34,14 @@ from ..records._record import INTERIOR, LAST_EVALUATIONS, Sweep, where_on_grid
 FACTORS = (1 / 3, 1.0, 3.0)       # the default grid, times the record's learning rate
 SEEDS = 3                         # seeds per learning rate: a pick's margin against their spread
 WIDEN = 3                         # values tried beyond an edge until the pick is interior
-SCALE = {"tiny": "tiny", "embedded": "quick"}    # the sweep's tier -> the runner's scale
+TIERS = (records.TINY, records.EMBEDDED)     # the tiers whose configs a sweep can tune
 
 
 def default_experiments() -> list[str]:
     """The experiments swept by default: every record with a ``Sweep`` and configs outside the
     tier paper (downloaded data), the cheapest first (``Sweep.rank``)."""
     return [r.name for r in sorted((r for r in records.RECORDS.values()
-                                    if r.sweep and r.configs and r.tier != records.FULL),
+                                    if r.sweep and r.configs and r.tier != records.PAPER),
                                    key=lambda r: r.sweep.rank)]
 
 
@@ -180,8 +180,8 @@ def sweep(experiments: list[str] | None = None, *, tier: str = "embedded", seeds
     from ..experiments.runner import run_configs
     from layernorm.checks import check_choice
 
-    check_choice(tier, tuple(SCALE), "tier")
-    scale = SCALE[tier]
+    check_choice(tier, TIERS, "tier")
+    scale = records.TIER_SCALE[tier]
     default = default_experiments()
     names = list(experiments or default)
     for n in names:
@@ -331,7 +331,7 @@ def add_commands(sub) -> None:
     p.add_argument("--batch", type=_args.positive_int, metavar="B",
                    help="sweep only the arms at batch size B (the others keep their record's "
                         "value, listed as not swept)")
-    p.add_argument("--tier", choices=tuple(SCALE), default="embedded",
+    p.add_argument("--tier", choices=TIERS, default="embedded",
                    help="embedded (the default tier's configs, the runner's quick scale) or tiny "
                         "(seconds, for tests)")
     p.add_argument("--out", help="where the sweep's runs go (default runs/sweep-lr-<tier>); "
