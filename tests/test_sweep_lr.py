@@ -209,5 +209,9 @@ def test_a_new_record_is_all_a_swept_experiment_needs(tmp_path, monkeypatch):
 
     with pytest.raises(ValueError, match="direction"):
         records.Sweep(1, direction="lower")
+    with pytest.raises(ValueError, match="Use tier='embedded'"):     # a former name
+        replace(new, tier="standard")
+    with pytest.raises(TypeError, match="Sweep"):
+        replace(new, sweep={"metric": "test_loss"})
     with pytest.raises(ValueError, match="not swept"):
         sweep_lr.run_score(run, "analysis")

@@ -98,6 +98,19 @@ class Record:
     #                                  which about half the baseline's runs miss (censored by
     #                                  construction, the report says so)
 
+    def __post_init__(self):
+        record_tiers = (QUICK, EMBEDDED, PAPER)
+        if self.tier not in record_tiers:
+            former = FORMER_TIER_NAMES.get(self.tier)
+            fix = f"Use tier={former!r}, its name now." if former else \
+                f"Use one of {record_tiers}: the smallest tier that runs it."
+            raise ValueError(f"record {self.name!r}: tier must be one of {record_tiers}, "
+                             f"received {self.tier!r}. {fix}")
+        if self.sweep is not None and not isinstance(self.sweep, Sweep):
+            raise TypeError(f"record {self.name!r}: sweep must be a Sweep(rank, metric, "
+                            f"direction, scored_on) or None, received "
+                            f"{type(self.sweep).__name__}.")
+
 
 # Section 6 experiments, quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so
 # that 5 seeds cost what 3 did: measured with /usr/bin/time, `layernorm run NAME --preset quick
