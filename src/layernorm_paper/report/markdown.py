@@ -49,6 +49,9 @@ def mark(claim: Claim, res: ClaimResult) -> str:
     return (CHECK_MARK if claim.kind == CHECK else VERDICT_MARK)[res.status]
 
 
+COMPOSITES = "Statements of several claims (not counted again): "
+
+
 def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
     """Claims counted once each; composite statements listed apart (their parts are already
     counted); deterministic checks counted apart."""
@@ -60,11 +63,11 @@ def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
     apart = {k: v for k, v in claims.items() if k in GUARD_OUTCOMES}
     lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in judged.items())]
     if apart:
-        lines.append("Not judged as run (counted apart; the guards, appendix): "
+        lines.append("Not judged as run (the guards; counted apart): "
                      + ", ".join(f"{k}: {v}" for k, v in apart.items()))
     comp = [(c, r) for c, r in results if c.kind == COMPOSITE]
     if comp:
-        lines.append("Statements of several claims (not counted again): " + "; ".join(
+        lines.append(COMPOSITES + "; ".join(
             f"{c.id} {r.status}" for c, r in comp))
     checks = [(c, r) for c, r in results if c.kind == CHECK]
     if checks:
@@ -222,33 +225,26 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
            figure_paths: dict[str, str]) -> str:
     meta, runs = inp.meta, inp.runs
     preset = meta.get("preset", "?")
-    md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report", ""]
+    md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report"]
     if preset != "full":
-        data = meta.get("datasets") or sorted({r.task for r in runs})
-        md += [f"> **Reduced-scale run (preset `{preset}`)**: small models, few updates, mostly "
-               f"stand-in data (the scale table); the verdicts say what these runs show. "
-               f"`--full` runs the paper's scale where its data can be downloaded.", ""]
-    md += ["## Summary", "", "Ours: d [95% interval] and the rule's boundary (*: the part with "
-           "least room); distance: from the boundary in half-widths h, and the seeds whose "
-           "removal flips the verdict. Rules and numbers: the appendix.", ""]
-    md += front.summary_tables(inp, results, mark)
-    md += [f"{line}  " for line in totals(results)] + [""]
+        md += [f"> **Reduced scale (preset `{preset}`)**: small models, few updates, mostly "
+               f"stand-in data; the verdicts say what these runs show (`--full`: the paper's "
+               f"scale where its data downloads).", ""]
+    md += ["## Summary", front.LEGEND, ""]
+    md += front.summary_table(inp, results, mark)
+    counts = totals(results)
+    md += [f"{line}  " for line in counts if not line.startswith(COMPOSITES)] + [""]
     if figure_paths.get(FOREST):
-        md += ["### Every interval against its boundary", "",
-               "In units of the boundary (margin 1, band ±1, a ratio's bar 1 on a log scale); "
-               "hollow: borderline.", "", f"![{FOREST}]({figure_paths[FOREST]})", ""]
-    lr = rates.learning_rate_rows(inp)
-    md += ['<a id="learning-rates"></a>', "### Learning rates", ""]
-    md += ([md_table(lr), "", "Closest win: the smallest winning margin over the runner-up "
-            "against the seeds' spread (under 1×: within noise). The shared rate, and the "
-            "experiments without one: the appendix.", ""] if lr else
-           ["No arm's learning rate was chosen by `layernorm sweep-lr` in these runs (each "
-            "arm's rate is in the settings, appendix).", ""])
-    scale = front.scale_rows(inp, results)
-    if scale:
-        md += ['<a id="scale"></a>', "### Scale: what the source ran, what ran here", "",
-               md_table(scale), ""]
+        md += ["### Every interval in units of its boundary (green: reproduced, red: not; "
+               "hollow: borderline)",
+               f"![{FOREST}]({figure_paths[FOREST]})", ""]
+    exps = front.experiment_rows(inp, results)
+    if exps:
+        md += ['<a id="experiments"></a>', "### Experiments: the source's scale, ours, learning rates",
+               md_table(exps), ""]
     md += ["# Appendix", ""]
+    md += ["## Sources", ""] + front.source_lines(results) + [""]
+    md += [x for line in counts if line.startswith(COMPOSITES) for x in (line, "")]
     md += ["## Environment", ""] + environment(inp) + machine_lines(inp) + [""]
     checks = front.checks_table(results, mark)
     if checks:
@@ -257,6 +253,11 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
     settings = _settings_block(inp, results)
     if settings:
         md += ["## Settings per experiment", ""] + settings + [""]
+    lr = rates.learning_rate_rows(inp)
+    if lr:
+        md += ['<a id="learning-rates"></a>', "## Learning rates", "", md_table(lr), "",
+               "Closest win: the smallest winning margin over the runner-up against the seeds' "
+               "spread (under 1×: within noise).", ""]
     arms = rates.learning_rate_arms(inp)
     if arms:
         unshared = rates.no_shared_rate(inp, results)
@@ -264,7 +265,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                "Where each pick fell on its arm's grid (an edge: a better value may lie beyond "
                "it), and its winning margin over the runner-up against the seed-to-seed spread "
                "of the sweep's scores.", "",
-               "At one shared rate (the front's learning-rate table): the value on every arm's "
+               "At one shared rate (the front's experiment table): the value on every arm's "
                "grid nearest the geometric middle of the arms' picks, and the order of the arms "
                "that differ only by normalization there, by the sweep's validation scores, "
                "against their order at their own picks; a claim whose order differs says so. "
