@@ -203,15 +203,18 @@ def machine_lines(inp: Inputs) -> list[str]:
 
 BORDERLINE_TEXT = (
     "Near the boundary: every decided verdict prints the distance of its interval from the "
-    "nearest boundary of its rule in half-widths h (the front page's “distance”; 0 when the "
-    "interval straddles it) and a leave-one-seed-out check, the same rule on the values of the "
+    "nearest boundary of its rule in half-widths h (the front page's “dist”, with b where "
+    "borderline; 0 when the interval straddles it) and a leave-one-seed-out check, the same "
+    "rule on the values of the "
     "other seeds (its seed minimum aside). A verdict is **borderline** when the distance is under "
     "0.5 h or when leaving out one seed changes it. The verdict in words says what was tested: "
     "“reproduced” / “not reproduced”, in the stand-in or on the source's data; “inconclusive: "
     "underpowered” (h above the margin), “inconclusive: interval straddles the margin” (h within "
     "it), “inconclusive: censored runs” (a run that never reached a target forbids the verdict), "
+    "“inconclusive: left-censored” (a run met the target at its first evaluation), "
     "“inconclusive: censored by construction” (the target is one arm's own endpoint, which about "
-    "half its runs miss), “inconclusive: too few seeds”.")
+    "half its runs miss: only where the task has no trivial predictor here), “inconclusive: too "
+    "few seeds”; the front page gives the reason after ❔.")
 
 
 def _settings_block(inp: Inputs, results) -> list[str]:
@@ -234,7 +237,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
     preset = meta.get("preset", "?")
     md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report"]
     if preset != "full":
-        md += [f"> **Reduced scale (preset `{preset}`)**: small models, few updates, mostly "
+        md += [f"> **Reduced-scale run (preset `{preset}`)**: small models, few updates, mostly "
                f"stand-in data; the verdicts say what these runs show (`--full`: the paper's "
                f"scale where its data downloads).", ""]
     md += ["## Summary", front.LEGEND, ""]

@@ -157,7 +157,6 @@ def shared_rate_text(arms: dict, short: bool = False) -> str:
 
 
 NO_SHARED = "no shared-rate runs"
-SHARED_DIFFERS = "order differs at a shared rate"
 
 
 def run_arm(run: Run) -> str:
