@@ -32,6 +32,21 @@ def test_words_say_what_was_tested():
     assert front.distance(ClaimResult(near, "k", [])).startswith("0.26 h; without seed 0")
     check = Verdict(SUPPORTED, "r")
     assert front.words(_claim(kind=CHECK), ClaimResult(check, "k", [])) == "holds"
+    # the front's cells: the verdict in a few words (❔ says "inconclusive"), ours against the
+    # boundary, the distance with "b" where borderline
+    assert front.short_words(_claim(), ClaimResult(wide, "k", [])) == "underpowered"
+    assert front.short_words(_claim(), ClaimResult(cens, "k", [])) == "censored"
+    assert front.short_words(_claim(), res) == "not reproduced"
+    assert front.ours_short(ClaimResult(low, "k", [])).endswith(" vs 0.5")
+    from layernorm_paper.report.runs import Inputs
+    inp = Inputs(out=None, runs=[])
+    assert front.dist_short(inp, _claim(), ClaimResult(near, "k", [])) == "0.26 h b"
+    assert front.dist_short(inp, _claim(), ClaimResult(wide, "k", [])) == ""   # a straddle
+
+
+def test_a_learning_rate_in_few_characters():
+    assert [rates._rate(v) for v in (3e-4, 1.1e-4, 0.001, 0.027)] == \
+        ["3e-4", "1.1e-4", "0.001", "0.027"]
 
 
 def test_a_claim_is_listed_under_every_source_it_names():

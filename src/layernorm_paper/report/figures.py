@@ -314,15 +314,19 @@ def order_curves(runs: list[Run], path: Path, title: str) -> None:
     _finish(fig, axes, path, f"{title} (mean ± std over seeds)")
 
 
+PANEL_ROWS = 30    # the forest plot's rows in two panels up to this many claims, three above
+
+
 def forest(rows: list[dict], path: Path) -> None:
     """Every claim's interval in units of its boundary (``front.forest_rows``): a row per claim,
-    its boundary (or band) as dashed lines, the verdict as colour, borderline hollow; the rows
-    in two panels side by side (the front page's space)."""
+    its boundary (or band) as dashed lines, the verdict as colour (the caption says which),
+    borderline hollow; the rows in two or three panels side by side (the front page's space)."""
     plt = _plt()
     colors = {"supported": "tab:green", "not supported": "tab:red"}
-    half = -(-len(rows) // 2)
-    panels = [rows[:half], rows[half:]] if len(rows) > 1 else [rows]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5, 0.7 + 0.11 * half), squeeze=False)
+    k = 1 if len(rows) < 2 else 2 if len(rows) <= PANEL_ROWS else 3
+    half = -(-len(rows) // k)
+    panels = [rows[i:i + half] for i in range(0, len(rows), half)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5, 0.6 + 0.1 * half), squeeze=False)
     lim = 4.0
     for ax, part in zip(axes[0], panels):
         n = len(part)
@@ -340,12 +344,8 @@ def forest(rows: list[dict], path: Path) -> None:
         ax.set_ylim(-0.7, half - 0.3)
         ax.set_xlim(-lim, lim)
         ax.tick_params(axis="x", labelsize=6)
-        ax.set_xlabel("in units of the rule's boundary (dashed); clipped at ±4", fontsize=6)
+        ax.set_xlabel("units of the boundary (dashed), clipped at ±4", fontsize=5)
         ax.grid(alpha=0.3, axis="x")
-    from matplotlib.lines import Line2D
-    axes[0][-1].legend(handles=[Line2D([], [], color=v, lw=2, label=k) for k, v in
-                                (("supported", "tab:green"), ("not supported", "tab:red"),
-                                 ("other", "tab:gray"))], fontsize=5.5, loc="lower right")
     _save(fig, path)
 
 

@@ -17,7 +17,7 @@ from ..verdicts import (CEILING, CENSORED, CENSORED_BUILT_IN, FEW_SEEDS, INCONCL
                         UNDERPOWERED, UNDERTRAINED, Verdict, borderline, nearest)
 from .claims import CHECK, COMPOSITE, NOT_RUN, Claim, ClaimResult
 from .claims.targets import TARGET_DEPENDS
-from .rates import SHARED_DIFFERS, shared_rate_disagrees
+from .rates import rate_cell, shared_rate_disagrees
 from .runs import Inputs, Run, _experiment_runs, data_of
 from .scoring import _fmt_range, updates
 
@@ -154,8 +154,9 @@ def _short(text: str, n: int = 110) -> str:
     return text if len(text) <= n else text[:n - 1].rstrip() + "…"
 
 
-def scale_here(runs: list[Run]) -> str:
-    """The runs' scale in a few words: data, width, updates, seeds per arm."""
+def scale_here(runs: list[Run], datasets: list[str] | None = None) -> str:
+    """The runs' scale in a few words: data (the first dataset and how many more), width,
+    updates, seeds per arm."""
     if not runs:
         return ""
     c = runs[0].config
@@ -167,10 +168,11 @@ def scale_here(runs: list[Run]) -> str:
     for r in runs:
         arms.setdefault(_arm_key(r), set()).add(r.seed)
     seeds = sorted({len(v) for v in arms.values()})
-    parts = [str(c.get("dataset") or runs[0].task)]
+    datasets = datasets or [str(c.get("dataset") or runs[0].task)]
+    parts = [datasets[0] + (f" +{len(datasets) - 1}" if len(datasets) > 1 else "")]
     if width is not None:
-        parts.append(f"width {width}")
-    parts.append(f"{_fmt_range([updates(r) for r in runs])} updates")
+        parts.append(str(width))
+    parts.append(f"{_fmt_range([updates(r) for r in runs])} upd")
     parts.append(f"{'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])}")
     return ", ".join(parts)
 
@@ -194,41 +196,103 @@ def checks_table(results: list[tuple[Claim, ClaimResult]], mark) -> list[str]:
                for c, r in rows] + [""])
 
 
-def summary_tables(inp: Inputs, results: list[tuple[Claim, ClaimResult]], mark) -> list[str]:
-    """One table per source; a claim stands in the table of the first source that makes it, and
-    the later sources' tables name it ("also: ..."), so no row is printed twice. The runs' scale
-    is the scale table's (one row per experiment), not repeated per claim."""
-    md, listed = [], set()
-    for src, title, intro in SOURCES[:-1]:      # the checks: ``checks_table``, appendix
-        mine = [(c, r) for c, r in results if src in sources_of(c)]
-        rows = [(c, r) for c, r in mine if c.id not in listed]
-        if not mine:
-            continue
-        again = [c.id for c, _ in mine if c.id in listed]
-        listed.update(c.id for c, _ in rows)
-        md += [f"### {title}", "", intro + ("" if not again else " Also: " + ", ".join(again)
-                                            + " (above)."), ""]
-        if not rows:
-            continue
-        md += ["| claim | the source | ours: d [interval], boundary | data | verdict | distance |",
-               "|---|---|---|---|---|---|"]
-        for c, r in rows:
-            one = c.kind != COMPOSITE
-            md.append(f"| [{c.id}](#{c.id}) | {_cell(the_source(c))} | "
-                      f"{_cell(ours(r))} | {data_of(c) if one and c.kind != CHECK else ''} | "
-                      f"{mark(c, r).split()[0]} {_cell(words(c, r, data=False))}"
-                      f"{_shared_note(inp, c, r)} | "
-                      f"{_cell(distance(r, short=True))} |")
-        md += [""]
-    return md
+SOURCE_MARK = {PAPER: "P", SUMMARY_A: "A", SUMMARY_B: "B"}
+SHORT_REASON = {UNDERPOWERED: "underpowered", STRADDLE: "straddles the margin",
+                CENSORED: "censored",
+                CENSORED_BUILT_IN: "censored by construction", LEFT_CENSORED: "left-censored",
+                FEW_SEEDS: "few seeds"}
+SHORT_UNIT = {" updates": " upd", " nats/point": " nats/pt", " bits/char": " bpc",
+              " (log nats)": " log"}
+FRONT_SOURCE = 19    # the front's "paper" cell in at most this many characters (whole: appendix)
+LEGEND = ("src: P the paper, A/B summary A/B. ours: d [95% interval] vs the rule's margin, "
+          "band ± or ratio's bar (*: the part with least room). data: the source's own (real) or "
+          "a stand-in. dist: from the boundary in half-widths h; b borderline; † order differs "
+          "at a shared rate; ‡ depends on the target. ❔ inconclusive, and why.")
 
 
-def _shared_note(inp: Inputs, claim: Claim, res: ClaimResult) -> str:
-    """" (order differs at a shared rate)" where the sweep's order of the claim's arms at one
-    shared learning rate is not their order at their own picks."""
-    if not res.measured or claim.kind != "claim":
+def short_words(claim: Claim, res: ClaimResult) -> str:
+    """The front's verdict in a few words (``words`` in full, in the appendix): "reproduced",
+    "not reproduced", "inconclusive: underpowered", "not testable: ceiling", ..."""
+    if not res.measured:
+        return NOT_RUN
+    v = res.verdict
+    if claim.kind == CHECK:
+        return {SUPPORTED: "holds", NOT_SUPPORTED: "fails"}.get(v.verdict, v.verdict)
+    if v.verdict == INCONCLUSIVE:      # the mark ❔ says "inconclusive" (the legend)
+        return SHORT_REASON.get(v.reason, "inconclusive") if v.reason else "inconclusive"
+    return {SUPPORTED: "reproduced", NOT_SUPPORTED: "not reproduced",
+            CEILING: "not testable: ceiling", NO_LEARNING: "baseline did not learn",
+            UNDERTRAINED: "undertrained"}[v.verdict]
+
+
+def ours_short(res: ClaimResult) -> str:
+    """``ours`` in the front's few characters: "d [lo, hi] unit vs boundary" (the bracket's and
+    the boundary's + signs left out)."""
+    leaf = nearest(res.verdict) if res.measured else None
+    if leaf is None or leaf.interval is None:
+        return _short(res.key_number, 40)
+    iv = leaf.interval
+    unit = "" if leaf.log else SHORT_UNIT.get(leaf.unit, leaf.unit)
+    level = "" if math.isclose(iv.level, 0.95) else f" {iv.level:.0%}"
+    b = leaf.bounds
+
+    def g(x: float) -> str:
+        return leaf.fmt_bare(x).removeprefix("+").removeprefix("×")
+    bound = (f"±{g(b[1])}" if len(b) == 2 and math.isclose(b[0], -b[1])
+             else ", ".join(g(x) for x in b))
+    parts = res.verdict.parts
+    return (f"{leaf.fmt_bare(iv.d)} [{g(iv.lo)}, {g(iv.hi)}]{unit}{level} vs {bound}"
+            + ("*" if parts and len(parts) > 1 else ""))
+
+
+def dist_short(inp: Inputs, claim: Claim, res: ClaimResult) -> str:
+    """The front's "dist" cell: the distance in half-widths, "b" where borderline, † where the
+    arms' order differs at a shared learning rate, ‡ where the verdict depends on the target."""
+    if not res.measured:
         return ""
-    return f" ({SHARED_DIFFERS})" if shared_rate_disagrees(inp, claim) else ""
+    leaf = nearest(res.verdict)
+    d = leaf.distance if leaf is not None else None
+    out = ("" if d is None else "0 h" if d == 0 else f"{d:.2f} h" if math.isfinite(d) else
+           "no width")
+    if d == 0 and leaf.verdict not in (SUPPORTED, NOT_SUPPORTED):
+        out = ""                 # a straddle: the verdict says so
+    if res.verdict.verdict in (SUPPORTED, NOT_SUPPORTED) and borderline(res.verdict):
+        out += " b"
+    if claim.kind == "claim" and shared_rate_disagrees(inp, claim):
+        out += " †"
+    if any(c.startswith(TARGET_DEPENDS) for c in res.caveats):
+        out += " ‡"
+    return out.strip()
+
+
+def summary_table(inp: Inputs, results: list[tuple[Claim, ClaimResult]], mark) -> list[str]:
+    """The front's one table: a row per claim of a source (the checks of this implementation:
+    ``checks_table``, appendix), with its sources, the source's number, ours against the
+    boundary, the data, the verdict in words and the distance."""
+    md = ["| claim | src | paper | ours: d [95%] vs boundary | data | verdict | dist |",
+          "|---|---|---|---|---|---|---|"]
+    for c, r in results:
+        srcs = [SOURCE_MARK[s] for s in sources_of(c) if s in SOURCE_MARK]
+        if not srcs:
+            continue
+        one = c.kind not in (COMPOSITE, CHECK)
+        md.append(f"| [{c.id}](#{c.id}) | {''.join(srcs)} | "
+                  f"{_cell(_short(the_source(c), FRONT_SOURCE))} | {_cell(ours_short(r))} | "
+                  f"{data_of(c) if one else ''} | {mark(c, r).split()[0]} "
+                  f"{short_words(c, r)} | {dist_short(inp, c, r)} |")
+    return md + [""]
+
+
+def source_lines(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
+    """The appendix's list of the sources and their claims, with each claim's whole "the
+    source" text (cut short on the front)."""
+    out = []
+    for src, title, intro in SOURCES[:-1]:
+        mine = [c for c, _ in results if src in sources_of(c)]
+        if mine:
+            out.append(f"- **{title}** ({SOURCE_MARK[src]}): {intro} Claims: " + "; ".join(
+                f"{c.id} ({the_source(c)})" for c in mine) + ".")
+    return out
 
 
 def _parts_of(c: Claim) -> str:
@@ -259,13 +323,14 @@ def forest_rows(results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
     return out
 
 
-SOURCE_RAN = 60     # the scale table's "the source ran" in at most this many characters; the
-#                    whole text is the experiment's settings line (appendix)
+SOURCE_RAN = 22     # the experiment table's "the source ran" in at most this many characters;
+#                    the whole text is the experiment's settings line (appendix)
 
 
-def scale_rows(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
-    """Per experiment with runs: the source's settings (its record; cut short, whole in the
-    settings) beside the runs' scale."""
+def experiment_rows(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[dict]:
+    """Per experiment with runs, one row: the source's settings (its record; cut short, whole in
+    the settings) beside the runs' scale, and the learning rates (``rates.rate_cell``: the
+    grid, where the picks fell, the order at a shared rate; "not swept" where no arm was)."""
     rows, seen = [], set()
     for c, _ in results:
         exp = c.experiment
@@ -277,9 +342,10 @@ def scale_rows(inp: Inputs, results: list[tuple[Claim, ClaimResult]]) -> list[di
             continue
         rec = RECORDS[exp]
         datasets = sorted({str(r.config.get("dataset") or r.task) for r in runs})
-        rows.append({"experiment": f"`{exp}`",
-                     "the source ran": _short(rec.paper or "no experiment", SOURCE_RAN),
-                     "here": scale_here(runs) + (f" (data: {', '.join(datasets)})"
-                                                 if len(datasets) > 1 else ""),
-                     "data": rec.data})
+        rows.append({"experiment": exp,
+                     "the source ran": _short(re.sub(r"^(paper [\d.]+|summary [AB]): ", "",
+                                                     rec.paper) or "no experiment", SOURCE_RAN),
+                     "here": scale_here(runs, datasets),
+                     "learning rates: grid; picks (↑↓ edge); shared":
+                         rate_cell(inp, exp)})
     return rows

@@ -49,6 +49,9 @@ def mark(claim: Claim, res: ClaimResult) -> str:
     return (CHECK_MARK if claim.kind == CHECK else VERDICT_MARK)[res.status]
 
 
+COMPOSITES = "Statements of several claims (not counted again): "
+
+
 def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
     """Claims counted once each; composite statements listed apart (their parts are already
     counted); deterministic checks counted apart."""
@@ -60,11 +63,11 @@ def totals(results: list[tuple[Claim, ClaimResult]]) -> list[str]:
     apart = {k: v for k, v in claims.items() if k in GUARD_OUTCOMES}
     lines = [f"Claims ({n}, each once): " + ", ".join(f"{k}: {v}" for k, v in judged.items())]
     if apart:
-        lines.append("Not judged as run (counted apart; the guards, appendix): "
+        lines.append("Not judged as run (the guards; counted apart): "
                      + ", ".join(f"{k}: {v}" for k, v in apart.items()))
     comp = [(c, r) for c, r in results if c.kind == COMPOSITE]
     if comp:
-        lines.append("Statements of several claims (not counted again): " + "; ".join(
+        lines.append(COMPOSITES + "; ".join(
             f"{c.id} {r.status}" for c, r in comp))
     checks = [(c, r) for c, r in results if c.kind == CHECK]
     if checks:
@@ -143,8 +146,15 @@ HOW = (
     f"straddles m. “A equals B within m” is supported if the whole interval lies inside ±m, not "
     f"supported if it lies entirely outside; “about the same” is the same with the 90% interval "
     f"(two one-sided tests at 5%). “About k× faster” reads the interval of the ratio of update "
-    f"counts against k/√2. A run that never reaches a target is censored at its budget (a lower "
-    f"bound), which forbids the verdict it would favour. Every interval prints its half-width h, "
+    f"counts against k/√2. A “faster” claim counts updates to targets fixed before the run: its "
+    f"task's trivial predictor's score t bettered by 10, 25, 50, 75 and 90% of |t| (every one "
+    f"shown; a record may fix its own; a task with no trivial predictor here counts to a target "
+    f"derived from the runs, and says so); the counted one is the strictest that every run of "
+    f"some arm reaches. A run's count is the step from which it stays at or past the target (a "
+    f"crossing followed by a climb back does not count). A run that never reaches a target is "
+    f"censored at its budget (a lower bound), one that meets it at its first evaluation is "
+    f"left-censored (an upper bound): either forbids the verdict it would favour. Every interval "
+    f"prints its half-width h, "
     f"the smallest difference it resolves (margin + h) and the seeds for h ≤ margin; an "
     f"inconclusive verdict says whether it is underpowered (h > margin) or a straddle. Fewer than "
     f"{MIN_SEEDS} seeds per arm: inconclusive. Margins: beats = {BEATS_MARGIN * PP:g} pp of "
@@ -193,15 +203,18 @@ def machine_lines(inp: Inputs) -> list[str]:
 
 BORDERLINE_TEXT = (
     "Near the boundary: every decided verdict prints the distance of its interval from the "
-    "nearest boundary of its rule in half-widths h (the front page's “distance”; 0 when the "
-    "interval straddles it) and a leave-one-seed-out check, the same rule on the values of the "
+    "nearest boundary of its rule in half-widths h (the front page's “dist”, with b where "
+    "borderline; 0 when the interval straddles it) and a leave-one-seed-out check, the same "
+    "rule on the values of the "
     "other seeds (its seed minimum aside). A verdict is **borderline** when the distance is under "
     "0.5 h or when leaving out one seed changes it. The verdict in words says what was tested: "
     "“reproduced” / “not reproduced”, in the stand-in or on the source's data; “inconclusive: "
     "underpowered” (h above the margin), “inconclusive: interval straddles the margin” (h within "
     "it), “inconclusive: censored runs” (a run that never reached a target forbids the verdict), "
+    "“inconclusive: left-censored” (a run met the target at its first evaluation), "
     "“inconclusive: censored by construction” (the target is one arm's own endpoint, which about "
-    "half its runs miss), “inconclusive: too few seeds”.")
+    "half its runs miss: only where the task has no trivial predictor here), “inconclusive: too "
+    "few seeds”; the front page gives the reason after ❔.")
 
 
 def _settings_block(inp: Inputs, results) -> list[str]:
@@ -222,33 +235,26 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
            figure_paths: dict[str, str]) -> str:
     meta, runs = inp.meta, inp.runs
     preset = meta.get("preset", "?")
-    md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report", ""]
+    md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report"]
     if preset != "full":
-        data = meta.get("datasets") or sorted({r.task for r in runs})
         md += [f"> **Reduced-scale run (preset `{preset}`)**: small models, few updates, mostly "
-               f"stand-in data (the scale table); the verdicts say what these runs show. "
-               f"`--full` runs the paper's scale where its data can be downloaded.", ""]
-    md += ["## Summary", "", "Ours: d [95% interval] and the rule's boundary (*: the part with "
-           "least room); distance: from the boundary in half-widths h, and the seeds whose "
-           "removal flips the verdict. Rules and numbers: the appendix.", ""]
-    md += front.summary_tables(inp, results, mark)
-    md += [f"{line}  " for line in totals(results)] + [""]
+               f"stand-in data; the verdicts say what these runs show (`--full`: the paper's "
+               f"scale where its data downloads).", ""]
+    md += ["## Summary", front.LEGEND, ""]
+    md += front.summary_table(inp, results, mark)
+    counts = totals(results)
+    md += [f"{line}  " for line in counts if not line.startswith(COMPOSITES)] + [""]
     if figure_paths.get(FOREST):
-        md += ["### Every interval against its boundary", "",
-               "In units of the boundary (margin 1, band ±1, a ratio's bar 1 on a log scale); "
-               "hollow: borderline.", "", f"![{FOREST}]({figure_paths[FOREST]})", ""]
-    lr = rates.learning_rate_rows(inp)
-    md += ['<a id="learning-rates"></a>', "### Learning rates", ""]
-    md += ([md_table(lr), "", "Closest win: the smallest winning margin over the runner-up "
-            "against the seeds' spread (under 1×: within noise). The shared rate, and the "
-            "experiments without one: the appendix.", ""] if lr else
-           ["No arm's learning rate was chosen by `layernorm sweep-lr` in these runs (each "
-            "arm's rate is in the settings, appendix).", ""])
-    scale = front.scale_rows(inp, results)
-    if scale:
-        md += ['<a id="scale"></a>', "### Scale: what the source ran, what ran here", "",
-               md_table(scale), ""]
+        md += ["### Every interval in units of its boundary (green: reproduced, red: not; "
+               "hollow: borderline)",
+               f"![{FOREST}]({figure_paths[FOREST]})", ""]
+    exps = front.experiment_rows(inp, results)
+    if exps:
+        md += ['<a id="experiments"></a>', "### Experiments: the source's scale, ours, learning rates",
+               md_table(exps), ""]
     md += ["# Appendix", ""]
+    md += ["## Sources", ""] + front.source_lines(results) + [""]
+    md += [x for line in counts if line.startswith(COMPOSITES) for x in (line, "")]
     md += ["## Environment", ""] + environment(inp) + machine_lines(inp) + [""]
     checks = front.checks_table(results, mark)
     if checks:
@@ -257,6 +263,11 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
     settings = _settings_block(inp, results)
     if settings:
         md += ["## Settings per experiment", ""] + settings + [""]
+    lr = rates.learning_rate_rows(inp)
+    if lr:
+        md += ['<a id="learning-rates"></a>', "## Learning rates", "", md_table(lr), "",
+               "Closest win: the smallest winning margin over the runner-up against the seeds' "
+               "spread (under 1×: within noise).", ""]
     arms = rates.learning_rate_arms(inp)
     if arms:
         unshared = rates.no_shared_rate(inp, results)
@@ -264,7 +275,7 @@ def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
                "Where each pick fell on its arm's grid (an edge: a better value may lie beyond "
                "it), and its winning margin over the runner-up against the seed-to-seed spread "
                "of the sweep's scores.", "",
-               "At one shared rate (the front's learning-rate table): the value on every arm's "
+               "At one shared rate (the front's experiment table): the value on every arm's "
                "grid nearest the geometric middle of the arms' picks, and the order of the arms "
                "that differ only by normalization there, by the sweep's validation scores, "
                "against their order at their own picks; a claim whose order differs says so. "

@@ -46,14 +46,49 @@ def learning_rate_rows(inp: Inputs) -> list[dict]:
                   if row.get("ratio") is not None]
         closest = min(ratios) if ratios else None
         rows.append({"experiment": f"`{exp}`",
-                     "grid": "/".join(f"{v:g}" for v in grid) if len(grid) <= 5 else
-                     f"{grid[0]:g}…{grid[-1]:g} ({len(grid)})",
+                     "grid": "/".join(f"{v:g}" for v in grid),
                      "where the picks fell (↑ ↓ edge)": where.lstrip("; "),
                      "closest win / seed spread": "" if closest is None else
                      f"{closest[1]}: {closest[0]:.2g}×",
                      "at one shared rate": shared_rate_text(arms, short=True),
                      "seeds": "/".join(sorted({str(row["seeds"]) for _, row in picks.values()}))})
     return rows
+
+
+def rate_cell(inp: Inputs, experiment: str) -> str:
+    """The front's learning-rate cell of one experiment: its grid, how many picks are interior
+    and the ones at an edge (↑ highest, ↓ lowest), the order at a shared rate ("same" or
+    "differs"); "not swept" where no arm's rate was chosen by a sweep. The whole row, the
+    closest win against the seeds' spread included, is the appendix's (``learning_rate_rows``)."""
+    recorded = (inp.meta or {}).get("learning_rates")
+    arms = recorded.get(experiment) if isinstance(recorded, dict) else None
+    row = next((r for r in learning_rate_rows(inp) if r["experiment"] == f"`{experiment}`"),
+               None) if isinstance(arms, dict) else None
+    if row is None:
+        return "not swept"
+    s = shared_rate(arms)
+    shared = "no shared rate" if s is None else (
+        f"shared {s['rate']:g}: differs" if any(o["shared"] != o["picks"]
+                                                for o in s["groups"].values())
+        else "shared: same")
+    grid = sorted({float(v) for e in arms.values() if isinstance(e, dict)
+                   for v in e.get("grid") or []})
+    mark = {"edge (highest)": "↑", "edge (lowest)": "↓"}
+    edges = [arm + mark[w] for arm, e in sorted(arms.items())
+             if isinstance(e, dict) and "chosen" in e
+             and (w := where_on_grid(e.get("grid") or [], e["chosen"])) in mark]
+    inside = row["where the picks fell (↑ ↓ edge)"].split(";")[0]
+    span = (f"{_rate(grid[0])}…{_rate(grid[-1])} ({len(grid)})" if len(grid) > 3 else
+            "/".join(map(_rate, grid)))
+    return f"{span}; {inside}" + (f", {', '.join(edges)}" if edges else "") + f"; {shared}"
+
+
+def _rate(v: float) -> str:
+    """A learning rate in few characters: 0.003, 3.3e-4."""
+    if v >= 1e-3:
+        return f"{v:g}"
+    mant, exp = f"{v:.1e}".split("e")
+    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
 
 
 _NORM = re.compile(r"(?:^|-)(none|batch-all|batch-sync|batch|layer|weight)(?=-|$)")
@@ -122,7 +157,6 @@ def shared_rate_text(arms: dict, short: bool = False) -> str:
 
 
 NO_SHARED = "no shared-rate runs"
-SHARED_DIFFERS = "order differs at a shared rate"
 
 
 def run_arm(run: Run) -> str:

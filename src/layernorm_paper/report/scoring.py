@@ -95,13 +95,22 @@ def updates(run: Run) -> int:
     return int(run.rows[-1][F_STEP])
 
 
-def steps_to(run: Run, target_error: float, key: str = F_ERROR) -> tuple[float, bool]:
-    """First step whose ``key`` <= target, and whether it was reached. Not reached: the last
-    step (censored at the budget), flagged False."""
-    for r in run.rows:
-        if _num(r.get(key), 1.0) <= target_error:
-            return float(r[F_STEP]), True
-    return float(run.rows[-1][F_STEP]), False
+def steps_to(run: Run, target_error: float, key: str = F_ERROR,
+             missing: float = 1.0) -> tuple[float, bool]:
+    """The step from which ``key`` stays <= target at every later evaluation (reached and kept:
+    a run that crosses the target and climbs back above it has not reached it), and whether it
+    was reached. Not reached: the last step (censored at the budget), flagged False. Rows
+    without ``key`` are not evaluations of it; a NaN value is ``missing`` (never reached)."""
+    rows = [r for r in run.rows if r.get(key) is not None]
+    since = None
+    for r in rows:
+        if _num(r.get(key), missing) <= target_error:
+            since = float(r[F_STEP]) if since is None else since
+        else:
+            since = None
+    if since is None:
+        return float(run.rows[-1][F_STEP]), False
+    return since, True
 
 
 def at_first(run: Run, step: float, reached: bool, key: str) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ..runs import Inputs, Run, select
 from ..scoring import (F_LOSS, F_LOSS_FAIR, F_STEP, LAST_K, RNN_LABEL, _fmt_range, _num, arm,
-                       at_first, fair_key, has, score, updates)
+                       at_first, fair_key, has, score, steps_to, updates)
 from ...verdicts import (CENSORED, CENSORED_BUILT_IN, INCONCLUSIVE, LEVEL, MIN_SEEDS,
                          NOT_SUPPORTED, SUPPORTED, Verdict, all_of, boundary_text, censor,
                          censor_reason, censor_text, exceeds, leave_one_out, ratio_at_least,
@@ -20,7 +20,8 @@ from ..scoring import steps_margin
 from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
                    not_run)
 from .guards import gate
-from .targets import FIXED, at_targets, fixed_target
+from .targets import (FIXED, FIXED_RULE, at_targets, counted, fixed_note, fixed_target,
+                      reach_text, trivial_grid)
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NUMBERS
 
 F_NLL = "test_nll"                  # handwriting: the exact NLL, nats per sequence (not test_loss,
@@ -33,12 +34,9 @@ def final_loss(run: Run, key: str) -> float:
 
 
 def steps_to_loss(run: Run, target: float, key: str) -> tuple[float, bool]:
-    """First step whose ``key`` (a loss) is <= target, and whether it was reached; not reached
-    (NaN never reaches): the last step, flagged False."""
-    for r in run.rows:
-        if _num(r.get(key), math.inf) <= target:
-            return float(r[F_STEP]), True
-    return float(run.rows[-1][F_STEP]), False
+    """``scoring.steps_to`` on a loss: the step from which it stays <= target, and whether it
+    was reached; not reached (NaN never reaches): the last step, flagged False."""
+    return steps_to(run, target, key, missing=math.inf)
 
 
 def no_worse(a, b, margin: float, *, a_name: str, b_name: str, unit: str = "",
@@ -238,9 +236,21 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
         if (note := _need(g)) or (note := _need_field(g, spec.key)):
             return not_run(note)
         fixed = fixed_target(spec.experiment, _all(g))
-        target = fixed if fixed is not None else \
-            arm(g["none"], lambda r: final_loss(r, spec.key)).mean
         allr = _all(g)
+        tg = None if fixed is not None else trivial_grid(allr, arm_key(spec, g["layer"]))
+
+        def hit_at(t: float, rs) -> list[bool]:
+            return [steps_to_loss(r, t, arm_key(spec, rs))[1] for r in rs]
+
+        def first_at(t: float, rs) -> list[bool]:
+            k = arm_key(spec, rs)
+            return [at_first(r, *steps_to_loss(r, t, k), k) for r in rs]
+        if tg is not None:
+            idx = counted(tg[0], lambda t: [hit_at(t, rs) for rs in g.values()])
+            target = tg[0][idx][1]
+        else:
+            target = fixed if fixed is not None else \
+                arm(g["none"], lambda r: final_loss(r, spec.key)).mean
         budget = max(updates(r) for r in allr)
         m = steps_margin(allr, STEPS_FRACTION)
         st = {n: arm(rs, lambda r, k=arm_key(spec, rs): steps_to_loss(r, target, k)[0])
@@ -251,6 +261,7 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                      for r in rs] for n, rs in g.items()}
         tgt = f"{target * spec.scale:.{spec.digits}f}{spec.unit}"
         whence = (FIXED if fixed is not None else
+                  f"{tg[0][idx][0]:.0%} better than the trivial predictor" if tg is not None else
                   "the LSTM's final value, mean over its seeds")
         if factor:
             parts = [ratio_censored(st[o], st["layer"], factor, ok[o], ok["layer"],
@@ -274,7 +285,7 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                        f"evaluation step) over the whole {LEVEL:.0%} interval; a run that never "
                        f"reaches the target is censored at the budget (a lower bound: it cannot "
                        f"help the side it would favour)")
-        if v.reason == CENSORED and fixed is None:   # the LSTM's own endpoint: built in
+        if v.reason == CENSORED and fixed is None and tg is None:   # the LSTM's own endpoint
             v = replace(v, reason=CENSORED_BUILT_IN)
         rule_verdict = v.verdict
 
@@ -294,14 +305,19 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                 ps = [sooner(cnt[o], cnt["layer"], m, hit[o], hit["layer"], loso=False,
                              first_a=fin[o], first_b=fin["layer"]) for o in others]
             return all_of(ps)
-        start = sum(_num(next((x[arm_key(spec, rs)] for x in r.rows
-                               if x.get(arm_key(spec, rs)) is not None), BAD_LOSS), BAD_LOSS)
-                    for rs in g.values() for r in rs) / len(allr)
-        end = max(arm(rs, lambda r, k=arm_key(spec, rs): final_loss(r, k)).mean
-                  for rs in g.values())
-        grid_note, grid_caveat = at_targets(
-            start, end, judge_at, lambda t: f"{t * spec.scale:.{spec.digits}f}{spec.unit}",
-            rule_verdict)
+        fmt = lambda t: f"{t * spec.scale:.{spec.digits}f}{spec.unit}"  # noqa: E731
+        if tg is not None:
+            grid_note, grid_caveat = fixed_note(
+                tg[0], idx, judge_at, fmt, lambda t: reach_text(
+                    _named(g), lambda rs: hit_at(t, rs), lambda rs: first_at(t, rs)),
+                rule_verdict)
+        else:
+            start = sum(_num(next((x[arm_key(spec, rs)] for x in r.rows
+                                   if x.get(arm_key(spec, rs)) is not None), BAD_LOSS), BAD_LOSS)
+                        for rs in g.values() for r in rs) / len(allr)
+            end = max(arm(rs, lambda r, k=arm_key(spec, rs): final_loss(r, k)).mean
+                      for rs in g.values())
+            grid_note, grid_caveat = at_targets(start, end, judge_at, fmt, rule_verdict)
         v = gate(v, _named(g), m, key=lambda rs: arm_key(spec, rs), final=False)
         ratio = st["none"].mean / max(st["layer"].mean, 1.0)
         key = ", ".join(f"{RNN_LABEL[n]} {st[n].mean:.0f}" for n in g) + \
@@ -314,6 +330,8 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
             measured_vs_paper(spec.experiment, key, spec.dataset),
             (f"Target: {tgt}, fixed in the experiment's record (`{spec.experiment}`) before the "
              f"run: the same target for every arm." if fixed is not None else
+             f"Target: {tgt}, {tg[0][idx][0]:.0%} better than {tg[1]}: {FIXED_RULE}; the same "
+             f"target for every arm." if tg is not None else
              f"Target: {tgt}, the LSTM's final {spec.what} (mean over its seeds of the mean of "
              f"each run's last {LAST_K} evaluations): the same target for every arm, the LSTM's "
              f"own runs included; no target was fixed before the run."), grid_note],

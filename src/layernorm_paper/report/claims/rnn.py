@@ -12,7 +12,8 @@ from ...verdicts import LEVEL, all_of, exceeds, sooner
 from .base import (BEATS_MARGIN, DRIFT_MARGIN, GAIN_MARGIN, MIN_HIDDEN_T, STEPS_FRACTION,
                    ClaimResult, Figure, _need, at_budget, how_wrong, not_run)
 from .guards import gate
-from .targets import FIXED, at_targets, fixed_target
+from .targets import (FIXED, FIXED_RULE, at_targets, counted, fixed_note, fixed_target,
+                      reach_text, trivial_grid)
 
 def _rnn_groups(runs, experiment, task):
     return {n: select(runs, experiment=experiment, task=task, norm=n) for n in RNN_NORMS}
@@ -88,7 +89,18 @@ def claim_rnn_fastest(experiment: str, task: str):
             return not_run(note)
         allr = [r for v in g.values() for r in v]
         fixed = fixed_target(experiment, allr)
-        target = fixed if fixed is not None else target_error(g)
+        tg = None if fixed is not None else trivial_grid(allr, error_key(g["layer"]))
+
+        def hit_at(t: float, rs) -> list[bool]:
+            return [steps_to(r, t, error_key(rs))[1] for r in rs]
+
+        def first_at(t: float, rs) -> list[bool]:
+            return [at_first(r, *steps_to(r, t, error_key(rs)), error_key(rs)) for r in rs]
+        if tg is not None:
+            idx = counted(tg[0], lambda t: [hit_at(t, rs) for rs in g.values()])
+            target = tg[0][idx][1]
+        else:
+            target = fixed if fixed is not None else target_error(g)
         budget = max(updates(r) for r in allr)
         m = steps_margin(allr, STEPS_FRACTION)
 
@@ -129,14 +141,23 @@ def claim_rnn_fastest(experiment: str, task: str):
             return all_of([sooner(cnt(g[b]), cnt(g["layer"]), m, hit(g[b]), hit(g["layer"]),
                                   loso=False, first_a=fin(g[b]), first_b=fin(g["layer"]))
                            for b in ("none", "batch")])
-        start = sum(_num(r.rows[0].get(error_key([r])), 1.0) for r in allr) / len(allr)
-        end = max(err_sample(rs).mean for rs in g.values())
-        grid_note, grid_caveat = at_targets(start, end, judge_at, lambda t: f"{t * PP:.1f}%",
-                                            rule_verdict)
+        pct = lambda t: f"{t * PP:.1f}%"  # noqa: E731
+        if tg is not None:
+            grid_note, grid_caveat = fixed_note(
+                tg[0], idx, judge_at, pct, lambda t: reach_text(
+                    _rnn_arms(g), lambda rs: hit_at(t, rs), lambda rs: first_at(t, rs)),
+                rule_verdict)
+        else:
+            start = sum(_num(r.rows[0].get(error_key([r])), 1.0) for r in allr) / len(allr)
+            end = max(err_sample(rs).mean for rs in g.values())
+            grid_note, grid_caveat = at_targets(start, end, judge_at, pct, rule_verdict)
         key = ", ".join(f"{RNN_LABEL[n]} {st(g[n]).mean:.0f}" for n in RNN_NORMS) + " steps"
         return ClaimResult(v, key, rnn_table(g, target), rnn_figures(experiment, task, allr),
                            notes=[f"Target: {target * PP:.1f}% test error, {FIXED}."
                                   if fixed is not None else
+                                  f"Target: {target * PP:.1f}% test error, "
+                                  f"{tg[0][idx][0]:.0%} better than {tg[1]}: {FIXED_RULE}."
+                                  if tg is not None else
                                   f"Target: {target * PP:.1f}% test error — halfway between the "
                                   f"mean error at the first evaluation (step "
                                   f"{allr[0].rows[0][F_STEP]}) and the best method's final "
