@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from layernorm import _native_build
 from layernorm.ops import build, native
+from tests.test_native_paths import avx2_kernels  # noqa: F401 - the fixture
 
 
 def test_describe_names_the_build_or_why_not(monkeypatch):
@@ -10,9 +11,14 @@ def test_describe_names_the_build_or_why_not(monkeypatch):
     assert text.startswith("C kernels: ")
     if native.load() is not None:
         assert "-march=native" in text and "vectors" in text
+        assert ("AVX512-BF16 dot products" in text) == bool(native.load().bf16_dot())
     monkeypatch.setenv("LAYERNORM_NATIVE", "0")
     monkeypatch.setattr(native, "_LIBRARY", _native_build.Library(native.KERNEL))
     assert build.describe() == "C kernels: unavailable (torch ops)"
+
+
+def test_describe_the_avx2_build(avx2_kernels):
+    assert build.describe().endswith("-mno-avx512f), bf16 products in float32")
 
 
 def test_build_seconds_times_a_build_outside_the_cache(monkeypatch, tmp_path):

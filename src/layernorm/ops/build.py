@@ -3,7 +3,8 @@ public view of their build for benchmarks and diagnostics (docs/rnnfast.md). Not
 which path a computation takes.
 
 ``describe()``: one line naming the vectors the kernels were compiled for (``-march=native``, or
-AVX2 with ``LAYERNORM_NATIVE_ISA=avx2``), or why they are not used. ``build_seconds()``: the time
+AVX2 with ``LAYERNORM_NATIVE_ISA=avx2``) and whether their bfloat16 products run on the CPU's
+bfloat16 dot products (AVX512-BF16), or why they are not used. ``build_seconds()``: the time
 a first use takes to compile them (into a temporary directory, so the cache is left alone), or
 None without a working C compiler.
 """
@@ -18,14 +19,16 @@ from . import native
 
 
 def describe() -> str:
-    """"C kernels: <vectors> (<flags>)", or "C kernels: unavailable (torch ops)" where they cannot
+    """"C kernels: <vectors> (<flags>), bf16 products on ...", or "C kernels: unavailable (torch ops)" where they cannot
     be built or loaded here (the loader's warning is not repeated)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lib = native.load()
     if lib is None:
         return "C kernels: unavailable (torch ops)"
-    return f"C kernels: {native.simd_name(lib)}"
+    half = ("bf16 products on AVX512-BF16 dot products" if lib.bf16_dot()
+            else "bf16 products in float32")
+    return f"C kernels: {native.simd_name(lib)}, {half}"
 
 
 def build_seconds() -> float | None:
