@@ -65,22 +65,25 @@ tile(const int mr, const int nv, int K, const float *a, long lda, const float *w
 }
 
 /* c[:mr, all nvec vectors]: tiles of NV(mr) vectors, then of 2, then of 1 for the rest (three
- * widths per row count at most: the build stays short). */
+ * widths per row count at most: the build stays short). One case per row count, for a tile
+ * function TILE (the float32 one here, the bfloat16 one below) of the same arguments. */
+#define TILE_CASE(TILE, m) case m: { \
+        int j = 0; \
+        for (; j + NV(m) <= nvec; j += NV(m)) TILE(m, NV(m), K, a, lda, wp, j, c, ldc); \
+        if (NV(m) > 2) \
+            for (; j + 2 <= nvec; j += 2) TILE(m, 2, K, a, lda, wp, j, c, ldc); \
+        if (j < nvec) TILE(m, 1, K, a, lda, wp, j, c, ldc); \
+        } break;
+
 static void tile_rows(int mr, int K, const float *a, long lda, const float *wp, int nvec,
                       float *c, long ldc) {
     switch (mr) {  /* one specialization per row count and width: accumulators stay in registers */
-#define CASE(m) case m: { \
-        int j = 0; \
-        for (; j + NV(m) <= nvec; j += NV(m)) tile(m, NV(m), K, a, lda, wp, j, c, ldc); \
-        if (NV(m) > 2) \
-            for (; j + 2 <= nvec; j += 2) tile(m, 2, K, a, lda, wp, j, c, ldc); \
-        if (j < nvec) tile(m, 1, K, a, lda, wp, j, c, ldc); \
-        } break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+        TILE_CASE(tile, 1) TILE_CASE(tile, 2) TILE_CASE(tile, 3) TILE_CASE(tile, 4)
+        TILE_CASE(tile, 5) TILE_CASE(tile, 6)
 #if MR > 6
-        CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+        TILE_CASE(tile, 7) TILE_CASE(tile, 8) TILE_CASE(tile, 9) TILE_CASE(tile, 10)
+        TILE_CASE(tile, 11) TILE_CASE(tile, 12)
 #endif
-#undef CASE
         default: break;
     }
 }
@@ -198,19 +201,14 @@ tile_bf16(const int mr, const int nv, int Kp, const bf16_t *a, long lda, const b
         for (int v = 0; v < nv; v++) _mm512_storeu_ps(c + r * ldc + (long)(j0 + v) * VW, acc[r][v]);
 }
 
-static void tile_rows_bf16(int mr, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
-                           int nvec, float *c, long ldc) {
+/* K: the row length rounded up to even (Kp), wp: the bfloat16 panels */
+static void tile_rows_bf16(int mr, int K, const bf16_t *a, long lda, const bf16_t *wp, int nvec,
+                           float *c, long ldc) {
     switch (mr) {
-#define CASE(m) case m: { \
-        int j = 0; \
-        for (; j + NV(m) <= nvec; j += NV(m)) tile_bf16(m, NV(m), Kp, a, lda, wpb, j, c, ldc); \
-        if (NV(m) > 2) \
-            for (; j + 2 <= nvec; j += 2) tile_bf16(m, 2, Kp, a, lda, wpb, j, c, ldc); \
-        if (j < nvec) tile_bf16(m, 1, Kp, a, lda, wpb, j, c, ldc); \
-        } break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
-        CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
-#undef CASE
+        TILE_CASE(tile_bf16, 1) TILE_CASE(tile_bf16, 2) TILE_CASE(tile_bf16, 3)
+        TILE_CASE(tile_bf16, 4) TILE_CASE(tile_bf16, 5) TILE_CASE(tile_bf16, 6)
+        TILE_CASE(tile_bf16, 7) TILE_CASE(tile_bf16, 8) TILE_CASE(tile_bf16, 9)
+        TILE_CASE(tile_bf16, 10) TILE_CASE(tile_bf16, 11) TILE_CASE(tile_bf16, 12)
         default: break;
     }
 }
