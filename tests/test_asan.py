@@ -25,7 +25,8 @@ import pytest
 
 CANARY = "asan canary: a deliberate overflow follows"
 OPTIONAL = ("batch_sizes", "h_mask", "zone_h", "zone_c",    # lengths and the regularizers' masks
-            "x")                                           # inference: the input GEMM inside
+            "x",                                           # inference: the input GEMM inside
+            "wpb")                                         # ... in bfloat16 (AVX512-BF16)
 FLAGS = "-fsanitize=address -fno-omit-frame-pointer"
 
 
@@ -93,6 +94,7 @@ def test_every_c_kernel_entry_point_is_clean_under_address_sanitizer(tmp_path):
         assert f"{kernel} batch_sizes" in record["given"], record["given"]
     for kernel in ("lstm_forward_seq", "gru_forward_seq"):  # ln_lstm_inference / ln_gru_inference
         assert f"{kernel} x" in record["given"], record["given"]
+        assert f"{kernel} wpb" in record["given"] or not record["bf16_dot"], record["given"]
     exported = set().union(*(_exported(lib) for lib in libs))
     at_load = {n for n in exported if n.endswith(("_struct_size", "_struct_last"))
                or n == "panel_width"}
@@ -172,6 +174,17 @@ def _exercise() -> None:
             for batch_sizes in (None, sizes):
                 infer(x, *states, w_ih, w_hh, g, b, g[:n], b[:n], g[:H], b[:H],
                       batch_sizes=batch_sizes)
+                if native.load().bf16_dot():  # the products in bfloat16: H, I odd
+                    half = [t.bfloat16() for t in (x, *states, w_ih, w_hh, g, b)]
+                    infer(*half, g[:n].bfloat16(), b[:n].bfloat16(), g[:H].bfloat16(),
+                          b[:H].bfloat16(), batch_sizes=batch_sizes)
+        from layernorm.ops.gemm import _panels_bf16
+        width = native.load().panel_width()
+        for M, K, N in ((1, 7, 5), (13, 37, 3 * width + 1)):  # -4 without AVX512-BF16
+            a, wpb = torch.randn(M, K), _panels_bf16(torch.randn(N, K), width)
+            y = torch.empty(M, wpb.shape[0] * width)
+            native.load().gemm_packed_bf16(M, K, a.data_ptr(), wpb.data_ptr(), wpb.shape[0],
+                                           y.data_ptr())
         for mode in ("LSTMCell", "GRUCell"):
             for regs in ({}, dict(zoneout=0.2, recurrent_dropout=0.3, dropconnect=0.25)):
                 cell = getattr(L, mode)(I, H, norm="layer", **regs).train()
@@ -188,7 +201,8 @@ def _exercise() -> None:
             x = torch.randn(_rms_native.SMALL // 1003 + 3, 1003, dtype=dtype, requires_grad=True)
             norm(x).square().sum().backward()
     print(f"work: {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    print(json.dumps({"called": sorted(called), "given": sorted(given)}), flush=True)
+    print(json.dumps({"called": sorted(called), "given": sorted(given),
+                      "bf16_dot": native.load().bf16_dot()}), flush=True)
 
     # The canary: the forward kernel told that a 1003-value buffer holds one more value.
     print(CANARY, file=sys.stderr, flush=True)

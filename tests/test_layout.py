@@ -20,7 +20,7 @@ OVER_LIMIT = {"layernorm_paper/bench/rnn.py", "layernorm_paper/verdicts.py"}
 LIBRARY_IMPORTS_PAPER = {"layernorm/__main__.py"}
 # reproduction modules that import a private module of the library: the benchmark reads the C
 # kernels' build (``ops.native``: load, simd_name, compiler, _build)
-PAPER_IMPORTS_PRIVATE = {"layernorm_paper/bench/rnn.py"}
+PAPER_IMPORTS_PRIVATE: set[str] = set()
 # operator modules that reach into a module object (its private accessors) at run time
 OPS_CLIMBING: set[str] = set()
 

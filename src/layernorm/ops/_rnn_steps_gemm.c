@@ -65,22 +65,25 @@ tile(const int mr, const int nv, int K, const float *a, long lda, const float *w
 }
 
 /* c[:mr, all nvec vectors]: tiles of NV(mr) vectors, then of 2, then of 1 for the rest (three
- * widths per row count at most: the build stays short). */
+ * widths per row count at most: the build stays short). One case per row count, for a tile
+ * function TILE (the float32 one here, the bfloat16 one below) of the same arguments. */
+#define TILE_CASE(TILE, m) case m: { \
+        int j = 0; \
+        for (; j + NV(m) <= nvec; j += NV(m)) TILE(m, NV(m), K, a, lda, wp, j, c, ldc); \
+        if (NV(m) > 2) \
+            for (; j + 2 <= nvec; j += 2) TILE(m, 2, K, a, lda, wp, j, c, ldc); \
+        if (j < nvec) TILE(m, 1, K, a, lda, wp, j, c, ldc); \
+        } break;
+
 static void tile_rows(int mr, int K, const float *a, long lda, const float *wp, int nvec,
                       float *c, long ldc) {
     switch (mr) {  /* one specialization per row count and width: accumulators stay in registers */
-#define CASE(m) case m: { \
-        int j = 0; \
-        for (; j + NV(m) <= nvec; j += NV(m)) tile(m, NV(m), K, a, lda, wp, j, c, ldc); \
-        if (NV(m) > 2) \
-            for (; j + 2 <= nvec; j += 2) tile(m, 2, K, a, lda, wp, j, c, ldc); \
-        if (j < nvec) tile(m, 1, K, a, lda, wp, j, c, ldc); \
-        } break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+        TILE_CASE(tile, 1) TILE_CASE(tile, 2) TILE_CASE(tile, 3) TILE_CASE(tile, 4)
+        TILE_CASE(tile, 5) TILE_CASE(tile, 6)
 #if MR > 6
-        CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+        TILE_CASE(tile, 7) TILE_CASE(tile, 8) TILE_CASE(tile, 9) TILE_CASE(tile, 10)
+        TILE_CASE(tile, 11) TILE_CASE(tile, 12)
 #endif
-#undef CASE
         default: break;
     }
 }
@@ -128,4 +131,115 @@ void matvec_rows(int M, int K, const float *a, const float *w, int N, float *y) 
             }
         }
     }
+}
+
+/* ---- the recurrent GEMM in bfloat16 on AVX512-BF16 (vdpbf16ps), float32 accumulation --------
+ *
+ * Built where the compiler defines __AVX512BF16__ (-march=native on a CPU with AVX512-BF16);
+ * elsewhere bf16_dot() is 0 and the float32 GEMM above runs. W (G, K) in bfloat16 is packed (by
+ * the caller) into panels of NR columns over pairs of k, wpb[p][k / 2][c][k % 2] = W[p NR + c][k]
+ * (K padded to even and G to a multiple of NR with zeros), so that one vector of a panel holds
+ * VW columns x 2 consecutive k: one vdpbf16ps adds a[r][k] W[c][k] + a[r][k + 1] W[c][k + 1] into
+ * each column's float32 sum (the pair's two products summed first, then added; sums over the
+ * pairs in order). a is rounded to bfloat16 (to nearest even) into a row-major buffer of K rounded
+ * up to even per row. The same tiles as the float32 GEMM: mr rows x NV(mr) vectors. */
+typedef uint16_t bf16_t;
+
+/* float -> bfloat16, round to nearest even (NaN stays NaN: quiet bit set) */
+static inline bf16_t bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40);
+    return (bf16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* rows of a (M x K, stride lda, times mask (M x K, stride ldm) when not NULL) -> bfloat16
+ * (M x Kp, Kp = K rounded up to even, the pad 0) */
+static void rows_to_bf16(int M, int K, const float *a, long lda, const float *mask, long ldm,
+                         bf16_t *out) {
+    const int Kp = (K + 1) & ~1;
+    for (int r = 0; r < M; r++) {
+        const float *x = a + r * lda;
+        bf16_t *o = out + (long)r * Kp;
+        if (mask) {
+            const float *m = mask + r * ldm;
+#pragma omp simd
+            for (int k = 0; k < K; k++) o[k] = bf16_round(x[k] * m[k]);
+        } else {
+#pragma omp simd
+            for (int k = 0; k < K; k++) o[k] = bf16_round(x[k]);
+        }
+        if (Kp > K) o[K] = 0;
+    }
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+int bf16_dot(void) { return 1; }
+
+static inline __attribute__((always_inline)) void
+tile_bf16(const int mr, const int nv, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
+          int j0, float *c, long ldc) {
+    __m512 acc[MR][NV_MAX];
+    const bf16_t *w[NV_MAX];
+    for (int v = 0; v < nv; v++)
+        w[v] = wpb + (long)((j0 + v) / 2) * Kp * NR + ((j0 + v) % 2) * 2 * VW;
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int k = 0; k < Kp; k += 2) {
+        __m512i wk[NV_MAX];
+        for (int v = 0; v < nv; v++) wk[v] = _mm512_loadu_si512(w[v] + (long)k * NR);
+        for (int r = 0; r < mr; r++) {
+            int32_t pair;
+            memcpy(&pair, a + r * lda + k, sizeof pair);
+            const __m512i s = _mm512_set1_epi32(pair);
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)s, (__m512bh)wk[v]);
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++) _mm512_storeu_ps(c + r * ldc + (long)(j0 + v) * VW, acc[r][v]);
+}
+
+/* K: the row length rounded up to even (Kp), wp: the bfloat16 panels */
+static void tile_rows_bf16(int mr, int K, const bf16_t *a, long lda, const bf16_t *wp, int nvec,
+                           float *c, long ldc) {
+    switch (mr) {
+        TILE_CASE(tile_bf16, 1) TILE_CASE(tile_bf16, 2) TILE_CASE(tile_bf16, 3)
+        TILE_CASE(tile_bf16, 4) TILE_CASE(tile_bf16, 5) TILE_CASE(tile_bf16, 6)
+        TILE_CASE(tile_bf16, 7) TILE_CASE(tile_bf16, 8) TILE_CASE(tile_bf16, 9)
+        TILE_CASE(tile_bf16, 10) TILE_CASE(tile_bf16, 11) TILE_CASE(tile_bf16, 12)
+        default: break;
+    }
+}
+
+/* c (M x npanels * NR, stride ldc) = a (M x Kp bfloat16, stride lda) @ W^T, W in bf16 panels */
+static void gemm_rows_bf16(int M, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
+                           int npanels, float *c, long ldc) {
+    const int ntiles = (M + MR - 1) / MR;
+    for (int i = 0; i < ntiles; i++) {
+        const int r = (int)((long)M * i / ntiles), mr = (int)((long)M * (i + 1) / ntiles) - r;
+        tile_rows_bf16(mr, Kp, a + r * lda, lda, wpb, 2 * npanels, c + r * ldc, ldc);
+    }
+}
+#else
+int bf16_dot(void) { return 0; }
+
+static void gemm_rows_bf16(int M, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
+                           int npanels, float *c, long ldc) {
+    (void)M; (void)Kp; (void)a; (void)lda; (void)wpb; (void)npanels; (void)c; (void)ldc;
+}
+#endif
+
+/* For tests and benchmarks: y (M x npanels * NR) = bf16(a) (M x K float32, rounded here) @ W^T,
+ * W in bfloat16 panels. Returns -4 where this build has no bfloat16 dot products (bf16_dot). */
+int gemm_packed_bf16(int M, int K, const float *a, const bf16_t *wpb, int npanels, float *y) {
+    if (!bf16_dot()) return -4;
+    const int Kp = (K + 1) & ~1;
+    bf16_t *ab = malloc(sizeof(bf16_t) * ((size_t)M * Kp + 1));
+    if (!ab) return -1;
+    rows_to_bf16(M, K, a, K, NULL, 0, ab);
+    gemm_rows_bf16(M, Kp, ab, Kp, wpb, npanels, y, (long)npanels * NR);
+    free(ab);
+    return 0;
 }

@@ -44,6 +44,10 @@ struct gru {
     int I;                           /* with x: the input's width */
     const float *x;                  /* (T, B, I) or NULL: as struct lstm's */
     const float *wxp;                /* with x: W_x (3H, I) in panels */
+    const bf16_t *wpb;               /* W_hh (G, H) in bfloat16 panels, (ceil(G / NR),
+                                        ceil(H / 2), NR, 2), or NULL: forward only, the
+                                        recurrent product in bfloat16 (bf16_dot) */
+    const bf16_t *wxpb;              /* with x: W_x likewise, or NULL */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t gru_struct_size(void) { return sizeof(struct gru); }
@@ -109,12 +113,15 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     }
 }
 
-/* Returns -3 when x is given with save (hg_all) or without gain_x / wxp. */
+/* Returns -3 when x is given with save (hg_all) or without gain_x / wxp (or wxpb),
+ * wxpb without x; -4 with wpb / wxpb where this build has no bfloat16 dot products. */
 int gru_forward_seq(const struct gru *R) {
-    if (R->x && (R->hg_all || !R->gain_x || !R->wxp || R->I < 1)) return -3;
-    const struct input_term in = {R->xw, R->x, R->wxp, R->I};
-    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, in, R->h0,
-                       R->out, (size_t)4 * R->H, R->h_mask, gru_forward_row, R);
+    if (R->x && (R->hg_all || !R->gain_x || !(R->wxp || R->wxpb) || R->I < 1)) return -3;
+    if ((R->wpb || R->wxpb) && !bf16_dot()) return -4;
+    if (R->wxpb && !R->x) return -3;
+    const struct input_term in = {R->xw, R->x, R->wxp, R->I, R->wxpb};
+    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->wpb, in,
+                       R->h0, R->out, (size_t)4 * R->H, R->h_mask, gru_forward_row, R);
 }
 
 /* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */

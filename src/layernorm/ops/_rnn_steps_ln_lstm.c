@@ -46,6 +46,10 @@ struct lstm {
     const float *x;                  /* (T, B, I) or NULL: forward without save only, with gain_x:
                                         xw := W_x x_t computed inside (struct input_term) */
     const float *wxp;                /* with x: W_x (G, I) in panels (ceil(G / NR), I, NR) */
+    const bf16_t *wpb;               /* W_hh (G, H) in bfloat16 panels, (ceil(G / NR),
+                                        ceil(H / 2), NR, 2), or NULL: forward only, the
+                                        recurrent product in bfloat16 (bf16_dot) */
+    const bf16_t *wxpb;              /* with x: W_x likewise, or NULL */
     double *dparams;                 /* backward (18 H,) accumulated */
 };
 size_t lstm_struct_size(void) { return sizeof(struct lstm); }
@@ -110,12 +114,15 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
  * with zone_c. */
 static size_t lstm_scratch(const struct lstm *L) { return (size_t)(L->zone_c ? 6 : 5) * L->H; }
 
-/* Returns -3 when x is given with save (cs) or without gain_x / wxp. */
+/* Returns -3 when x is given with save (cs) or without gain_x / wxp (or wxpb),
+ * wxpb without x; -4 with wpb / wxpb where this build has no bfloat16 dot products. */
 int lstm_forward_seq(const struct lstm *L) {
-    if (L->x && (L->cs || !L->gain_x || !L->wxp || L->I < 1)) return -3;
-    const struct input_term in = {L->xw, L->x, L->wxp, L->I};
-    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, in, L->h0,
-                       L->out, lstm_scratch(L), L->h_mask, lstm_forward_row, L);
+    if (L->x && (L->cs || !L->gain_x || !(L->wxp || L->wxpb) || L->I < 1)) return -3;
+    if ((L->wpb || L->wxpb) && !bf16_dot()) return -4;
+    if (L->wxpb && !L->x) return -3;
+    const struct input_term in = {L->xw, L->x, L->wxp, L->I, L->wxpb};
+    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->wpb, in,
+                       L->h0, L->out, lstm_scratch(L), L->h_mask, lstm_forward_row, L);
 }
 
 /* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */

@@ -42,13 +42,30 @@ typedef void (*forward_row)(const void *cell, long tb, int b, const float *hg, c
  * small batch still runs the GEMM's tall tiles; else one step's rows at a time. The same GEMM as
  * a precomputed xw through gemm_packed, so the same sums in the same order. */
 #define XCHUNK 64
-struct input_term { const float *xw, *x, *wxp; int I; };
+struct input_term { const float *xw, *x, *wxp; int I; const bf16_t *wxpb; };
+
+/* c = a @ W^T for M rows of a (float32, stride lda; times mask, stride ldm, when not NULL): in
+ * float32 through wp, or, where wpb is not NULL, with a rounded to bfloat16 into ab (M x K
+ * rounded up to even) through the bfloat16 panels wpb (AVX512-BF16, gemm_rows_bf16). */
+static void gemm_rows_as(int M, int K, const float *a, long lda, const float *mask, long ldm,
+                         const float *wp, const bf16_t *wpb, bf16_t *ab, int npanels, float *c,
+                         long ldc) {
+    if (wpb) {
+        rows_to_bf16(M, K, a, lda, mask, ldm, ab);
+        gemm_rows_bf16(M, (K + 1) & ~1, ab, (K + 1) & ~1, wpb, npanels, c, ldc);
+    } else {
+        gemm_rows(M, K, a, lda, wp, npanels, c, ldc);
+    }
+}
 
 /* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels.
- * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself). */
+ * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself).
+ * wpb (and in.wxpb, with in.x): W_hh (and W_x) in bfloat16 panels, or NULL: the recurrent (and
+ * input) products read h_{t-1} (x_t) rounded to bfloat16, on the bfloat16 dot products. */
 static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
-                       const float *wp, struct input_term in, const float *h0, const float *out,
-                       size_t scratch, const float *h_mask, forward_row row, const void *cell) {
+                       const float *wp, const bf16_t *wpb, struct input_term in, const float *h0,
+                       const float *out, size_t scratch, const float *h_mask, forward_row row,
+                       const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -63,6 +80,14 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     const size_t inputs = in.x ? (size_t)chunk * (r1 - r0) * Gp : 0;  /* the rows' W_x x_t */
     float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + inputs + 1));
     float *xg = hg + (size_t)(r1 - r0) * Gp + scratch + masked;
+    /* the rows of h_{t-1} (and of a chunk of x) rounded to bfloat16 */
+    const size_t hb_n = wpb ? (size_t)(r1 - r0) * ((H + 1) & ~1) : 0;
+    const size_t xb_n = in.x && in.wxpb ? (size_t)chunk * (r1 - r0) * ((in.I + 1) & ~1) : 0;
+    bf16_t *hb = hb_n + xb_n ? malloc(sizeof(bf16_t) * (hb_n + xb_n)) : NULL, *xb = hb + hb_n;
+    if (hb_n + xb_n && !hb) {
+        free(hg);
+        hg = NULL;
+    }
     if (!hg) {
 #pragma omp atomic write
         failed = 1;
@@ -72,23 +97,25 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
         const float *hp = prev_h(h0, out, t, B, H, r0);
-        if (h_mask) {
+        if (h_mask && !wpb) {
             float *hm = hg + (size_t)(r1 - r0) * Gp + scratch;
             const float *m = h_mask + (long)r0 * H;
             for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
             gemm_rows(e - r0, H, hm, H, wp, npanels, hg, Gp);
-        } else {
-            gemm_rows(e - r0, H, hp, H, wp, npanels, hg, Gp);
+        } else {  /* (bfloat16: the mask applied while rounding) */
+            gemm_rows_as(e - r0, H, hp, H, h_mask ? h_mask + (long)r0 * H : NULL, H, wp, wpb, hb,
+                         npanels, hg, Gp);
         }
         const float *xt = xg + (size_t)(t % chunk) * (r1 - r0) * Gp;
         long ldx = Gp;
         if (in.x && chunk > 1) {
             if (t % chunk == 0)  /* steps t .. t + n - 1, all B rows (padding rows included) */
-                gemm_rows((T - t < chunk ? T - t : chunk) * B, in.I, in.x + (long)t * B * in.I,
-                          in.I, in.wxp, npanels, xg, Gp);
+                gemm_rows_as((T - t < chunk ? T - t : chunk) * B, in.I,
+                             in.x + (long)t * B * in.I, in.I, NULL, 0, in.wxp, in.wxpb, xb,
+                             npanels, xg, Gp);
         } else if (in.x) {
-            gemm_rows(e - r0, in.I, in.x + ((long)t * B + r0) * in.I, in.I, in.wxp, npanels, xg,
-                      Gp);
+            gemm_rows_as(e - r0, in.I, in.x + ((long)t * B + r0) * in.I, in.I, NULL, 0, in.wxp,
+                         in.wxpb, xb, npanels, xg, Gp);
         } else {
             xt = in.xw + ((long)t * B + r0) * G;
             ldx = G;
@@ -98,6 +125,7 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
                 hp + (long)(b - r0) * H, hg + (size_t)(r1 - r0) * Gp);
     }
     free(hg);
+    free(hb);
     }
     return failed ? -1 : 0;
 }

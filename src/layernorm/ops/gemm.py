@@ -90,6 +90,17 @@ def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tens
     return _cached_pack(w, ("panels_t" if transposed else "panels", width), make)
 
 
+def _panels_bf16(w: torch.Tensor, width: int) -> torch.Tensor:
+    """w (G, K) rounded to bfloat16 (to nearest even) in the C kernels' panels over pairs of k:
+    (ceil(G / width), ceil(K / 2), width, 2), panels[p, k // 2, c, k % 2] = w[p * width + c, k],
+    zeros padding G and an odd K (``_rnn_steps_gemm.c``, gemm_rows_bf16); cached with w."""
+    def make(wc):
+        wb = wc.to(torch.bfloat16)
+        wb = torch.nn.functional.pad(wb, (0, wb.shape[1] % 2, 0, -wb.shape[0] % width))
+        return wb.reshape(-1, width, wb.shape[1] // 2, 2).transpose(1, 2).contiguous()
+    return _cached_pack(w, ("panels_bf16", width), make)
+
+
 _HALF_GEMM: dict[torch.dtype, bool] = {}  # whether oneDNN has a native GEMM for a half type here
 
 

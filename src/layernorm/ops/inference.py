@@ -1,48 +1,85 @@
 """Inference with the input GEMM inside the C time loop (docs/rnnfast.md): one layer and
 direction of ``layernorm.LSTM`` / ``GRU`` (norm="layer") forward from its raw input where no
 graph is wanted, nothing saved for a backward and no (T, B, G) input term written.
-``ln_inference`` is the modules' one entry: None where the kernels do not apply."""
+``ln_inference`` is the modules' one entry: None where the kernels do not apply.
+
+In bfloat16 (a bfloat16 module, or ``torch.autocast("cpu", torch.bfloat16)``) on a build with
+the CPU's bfloat16 dot products (AVX512-BF16, ``-march=native``) the two products of a step read
+x_t and h_{t-1} rounded to bfloat16 and the weights in bfloat16, with float32 accumulation; the
+statistics, gates and states stay float32, and the results are rounded to bfloat16 once (as
+the operator path's). Elsewhere bfloat16 takes the operator path."""
 from __future__ import annotations
 
 import torch
 
 from ..checks import autocast_on
-from .gemm import _panels
+from .gemm import _panels, _panels_bf16
 from . import native
-from .native import GRUArgs, LSTMArgs, contig, eager, int32, threads
+from .native import GRUArgs, LSTMArgs, contig, eager_mode, int32, threads
 from .pool import _buffer
+
+
+def _dtype(x: torch.Tensor, tensors) -> torch.dtype | None:
+    """The dtype of the inference kernels' products for these tensors: float32 (all float32,
+    autocast off), bfloat16 (all bfloat16 and autocast off, or autocast to bfloat16 on float32 /
+    bfloat16 tensors) where the loaded kernels have bfloat16 dot products; else None."""
+    dtypes = {t.dtype for t in tensors}
+    if autocast_on(x):
+        if torch.get_autocast_dtype("cpu") != torch.bfloat16 \
+                or not dtypes <= {torch.float32, torch.bfloat16}:
+            return None
+        dtypes = {torch.bfloat16}
+    if dtypes == {torch.float32}:
+        return torch.float32
+    if dtypes == {torch.bfloat16} and native.load().bf16_dot():
+        return torch.bfloat16
+    return None
 
 
 def inference_applies(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
     """Whether ``ln_lstm_inference`` / ``ln_gru_inference`` apply: nothing to save for a backward
     (grad mode off, or no tensor requires grad), eager mode, the C kernels loaded, every tensor
-    CPU float32, autocast off."""
+    on the CPU, and either all float32 with autocast off, or in bfloat16 (all bfloat16, or
+    autocast to bfloat16) where the kernels have the CPU's bfloat16 dot products."""
     tensors = (x, *tensors)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
-    return (eager(*tensors) and all(t.dtype == torch.float32 for t in tensors)
-            and not autocast_on(x))
+    if not (native.USE_NATIVE and eager_mode(*tensors)
+            and all(t.device.type == "cpu" for t in tensors) and native.load() is not None):
+        return False
+    return _dtype(x, tensors) is not None
 
 
 def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.Tensor,
                w_hh: torch.Tensor, batch_sizes, eps: float, **fields):
     """One layer and direction forward with the input GEMM inside the kernel (``x`` and the
     panels of ``w_ih``): no (T, B, G) input term is written, nothing is saved. ``states``: the
-    initial states (h0 first), cloned into the final ones."""
+    initial states (h0 first), copied into the final ones. In bfloat16 (``_dtype``) the kernel
+    reads float32 copies of x, the states and the LN parameters and the bfloat16 panels of the
+    weights; its results are rounded to bfloat16."""
     lib = native.load()
     T, B, I = x.shape
     H, G = states[0].shape[-1], w_hh.shape[0]
     if w_ih.shape != (G, I) or w_hh.shape != (G, H) or x.dim() != 3:
         raise RuntimeError(f"internal: {who}: x {tuple(x.shape)}, w_ih {tuple(w_ih.shape)}, "
                            f"w_hh {tuple(w_hh.shape)} do not fit (T, B, I), (G, I), (G, H)")
+    width = lib.panel_width()
+    if _dtype(x, (x, *states, w_ih, w_hh)) == torch.bfloat16:
+        out_dtype = torch.bfloat16
+        weights = dict(wxpb=_panels_bf16(w_ih, width), wpb=_panels_bf16(w_hh, width))
+        x, states = x.float(), [s.float() for s in states]
+        fields = {k: None if v is None else v.float() for k, v in fields.items()}
+    else:
+        out_dtype = None
+        weights = dict(wxp=_panels(w_ih, width), wp=_panels(w_hh, width))
     out = _buffer(T, B, H, like=x, zero=batch_sizes is not None)
     finals = [s.detach().clone(memory_format=torch.contiguous_format) for s in states]
-    width = lib.panel_width()
     fields.update(zip(("h_n", "c_n"), finals))
     native.call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=threads(B), eps=eps,
-                batch_sizes=int32(batch_sizes), x=contig(x), I=I, wxp=_panels(w_ih, width),
-                wp=_panels(w_hh, width), h0=contig(states[0]), out=out,
-                **{k: contig(v) for k, v in fields.items()})
+                batch_sizes=int32(batch_sizes), x=contig(x), I=I, h0=contig(states[0]), out=out,
+                **weights, **{k: contig(v) for k, v in fields.items()})
+    if out_dtype is not None:
+        return tuple(t.to(out_dtype) for t in (out, *finals))
     return (out, *finals)
 
 

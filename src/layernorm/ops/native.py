@@ -57,6 +57,7 @@ class LSTMArgs(ctypes.Structure):
         ("I", _int),                           # with x: the input's width
         ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
         ("wxp", _ptr),                         # W_x (G, I) in panels, with x
+        ("wpb", _ptr), ("wxpb", _ptr),         # W_hh, W_x in bfloat16 panels, or NULL
         ("dparams", _ptr),                     # (18 H,) float64 backward
     ]
 
@@ -87,6 +88,7 @@ class GRUArgs(ctypes.Structure):
         ("I", _int),                           # with x: the input's width
         ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
         ("wxp", _ptr),                         # W_x (3H, I) in panels, with x
+        ("wpb", _ptr), ("wxpb", _ptr),         # W_hh, W_x in bfloat16 panels, or NULL
         ("dparams", _ptr),                     # (12 H,) float64 backward
     ]
 
@@ -173,6 +175,10 @@ def _declare(lib) -> None:
     lib.gemm_packed.restype = None
     lib.matvec_rows.argtypes = [i, i, p, p, i, p]
     lib.matvec_rows.restype = None
+    lib.bf16_dot.argtypes = []
+    lib.bf16_dot.restype = i
+    lib.gemm_packed_bf16.argtypes = [i, i, p, p, i, p]
+    lib.gemm_packed_bf16.restype = i
     for cell in ("lstm", "gru"):
         for kernel in ("forward_seq", "backward_seq"):
             f = getattr(lib, f"{cell}_{kernel}")
@@ -269,6 +275,9 @@ def call(lib, kernel: str, cls, who: str, **fields) -> None:
         raise RuntimeError(f"internal: {who}: the input GEMM inside the kernel (x) runs only "
                            f"without saving for a backward and with the input's layer norm "
                            f"(gain_x) and packed W_x (wxp)")
+    if status == -4:
+        raise RuntimeError(f"internal: {who}: bfloat16 panels (wpb, wxpb) were passed to a build "
+                           f"without bfloat16 dot products (bf16_dot() is 0)")
     if status != 0:
         raise MemoryError(f"{who}: the C kernel could not allocate its per-thread workspace "
                           f"(status {status}). Use a smaller batch or fewer threads.")

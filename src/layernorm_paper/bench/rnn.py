@@ -353,34 +353,16 @@ def bench_inference(T: int, I: int, H: int, *, batches=INFERENCE_BATCHES, cells=
 
 
 def kernel_isa() -> str:
-    """What the C kernels were built for here: their SIMD width (``-march=native``, or AVX2 with
-    ``LAYERNORM_NATIVE_ISA=avx2``), or why they are not used."""
-    from layernorm.ops import native as _native
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lib = _native.load()
-    if lib is None:
-        return "C kernels: unavailable (torch ops)"
-    return f"C kernels: {_native.simd_name(lib)}"
+    """What the C kernels were built for here (``layernorm.ops.build.describe``)."""
+    from layernorm.ops import build
+    return build.describe()
 
 
 def kernel_build_seconds() -> float | None:
-    """Seconds to compile the C kernels from scratch (into a temporary cache, as on first use),
-    or None when no C compiler is available (torch ops are used then)."""
-    import tempfile
-    from pathlib import Path
-
-    from layernorm.ops import native as _native
-    cc = _native.compiler()
-    if not cc:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        try:
-            _native._build(cc, Path(tmp) / "k.so")
-        except Exception:  # noqa: BLE001 - no working compiler: torch ops are used
-            return None
-        return time.perf_counter() - t0
+    """Seconds to compile the C kernels from scratch (``layernorm.ops.build.build_seconds``), or
+    None when no C compiler is available (torch ops are used then)."""
+    from layernorm.ops import build
+    return build.build_seconds()
 
 
 def _parse_shape(s: str) -> tuple[int, int, int, int]:
