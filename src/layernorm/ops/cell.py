@@ -98,11 +98,6 @@ def _zones(who: str, x: Tensor, B: int, H: int, **zones) -> list:
     return found
 
 
-def _zoned(new: tuple, old: tuple, zones: tuple) -> tuple:
-    """Zoneout of one step: s_1 = s~_1 + z (s_0 - s~_1) per state (None: unchanged)."""
-    return tuple(n if z is None else torch.lerp(n, o, z) for n, o, z in zip(new, old, zones))
-
-
 def _after(t: Tensor, n: int) -> int:
     """The address of t[n:] (t flat and contiguous)."""
     return t.data_ptr() + n * t.element_size()
@@ -188,7 +183,7 @@ class _LSTMStep(torch.autograd.Function):
             def step(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c, _eps, _lib, h, *_):
                 new = recurrence.lstm_from_terms(xw, hg, c, g_ih, b_ih, g_hh, b_hh, g_c, b_c,
                                                  ctx.eps)
-                return _zoned(new, (h, c), (zone_h, zone_c))
+                return recurrence.zone_update(new, (h, c), (zone_h, zone_c))
             return tuple(common.differentiable_backward(
                 step, (*kept[:9], None, None, kept[13], None, None), ctx.needs_input_grad,
                 (dh, dc)))
@@ -278,7 +273,7 @@ class _GRUStep(torch.autograd.Function):
 
             def step(xw, hg, h, g_ih, b_ih, g_hh, b_hh, *_):
                 new = _gru_from_terms(xw, hg, h, g_ih, b_ih, g_hh, b_hh, ctx.eps)
-                return torch.lerp(new, h, zone_h)
+                return recurrence.zone_update((new,), (h,), (zone_h,))
             return tuple(common.differentiable_backward(
                 step, (*ctx.saved_tensors[:7], None, None, None), ctx.needs_input_grad, (dh,)))
         xw, hg, h, g_ih, b_ih, g_hh, b_hh, stats = ctx.saved_tensors
