@@ -1,20 +1,21 @@
-"""One LN-LSTM / LN-GRU step of the cells in one C call on the CPU (float32): the path of
-``LSTMCell`` / ``GRUCell`` (and of the modules at T = 1) when the C kernels load.
+"""One LN-LSTM / LN-GRU step of the cells as one autograd node over C on the CPU (float32): the
+path of ``LSTMCell`` / ``GRUCell`` (and of the modules at T = 1) when the C kernels load.
 
-A step is two GEMMs and then a few hundred units of layer norms and gates. torch computes the
-GEMMs (xw = W_x x_t and hg = W_hh h_{t-1}, each (B, G), through ``F.linear``, so autograd
-differentiates them as any linear layer; without autograd at batch 1 the C kernels'
-``matvec_rows`` computes them); ``_rnn_steps.c``'s ``*_step_forward`` then runs the
-rest of the step (every layer norm, the gates, c_t and h_t) in one pass over each row, where the
-reference step in torch ops (``layernorm.recurrence``) spends a dozen dispatched ops. The
-backward is one C call as well (``*_step_backward``: the gradients of xw, hg, the state and the
-gains and biases). Its second derivatives (``create_graph=True``) differentiate the reference
-step (``recurrence.lstm_from_terms`` / ``gru_from_terms``) instead, so every order is exact.
+A step is two products (xw = W_x x_t and hg = W_hh h_{t-1}, each (B, G)) and then a few hundred
+units of layer norms and gates. One ``autograd.Function`` takes the step's inputs and weights:
+its forward computes the products (torch's GEMM; at one row, where they are matrix-vector
+products, the C kernels' ``matvec_rows`` inside the same C call as the rest, ``*_cell_forward``)
+and ``_rnn_steps.c``'s step runs every layer norm, the gates, c_t and h_t in one pass over each
+row, where the reference step in torch ops (``layernorm.recurrence``) spends a dozen dispatched
+ops and a graph node each. The backward is one C call (``*_step_backward``: the gradients of xw,
+hg, the state and the gains and biases) and the four products of the weights' and inputs'
+gradients. Its second derivatives (``create_graph=True``) differentiate the reference step
+(``recurrence.ln_lstm_step`` / ``ln_gru_step``, then ``recurrence.zone_update``) instead, so every
+order is exact.
 
 The recurrent regularizers (docs/rnn.md) of one step: ``h_mask`` (B, H), recurrent dropout,
-enters the GEMM torch computes (W_hh (h * h_mask), so autograd carries its gradient);
-``zone_h`` / ``zone_c`` (B, H), zoneout of this step (h_1 = z h_0 + (1 - z) h~_1), run in the C
-step. The masks get no gradient.
+enters the recurrent product (W_hh (h * h_mask)); ``zone_h`` / ``zone_c`` (B, H), zoneout of this
+step (h_1 = z h_0 + (1 - z) h~_1), run in the C step. The masks get no gradient.
 
 ``lib_for`` says when this path applies; elsewhere (other dtypes and devices, TorchScript,
 tracing, torch.compile, dispatch or function modes and tensor subclasses, torch.func transforms,
