@@ -142,7 +142,7 @@ def _products(x: Tensor, hm: Tensor, w_ih: Tensor, w_hh: Tensor, saved: Tensor |
     if saved is None:
         return torch.mm(x, w_ih.t()), torch.mm(hm, w_hh.t())
     B, G = x.shape[0], w_ih.shape[0]
-    xw, hg = saved[:2 * B * G].view(2, B, G)
+    xw, hg = saved[:2 * B * G].view(2, B, G).unbind()
     return torch.mm(x, w_ih.t(), out=xw), torch.mm(hm, w_hh.t(), out=hg)
 
 
@@ -169,9 +169,9 @@ def _grads(need, x, h, w_ih, w_hh, h_mask, dxg, dhg, direct=None):
 
 def _reference_backward(ctx, step, n: int, grads):
     """The backward as a differentiable function: ``step`` (the reference step over the same
-    inputs as the forward: n tensors saved first, then eps, lib, the masks) re-run on the saved
-    inputs and differentiated."""
-    inputs = (*ctx.saved_tensors[:n], ctx.eps, None, *ctx.masks)
+    inputs as the forward: the n tensors saved first, then ``how``) re-run on the saved inputs
+    and differentiated."""
+    inputs = (*ctx.saved_tensors[:n], ctx.how)
     return tuple(common.differentiable_backward(step, inputs, ctx.needs_input_grad, grads))
 
 
@@ -216,28 +216,27 @@ def _lstm_forward(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, ep
     return h_new, c_new, saved
 
 
-def _lstm_reference(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, _lib,
-                    h_mask, zone_h, zone_c):
+def _lstm_reference(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, how):
     """The step ``_LSTMStep`` computes, in the reference's torch ops (its second order)."""
+    eps, _, h_mask, zone_h, zone_c = how
     new = recurrence.ln_lstm_step(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps,
                                   h_mask)
     return recurrence.zone_update(new, (h, c), (zone_h, zone_c))
 
 
 class _LSTMStep(torch.autograd.Function):
-    """(x, h_0, c_0, W_x, W_h, gain_ih, bias_ih, gain_hh, bias_hh, gain_c, bias_c, eps, lib,
-    h_mask, zone_h, zone_c) -> (h_1, c_1): the whole step, its two products included, every
-    tensor float32 and contiguous, ``lib`` the loaded C kernels; the masks (B, H) or None, no
-    gradient."""
+    """(x, h_0, c_0, W_x, W_h, gain_ih, bias_ih, gain_hh, bias_hh, gain_c, bias_c, how) ->
+    (h_1, c_1): the whole step, its two products included, every tensor float32 and contiguous;
+    ``how`` = (eps, the loaded C kernels, h_mask, zone_h, zone_c), the masks (B, H) or None, no
+    gradient (one argument: ``apply`` costs per argument)."""
 
     # forward(ctx, ...) rather than setup_context: apply() then skips binding the signature;
     # torch.func transforms take the torch-ops step (``lib_for``).
     @staticmethod
-    def forward(ctx, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, lib, h_mask,
-                zone_h, zone_c):
+    def forward(ctx, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, how):
+        eps, lib, h_mask, zone_h, zone_c = ctx.how = how
         h_new, c_new, saved = _lstm_forward(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
                                             g_c, b_c, eps, True, h_mask, zone_h, zone_c)
-        ctx.eps, ctx.lib, ctx.masks = eps, lib, (h_mask, zone_h, zone_c)
         ctx.save_for_backward(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, saved)
         return h_new, c_new
 
@@ -246,14 +245,14 @@ class _LSTMStep(torch.autograd.Function):
         if _torch_ops_backward(dh, dc):
             return _reference_backward(ctx, _lstm_reference, 11, (dh, dc))
         x, h, _, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, saved = ctx.saved_tensors
-        h_mask, zone_h, zone_c = ctx.masks
+        eps, lib, h_mask, zone_h, zone_c = ctx.how
         B, G = x.shape[0], w_ih.shape[0]
         H = G // 4
-        dxg, dhg = x.new_empty(2, B, G)
+        dxg, dhg = x.new_empty(2, B, G).unbind()
         dparams = x.new_zeros(18 * H, dtype=torch.float64)
         dc = dc.contiguous().clone()        # in: of c_1; out: of c_0
         dh = dh.contiguous()
-        args = _args(LSTMArgs, B, H, ctx.eps, g_ih, b_ih, g_hh, b_hh, g_c, b_c)
+        args = _args(LSTMArgs, B, H, eps, g_ih, b_ih, g_hh, b_hh, g_c, b_c)
         at, f = _p(saved), _F
         args.xw, args.hg_all = at, at + B * G * f
         args.cs = at + 2 * B * G * f
@@ -266,13 +265,12 @@ class _LSTMStep(torch.autograd.Function):
         if zone_h is not None or zone_c is not None:
             args.zone_h, args.zone_c = _ptr(zone_h), _ptr(zone_c)
             direct = None if zone_h is None else x.new_empty(B, H)  # d h_0 through the zoneout
-        _run(ctx.lib.lstm_step_backward(_byref(args), _ptr(direct)), "LSTMCell backward")
+        _run(lib.lstm_step_backward(_byref(args), _ptr(direct)), "LSTMCell backward")
         d_gh, d_bh, d_gc, d_bc, d_gx, d_bx = dparams.to(x.dtype).split([G, G, H, H, G, G])
         need = ctx.needs_input_grad
         dx, dh0, dw_ih, dw_hh = _grads((*need[:2], *need[3:5]), x, h, w_ih, w_hh, h_mask, dxg,
                                        dhg, direct)
-        return (dx, dh0, dc, dw_ih, dw_hh, d_gx, d_bx, d_gh, d_bh, d_gc, d_bc, None, None, None,
-                None, None)
+        return dx, dh0, dc, dw_ih, dw_hh, d_gx, d_bx, d_gh, d_bh, d_gc, d_bc, None
 
 
 def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, *,
@@ -292,7 +290,7 @@ def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, *
     tensors = tuple(t.contiguous() for t in (x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c,
                                              b_c))
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return _LSTMStep.apply(*tensors, eps, lib, h_mask, zone_h, zone_c)
+        return _LSTMStep.apply(*tensors, (eps, lib, h_mask, zone_h, zone_c))
     return _lstm_forward(lib, *tensors, eps, False, h_mask, zone_h, zone_c)[:2]
 
 
@@ -329,21 +327,22 @@ def _gru_forward(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, save, h_mas
     return h_new, saved
 
 
-def _gru_reference(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, _lib, h_mask, zone_h):
+def _gru_reference(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, how):
     """The step ``_GRUStep`` computes, in the reference's torch ops (its second order)."""
+    eps, _, h_mask, zone_h = how
     new = recurrence.ln_gru_step(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask)
     return recurrence.zone_update((new,), (h,), (zone_h,))
 
 
 class _GRUStep(torch.autograd.Function):
-    """(x, h_0, W_x, W_h, gain_ih, bias_ih, gain_hh, bias_hh, eps, lib, h_mask, zone_h) -> h_1,
-    as ``_LSTMStep``."""
+    """(x, h_0, W_x, W_h, gain_ih, bias_ih, gain_hh, bias_hh, how) -> h_1, as ``_LSTMStep``
+    (``how`` = (eps, lib, h_mask, zone_h))."""
 
     @staticmethod
-    def forward(ctx, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, lib, h_mask, zone_h):
+    def forward(ctx, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, how):
+        eps, lib, h_mask, zone_h = ctx.how = how
         h_new, saved = _gru_forward(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, True,
                                     h_mask, zone_h)
-        ctx.eps, ctx.lib, ctx.masks = eps, lib, (h_mask, zone_h)
         ctx.save_for_backward(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, saved)
         return h_new
 
@@ -352,27 +351,27 @@ class _GRUStep(torch.autograd.Function):
         if _torch_ops_backward(dh):
             return _reference_backward(ctx, _gru_reference, 8, (dh,))
         x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, saved = ctx.saved_tensors
-        h_mask, zone_h = ctx.masks
+        eps, lib, h_mask, zone_h = ctx.how
         B, G = x.shape[0], w_ih.shape[0]
         H = G // 3
-        dxg, dhg = x.new_empty(2, B, G)
+        dxg, dhg = x.new_empty(2, B, G).unbind()
         direct = x.new_empty(B, H)
         dparams = x.new_zeros(12 * H, dtype=torch.float64)
         dh = dh.contiguous()
-        args = _args(GRUArgs, B, H, ctx.eps, g_ih, b_ih, g_hh, b_hh)
+        args = _args(GRUArgs, B, H, eps, g_ih, b_ih, g_hh, b_hh)
         at = _p(saved)
         args.xw, args.hg_all, args.stats = at, at + B * G * _F, at + 2 * B * G * _F
         args.h0, args.grad_out, args.dh = _p(h), _zeros(B * H), _p(dh)
         args.dxg, args.dhg, args.dparams = _p(dxg), _p(dhg), _p(dparams)
         if zone_h is not None:
             args.zone_h = _p(zone_h)
-        _run(ctx.lib.gru_step_backward(_byref(args), _p(direct)), "GRUCell backward")
+        _run(lib.gru_step_backward(_byref(args), _p(direct)), "GRUCell backward")
         d_gh, d_bh, d_gu, d_bu, d_gx, d_bx = dparams.to(x.dtype).split(
             [2 * H, 2 * H, H, H, G, G])
         dx, dh0, dw_ih, dw_hh = _grads(ctx.needs_input_grad[:4], x, h, w_ih, w_hh, h_mask, dxg,
                                        dhg, direct)
         return (dx, dh0, dw_ih, dw_hh, d_gx, d_bx, torch.cat([d_gh, d_gu]),
-                torch.cat([d_bh, d_bu]), None, None, None, None)
+                torch.cat([d_bh, d_bu]), None)
 
 
 def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, *, h_mask=None, zone_h=None,
@@ -390,7 +389,7 @@ def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, *, h_mask=None,
         h_mask = h_mask.detach().contiguous()
     tensors = tuple(t.contiguous() for t in (x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh))
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return _GRUStep.apply(*tensors, eps, lib, h_mask, zone_h)
+        return _GRUStep.apply(*tensors, (eps, lib, h_mask, zone_h))
     return _gru_forward(lib, *tensors, eps, False, h_mask, zone_h)[0]
 
 
