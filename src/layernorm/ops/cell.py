@@ -128,12 +128,13 @@ _F = 4                    # bytes per float32: the steps' tensors'
 # GEMM, then the step in C.
 
 
-def _zeros(n: int) -> int:
-    """The address of n float32 zeros the kernels only read (the backward's grad_out), kept."""
+def _zeros(n: int) -> Tensor:
+    """At least n float32 zeros the kernels only read (the backward's grad_out), kept from call
+    to call; the caller holds the tensor through its C call (another thread may replace it)."""
     z = _ZEROS[0]
     if z.numel() < n:
         z = _ZEROS[0] = torch.zeros(max(n, 2 * z.numel()))
-    return z.data_ptr()
+    return z
 
 
 def _products(x: Tensor, hm: Tensor, w_ih: Tensor, w_hh: Tensor, saved: Tensor | None):
@@ -259,7 +260,8 @@ class _LSTMStep(torch.autograd.Function):
         args.act_all = args.cs + 2 * B * H * f
         args.tc_all = args.act_all + B * G * f
         args.stats = args.tc_all + B * H * f
-        args.grad_out, args.dh, args.dc = _zeros(B * H), _p(dh), _p(dc)
+        zeros = _zeros(B * H)
+        args.grad_out, args.dh, args.dc = _p(zeros), _p(dh), _p(dc)
         args.dxg, args.dhg, args.dparams = _p(dxg), _p(dhg), _p(dparams)
         direct = None
         if zone_h is not None or zone_c is not None:
@@ -361,7 +363,8 @@ class _GRUStep(torch.autograd.Function):
         args = _args(GRUArgs, B, H, eps, g_ih, b_ih, g_hh, b_hh)
         at = _p(saved)
         args.xw, args.hg_all, args.stats = at, at + B * G * _F, at + 2 * B * G * _F
-        args.h0, args.grad_out, args.dh = _p(h), _zeros(B * H), _p(dh)
+        zeros = _zeros(B * H)
+        args.h0, args.grad_out, args.dh = _p(h), _p(zeros), _p(dh)
         args.dxg, args.dhg, args.dparams = _p(dxg), _p(dhg), _p(dparams)
         if zone_h is not None:
             args.zone_h = _p(zone_h)
