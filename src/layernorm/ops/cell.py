@@ -193,14 +193,7 @@ def _lstm_forward(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, ep
     if zone_h is not None or zone_c is not None:
         args.h0, args.zone_h, args.zone_c = _p(h), _ptr(zone_h), _ptr(zone_c)
     saved = x.new_empty(B * (3 * G + 3 * H + 6)) if save else None
-    xw = hg = None
-    if save:
-        at, f = _p(saved), _F
-        xw, hg = at, at + B * G * f
-        args.cs = at + 2 * B * G * f
-        args.act_all = args.cs + 2 * B * H * f
-        args.tc_all = args.act_all + B * G * f
-        args.stats = args.tc_all + B * H * f
+    xw, hg = _lstm_saved(args, saved, B, H) if save else (None, None)
     if B == 1:                               # one C call, the products too (ONE_CALL)
         args.I = x.shape[1]
         _run(lib.lstm_cell_forward(_byref(args), xw, hg, _p(x), _p(w_ih), _p(hm), _p(w_hh),
@@ -215,6 +208,19 @@ def _lstm_forward(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, ep
         args.xw = _p(xw_t)
         _run(lib.lstm_step_forward(_byref(args), _p(hg_t)), "LSTMCell")
     return h_new, c_new, saved
+
+
+def _lstm_saved(args, saved: Tensor, B: int, H: int) -> tuple:
+    """``args`` pointed at the parts of ``saved`` (``_lstm_forward``'s layout) -> the addresses
+    of xw and hg, its first two."""
+    G = 4 * H
+    xw = _p(saved)
+    hg = xw + B * G * _F
+    args.cs = hg + B * G * _F
+    args.act_all = args.cs + 2 * B * H * _F
+    args.tc_all = args.act_all + B * G * _F
+    args.stats = args.tc_all + B * H * _F
+    return xw, hg
 
 
 def _lstm_reference(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, how):
@@ -254,12 +260,7 @@ class _LSTMStep(torch.autograd.Function):
         dc = dc.contiguous().clone()        # in: of c_1; out: of c_0
         dh = dh.contiguous()
         args = _args(LSTMArgs, B, H, eps, g_ih, b_ih, g_hh, b_hh, g_c, b_c)
-        at, f = _p(saved), _F
-        args.xw, args.hg_all = at, at + B * G * f
-        args.cs = at + 2 * B * G * f
-        args.act_all = args.cs + 2 * B * H * f
-        args.tc_all = args.act_all + B * G * f
-        args.stats = args.tc_all + B * H * f
+        args.xw, args.hg_all = _lstm_saved(args, saved, B, H)
         zeros = _zeros(B * H)
         args.grad_out, args.dh, args.dc = _p(zeros), _p(dh), _p(dc)
         args.dxg, args.dhg, args.dparams = _p(dxg), _p(dhg), _p(dparams)
@@ -312,12 +313,7 @@ def _gru_forward(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, save, h_mas
     if zone_h is not None:
         args.zone_h = _p(zone_h)
     saved = x.new_empty(B * (2 * G + 8)) if save else None
-    xw = hg = None
-    if save:
-        at = _p(saved)
-        xw = at
-        hg = args.hg_all = at + B * G * _F
-        args.stats = at + 2 * B * G * _F
+    xw, hg = _gru_saved(args, saved, B, H) if save else (None, None)
     if B == 1:                               # one C call, the products too (ONE_CALL)
         args.I = x.shape[1]
         _run(lib.gru_cell_forward(_byref(args), xw, hg, _p(x), _p(w_ih), _p(hm), _p(w_hh)),
@@ -327,6 +323,15 @@ def _gru_forward(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, save, h_mas
         args.xw = _p(xw_t)
         _run(lib.gru_step_forward(_byref(args), _p(hg_t)), "GRUCell")
     return h_new, saved
+
+
+def _gru_saved(args, saved: Tensor, B: int, H: int) -> tuple:
+    """``args`` pointed at the parts of ``saved`` (``_gru_forward``'s layout) -> the addresses
+    of xw and hg (also hg_all), its first two."""
+    xw = _p(saved)
+    hg = args.hg_all = xw + B * 3 * H * _F
+    args.stats = hg + B * 3 * H * _F
+    return xw, hg
 
 
 def _gru_reference(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, how):
@@ -361,8 +366,7 @@ class _GRUStep(torch.autograd.Function):
         dparams = x.new_zeros(12 * H, dtype=torch.float64)
         dh = dh.contiguous()
         args = _args(GRUArgs, B, H, eps, g_ih, b_ih, g_hh, b_hh)
-        at = _p(saved)
-        args.xw, args.hg_all, args.stats = at, at + B * G * _F, at + 2 * B * G * _F
+        args.xw, _ = _gru_saved(args, saved, B, H)
         zeros = _zeros(B * H)
         args.h0, args.grad_out, args.dh = _p(h), _p(zeros), _p(dh)
         args.dxg, args.dhg, args.dparams = _p(dxg), _p(dhg), _p(dparams)
