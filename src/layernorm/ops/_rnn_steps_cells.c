@@ -98,7 +98,7 @@ static int products(int B, int I, int H, int G, const float *x, const float *w_i
                     const float *hm, const float *w_hh, float **xw, float **hg, float **work) {
     *work = NULL;
     if (!*xw || !*hg) {
-        *work = malloc(sizeof(float) * 2 * (size_t)B * G);
+        *work = malloc(sizeof(float) * (2 * (size_t)B * G + 1));  /* + 1: never malloc(0) */
         if (!*work) return -1;
         *xw = *work;
         *hg = *work + (size_t)B * G;
