@@ -122,3 +122,22 @@ def test_kept_struct_sees_parameters_updated_in_place_and_replaced(mode, B):
     check()
     cell.bias_ih = nn.Parameter(torch.randn_like(cell.bias_ih))
     check()
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("I,H", [(3, 0), (0, 4)])
+def test_one_row_of_zero_units_or_zero_inputs(mode, I, H):
+    """The one-call step with an empty product: torch's cell's shapes, zero gradients of x, and
+    (no input) the float64 cell's state."""
+    cell = getattr(L, f"{mode}Cell")(I, H)
+    twin = getattr(L, f"{mode}Cell")(I, H, dtype=torch.float64)
+    twin.load_state_dict({k: v.double() for k, v in cell.state_dict().items()})
+    x = torch.randn(1, I, requires_grad=True)
+    out = cell(x)
+    out = out if isinstance(out, tuple) else (out,)
+    assert [tuple(o.shape) for o in out] == [(1, H)] * len(out)
+    sum(o.sum() for o in out).backward()
+    torch.testing.assert_close(x.grad, torch.zeros(1, I))
+    want = twin(x.detach().double())
+    for u, v in zip(out, want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(u.detach().double(), v, **TOL)
