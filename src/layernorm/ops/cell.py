@@ -119,13 +119,12 @@ def _args(cls, B: int, H: int, eps: float, *affine: Tensor):
 _AFFINE = {LSTMArgs: ("gain_x", "bias_x", "gain_h", "bias_h", "gain_c", "bias_c"),
            GRUArgs: ("gain_x", "bias_x", "gain_h", "bias_h", "gain_u", "bias_u")}
 
-_ZEROS = [torch.zeros(0)]
+_ZEROS = [torch.zeros(0, dtype=torch.float32, device="cpu")]
 _F = 4                    # bytes per float32: the steps' tensors'
 
-# ONE_CALL: at one row a step is one C call with its two products (``*_cell_forward``:
-# matvec_rows, each weight read once; measured at (1, 256) x (256, 1024) plus (1, 128) x
-# (128, 1024), one thread: 40 us against 55 for the two ``F.linear``); more rows take torch's
-# GEMM, then the step in C.
+# ONE_CALL: at one row the products are matrix-vector products, and the step is one C call with
+# them (``*_cell_forward``: matvec_rows, each weight read once in torch's layout); more rows take
+# torch's GEMM, then the step in C.
 
 
 def _zeros(n: int) -> Tensor:
@@ -133,7 +132,7 @@ def _zeros(n: int) -> Tensor:
     to call; the caller holds the tensor through its C call (another thread may replace it)."""
     z = _ZEROS[0]
     if z.numel() < n:
-        z = _ZEROS[0] = torch.zeros(max(n, 2 * z.numel()))
+        z = _ZEROS[0] = torch.zeros(max(n, 2 * z.numel()), dtype=torch.float32, device="cpu")
     return z
 
 
@@ -289,7 +288,7 @@ def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, *
         zone_h, zone_c = _zones("LSTMCell", x, h.shape[0], h.shape[-1], zone_h=zone_h,
                                 zone_c=zone_c)
     if h_mask is not None:
-        h_mask = h_mask.detach().contiguous()
+        h_mask = h_mask.detach().to(x.dtype)    # (the product reads h * h_mask as float32)
     tensors = tuple(t.contiguous() for t in (x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c,
                                              b_c))
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -393,7 +392,7 @@ def gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, *, h_mask=None,
     if zone_h is not None:
         (zone_h,) = _zones("GRUCell", x, h.shape[0], h.shape[-1], zone_h=zone_h)
     if h_mask is not None:
-        h_mask = h_mask.detach().contiguous()
+        h_mask = h_mask.detach().to(x.dtype)    # (the product reads h * h_mask as float32)
     tensors = tuple(t.contiguous() for t in (x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh))
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return _GRUStep.apply(*tensors, (eps, lib, h_mask, zone_h))
