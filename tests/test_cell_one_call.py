@@ -141,3 +141,18 @@ def test_one_row_of_zero_units_or_zero_inputs(mode, I, H):
     want = twin(x.detach().double())
     for u, v in zip(out, want if isinstance(want, tuple) else (want,)):
         torch.testing.assert_close(u.detach().double(), v, **TOL)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("B", [1, 3])
+def test_masks_of_another_dtype_are_taken_in_the_steps(cell, B):
+    """A float64 recurrent-dropout or zoneout mask on a float32 step: the float32 mask's result."""
+    t64, masks = _inputs(cell, B, 4, 3, seed=3)
+    t32 = [t.float() for t in t64]
+    lib = ops.cell_lib(t32[0])
+    step = ops.ln_lstm_step if cell == "lstm" else ops.ln_gru_step
+    for name, m in masks.items():
+        want = step(lib, *t32, EPS, **{name: m.float()})
+        got = step(lib, *t32, EPS, **{name: m})
+        for u, v in zip(got if cell == "lstm" else (got,), want if cell == "lstm" else (want,)):
+            torch.testing.assert_close(u, v, atol=0, rtol=0)
