@@ -194,8 +194,13 @@ def _exercise() -> None:
                     h = cell(x[t], h)
                     loss = loss + (h[0] if isinstance(h, tuple) else h).square().sum()
                 loss.backward()
-                with torch.no_grad():               # batch 1 without autograd: matvec_rows
+                one = cell(torch.randn(1, I, requires_grad=True))   # batch 1: one C call
+                (one[0] if isinstance(one, tuple) else one).sum().backward()
+                with torch.no_grad():               # batch 1 without autograd
                     cell.eval()(torch.randn(1, I))
+        # matvec_rows, which the batch-1 step calls inside C, through its own entry point too
+        a, w, y = torch.randn(2, 37), torch.randn(18, 37), torch.empty(2, 18)
+        native.load().matvec_rows(2, 37, a.data_ptr(), w.data_ptr(), 18, y.data_ptr())
         for dtype in (torch.float32, torch.float64):      # above the small-input cutoff
             norm = L.RMSNorm(1003, dtype=dtype)
             x = torch.randn(_rms_native.SMALL // 1003 + 3, 1003, dtype=dtype, requires_grad=True)

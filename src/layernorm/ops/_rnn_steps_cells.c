@@ -83,3 +83,53 @@ int gru_step_backward(const struct gru *R, float *direct) {
     return step_backward(R->B, 3 * R->H, R->H, R->nthreads, R->dhg, direct, (size_t)5 * R->H,
                          12 * R->H, R->dparams, gru_backward_row, R);
 }
+
+/* ---- the whole step at batch 1: the two products too ---------------------------------------
+ *
+ * At one row the products are matrix-vector products that read each weight once: xw = x W_x^T
+ * (x (B, I), I = L->I; W_x (G, I) row-major as torch keeps it) and hg = hm W_h^T (hm (B, H):
+ * h_{t-1}, times the recurrent-dropout mask; W_h (G, H)), by matvec_rows, and then the step above
+ * in the same call, so a cell's step is one call and one pass. xw, hg (B, G): where the products
+ * go when the backward reads them (a forward that saves), or NULL: a workspace of this call.
+ * LSTM: c0 (B, H), c_{t-1}, copied where the step reads it (cs[0] when it saves, else c_n, which
+ * the step updates in place); a step that saves keeps hg as hg_all. Returns as the step above,
+ * and -1 also when the workspace could not be allocated. */
+static int products(int B, int I, int H, int G, const float *x, const float *w_ih,
+                    const float *hm, const float *w_hh, float **xw, float **hg, float **work) {
+    *work = NULL;
+    if (!*xw || !*hg) {
+        *work = malloc(sizeof(float) * (2 * (size_t)B * G + 1));  /* + 1: never malloc(0) */
+        if (!*work) return -1;
+        *xw = *work;
+        *hg = *work + (size_t)B * G;
+    }
+    matvec_rows(B, I, x, w_ih, G, *xw);
+    matvec_rows(B, H, hm, w_hh, G, *hg);
+    return 0;
+}
+
+int lstm_cell_forward(const struct lstm *L, float *xw, float *hg, const float *x,
+                      const float *w_ih, const float *hm, const float *w_hh, const float *c0) {
+    const int B = L->B, H = L->H;
+    float *work;
+    if (products(B, L->I, H, 4 * H, x, w_ih, hm, w_hh, &xw, &hg, &work)) return -1;
+    struct lstm l = *L;
+    l.xw = xw;
+    if (l.cs) l.hg_all = hg;
+    memcpy(l.cs ? l.cs : l.c_n, c0, sizeof(float) * (size_t)B * H);
+    const int status = lstm_step_forward(&l, hg);
+    free(work);
+    return status;
+}
+
+int gru_cell_forward(const struct gru *R, float *xw, float *hg, const float *x,
+                     const float *w_ih, const float *hm, const float *w_hh) {
+    float *work;
+    if (products(R->B, R->I, R->H, 3 * R->H, x, w_ih, hm, w_hh, &xw, &hg, &work)) return -1;
+    struct gru r = *R;
+    r.xw = xw;
+    if (r.hg_all) r.hg_all = hg;
+    const int status = gru_step_forward(&r, hg);
+    free(work);
+    return status;
+}

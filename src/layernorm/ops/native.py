@@ -190,6 +190,10 @@ def _declare(lib) -> None:
             f = getattr(lib, f"{cell}_{kernel}")
             f.argtypes = args
             f.restype = i
+        # the cells' whole step at batch 1 (struct, xw, hg, x, W_x, h * mask, W_hh; LSTM: c_0)
+        f = getattr(lib, f"{cell}_cell_forward")
+        f.argtypes = [p] * (8 if cell == "lstm" else 7)
+        f.restype = i
         for what in ("struct_size", "struct_last"):
             f = getattr(lib, f"{cell}_{what}")
             f.argtypes = []
