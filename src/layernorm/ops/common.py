@@ -34,7 +34,6 @@ from ..checks import autocast_on
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
 from .pool import _WORKSPACE
-from ..recurrence.lengths import to_lengths
 
 
 # ---- checks and dtypes
@@ -164,46 +163,34 @@ NO_KERNELS = ("the C kernels are not available in this process (the operator was
               "reference loop, or build the kernels here (docs/rnnfast.md)")
 
 
-def call(op, body, *args):
-    """``op(*args)``, or its ``body(*args)`` where ``eager`` holds (a backward operator: no
-    autograd of its own at first order)."""
-    return body(*args) if native.eager(*args) else op(*args)
-
-
-def forward(forward_native, who, n_buffers, xw, *rest):
-    """Run a forward operator on the C kernels -> (*states, *saved). ``forward_native`` returns
-    (*states, saved or None); without ``save`` the saved buffers are empty (``n_buffers`` of xw's
-    dtype and the statistics)."""
+def c_kernels(who: str, xw: torch.Tensor):
+    """The C kernels for an operator's body (forward or backward), or a clear error where this
+    process has none (a graph traced where they were)."""
     lib = native.native_lib(xw)
     if lib is None:
         raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
-    with torch.autocast(xw.device.type, enabled=False):
-        *states, saved = forward_native(lib, xw.contiguous(), *rest)
-    if saved is None:
-        saved = [xw.new_empty(0) for _ in range(n_buffers)]
-        saved.append(xw.new_empty(0, dtype=stats_dtype(xw.dtype)))
-    return (*states, *saved)
+    return lib
 
 
-def backward(who, xw, backward_native, args):
-    """Run a backward operator on the C kernels."""
-    lib = native.native_lib(xw)
-    if lib is None:
-        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
-    with torch.autocast(xw.device.type, enabled=False):
-        return backward_native(lib, *args)
+def saved_or_empty(saved, xw: torch.Tensor, n_buffers: int) -> list:
+    """A forward operator's saved buffers, or without ``save`` (``saved`` None) empty ones:
+    ``n_buffers`` of xw's dtype and the statistics."""
+    if saved is not None:
+        return saved
+    return [*(xw.new_empty(0) for _ in range(n_buffers)),
+            xw.new_empty(0, dtype=stats_dtype(xw.dtype))]
 
 
 class Backends(NamedTuple):
     """One cell's implementations of a whole sequence, among which ``run_sequence`` chooses once
     per call. Each takes ``(xg, *states, w_hh, *LN gains and biases, ...)``:
 
-    ``triton``: the name of the Triton kernels' entry in ``layernorm.kernels`` (CUDA), called as
-    ``(..., lengths, eps, gain_x, bias_x, **masks)`` with per-example lengths, derived here from
-    ``batch_sizes``, and the masks in the caller's order;
-    ``native(..., gain_x, bias_x, *masks, batch_sizes, eps, save)``: the registered operator on
-    the C kernels (``register_autograd``'s function; sorted batch);
-    ``reference(..., batch_sizes as a list, eps, *masks)``: the reference loop under autograd.
+    ``triton``: the cell's name in the Triton kernels (``layernorm.kernels.sequence``, CUDA),
+    which take ``order`` and ``batch_sizes`` and derive their per-example lengths themselves;
+    ``native(eager)``: the registered operator on the C kernels (``register_autograd``'s
+    function) called as ``(..., gain_x, bias_x, *masks, batch_sizes, eps, save)`` on the sorted
+    batch, its body run directly where ``eager`` (same autograd);
+    ``reference(..., batch_sizes, eps, *masks)``: the reference loop under autograd.
     ``groups``: the unit groups the input LN normalizes, given H."""
     triton: str
     native: Callable
@@ -214,15 +201,14 @@ class Backends(NamedTuple):
 def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks: dict, order,
                  batch_sizes, eps):
     """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
-    off): the one choice of path. The Triton kernels where ``kernels.applies_rnn``; the registered
-    operator where the C kernels run; elsewhere (float64, no C compiler, ``USE_NATIVE = False``,
+    off): THE choice of path, made once here. The Triton kernels where ``kernels.applies_rnn``;
+    the registered operator where the C kernels run (its body directly, with the same autograd,
+    where ``native.eager`` holds); elsewhere (float64, no C compiler, ``USE_NATIVE = False``,
     CUDA without Triton, and under torch.func transforms) the cell's reference loop under
     ordinary autograd. -> (out, *final states) in the batch's order and in the output dtype."""
     if kernels.applies_rnn(xg):
-        lengths = to_lengths(order, batch_sizes, xg.shape[1])
-        given = {k: m for k, m in masks.items() if m is not None}
-        return getattr(kernels, cell.triton)(xg, *states, *params, lengths, eps, gain_x, bias_x,
-                                             **given)
+        return kernels.sequence(cell.triton, xg, states, params, order, batch_sizes, eps,
+                                gain_x, bias_x, masks)
     compute, out_dtype = dtypes(xg)
     masks = prepare_masks(masks.values(), compute, order)
     xg, *states = (t.to(compute) for t in (xg, *states))
@@ -230,19 +216,20 @@ def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks:
     gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
     groups, n = cell.groups(states[0].shape[-1]), len(states)
     if under_functorch() or native.native_lib(xg) is None:
-        sizes = None if batch_sizes is None else batch_sizes.tolist()
         xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
 
         def run(xg_, *states_):
-            return cell.reference(xg_, *states_, *params, sizes, eps, *masks)
+            return cell.reference(xg_, *states_, *params, batch_sizes, eps, *masks)
     else:
         input_ln(who, xg, gain_x, bias_x, groups, eps, inside=True)  # checks the pair
-        save = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (xg, *states, *params, gain_x, bias_x))
+        tensors = (xg, *states, *params, gain_x, bias_x)
+        save = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                for t in tensors)
+        operator = cell.native(native.eager(*tensors, *masks, batch_sizes))
 
         def run(xg_, *states_):
-            return cell.native(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
-                               float(eps), save)[:n + 1]
+            return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
+                            float(eps), save)[:n + 1]
     outs = with_order(run, order, xg, tuple(states))
     return tuple(o.to(out_dtype) for o in outs)
 
@@ -293,21 +280,21 @@ def fake_saved(xw, save):
 
 def register_autograd(op, body, name, n_states, loop, first_order):
     """Register the autograd of ``op`` (inputs: ``*tensors, batch_sizes, eps, save``; outputs:
-    out (T, B, H), ``n_states - 1`` final states and the saved buffers) -> a function
-    with op's arguments that calls ``op``, or its ``body`` with the same autograd where ``eager``
-    holds.
+    out (T, B, H), ``n_states - 1`` final states and the saved buffers) -> ``runner(eager)``: a
+    function with op's arguments that calls ``op``, or where ``eager`` its ``body`` under the
+    same autograd (the choice made once, by ``run_sequence``).
 
     ``loop(*tensors, batch_sizes, eps)``: the cell's differentiable loop (input LN included),
     -> (out, *final states); used for second order (``create_graph=True``).
-    ``first_order(tensors, batch_sizes, out, saved, grads)``: the grads of ``tensors`` through the
-    cell's backward operator, ``grads`` = (grad of out, *grads of the final states), None where
-    not needed."""
-    def setup_context(ctx, inputs, output):
+    ``first_order(tensors, batch_sizes, out, saved, grads, eager)``: the grads of ``tensors``
+    through the cell's backward operator (its body where ``eager``), ``grads`` = (grad of out,
+    *grads of the final states), None where not needed."""
+    def setup(ctx, inputs, output, eager=False):
         *tensors, batch_sizes, eps, save = inputs
         out, saved = output[0], output[n_states:]
         ctx.mark_non_differentiable(*saved)
         ctx.set_materialize_grads(False)
-        ctx.eps, ctx.save, ctx.n_tensors = eps, save, len(tensors)
+        ctx.eps, ctx.save, ctx.n_tensors, ctx.eager = eps, save, len(tensors), eager
         ctx.save_for_backward(*tensors, batch_sizes, out, *saved)
 
     def backward_(ctx, grad_out, *grad_rest):
@@ -321,11 +308,11 @@ def register_autograd(op, body, name, n_states, loop, first_order):
                 raise RuntimeError(f"layernorm::{name} was called with save=False, so it kept "
                                    "nothing for the backward; call it with save=True when "
                                    "gradients are needed.")
-            found = first_order(tensors, batch_sizes, out, saved, grads)
+            found = first_order(tensors, batch_sizes, out, saved, grads, ctx.eager)
         return (*found, None, None, None)  # batch_sizes, eps, save
 
-    op.register_autograd(backward_, setup_context=setup_context)
-    setup = setup_context
+    op.register_autograd(backward_, setup_context=lambda ctx, inputs, output: setup(
+        ctx, inputs, output))
 
     class Eager(torch.autograd.Function):
         """``body`` with op's autograd."""
@@ -333,12 +320,12 @@ def register_autograd(op, body, name, n_states, loop, first_order):
         def forward(*inputs):
             return body(*inputs)
 
-        setup_context = staticmethod(setup)
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            setup(ctx, inputs, output, eager=True)
         backward = staticmethod(backward_)
 
-    def run(*inputs):
-        return Eager.apply(*inputs) if native.eager(*inputs) else op(*inputs)
-    return run
+    return lambda eager: Eager.apply if eager else op
 
 
 def _second_order(ctx, inputs, batch_sizes, grads, loop):

@@ -69,8 +69,12 @@ def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_ma
               batch_sizes, eps, save):
     """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``). Rows sorted by decreasing length; ``h_mask``, ``zone_h``: the
     recurrent regularizers or None."""
-    return common.forward(_forward_native, "ln_gru", 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
-                        bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes, eps, save)
+    lib = common.c_kernels("ln_gru", xw)
+    with torch.autocast(xw.device.type, enabled=False):
+        out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
+                                          bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
+                                          eps, save)
+    return (out, h_n, *common.saved_or_empty(saved, xw, 1))
 
 
 ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)(
@@ -92,7 +96,9 @@ def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, 
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
             bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
-    return common.backward("ln_gru_backward", xw, _backward_native, args)
+    lib = common.c_kernels("ln_gru_backward", xw)
+    with torch.autocast(xw.device.type, enabled=False):
+        return _backward_native(lib, *args)
 
 
 ln_gru_backward_op = torch.library.custom_op(
@@ -108,14 +114,14 @@ def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, b
     return xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(G, H), xw.new_empty(n)
 
 
-def _first_order(inputs, batch_sizes, out, saved, grads):
+def _first_order(inputs, batch_sizes, out, saved, grads, eager):
     xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, *masks = inputs
     T, B, G = xw.shape
     H = G // 3
     grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
     grad_hn = xw.new_zeros(B, H) if grads[1] is None else grads[1]
-    dxw, dh0, dw_hh, dparams = common.call(
-        ln_gru_backward_op, _gru_backward_body,
+    backward = _gru_backward_body if eager else ln_gru_backward_op
+    dxw, dh0, dw_hh, dparams = backward(
         grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
         *saved, batch_sizes, *masks)
     parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else

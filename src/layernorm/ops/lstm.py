@@ -89,9 +89,12 @@ def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
     """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
     cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``;
     ``h_mask``, ``zone_h``, ``zone_c``: the recurrent regularizers or None."""
-    return common.forward(_forward_native, "ln_lstm", 4, xw, h0, c0, w_hh, gain_h, bias_h,
-                          gain_c, bias_c, gain_x, bias_x, h_mask, zone_h, zone_c, batch_sizes,
-                          eps, save)
+    lib = common.c_kernels("ln_lstm", xw)
+    with torch.autocast(xw.device.type, enabled=False):
+        out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,
+                                               gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
+                                               zone_c, batch_sizes, eps, save)
+    return (out, h_n, c_n, *common.saved_or_empty(saved, xw, 4))
 
 
 ln_lstm_op = torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)(
@@ -115,7 +118,9 @@ def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c
     bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
             gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h, zone_c)
-    return common.backward("ln_lstm_backward", xw, _backward_native, args)
+    lib = common.c_kernels("ln_lstm_backward", xw)
+    with torch.autocast(xw.device.type, enabled=False):
+        return _backward_native(lib, *args)
 
 
 ln_lstm_backward_op = torch.library.custom_op(
@@ -132,14 +137,14 @@ def _(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs,
             xw.new_empty(n))
 
 
-def _first_order(inputs, batch_sizes, out, saved, grads):
+def _first_order(inputs, batch_sizes, out, saved, grads, eager):
     xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, *masks = inputs
     T, B, G = xw.shape
     H = G // 4
     grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
                                   zip(grads, ((T, B, H), (B, H), (B, H))))
-    dxw, dh0, dc0, dw_hh, dparams = common.call(
-        ln_lstm_backward_op, _lstm_backward_body,
+    backward = _lstm_backward_body if eager else ln_lstm_backward_op
+    dxw, dh0, dc0, dw_hh, dparams = backward(
         grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, *saved,
         batch_sizes, *masks)
     parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
