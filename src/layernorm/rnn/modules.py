@@ -180,10 +180,6 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             return terms["ih"].all_steps(ops.input_linear(x, self._get("weight_ih", suffix)))
         return super()._input_term(x, suffix, terms, time_step)
 
-    @staticmethod
-    def _suffix(layer: int, direction: int) -> str:
-        return f"_l{layer}" + ("_reverse" if direction else "")
-
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
                        state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None,
