@@ -11,7 +11,7 @@ from torch import Tensor
 from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
-from . import common, native, sequence
+from . import common, sequence
 from .gru_backend import (_backward_native, _first_order, _forward_native, _gru_body,
                           _loop, _loop_with_input_ln, ln_gru_op)
 
@@ -87,7 +87,7 @@ class _PlainGRU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xw, h0, w_hh, bias_u, batch_sizes, save):
-        lib = native.native_lib(xw)
+        lib = common.c_kernels("plain_gru_sequence", xw)
         out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, None, None, None,
                                           bias_u, None, None, None, None, batch_sizes, 0.0, save)
         ctx.save_for_backward(xw, h0, w_hh, bias_u, batch_sizes, out, *(saved or ()))
@@ -105,7 +105,7 @@ class _PlainGRU(torch.autograd.Function):
         if not saved:
             raise RuntimeError("plain_gru_sequence was called without autograd, so it kept "
                                "nothing for the backward; call it with gradients enabled.")
-        lib = native.native_lib(xw)
+        lib = common.c_kernels("plain_gru_sequence", xw)
         H = h0.shape[-1]
         dxw, dh0, dw_hh, dparams = _backward_native(
             lib, grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, None, None, None,

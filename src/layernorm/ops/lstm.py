@@ -19,7 +19,7 @@ from torch import Tensor
 from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import lstm_step, run_direction
-from . import common, native, sequence
+from . import common, sequence
 from .lstm_backend import (_backward_native, _first_order, _forward_native, _lstm_body,
                            _loop, _loop_with_input_ln, ln_lstm_op)
 
@@ -96,7 +96,7 @@ class _PlainLSTM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xw, h0, c0, w_hh, batch_sizes, save):
-        lib = native.native_lib(xw)
+        lib = common.c_kernels("plain_lstm_sequence", xw)
         out, h_n, c_n, saved = _forward_native(
             lib, xw.contiguous(), h0, c0, w_hh, None, None, None, None, None, None, None, None,
             None, batch_sizes, 0.0, save)
@@ -115,7 +115,7 @@ class _PlainLSTM(torch.autograd.Function):
         if not saved:
             raise RuntimeError("plain_lstm_sequence was called without autograd, so it kept "
                                "nothing for the backward; call it with gradients enabled.")
-        lib = native.native_lib(xw)
+        lib = common.c_kernels("plain_lstm_sequence", xw)
         dxw, dh0, dc0, dw_hh, _ = _backward_native(
             lib, grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, None, None,
             None, out, *saved, batch_sizes)
