@@ -1,26 +1,24 @@
-"""What the fused LN-LSTM and LN-GRU (``lstm``, ``gru``), the BN cells (``bn``) and the cells'
-step (``cell``) share around their own math.
+"""What the fused LN-LSTM and LN-GRU (``lstm``, ``gru`` and their backends), the BN cells
+(``bn``) and the cells' step (``cell``) share around their own math, called from above and
+calling nothing above it (the choice of path and the operators' autograd are ``sequence``'s).
 
 * (Buffers and GEMMs are their own modules: ``pool`` keeps the big CPU sequence buffers across
   calls; ``gemm`` holds the input term's GEMM, the C kernels' panel layout, and the cache of
   packed weights they share.)
-* Checks: argument checks, the batch's sort order, the compute dtype (half types and autocast)
-  and the input LN when it runs outside the kernel.
-* The operators' frame: the one choice of path (``run_sequence``: the registered operator on
-  the C kernels, or the cell's reference loop under autograd), the fake tensors of the saved
-  buffers, and the autograd registration (first order through the backward operator, second
-  order by differentiating the reference loop). Each cell passes what is its own: its C
-  forward / backward, its reference loop, and how its first-order backward calls its backward
-  operator.
+* Checks: argument checks, the compute dtype (half types and autocast), the recurrent
+  regularizers' masks, and the input LN when it runs outside the kernel.
+* The C kernels' side of an operator: their look-up (``c_kernels``), the empty saved buffers
+  without ``save``, the backward in ranges of steps with dW_hh accumulated (``native_backward``)
+  and the fake tensors of the saved buffers.
 
 Lengths travel in ONE encoding from the caller to the kernels, ``batch_sizes`` (checked and made
 in ``layernorm.recurrence.lengths``): step t runs the first ``batch_sizes[t]`` examples of a
 batch sorted by decreasing length. ``None`` means every example runs all T steps.
 
-In eager mode on plain CPU float32 tensors (``eager``) a call skips torch's dispatcher and runs
-the operator's body under a ``torch.autograd.Function`` with the same autograd (measured ~0.12 ms
-a forward and ~0.17 ms a backward call of dispatch and argument handling, at any size); under
-torch.compile / torch.export the registered operators run, one opaque op each.
+In eager mode on plain CPU float32 tensors (``native.eager``) a call skips torch's dispatcher and
+runs the operator's body under a ``torch.autograd.Function`` with the same autograd (measured
+~0.12 ms a forward and ~0.17 ms a backward call of dispatch and argument handling, at any size);
+under torch.compile / torch.export the registered operators run, one opaque op each.
 """
 from __future__ import annotations
 

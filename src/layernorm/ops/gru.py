@@ -1,7 +1,7 @@
-"""The LN-GRU over a whole sequence (one layer, one direction) as the operator
-``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward`` on the C
-kernels; elsewhere the reference loop under autograd, second order and torch.func as the LN-LSTM
-(see ``lstm``)."""
+"""The LN-GRU over a whole sequence (one layer, one direction): the entry ``ln_gru_sequence``
+and the plain GRU (norm="none") in the same C kernel; the operators
+``torch.ops.layernorm.ln_gru`` / ``ln_gru_backward`` and the reference loop are
+``gru_backend``'s; paths, second order and torch.func as the LN-LSTM (see ``lstm``)."""
 
 import functools
 

@@ -1,13 +1,15 @@
-"""The LN-LSTM over a whole sequence (one layer, one direction) as the operator
-``torch.ops.layernorm.ln_lstm``, with a hand-derived backward operator
-``torch.ops.layernorm.ln_lstm_backward``, both on the C kernels (``_rnn_steps.c``, CPU float32:
-the whole time loop in one call); the graph torch.compile / torch.export see is one opaque op.
+"""The LN-LSTM over a whole sequence (one layer, one direction): the entry ``ln_lstm_sequence``
+(its checks, then one call of ``sequence.run_sequence``, which picks the path once) and the plain
+LSTM (norm="none") in the same C kernel. The operators ``torch.ops.layernorm.ln_lstm`` /
+``ln_lstm_backward`` (the C kernels, ``_rnn_steps.c``, CPU float32: the whole time loop in one
+call; torch.compile / torch.export see one opaque op) and the reference loop are
+``lstm_backend``'s; this module registers their autograd and assembles the cell's backends.
 
 Where the C kernels do not run (float64, no C compiler, ``USE_NATIVE = False``, CUDA without
 Triton) and under torch.func transforms, ``ln_lstm_sequence`` runs the reference step in the
-reference loop (``_loop``, ``layernorm.recurrence``) under ordinary autograd: one form of the
-step besides the kernels (its cost: docs/rnnfast.md, "Where the C kernels do not run"). Second
-order: with ``create_graph=True`` the operator's backward re-runs the forward as that loop and
+reference loop (``layernorm.recurrence``) under ordinary autograd: one form of the step besides
+the kernels (its cost: docs/rnnfast.md, "Where the C kernels do not run"). Second order: with
+``create_graph=True`` the operator's backward re-runs the forward as that loop and
 differentiates it, so double backward is exact.
 """
 
