@@ -144,7 +144,8 @@ PREDICATE_SITES = {
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded
 LSTM_PATH = {
-    "layernorm/_native_build.py", "layernorm/checks.py", "layernorm/kernels/__init__.py", "layernorm/ops/common.py",
+    "layernorm/_native_build.py", "layernorm/checks.py", "layernorm/kernels/__init__.py",
+    "layernorm/ops/common.py",
     "layernorm/ops/gemm.py", "layernorm/ops/inference.py", "layernorm/ops/lstm.py",
     "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",
     "layernorm/ops/sequence.py", "layernorm/recurrence/lengths.py", "layernorm/rnn/base.py",

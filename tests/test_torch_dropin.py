@@ -448,7 +448,8 @@ CONSTRUCTOR_MISTAKES = [
      r"unexpected keyword argument 'bidirectonal'. Did you mean 'bidirectional'\?"),
     ("num_layers 0", {"num_layers": 0}, r"num_layers to be a positive int, received 0"),
     ("hidden_size a float", {"hidden_size": 3.0}, r"hidden_size to be a positive int.*float"),
-    ("hidden_size 0", {"hidden_size": 0}, r"hidden_size to be a positive int, received hidden_size=0"),
+    ("hidden_size 0", {"hidden_size": 0},
+     r"hidden_size to be a positive int, received hidden_size=0"),
 ]
 
 

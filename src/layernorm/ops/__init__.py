@@ -2,9 +2,9 @@
 
 ``ln_lstm`` / ``ln_gru``: one layer and one direction of the LN-LSTM / LN-GRU (paper, section
 3.1) over a whole sequence; each checks its arguments, then ``sequence.run_sequence`` picks
-once, among the cell's ``sequence.Backends``, the Triton step kernels (CUDA, ``layernorm.kernels``), the
-C kernels (CPU float32, ``_rnn_steps.c``) or the reference loop under autograd
-(``layernorm.recurrence``).
+once, among the cell's ``sequence.Backends``, the Triton step kernels (CUDA,
+``layernorm.kernels``), the C kernels (CPU float32, ``_rnn_steps.c``) or the reference loop
+under autograd (``layernorm.recurrence``).
 ``bn_applies`` / ``bn_direction``: the BN-LSTM / BN-GRU baseline's C time loop (CPU float32).
 ``ln_lstm_step`` / ``ln_gru_step`` and ``cell_lib``: the cells' one step in one C call.
 

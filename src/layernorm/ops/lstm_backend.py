@@ -74,8 +74,9 @@ _BACKWARD_SCHEMA = (
 def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
                zone_c, batch_sizes, eps, save):
     """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
-    cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing length; ``batch_sizes`` as ``PackedSequence.batch_sizes``;
-    ``h_mask``, ``zone_h``, ``zone_c``: the recurrent regularizers or None."""
+    cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing
+    length; ``batch_sizes`` as ``PackedSequence.batch_sizes``; ``h_mask``, ``zone_h``,
+    ``zone_c``: the recurrent regularizers or None."""
     lib = common.c_kernels("ln_lstm", xw)
     with torch.autocast(xw.device.type, enabled=False):
         out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,

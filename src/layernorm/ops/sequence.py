@@ -147,8 +147,9 @@ def reference_grads(loop, n_states: int, inputs: tuple, lens, eps: float, masks:
     """The Triton kernels' backward under ``create_graph=True`` (a gradient that autograd
     differentiates again): the gradients of the reference recurrence (``layernorm.recurrence``'s
     step in its loop, the same function the CPU operators differentiate for second order) as
-    differentiable functions of ``inputs`` (the autograd Function's tensors, ``xg`` first, then the states, ``w_hh`` and
-    the LN parameters) and of ``grads`` (of out and the final states; None where not needed).
+    differentiable functions of ``inputs`` (the autograd Function's tensors, ``xg`` first, then
+    the states, ``w_hh`` and the LN parameters) and of ``grads`` (of out and the final states;
+    None where not needed).
     ``loop``: the operator's reference loop with input LN, ``n_states``: 2 (LSTM) or 1 (GRU).
     ``lens``: (B,) lengths in the batch's order or None; ``masks``: the regularizers' masks, in
     the batch's order. -> one gradient or None per input."""
