@@ -112,3 +112,125 @@ def test_the_checks_read_what_they_claim():
     assert _private("layernorm._native_build") and _private("layernorm.ops.native")
     assert not _private("layernorm.vocabulary") and not _private("layernorm.__version__")
     assert _names_a_paper_module(ast.parse('runpy.run_module("layernorm_paper")'))
+
+
+# ---- which path runs, and the files one call walks through
+
+# The "which path runs" predicates: the functions and flags whose value chooses which
+# implementation of a computation runs (the C kernels, the Triton kernels, the registered operator
+# or its body, torch's own op, the reference loop), named as the library spells them: the C
+# kernels' (``native.eager`` / ``eager_mode`` / ``native_lib``, the ``USE_NATIVE`` switch, a
+# ``lib is None`` / ``lib is not None`` test of a loaded library, ``cell_lib`` / ``lib_for``), the
+# Triton kernels' (``applies_rnn``, ``applies_norm``), the inference kernels'
+# (``inference_applies``), the BN and plain recurrences' (``bn_applies`` / ``applies``,
+# ``plain_applies``), the modules' conditions (``_fused_recurrence``, ``_fused_bn_recurrence``,
+# ``_plain_recurrence``, ``_one_step_path``, ``exporting_to_onnx``), torch.func's
+# (``under_functorch``) and autocast's (``autocast_on``, also where it relaxes a dtype check). A
+# call site is a call of one of these names (or a read of ``USE_NATIVE``, or one ``lib``
+# comparison with None) anywhere in a library file, definitions not counted.
+PATH_PREDICATES = {"eager", "eager_mode", "native_lib", "applies_rnn", "applies_norm",
+                   "inference_applies", "applies", "bn_applies", "plain_applies", "lib_for",
+                   "cell_lib", "autocast_on", "under_functorch", "exporting_to_onnx",
+                   "_fused_recurrence", "_fused_bn_recurrence", "_plain_recurrence",
+                   "_one_step_path"}
+# call sites per library file (path under src -> count)
+PREDICATE_SITES = {
+    "layernorm/checks.py": 2, "layernorm/functional.py": 2, "layernorm/ops/bn.py": 8,
+    "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 4, "layernorm/ops/gemm.py": 4,
+    "layernorm/ops/gru.py": 1, "layernorm/ops/inference.py": 3, "layernorm/ops/lstm.py": 2,
+    "layernorm/ops/native.py": 3, "layernorm/ops/sequence.py": 4, "layernorm/rnn/base.py": 3,
+    "layernorm/rnn/cells.py": 8, "layernorm/rnn/fused.py": 2, "layernorm/rnn/modules.py": 10,
+}
+# the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
+# CPU float32 tensors with the C kernels loaded
+LSTM_PATH = {
+    "layernorm/_native_build.py", "layernorm/checks.py", "layernorm/kernels/__init__.py",
+    "layernorm/ops/common.py",
+    "layernorm/ops/gemm.py", "layernorm/ops/inference.py", "layernorm/ops/lstm.py",
+    "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",
+    "layernorm/ops/sequence.py", "layernorm/recurrence/lengths.py", "layernorm/rnn/base.py",
+    "layernorm/rnn/inputs.py", "layernorm/rnn/layout.py", "layernorm/rnn/modules.py",
+    "layernorm/rnn/regularizers.py",
+}
+
+
+def _predicate_sites(tree: ast.AST) -> int:
+    found = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+                else None
+            found += name in PATH_PREDICATES
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            found += (node.id if isinstance(node, ast.Name) else node.attr) == "USE_NATIVE"
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) \
+                and node.left.id == "lib":
+            found += any(isinstance(c, ast.Constant) and c.value is None
+                         for c in node.comparators)
+    return found
+
+
+def test_which_path_predicates_sit_where_listed():
+    found = {name: n for name, _, tree in _modules(LIBRARY) if (n := _predicate_sites(tree))}
+    assert found == PREDICATE_SITES, (sum(found.values()), found)
+
+
+def _trace_files(fn):
+    """Run ``fn`` under ``sys.settrace`` -> (every library file a call entered, the calls that
+    entered a file still running further down the stack below another library file: a call
+    that bounced back up). Torch's own frames between two library frames are transparent."""
+    import sys
+
+    def lib_file(code):
+        path = Path(code.co_filename).resolve()
+        return path.relative_to(SRC).as_posix() if path.is_relative_to(LIBRARY) else None
+
+    visited, bounced = set(), []
+
+    def tracer(frame, event, arg):
+        me = lib_file(frame.f_code) if event == "call" else None
+        if me is None:
+            return None
+        below, up = frame.f_back, None
+        while below is not None and (up := lib_file(below.f_code)) is None:
+            below = below.f_back
+        if up != me:
+            visited.add(me)
+            while below is not None:
+                if lib_file(below.f_code) == me:
+                    bounced.append((up, me))
+                    break
+                below = below.f_back
+        return None
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return visited, bounced
+
+
+def test_the_lstm_call_walks_its_files_once_downward():
+    """``LSTM(32, 64, norm="layer")`` built, run forward and backward (CPU float32): the library
+    files it enters are ``LSTM_PATH``, and no call enters a file that is still running further
+    down the stack (the module -> operator -> frame -> backend -> helpers order, no callback
+    climbing back). The C kernels are loaded first: their one-time load is not part of a call."""
+    import pytest
+    import torch
+
+    import layernorm
+    from layernorm.ops import native
+
+    if native.load() is None:
+        pytest.skip("the C kernels are not available here")
+    x = torch.randn(20, 8, 32)
+
+    def run():
+        module = layernorm.LSTM(32, 64, norm="layer")
+        out, (h, c) = module(x)
+        (out.sum() + h.sum() + c.sum()).backward()
+    visited, bounced = _trace_files(run)
+    assert bounced == []
+    assert visited == LSTM_PATH

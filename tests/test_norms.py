@@ -289,7 +289,7 @@ def test_bad_input_errors_say_expected_received_fix(module, x, pattern):
     (lambda: L.LayerNorm(4, eps=-1e-5), ValueError, r"received eps=-1e-05"),
     (lambda: L.RMSNorm(4, eps=float("inf")), ValueError, r"received eps=inf"),
     (lambda: L.ConvLayerNorm(4, eps=-1.0), ValueError, r"received eps=-1.0"),
-    (lambda: L.make_norm("batch", 4, unbaised=True), TypeError, r"unexpected keyword argument 'unbaised'.*expected one of.*Did you mean 'unbiased'"),
+    (lambda: L.make_norm("batch", 4, unbaised=True), TypeError, r"unexpected keyword argument 'unbaised' for BatchNorm\. Did you mean 'unbiased'\?.*expected one of"),
     (lambda: L.make_norm("layer", 4, elementwise=False), TypeError, r"'elementwise'.*Did you mean 'elementwise_affine'"),
     (lambda: L.make_norm("none", 4, unbiased=True), TypeError, r"'unbiased' for Identity.*Remove it"),
 ])

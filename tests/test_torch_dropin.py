@@ -448,7 +448,8 @@ CONSTRUCTOR_MISTAKES = [
      r"unexpected keyword argument 'bidirectonal'. Did you mean 'bidirectional'\?"),
     ("num_layers 0", {"num_layers": 0}, r"num_layers to be a positive int, received 0"),
     ("hidden_size a float", {"hidden_size": 3.0}, r"hidden_size to be a positive int.*float"),
-    ("hidden_size 0", {"hidden_size": 0}, r"hidden_size to be a positive int, received 0"),
+    ("hidden_size 0", {"hidden_size": 0},
+     r"hidden_size to be a positive int, received hidden_size=0"),
 ]
 
 
@@ -468,11 +469,11 @@ def test_constructor_mistakes_raise_torchs_exception_type(name, kwargs, pattern)
 
 
 OUR_OWN_MISTAKES = [   # arguments torch's RNNs do not have
-    (L.LSTM, {"eps": 0}, r"eps to be a finite number > 0.*received 0.*eps=1e-5"),
-    (L.LSTM, {"eps": -1}, r"eps to be a finite number > 0.*received -1"),
-    (L.GRU, {"eps": float("nan")}, r"eps to be a finite number > 0.*received nan"),
-    (L.LSTM, {"momentum": 5}, r"momentum in \(0, 1\].*received 5.*momentum=0.1"),
-    (L.LSTM, {"momentum": 0}, r"momentum in \(0, 1\].*received 0"),
+    (L.LSTM, {"eps": 0}, r"eps to be a finite number > 0.*received eps=0\..*eps=1e-5"),
+    (L.LSTM, {"eps": -1}, r"eps to be a finite number > 0.*received eps=-1"),
+    (L.GRU, {"eps": float("nan")}, r"eps to be a finite number > 0.*received eps=nan"),
+    (L.LSTM, {"momentum": 5}, r"momentum in \(0, 1\].*received momentum=5.*momentum=0.1"),
+    (L.LSTM, {"momentum": 0}, r"momentum in \(0, 1\].*received momentum=0"),
     (L.LSTM, {"gain_init": float("nan")}, r"gain_init to be a finite number.*received nan"),
     (L.LSTMCell, {"eps": -1}, r"eps to be a finite number > 0"),
     (L.GRU, {"proj_size": 2}, r"proj_size argument is only supported for LSTM.*Remove"),

@@ -63,42 +63,59 @@ def check_choice(name: str, choices, what: str) -> None:
                          f"Pick one of those names.")
 
 
-def check_eps(eps, who: str) -> float:
-    """eps >= 0 and finite (added to the variance inside the square root). eps = 0 is allowed: the
-    exact normalization, where a constant row divides 0 by 0 (NaN), as in torch."""
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"{who} expected eps to be a float >= 0, received {type(eps).__name__} "
-                        f"{eps!r}. Pass a number, e.g. eps=1e-5.")
-    if not (math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"{who} expected eps to be a finite float >= 0 (it is added to the "
+def check_eps(eps, who: str, *, positive: bool = False, type_error: type = TypeError) -> float:
+    """eps finite and >= 0 (added to the variance inside the square root), or > 0 where
+    ``positive`` (the recurrent modules). eps = 0 is allowed otherwise: the exact normalization,
+    where a constant row divides 0 by 0 (NaN), as in torch. A value that is not a number raises
+    ``type_error``."""
+    bound = "> 0" if positive else ">= 0"
+    if not real_number(eps):
+        raise type_error(f"{who} expected eps to be a finite number {bound}, received "
+                         f"{type(eps).__name__} {eps!r}. Pass a number, e.g. eps=1e-5.")
+    if not (math.isfinite(eps) and (eps > 0 if positive else eps >= 0)):
+        raise ValueError(f"{who} expected eps to be a finite number {bound} (it is added to the "
                          f"variance inside the square root), received eps={eps!r}. Use a small "
                          f"positive value such as eps=1e-5; a negative eps gives NaN on constant "
                          f"rows.")
     return float(eps)
 
 
-def check_momentum(momentum, who: str) -> None:
-    """Running-average momentum in [0, 1], or None (cumulative average), as torch's BatchNorm."""
-    if momentum is None:
+def check_momentum(momentum, who: str, *, running: bool = False,
+                   type_error: type = TypeError) -> None:
+    """Running-average momentum in [0, 1], or None (cumulative average), as torch's BatchNorm;
+    in (0, 1] and not None where ``running`` (the recurrent modules' running statistics). A
+    value that is not a number raises ``type_error``."""
+    if momentum is None and not running:
         return
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real):
-        raise TypeError(f"{who} expected momentum to be a float in [0, 1] or None, received "
-                        f"{type(momentum).__name__} {momentum!r}. Pass e.g. momentum=0.1.")
-    if not 0 <= momentum <= 1:
-        raise ValueError(f"{who} expected momentum in [0, 1] (the weight of the new batch in "
+    bound, fix = ("(0, 1]", "momentum=0.1") if running else \
+        ("[0, 1]", "momentum=0.1, or momentum=None for a cumulative average")
+    if not real_number(momentum):
+        raise type_error(f"{who} expected momentum to be a float in {bound}"
+                         f"{'' if running else ' or None'}, received {type(momentum).__name__} "
+                         f"{momentum!r}. Pass e.g. {fix}.")
+    if not (0 < momentum <= 1 if running else 0 <= momentum <= 1):
+        raise ValueError(f"{who} expected momentum in {bound} (the weight of the new batch in "
                          f"the running average), received momentum={momentum!r}. Use e.g. "
-                         f"momentum=0.1, or momentum=None for a cumulative average.")
+                         f"{fix}.")
 
 
-def check_size(n, who: str, what: str = "num_features") -> int:
-    """A positive int size (a number of features or channels)."""
+def check_size(n, who: str, what: str = "num_features", *, zero_ok: bool = False,
+               type_error: type = TypeError, value_error: type = ShapeError,
+               torch_says: bool = False) -> int:
+    """A size: an int, positive (a number of features, channels or units), or >= 0 where
+    ``zero_ok``. ``torch_says``: the message starts with torch's own phrase for the mistake (the
+    recurrent modules: "should be of type int", "must be greater than zero")."""
+    low = 0 if zero_ok else 1
+    want = "a positive int" if low else "an int >= 0"
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{who} expected {what} to be a positive int, received "
-                        f"{type(n).__name__} {n!r}. Pass the number of features, e.g. {what}=256.")
-    if n < 1:
-        raise ShapeError(f"{who} expected {what} to be a positive int, received {what}={n}. "
-                         f"Pass the number of features of the input (its size at the normalized "
-                         f"dim).")
+        says = f"{what} should be of type int, got: {type(n).__name__}: " if torch_says else ""
+        raise type_error(f"{says}{who} expected {what} to be {want}, received "
+                         f"{type(n).__name__} {n!r}. Pass e.g. {what}=16.")
+    if n < low:
+        says = (f"{what} must be greater than {'' if low else 'or equal to '}zero: "
+                if torch_says else "")
+        raise value_error(f"{says}{who} expected {what} to be {want}, received {what}={n}. "
+                          f"Pass e.g. {what}=16.")
     return int(n)
 
 
@@ -111,14 +128,24 @@ def check_param_shape(p: torch.Tensor | None, shape: tuple[int, ...], name: str,
 
 
 def check_kwargs(kwargs: dict, cls: type, who: str) -> None:
-    """Keyword arguments that ``cls(...)`` accepts; a typo gets the closest valid name."""
+    """Keyword arguments that ``cls(...)`` accepts (``check_keywords`` with its signature's)."""
     valid = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
-    for key in kwargs:
-        if key not in valid:
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f"Did you mean {close[0]!r}?" if close else "Remove it."
-            raise TypeError(f"{who} got an unexpected keyword argument {key!r} for "
-                            f"{cls.__name__}; expected one of {sorted(valid)}. {hint}")
+    check_keywords(who, {k: v for k, v in kwargs.items() if k not in valid}, valid,
+                   owner=cls.__name__)
+
+
+def check_keywords(who: str, unknown: dict, valid, owner: str | None = None) -> None:
+    """A TypeError naming the first misspelt keyword of ``unknown`` (those not in ``valid``;
+    ``owner``: the class they were meant for), the closest valid one, and the valid ones."""
+    if not unknown:
+        return
+    name = next(iter(unknown))
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    hint = f"Did you mean {close[0]!r}?" if close else "Remove it."
+    takes = (f"{who} expected one of: {', '.join(sorted(valid))}." if valid else
+             f"{owner or who} takes no keyword arguments.")
+    raise TypeError(f"{who} got an unexpected keyword argument {name!r}"
+                    f"{f' for {owner}' if owner else ''}. {hint} {takes}")
 
 
 # ---- the recurrent modules and cells (layernorm.rnn)
@@ -156,32 +183,13 @@ def real_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_keywords(who: str, unknown: dict, valid) -> None:
-    """A TypeError naming the misspelt keyword and the closest valid one."""
-    if not unknown:
-        return
-    name = next(iter(unknown))
-    close = difflib.get_close_matches(name, list(valid), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise TypeError(f"{who} got an unexpected keyword argument {name!r}.{hint} Valid keywords: "
-                    f"{', '.join(sorted(valid))}.")
-
-
 def check_sizes(who: str, zero_ok: bool, **sizes) -> None:
-    """input_size / hidden_size / max_length: ints, positive (torch's modules: "must be greater
-    than zero"), or >= 0 for input_size and hidden_size where ``zero_ok`` (torch's cells run with
-    0 units and return empty states)."""
+    """input_size / hidden_size / max_length: ``check_size`` with torch's phrases and exception
+    types (its modules: "must be greater than zero"; its cells take input_size and hidden_size 0,
+    ``zero_ok``)."""
     for name, value in sizes.items():
-        low = 0 if zero_ok and name != "max_length" else 1
-        what = "a positive int" if low else "an int >= 0"
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise RNNTypeError(f"{name} should be of type int, got: {type(value).__name__}: {who} "
-                               f"expected {name} to be {what}, received {value!r} "
-                               f"({type(value).__name__}). Pass e.g. {name}=16.")
-        if value < low:
-            raise ValueError(f"{name} must be greater than {'or equal to ' if not low else ''}"
-                             f"zero: {who} expected {name} to be {what}, received {value!r}. "
-                             f"Pass e.g. {name}=16.")
+        check_size(value, who, name, zero_ok=zero_ok and name != "max_length",
+                   type_error=RNNTypeError, value_error=ValueError, torch_says=True)
 
 
 def check_nonlinearity(nonlinearity, who: str) -> None:
@@ -248,14 +256,8 @@ def check_rnn_args(who: str, mode: str, norm: str, nonlinearity, zero_ok: bool, 
         raise ValueError(f"proj_size has to be smaller than hidden_size: {who} expected "
                          f"proj_size smaller than hidden_size={hidden_size}, received "
                          f"proj_size={proj_size}. Pass a smaller proj_size.")
-    if not real_number(eps) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"{who} expected eps to be a finite number > 0 (it is added to the "
-                         f"variance inside the square root), received {eps!r}. Pass e.g. "
-                         f"eps=1e-5.")
-    if not real_number(momentum) or not 0 < momentum <= 1:
-        raise ValueError(f"{who} expected momentum in (0, 1] (the weight of the new batch in "
-                         f"the running statistics), received {momentum!r}. Pass e.g. "
-                         f"momentum=0.1.")
+    check_eps(eps, who, positive=True, type_error=ValueError)
+    check_momentum(momentum, who, running=True, type_error=ValueError)
     if gain_init is not None and (not real_number(gain_init) or not math.isfinite(gain_init)):
         raise ValueError(f"{who} expected gain_init to be a finite number (the gains' initial "
                          f"value), received {gain_init!r}. Pass e.g. gain_init=1.0, or None "

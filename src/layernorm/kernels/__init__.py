@@ -29,7 +29,7 @@ from .._autograd import differentiable_backward
 from .reference import REFERENCE
 
 __all__ = ["available", "applies_rnn", "applies_norm", "layer_norm", "rms_norm",
-           "ln_lstm_sequence", "ln_gru_sequence", "ENABLED", "NORMS"]
+           "ln_lstm_sequence", "ln_gru_sequence", "sequence", "ENABLED", "NORMS"]
 
 # Set to False to keep every CUDA call on the torch-ops paths.
 ENABLED = True
@@ -196,3 +196,17 @@ def ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=None,
     with _on(xg):
         return _rnn.ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths, eps,
                                     gain_x, bias_x, h_mask=h_mask, zone_h=zone_h)
+
+
+def sequence(cell: str, xg, states, params, order, batch_sizes, eps: float, gain_x, bias_x,
+             masks: dict):
+    """The Triton backend of ``layernorm.ops``' ``run_sequence``: ``cell`` ("ln_lstm_sequence"
+    / "ln_gru_sequence") over the checked arguments, lengths as the one encoding the operators
+    carry (``order`` and ``batch_sizes``, ``layernorm.recurrence.lengths``): the per-example
+    lengths these kernels read are derived here, and nowhere else. ``masks``: the regularizers by
+    name (None where off), in the caller's batch order."""
+    from ..recurrence.lengths import to_lengths
+    lengths = to_lengths(order, batch_sizes, xg.shape[1])
+    given = {k: m for k, m in masks.items() if m is not None}
+    run = ln_lstm_sequence if cell == "ln_lstm_sequence" else ln_gru_sequence
+    return run(xg, *states, *params, lengths, eps, gain_x, bias_x, **given)

@@ -101,7 +101,7 @@ def bn_direction(mode: str, x: Tensor, state: tuple[Tensor, ...], weight_ih: Ten
     xw = input_linear(x, weight_ih)                             # W_x x (T, B, G)
     T, B, _ = xw.shape
     masks = _masks(mode, state[0].shape[-1], T, B, xw, h_mask, zone_h, zone_c)
-    sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
+    sizes = [B] * T if batch_sizes is None else torch.as_tensor(batch_sizes).tolist()
     if training:  # the readable input term's check: batch statistics need two examples
         LF.check_batch_size(xw[0, :sizes[0]], who)
     run = _Direction(mode, params, running, last_slot, update, training, eps)
@@ -150,7 +150,7 @@ class _Direction:
     def __call__(self, xw, state, batch_sizes, t0: int, masks):
         T, B, G = xw.shape
         H = state[0].shape[-1]
-        sizes = list(batch_sizes) if batch_sizes is not None else [B] * T
+        sizes = [B] * T if batch_sizes is None else torch.as_tensor(batch_sizes).tolist()
         flags = [bool(self.training and n >= 2) for n in sizes]
         fixed = [t for t in range(T) if not flags[t]]
         stats = []

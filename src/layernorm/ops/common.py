@@ -1,40 +1,34 @@
-"""What the fused LN-LSTM and LN-GRU (``lstm``, ``gru``), the BN cells (``bn``) and the cells'
-step (``cell``) share around their own math.
+"""What the fused LN-LSTM and LN-GRU (``lstm``, ``gru`` and their backends), the BN cells
+(``bn``) and the cells' step (``cell``) share around their own math, called from above and
+calling nothing above it (the choice of path and the operators' autograd are ``sequence``'s).
 
 * (Buffers and GEMMs are their own modules: ``pool`` keeps the big CPU sequence buffers across
   calls; ``gemm`` holds the input term's GEMM, the C kernels' panel layout, and the cache of
   packed weights they share.)
-* Checks: argument checks, the batch's sort order, the compute dtype (half types and autocast)
-  and the input LN when it runs outside the kernel.
-* The operators' frame: the one choice of path (``run_sequence``: the registered operator on
-  the C kernels, or the cell's reference loop under autograd), the fake tensors of the saved
-  buffers, and the autograd registration (first order through the backward operator, second
-  order by differentiating the reference loop). Each cell passes what is its own: its C
-  forward / backward, its reference loop, and how its first-order backward calls its backward
-  operator.
+* Checks: argument checks, the compute dtype (half types and autocast), the recurrent
+  regularizers' masks, and the input LN when it runs outside the kernel.
+* The C kernels' side of an operator: their look-up (``c_kernels``), the empty saved buffers
+  without ``save``, the backward in ranges of steps with dW_hh accumulated (``native_backward``)
+  and the fake tensors of the saved buffers.
 
 Lengths travel in ONE encoding from the caller to the kernels, ``batch_sizes`` (checked and made
 in ``layernorm.recurrence.lengths``): step t runs the first ``batch_sizes[t]`` examples of a
 batch sorted by decreasing length. ``None`` means every example runs all T steps.
 
-In eager mode on plain CPU float32 tensors (``eager``) a call skips torch's dispatcher and runs
-the operator's body under a ``torch.autograd.Function`` with the same autograd (measured ~0.12 ms
-a forward and ~0.17 ms a backward call of dispatch and argument handling, at any size); under
-torch.compile / torch.export the registered operators run, one opaque op each.
+In eager mode on plain CPU float32 tensors (``native.eager``) a call skips torch's dispatcher and
+runs the operator's body under a ``torch.autograd.Function`` with the same autograd (measured
+~0.12 ms a forward and ~0.17 ms a backward call of dispatch and argument handling, at any size);
+under torch.compile / torch.export the registered operators run, one opaque op each.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
-
 import torch
 
-from .. import kernels
 from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
 from ..checks import autocast_on
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
 from .pool import _WORKSPACE
-from ..recurrence.lengths import to_lengths
 
 
 # ---- checks and dtypes
@@ -133,17 +127,6 @@ def under_functorch() -> bool:
             and torch._C._functorch.peek_interpreter_stack() is not None)
 
 
-def with_order(fn, order, xg: torch.Tensor, states: tuple):
-    """Run ``fn(xg, *states)`` on the batch sorted by decreasing length; results back in order."""
-    if order is None:
-        return fn(xg, *states)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel())
-    order_d, inverse_d = order.to(xg.device), inverse.to(xg.device)
-    out, *finals = fn(xg.index_select(1, order_d), *(s.index_select(0, order_d) for s in states))
-    return (out.index_select(1, inverse_d), *(f.index_select(0, inverse_d) for f in finals))
-
-
 def input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float, inside: bool):
     """The optional input LN of ``ln_*_sequence`` (each group of units normalized on its own).
     Returns (xg, gain_x, bias_x): unchanged when the C kernel applies it (``inside``), else xg
@@ -164,87 +147,22 @@ NO_KERNELS = ("the C kernels are not available in this process (the operator was
               "reference loop, or build the kernels here (docs/rnnfast.md)")
 
 
-def call(op, body, *args):
-    """``op(*args)``, or its ``body(*args)`` where ``eager`` holds (a backward operator: no
-    autograd of its own at first order)."""
-    return body(*args) if native.eager(*args) else op(*args)
-
-
-def forward(forward_native, who, n_buffers, xw, *rest):
-    """Run a forward operator on the C kernels -> (*states, *saved). ``forward_native`` returns
-    (*states, saved or None); without ``save`` the saved buffers are empty (``n_buffers`` of xw's
-    dtype and the statistics)."""
+def c_kernels(who: str, xw: torch.Tensor):
+    """The C kernels for an operator's body (forward or backward), or a clear error where this
+    process has none (a graph traced where they were)."""
     lib = native.native_lib(xw)
     if lib is None:
         raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
-    with torch.autocast(xw.device.type, enabled=False):
-        *states, saved = forward_native(lib, xw.contiguous(), *rest)
-    if saved is None:
-        saved = [xw.new_empty(0) for _ in range(n_buffers)]
-        saved.append(xw.new_empty(0, dtype=stats_dtype(xw.dtype)))
-    return (*states, *saved)
+    return lib
 
 
-def backward(who, xw, backward_native, args):
-    """Run a backward operator on the C kernels."""
-    lib = native.native_lib(xw)
-    if lib is None:
-        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
-    with torch.autocast(xw.device.type, enabled=False):
-        return backward_native(lib, *args)
-
-
-class Backends(NamedTuple):
-    """One cell's implementations of a whole sequence, among which ``run_sequence`` chooses once
-    per call. Each takes ``(xg, *states, w_hh, *LN gains and biases, ...)``:
-
-    ``triton``: the name of the Triton kernels' entry in ``layernorm.kernels`` (CUDA), called as
-    ``(..., lengths, eps, gain_x, bias_x, **masks)`` with per-example lengths, derived here from
-    ``batch_sizes``, and the masks in the caller's order;
-    ``native(..., gain_x, bias_x, *masks, batch_sizes, eps, save)``: the registered operator on
-    the C kernels (``register_autograd``'s function; sorted batch);
-    ``reference(..., batch_sizes as a list, eps, *masks)``: the reference loop under autograd.
-    ``groups``: the unit groups the input LN normalizes, given H."""
-    triton: str
-    native: Callable
-    reference: Callable
-    groups: Callable[[int], tuple]
-
-
-def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks: dict, order,
-                 batch_sizes, eps):
-    """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
-    off): the one choice of path. The Triton kernels where ``kernels.applies_rnn``; the registered
-    operator where the C kernels run; elsewhere (float64, no C compiler, ``USE_NATIVE = False``,
-    CUDA without Triton, and under torch.func transforms) the cell's reference loop under
-    ordinary autograd. -> (out, *final states) in the batch's order and in the output dtype."""
-    if kernels.applies_rnn(xg):
-        lengths = to_lengths(order, batch_sizes, xg.shape[1])
-        given = {k: m for k, m in masks.items() if m is not None}
-        return getattr(kernels, cell.triton)(xg, *states, *params, lengths, eps, gain_x, bias_x,
-                                             **given)
-    compute, out_dtype = dtypes(xg)
-    masks = prepare_masks(masks.values(), compute, order)
-    xg, *states = (t.to(compute) for t in (xg, *states))
-    params = tuple(t.to(compute) for t in params)
-    gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
-    groups, n = cell.groups(states[0].shape[-1]), len(states)
-    if under_functorch() or native.native_lib(xg) is None:
-        sizes = None if batch_sizes is None else batch_sizes.tolist()
-        xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
-
-        def run(xg_, *states_):
-            return cell.reference(xg_, *states_, *params, sizes, eps, *masks)
-    else:
-        input_ln(who, xg, gain_x, bias_x, groups, eps, inside=True)  # checks the pair
-        save = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (xg, *states, *params, gain_x, bias_x))
-
-        def run(xg_, *states_):
-            return cell.native(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
-                               float(eps), save)[:n + 1]
-    outs = with_order(run, order, xg, tuple(states))
-    return tuple(o.to(out_dtype) for o in outs)
+def saved_or_empty(saved, xw: torch.Tensor, n_buffers: int) -> list:
+    """A forward operator's saved buffers, or without ``save`` (``saved`` None) empty ones:
+    ``n_buffers`` of xw's dtype and the statistics."""
+    if saved is not None:
+        return saved
+    return [*(xw.new_empty(0) for _ in range(n_buffers)),
+            xw.new_empty(0, dtype=stats_dtype(xw.dtype))]
 
 
 # The backward kernels run over the sequence in ranges of at most this many bytes of ``dhg`` (the
@@ -291,84 +209,3 @@ def fake_saved(xw, save):
     return new, new_stats
 
 
-def register_autograd(op, body, name, n_states, loop, first_order):
-    """Register the autograd of ``op`` (inputs: ``*tensors, batch_sizes, eps, save``; outputs:
-    out (T, B, H), ``n_states - 1`` final states and the saved buffers) -> a function
-    with op's arguments that calls ``op``, or its ``body`` with the same autograd where ``eager``
-    holds.
-
-    ``loop(*tensors, batch_sizes, eps)``: the cell's differentiable loop (input LN included),
-    -> (out, *final states); used for second order (``create_graph=True``).
-    ``first_order(tensors, batch_sizes, out, saved, grads)``: the grads of ``tensors`` through the
-    cell's backward operator, ``grads`` = (grad of out, *grads of the final states), None where
-    not needed."""
-    def setup_context(ctx, inputs, output):
-        *tensors, batch_sizes, eps, save = inputs
-        out, saved = output[0], output[n_states:]
-        ctx.mark_non_differentiable(*saved)
-        ctx.set_materialize_grads(False)
-        ctx.eps, ctx.save, ctx.n_tensors = eps, save, len(tensors)
-        ctx.save_for_backward(*tensors, batch_sizes, out, *saved)
-
-    def backward_(ctx, grad_out, *grad_rest):
-        n, kept = ctx.n_tensors, ctx.saved_tensors
-        tensors, batch_sizes, out, saved = kept[:n], kept[n], kept[n + 1], kept[n + 2:]
-        grads = (grad_out, *grad_rest[:n_states - 1])
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-            found = _second_order(ctx, tensors, batch_sizes, grads, loop)
-        else:
-            if not ctx.save:
-                raise RuntimeError(f"layernorm::{name} was called with save=False, so it kept "
-                                   "nothing for the backward; call it with save=True when "
-                                   "gradients are needed.")
-            found = first_order(tensors, batch_sizes, out, saved, grads)
-        return (*found, None, None, None)  # batch_sizes, eps, save
-
-    op.register_autograd(backward_, setup_context=setup_context)
-    setup = setup_context
-
-    class Eager(torch.autograd.Function):
-        """``body`` with op's autograd."""
-        @staticmethod
-        def forward(*inputs):
-            return body(*inputs)
-
-        setup_context = staticmethod(setup)
-        backward = staticmethod(backward_)
-
-    def run(*inputs):
-        return Eager.apply(*inputs) if native.eager(*inputs) else op(*inputs)
-    return run
-
-
-def _second_order(ctx, inputs, batch_sizes, grads, loop):
-    """The backward as a differentiable function of the inputs and of the output gradients:
-    re-run the forward as ``loop`` and differentiate it with ``create_graph=True``."""
-    return differentiable_backward(lambda *xs: loop(*xs, batch_sizes, ctx.eps), inputs,
-                                   ctx.needs_input_grad, grads)
-
-
-def reference_grads(loop, n_states: int, inputs: tuple, lens, eps: float, masks: tuple,
-                    needs_input_grad, grads: tuple) -> list:
-    """The Triton kernels' backward under ``create_graph=True`` (a gradient that autograd
-    differentiates again): the gradients of the reference recurrence (``layernorm.recurrence``'s
-    step in its loop, the same function the CPU operators differentiate for second order) as
-    differentiable functions of ``inputs`` (the autograd Function's tensors, ``xg`` first, then the states, ``w_hh`` and
-    the LN parameters) and of ``grads`` (of out and the final states; None where not needed).
-    ``loop``: the operator's reference loop with input LN, ``n_states``: 2 (LSTM) or 1 (GRU).
-    ``lens``: (B,) lengths in the batch's order or None; ``masks``: the regularizers' masks, in
-    the batch's order. -> one gradient or None per input."""
-    from ..recurrence.lengths import from_lengths
-    xg = inputs[0]
-    T, B = xg.shape[:2]
-    order, batch_sizes = from_lengths(None if lens is None else lens.cpu(), T, B)
-    compute = stats_dtype(xg.dtype)        # as the kernels: float32 arithmetic for half types
-    masks = prepare_masks(masks, compute, order)
-
-    def reference(*tensors):
-        xg_, *rest = (None if t is None else t.to(compute) for t in tensors)
-        states, params = rest[:n_states], rest[n_states:]
-        outs = with_order(lambda x, *s: loop(x, *s, *params, *masks, batch_sizes, eps),
-                          order, xg_, tuple(states))
-        return tuple(o.to(xg.dtype) for o in outs)
-    return differentiable_backward(reference, inputs, needs_input_grad, grads)

@@ -1,156 +1,25 @@
-"""The LN-GRU over a whole sequence (one layer, one direction) as the operator
-``torch.ops.layernorm.ln_gru`` with the backward ``torch.ops.layernorm.ln_gru_backward`` on the C
-kernels; elsewhere the reference loop under autograd, second order and torch.func as the LN-LSTM
-(see ``lstm``)."""
+"""The LN-GRU over a whole sequence (one layer, one direction): the entry ``ln_gru_sequence``
+and the plain GRU (norm="none") in the same C kernel; the operators
+``torch.ops.layernorm.ln_gru`` / ``ln_gru_backward`` and the reference loop are
+``gru_backend``'s; paths, second order and torch.func as the LN-LSTM (see ``lstm``)."""
+
 import functools
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
-from . import common, native
-from .gemm import _panels
-from .pool import _WORKSPACE, _buffer
-from .native import contig as _contig
-
-def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
-                    zone_h, batch_sizes, eps, save):
-    T, B, G = xw.shape
-    H = G // 3
-    saved = [None] * 2
-    if save:  # hg_all, stats (8, T, B)
-        saved = [_WORKSPACE.get(shape, like=xw) for shape in ((T, B, G), (8, T, B))]
-    out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
-    h_n = h0.detach().clone(memory_format=torch.contiguous_format)
-    native.call(lib, "gru_forward_seq", native.GRUArgs, "ln_gru_sequence",
-                 T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
-                 batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
-                 bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
-                 gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_u=_contig(gain_u),
-                 bias_u=_contig(bias_u), h0=_contig(h0), out=out, h_n=h_n, hg_all=saved[0],
-                 stats=saved[1], h_mask=_contig(h_mask), zone_h=_contig(zone_h))
-    return out, h_n, (saved if save else None)
+from . import common, sequence
+from .gru_backend import (_backward_native, _first_order, _forward_native, _gru_body,
+                          _loop, _loop_with_input_ln, ln_gru_op)
 
 
-def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
-                     gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask=None, zone_h=None):
-    T, B, G = xw.shape
-    H = G // 3
-    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)
-    dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
-    dparams = torch.zeros(12 * H, dtype=torch.float64)
-    dw_hh = common.native_backward(
-        lib, "gru_backward_seq", native.GRUArgs, "ln_gru_sequence", _contig(h0), out,
-        batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
-        wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
-        grad_out=grad_out.contiguous(),
-        gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
-        bias_h=_contig(bias_h), gain_u=_contig(gain_u), bias_u=_contig(bias_u), hg_all=hg_all,
-        stats=stats, dh=dh, dxg=dxg, dparams=dparams, h_mask=_contig(h_mask),
-        zone_h=_contig(zone_h))
-    n = 12 * H if gain_x is not None else 6 * H
-    return dxg, dh, dw_hh, dparams[:n].to(xw.dtype)
-
-
-_SCHEMA = ("(Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, Tensor bias_h, Tensor gain_u, "
-           "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, Tensor? zone_h, "
-           "Tensor? batch_sizes, float eps, bool save) -> (Tensor, Tensor, Tensor, Tensor)")
-_BACKWARD_SCHEMA = (
-    "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, "
-    "Tensor bias_h, Tensor gain_u, Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor out, "
-    "Tensor hg_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
-    "Tensor? zone_h) -> (Tensor, Tensor, Tensor, Tensor)")
-
-
-def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h,
-              batch_sizes, eps, save):
-    """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``). Rows sorted by decreasing length; ``h_mask``, ``zone_h``: the
-    recurrent regularizers or None."""
-    return common.forward(_forward_native, "ln_gru", 1, xw, h0, w_hh, gain_h, bias_h, gain_u,
-                        bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes, eps, save)
-
-
-ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)(
-    _gru_body)
-
-
-@ln_gru_op.register_fake
-def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
-      eps, save):
-    T, B, G = xw.shape
-    H = G // 3
-    new, new_stats = common.fake_saved(xw, save)
-    return xw.new_empty(T, B, H), h0.new_empty(B, H), new(T, B, G), new_stats(8, T, B)
-
-
-def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
-                       bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h):
-    """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
-    gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
-    args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
-            bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
-    return common.backward("ln_gru_backward", xw, _backward_native, args)
-
-
-ln_gru_backward_op = torch.library.custom_op(
-    "layernorm::ln_gru_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)(_gru_backward_body)
-
-
-@ln_gru_backward_op.register_fake
-def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
-      hg_all, stats, batch_sizes, h_mask, zone_h):
-    T, B, G = xw.shape
-    H = G // 3
-    n = 12 * H if gain_x is not None else 6 * H
-    return xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(G, H), xw.new_empty(n)
-
-
-def _first_order(inputs, batch_sizes, out, saved, grads):
-    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, *masks = inputs
-    T, B, G = xw.shape
-    H = G // 3
-    grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
-    grad_hn = xw.new_zeros(B, H) if grads[1] is None else grads[1]
-    dxw, dh0, dw_hh, dparams = common.call(
-        ln_gru_backward_op, _gru_backward_body,
-        grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
-        *saved, batch_sizes, *masks)
-    parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
-                          [2 * H, 2 * H, H, H])
-    dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
-    return (dxw, dh0, dw_hh, *parts[:4], *dx, None, None)  # the masks: no gradient
-
-
-def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps, h_mask=None,
-          zone_h=None):
-    """The LN-GRU as the reference step in the reference loop (``layernorm.recurrence``): plain
-    differentiable torch ops, with the recurrent regularizers where given. The recurrent term's
-    LN: (r, z) jointly, U h on its own."""
-    H = h0.shape[-1]
-
-    def norm_hh(a, t):
-        return torch.cat([F.layer_norm(a[:, :2 * H], (2 * H,), gain_h, bias_h, eps),
-                          F.layer_norm(a[:, 2 * H:], (H,), gain_u, bias_u, eps)], -1)
-    out, (h,) = run_direction(
-        lambda x, s, t, h_mask=None: gru_step(x, s[0], w_hh, norm_hh, h_mask=h_mask), xg, (h0,),
-        batch_sizes=batch_sizes, h_mask=h_mask, zone=common.zone_arg(zone_h))
-    return out, h
-
-
-def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
-                        zone_h, batch_sizes, eps):
-    H = h0.shape[-1]
-    xg, _, _ = common.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), eps, inside=False)
-    return _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps, h_mask, zone_h)
-
-
-_run = common.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
-                              _first_order)
-_BACKENDS = common.Backends(triton="ln_gru_sequence", native=_run, reference=_loop,
-                            groups=lambda H: (2 * H, H))
+_run = sequence.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
+                                 _first_order)
+_BACKENDS = sequence.Backends(triton="ln_gru_sequence", native=_run, reference=_loop,
+                              groups=(2, 1))
 
 
 def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
@@ -193,8 +62,9 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
     order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     masks = dict(h_mask=h_mask, zone_h=zone_h)
     common.check_masks(who, xg, T, B, H, **masks)
-    return common.run_sequence(who, _BACKENDS, xg, (h0,), (w_hh, gain_h, bias_h, gain_u, bias_u),
-                               gain_x, bias_x, masks, order, batch_sizes, eps)
+    return sequence.run_sequence(who, _BACKENDS, xg, (h0,),
+                                 (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks,
+                                 order, batch_sizes, eps)
 
 
 # ---- the plain GRU (norm="none") through the same C kernel -------------------------------------
@@ -217,7 +87,7 @@ class _PlainGRU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xw, h0, w_hh, bias_u, batch_sizes, save):
-        lib = native.native_lib(xw)
+        lib = common.c_kernels("plain_gru_sequence", xw)
         out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, None, None, None,
                                           bias_u, None, None, None, None, batch_sizes, 0.0, save)
         ctx.save_for_backward(xw, h0, w_hh, bias_u, batch_sizes, out, *(saved or ()))
@@ -235,7 +105,7 @@ class _PlainGRU(torch.autograd.Function):
         if not saved:
             raise RuntimeError("plain_gru_sequence was called without autograd, so it kept "
                                "nothing for the backward; call it with gradients enabled.")
-        lib = native.native_lib(xw)
+        lib = common.c_kernels("plain_gru_sequence", xw)
         H = h0.shape[-1]
         dxw, dh0, dw_hh, dparams = _backward_native(
             lib, grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, None, None, None,
@@ -262,4 +132,4 @@ def plain_gru_sequence(xw: Tensor, h0: Tensor, w_hh: Tensor, bias_u: Tensor,
 
 
 # The Triton kernels' second order differentiates this operator's reference loop.
-_kernels.REFERENCE["gru"] = functools.partial(common.reference_grads, _loop_with_input_ln, 1)
+_kernels.REFERENCE["gru"] = functools.partial(sequence.reference_grads, _loop_with_input_ln, 1)

@@ -212,13 +212,14 @@ class RecurrentBase(nn.Module):
         p = self._parameters.get(key)
         return p if p is not None else getattr(self, key, None)
 
-    def _terms(self, suffix: str, batch_sizes: Sequence[int] | None = None) -> dict[str, Term]:
+    def _terms(self, suffix: str, batch_sizes: torch.Tensor | None = None) -> dict[str, Term]:
         """The normalized terms of one direction for this forward call."""
         H, who = self.hidden_size, f"{type(self).__name__}(norm={self.norm!r})"
         kind, g = self._kind, lambda name: self._get(name, suffix)  # noqa: E731
         common = {"eps": self.eps, "training": self.training, "momentum": self.momentum,
                   "batch_sizes": batch_sizes, "who": who, "fused": self.use_fused}
-        if kind.running_stats and (not self.training or min(batch_sizes or [2]) < 2):
+        if kind.running_stats and (not self.training or (
+                batch_sizes is not None and int(torch.as_tensor(batch_sizes).min()) < 2)):
             # Eval (or a training step with one active example) reads the running statistics.
             common["last_slot"] = last_trained_slot(self.num_batches_tracked)
         run = lambda term: ((g("running_mean" + term), g("running_var" + term))  # noqa: E731

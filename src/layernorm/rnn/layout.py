@@ -13,6 +13,11 @@ from torch.nn.utils.rnn import PackedSequence
 class TorchLayout:
     """Mixed into ``layernorm.rnn.modules._Stack`` (reads its configuration and Parameters)."""
 
+    @staticmethod
+    def _suffix(layer: int, direction: int) -> str:
+        """The names' suffix of one layer and direction, as torch's: ``_l0``, ``_l1_reverse``."""
+        return f"_l{layer}" + ("_reverse" if direction else "")
+
     @property
     def _all_weights(self) -> list[list[str]]:
         """Parameter names per (layer, direction): torch's first (weight_ih, weight_hh, bias_ih,

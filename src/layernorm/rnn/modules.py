@@ -15,8 +15,6 @@ runs the reference loop ``layernorm.recurrence.run_direction`` (proj_size, torch
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -180,19 +178,16 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             return terms["ih"].all_steps(ops.input_linear(x, self._get("weight_ih", suffix)))
         return super()._input_term(x, suffix, terms, time_step)
 
-    @staticmethod
-    def _suffix(layer: int, direction: int) -> str:
-        return f"_l{layer}" + ("_reverse" if direction else "")
-
     # ---- forward -----------------------------------------------------------------------------
     def _run_direction(self, layer: int, direction: int, x: torch.Tensor,
-                       state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None,
+                       state: tuple[torch.Tensor, ...], batch_sizes: torch.Tensor | None,
                        h_mask: torch.Tensor | None = None, zone: tuple | None = None):
         """One layer, one direction: x (T, B, I) already in processing order (reversed for the
-        backward direction) -> (out (T, B, H), final state). batch_sizes (list of T ints, as
-        ``PackedSequence.batch_sizes``, the batch sorted by decreasing length) describes a
-        variable-length batch (None: all examples have length T); the one length encoding down
-        to the kernels (``layernorm.recurrence.lengths``).
+        backward direction) -> (out (T, B, H), final state). batch_sizes (the input's
+        ``PackedSequence.batch_sizes`` itself, (T,) int64 on the CPU, the batch sorted by
+        decreasing length) describes a variable-length batch (None: all examples have length
+        T); the one length encoding, as it is, down to the kernels
+        (``layernorm.recurrence.lengths``).
 
         The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
         either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
@@ -217,29 +212,27 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             state = self._step_once(suffix, x[0], state)
             return state[0].unsqueeze(0), state
         if self._kind.torch_twin and self.mode in ("LSTM", "GRU") and not masks:  # (_paths)
-            sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
             if self.mode == "LSTM":
                 b = None if not self.bias else g("bias_ih") + g("bias_hh")
                 out, h, c = _ops_lstm.plain_lstm_sequence(F.linear(x, g("weight_ih"), b),
                                                           state[0], state[1], g("weight_hh"),
-                                                          sizes)
+                                                          batch_sizes)
                 return out, (h, c)
             H2 = 2 * self.hidden_size  # GRU: b_hr, b_hz join the input term, b_hn stays inside
             b_hh = g("bias_hh") if self.bias else x.new_zeros(3 * self.hidden_size)
             b = None if not self.bias else g("bias_ih") + torch.cat(
                 [b_hh[:H2], b_hh.new_zeros(self.hidden_size)])
             out, h = _ops_gru.plain_gru_sequence(F.linear(x, g("weight_ih"), b), state[0],
-                                                 g("weight_hh"), b_hh[H2:], sizes)
+                                                 g("weight_hh"), b_hh[H2:], batch_sizes)
             return out, (h,)
         if self._fused_recurrence():  # one opaque operator, also under torch.compile
-            sizes = None if batch_sizes is None else torch.as_tensor(batch_sizes)
             done = None if masks else _inference.ln_inference(     # no graph: W_x x_t in the loop
-                self.mode, x, state, [g(n) for n in _inference.INFERENCE_PARAMS[self.mode]], sizes,
-                self.eps)
+                self.mode, x, state, [g(n) for n in _inference.INFERENCE_PARAMS[self.mode]],
+                batch_sizes, self.eps)
             if done is not None:
                 return done
             xw = ops.input_linear(x, g("weight_ih"))    # the input LN runs inside the kernel
-            inputs = {"batch_sizes": sizes, "eps": self.eps, "gain_x": g("gain_ih"),
+            inputs = {"batch_sizes": batch_sizes, "eps": self.eps, "gain_x": g("gain_ih"),
                       "bias_x": g("bias_ih")}
             if self.mode == "LSTM":
                 out, h, c = ops.ln_lstm(xw, *state, g("weight_hh"), g("gain_hh"), g("bias_hh"),
@@ -255,7 +248,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         return self._loop_direction(layer, direction, x, state, batch_sizes, h_mask, zone)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
-                        state: tuple[torch.Tensor, ...], batch_sizes: Sequence[int] | None,
+                        state: tuple[torch.Tensor, ...], batch_sizes: torch.Tensor | None,
                         h_mask: torch.Tensor | None = None, zone: tuple | None = None):
         """``_run_direction`` through THE loop ``run_direction`` (the readable path: any norm,
         proj_size, and torch.jit.trace, which records it step by step). Under autocast the
@@ -356,7 +349,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         if packed:
             # Work in the packed (decreasing length) order: active examples are a prefix.
             x, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes))
-            batch_sizes = input.batch_sizes.tolist()
+            batch_sizes = input.batch_sizes         # checked where it entered (inputs)
         else:
             x = input.transpose(0, 1) if self.batch_first else input
             batch_sizes = lengths = None                 # lengths: (B,) int64 on the CPU

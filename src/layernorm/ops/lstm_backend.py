@@ -1,0 +1,165 @@
+"""The LN-LSTM's backends below the frame (``sequence``): the C kernels' calls (CPU float32,
+``_rnn_steps.c``: the whole time loop in one call, the backward in one call per range of steps),
+the operators ``torch.ops.layernorm.ln_lstm`` / ``ln_lstm_backward`` with their bodies and
+shape functions, the first-order backward through the backward operator, and the reference loop
+(``layernorm.recurrence``'s step in its loop: the path where no kernel runs, second order and
+torch.func). Its entry, checks and registration are ``lstm``'s."""
+import torch
+import torch.nn.functional as F
+
+from ..recurrence import lstm_step, run_direction
+from . import common, native
+from .gemm import _panels
+from .pool import _WORKSPACE, _buffer
+from .native import contig as _contig
+
+
+def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                    h_mask, zone_h, zone_c, batch_sizes, eps, save):
+    T, B, G = xw.shape
+    H = G // 4
+    saved = [None] * 5
+    if save:  # cs, hg_all, act_all, tc_all, stats (6, T, B): mean / rstd of W_h h, c, xw
+        saved = [_WORKSPACE.get(shape, like=xw) for shape in (
+            (T + 1, B, H), (T, B, G), (T, B, G), (T, B, H), (6, T, B))]
+        saved[0][0] = c0
+    # the kernel writes out only where a row runs; the saved buffers are read only where written
+    out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
+    h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
+    native.call(lib, "lstm_forward_seq", native.LSTMArgs, "ln_lstm_sequence",
+                 T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
+                 batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
+                 bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
+                 gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_c=_contig(gain_c),
+                 bias_c=_contig(bias_c), h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0],
+                 hg_all=saved[1], act_all=saved[2], tc_all=saved[3], stats=saved[4],
+                 h_mask=_contig(h_mask), zone_h=_contig(zone_h), zone_c=_contig(zone_c))
+    return out, h_n, c_n, (saved if save else None)
+
+
+def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
+                     cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask=None, zone_h=None,
+                     zone_c=None):
+    T, B, G = xw.shape
+    H = G // 4
+    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)  # grad of xw (or xg)
+    dh, dc = (g.detach().clone(memory_format=torch.contiguous_format) for g in (grad_hn, grad_cn))
+    dparams = torch.zeros(18 * H, dtype=torch.float64)
+    dw_hh = common.native_backward(
+        lib, "lstm_backward_seq", native.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
+        batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
+        wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
+        grad_out=grad_out.contiguous(),
+        gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,
+        hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh, dc=dc, dxg=dxg,
+        dparams=dparams, h_mask=_contig(h_mask), zone_h=_contig(zone_h), zone_c=_contig(zone_c))
+    n = 18 * H if gain_x is not None else 10 * H
+    return dxg, dh, dc, dw_hh, dparams[:n].to(xw.dtype)
+
+
+# ---- the operators ---------------------------------------------------------------------------
+
+_SCHEMA = ("(Tensor xw, Tensor h0, Tensor c0, Tensor w_hh, Tensor gain_h, Tensor bias_h, "
+           "Tensor gain_c, Tensor bias_c, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, "
+           "Tensor? zone_h, Tensor? zone_c, Tensor? batch_sizes, float eps, bool save) -> "
+           "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor xw, Tensor h0, Tensor w_hh, "
+    "Tensor gain_h, Tensor gain_c, Tensor? gain_x, Tensor out, Tensor cs, Tensor hg_all, "
+    "Tensor act_all, "
+    "Tensor tc_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
+    "Tensor? zone_h, Tensor? zone_c) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+
+def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
+               zone_c, batch_sizes, eps, save):
+    """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
+    cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing
+    length; ``batch_sizes`` as ``PackedSequence.batch_sizes``; ``h_mask``, ``zone_h``,
+    ``zone_c``: the recurrent regularizers or None."""
+    lib = common.c_kernels("ln_lstm", xw)
+    with torch.autocast(xw.device.type, enabled=False):
+        out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,
+                                               gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
+                                               zone_c, batch_sizes, eps, save)
+    return (out, h_n, c_n, *common.saved_or_empty(saved, xw, 4))
+
+
+ln_lstm_op = torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)(
+    _lstm_body)
+
+
+@ln_lstm_op.register_fake
+def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h, zone_c,
+      batch_sizes, eps, save):
+    T, B, G = xw.shape
+    H = G // 4
+    new, new_stats = common.fake_saved(xw, save)
+    return (xw.new_empty(T, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
+            new(T, B, G), new(T, B, G), new(T, B, H), new_stats(6, T, B))
+
+
+def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
+                        cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h,
+                        zone_c):
+    """-> grads of xw (T, B, G), h0, c0, w_hh and the LN parameters as one vector [gain_h,
+    bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
+    args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
+            gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h, zone_c)
+    lib = common.c_kernels("ln_lstm_backward", xw)
+    with torch.autocast(xw.device.type, enabled=False):
+        return _backward_native(lib, *args)
+
+
+ln_lstm_backward_op = torch.library.custom_op(
+    "layernorm::ln_lstm_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)(_lstm_backward_body)
+
+
+@ln_lstm_backward_op.register_fake
+def _(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs, hg_all, act_all,
+      tc_all, stats, batch_sizes, h_mask, zone_h, zone_c):
+    T, B, G = xw.shape
+    H = G // 4
+    n = 18 * H if gain_x is not None else 10 * H
+    return (xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(B, H), xw.new_empty(G, H),
+            xw.new_empty(n))
+
+
+def _first_order(inputs, batch_sizes, out, saved, grads, eager):
+    xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, *masks = inputs
+    T, B, G = xw.shape
+    H = G // 4
+    grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
+                                  zip(grads, ((T, B, H), (B, H), (B, H))))
+    backward = _lstm_backward_body if eager else ln_lstm_backward_op
+    dxw, dh0, dc0, dw_hh, dparams = backward(
+        grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, *saved,
+        batch_sizes, *masks)
+    parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
+    dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
+    return (dxw, dh0, dc0, dw_hh, *parts[:4], *dx, None, None, None)  # the masks: no gradient
+
+
+# ---- the differentiable loop (second order, torch.func) ---------------------------------------
+
+def _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps, h_mask=None,
+          zone_h=None, zone_c=None):
+    """The LN-LSTM as the reference step in the reference loop (``layernorm.recurrence``):
+    plain differentiable torch ops, with the recurrent regularizers where given."""
+    G = xg.shape[-1]
+    norm_hh = lambda a, t: F.layer_norm(a, (G,), gain_h, bias_h, eps)  # noqa: E731
+    norm_c = lambda a, t: F.layer_norm(a, (G // 4,), gain_c, bias_c, eps)  # noqa: E731
+    out, (h, c) = run_direction(
+        lambda x, s, t, h_mask=None: lstm_step(x, s[0], s[1], w_hh, norm_hh, norm_c,
+                                               h_mask=h_mask),
+        xg, (h0, c0), batch_sizes=batch_sizes, h_mask=h_mask,
+        zone=common.zone_arg(zone_h, zone_c))
+    return out, h, c
+
+
+def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                        h_mask, zone_h, zone_c, batch_sizes, eps):
+    xg, _, _ = common.input_ln("ln_lstm_sequence", xw, gain_x, bias_x, (xw.shape[-1],), eps,
+                            inside=False)
+    return _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps, h_mask,
+                 zone_h, zone_c)

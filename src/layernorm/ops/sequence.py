@@ -1,0 +1,169 @@
+"""The frame of the LN-LSTM and LN-GRU operators (``lstm``, ``gru``): THE choice of path of a
+whole-sequence call, made once (``run_sequence``, among a cell's ``Backends``: the Triton kernels,
+the registered operator on the C kernels, the reference loop under autograd), and the operators'
+autograd (``register_autograd``: first order through the cell's backward operator, second order
+by differentiating its reference loop; ``reference_grads``, the Triton kernels' second order).
+
+Read downward: the entries (``lstm``, ``gru``) call this frame; it calls each cell's backend
+(``lstm_backend``, ``gru_backend``: the C calls, the operators' bodies, the reference loop) and
+the shared helpers (``common``), which call nothing above them.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+
+from .. import kernels
+from .._autograd import differentiable_backward
+from ..functional import stats_dtype
+from . import native
+from .common import dtypes, input_ln, prepare_masks, under_functorch
+
+
+def with_order(fn, order, xg: torch.Tensor, states: tuple):
+    """Run ``fn(xg, *states)`` on the batch sorted by decreasing length; results back in order."""
+    if order is None:
+        return fn(xg, *states)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel())
+    order_d, inverse_d = order.to(xg.device), inverse.to(xg.device)
+    out, *finals = fn(xg.index_select(1, order_d), *(s.index_select(0, order_d) for s in states))
+    return (out.index_select(1, inverse_d), *(f.index_select(0, inverse_d) for f in finals))
+
+
+class Backends(NamedTuple):
+    """One cell's implementations of a whole sequence, among which ``run_sequence`` chooses once
+    per call. Each takes ``(xg, *states, w_hh, *LN gains and biases, ...)``:
+
+    ``triton``: the cell's name in the Triton kernels (``layernorm.kernels.sequence``, CUDA),
+    which take ``order`` and ``batch_sizes`` and derive their per-example lengths themselves;
+    ``native(eager)``: the registered operator on the C kernels (``register_autograd``'s
+    function) called as ``(..., gain_x, bias_x, *masks, batch_sizes, eps, save)`` on the sorted
+    batch, its body run directly where ``eager`` (same autograd);
+    ``reference(..., batch_sizes, eps, *masks)``: the reference loop under autograd.
+    ``groups``: the unit groups the input LN normalizes, in multiples of H."""
+    triton: str
+    native: Callable
+    reference: Callable
+    groups: tuple[int, ...]
+
+
+def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks: dict, order,
+                 batch_sizes, eps):
+    """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
+    off): THE choice of path, made once here. The Triton kernels where ``kernels.applies_rnn``;
+    the registered operator where the C kernels run (its body directly, with the same autograd,
+    where ``native.eager`` holds); elsewhere (float64, no C compiler, ``USE_NATIVE = False``,
+    CUDA without Triton, and under torch.func transforms) the cell's reference loop under
+    ordinary autograd. -> (out, *final states) in the batch's order and in the output dtype."""
+    if kernels.applies_rnn(xg):
+        return kernels.sequence(cell.triton, xg, states, params, order, batch_sizes, eps,
+                                gain_x, bias_x, masks)
+    compute, out_dtype = dtypes(xg)
+    masks = prepare_masks(masks.values(), compute, order)
+    xg, *states = (t.to(compute) for t in (xg, *states))
+    params = tuple(t.to(compute) for t in params)
+    gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
+    groups, n = tuple(k * states[0].shape[-1] for k in cell.groups), len(states)
+    if under_functorch() or native.native_lib(xg) is None:
+        xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
+
+        def run(xg_, *states_):
+            return cell.reference(xg_, *states_, *params, batch_sizes, eps, *masks)
+    else:
+        input_ln(who, xg, gain_x, bias_x, groups, eps, inside=True)  # checks the pair
+        tensors = (xg, *states, *params, gain_x, bias_x)
+        save = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                for t in tensors)
+        operator = cell.native(native.eager(*tensors, *masks, batch_sizes))
+
+        def run(xg_, *states_):
+            return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
+                            float(eps), save)[:n + 1]
+    outs = with_order(run, order, xg, tuple(states))
+    return tuple(o.to(out_dtype) for o in outs)
+
+
+def register_autograd(op, body, name, n_states, loop, first_order):
+    """Register the autograd of ``op`` (inputs: ``*tensors, batch_sizes, eps, save``; outputs:
+    out (T, B, H), ``n_states - 1`` final states and the saved buffers) -> ``runner(eager)``: a
+    function with op's arguments that calls ``op``, or where ``eager`` its ``body`` under the
+    same autograd (the choice made once, by ``run_sequence``).
+
+    ``loop(*tensors, batch_sizes, eps)``: the cell's differentiable loop (input LN included),
+    -> (out, *final states); used for second order (``create_graph=True``).
+    ``first_order(tensors, batch_sizes, out, saved, grads, eager)``: the grads of ``tensors``
+    through the cell's backward operator (its body where ``eager``), ``grads`` = (grad of out,
+    *grads of the final states), None where not needed."""
+    def setup(ctx, inputs, output, eager=False):
+        *tensors, batch_sizes, eps, save = inputs
+        out, saved = output[0], output[n_states:]
+        ctx.mark_non_differentiable(*saved)
+        ctx.set_materialize_grads(False)
+        ctx.eps, ctx.save, ctx.n_tensors, ctx.eager = eps, save, len(tensors), eager
+        ctx.save_for_backward(*tensors, batch_sizes, out, *saved)
+
+    def backward_(ctx, grad_out, *grad_rest):
+        n, kept = ctx.n_tensors, ctx.saved_tensors
+        tensors, batch_sizes, out, saved = kept[:n], kept[n], kept[n + 1], kept[n + 2:]
+        grads = (grad_out, *grad_rest[:n_states - 1])
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+            found = _second_order(ctx, tensors, batch_sizes, grads, loop)
+        else:
+            if not ctx.save:
+                raise RuntimeError(f"layernorm::{name} was called with save=False, so it kept "
+                                   "nothing for the backward; call it with save=True when "
+                                   "gradients are needed.")
+            found = first_order(tensors, batch_sizes, out, saved, grads, ctx.eager)
+        return (*found, None, None, None)  # batch_sizes, eps, save
+
+    op.register_autograd(backward_, setup_context=lambda ctx, inputs, output: setup(
+        ctx, inputs, output))
+
+    class Eager(torch.autograd.Function):
+        """``body`` with op's autograd."""
+        @staticmethod
+        def forward(*inputs):
+            return body(*inputs)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            setup(ctx, inputs, output, eager=True)
+        backward = staticmethod(backward_)
+
+    return lambda eager: Eager.apply if eager else op
+
+
+def _second_order(ctx, inputs, batch_sizes, grads, loop):
+    """The backward as a differentiable function of the inputs and of the output gradients:
+    re-run the forward as ``loop`` and differentiate it with ``create_graph=True``."""
+    return differentiable_backward(lambda *xs: loop(*xs, batch_sizes, ctx.eps), inputs,
+                                   ctx.needs_input_grad, grads)
+
+
+def reference_grads(loop, n_states: int, inputs: tuple, lens, eps: float, masks: tuple,
+                    needs_input_grad, grads: tuple) -> list:
+    """The Triton kernels' backward under ``create_graph=True`` (a gradient that autograd
+    differentiates again): the gradients of the reference recurrence (``layernorm.recurrence``'s
+    step in its loop, the same function the CPU operators differentiate for second order) as
+    differentiable functions of ``inputs`` (the autograd Function's tensors, ``xg`` first, then
+    the states, ``w_hh`` and the LN parameters) and of ``grads`` (of out and the final states;
+    None where not needed).
+    ``loop``: the operator's reference loop with input LN, ``n_states``: 2 (LSTM) or 1 (GRU).
+    ``lens``: (B,) lengths in the batch's order or None; ``masks``: the regularizers' masks, in
+    the batch's order. -> one gradient or None per input."""
+    from ..recurrence.lengths import from_lengths
+    xg = inputs[0]
+    T, B = xg.shape[:2]
+    order, batch_sizes = from_lengths(None if lens is None else lens.cpu(), T, B)
+    compute = stats_dtype(xg.dtype)        # as the kernels: float32 arithmetic for half types
+    masks = prepare_masks(masks, compute, order)
+
+    def reference(*tensors):
+        xg_, *rest = (None if t is None else t.to(compute) for t in tensors)
+        states, params = rest[:n_states], rest[n_states:]
+        outs = with_order(lambda x, *s: loop(x, *s, *params, *masks, batch_sizes, eps),
+                          order, xg_, tuple(states))
+        return tuple(o.to(xg.dtype) for o in outs)
+    return differentiable_backward(reference, inputs, needs_input_grad, grads)
