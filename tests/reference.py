@@ -237,3 +237,25 @@ def ref_ln_gru_sequence(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, lengths=No
             outs.append(h_new)
         h = h_new
     return torch.stack(outs), h
+
+
+def assert_step_matches(ref, fast, inputs64, order: int, tol: dict, weights) -> None:
+    """A float32 step ``fast`` against the float64 ``ref`` on the same inputs: values, every
+    input's gradient under output weights ``weights(outputs)`` (second order: the gradient of
+    sum(sin(first-order gradients))), and ``fast`` again without autograd."""
+    a64 = [t.clone().requires_grad_() for t in inputs64]
+    a32 = [t.float().requires_grad_() for t in inputs64]
+    want, got = ref(*a64), fast(*a32)
+    for u, v in zip(got, want):
+        torch.testing.assert_close(u.double(), v, **tol)
+    w = weights(want)
+    g64 = torch.autograd.grad(want, a64, w, create_graph=order == 2)
+    g32 = torch.autograd.grad(got, a32, [v.float() for v in w], create_graph=order == 2)
+    if order == 2:
+        g64 = torch.autograd.grad(sum(g.sin().sum() for g in g64), a64)
+        g32 = torch.autograd.grad(sum(g.sin().sum() for g in g32), a32)
+    for u, v in zip(g32, g64):
+        torch.testing.assert_close(u.double(), v, **tol)
+    with torch.no_grad():                                   # the step without autograd
+        for u, v in zip(fast(*[t.detach() for t in a32]), want):
+            torch.testing.assert_close(u.double(), v, **tol)

@@ -10,6 +10,7 @@ from torch import nn
 
 import layernorm as L
 from layernorm import ops, recurrence
+from tests.reference import assert_step_matches
 
 pytestmark = pytest.mark.skipif(ops.cell_lib(torch.zeros(1)) is None,
                                 reason="the C kernels do not load here")
@@ -61,22 +62,9 @@ def test_step_matches_the_float64_reference(cell, B, which, order):
     the differentiated reference step) at one row (one C call with its products) and three."""
     t64, masks = _inputs(cell, B, 6, 5, seed=B + 10 * order)
     masks = {k: v for k, v in masks.items() if k in which}
-    a64 = [t.clone().requires_grad_() for t in t64]
-    a32 = [t.float().requires_grad_() for t in t64]
-    want, got = _reference(cell, a64, masks), _fast(cell, a32, masks)
-    for u, v in zip(got, want):
-        torch.testing.assert_close(u.double(), v, **TOL)
-    w = [torch.randn_like(o) for o in want]
-    g64 = torch.autograd.grad(want, a64, w, create_graph=order == 2)
-    g32 = torch.autograd.grad(got, a32, [v.float() for v in w], create_graph=order == 2)
-    if order == 2:
-        g64 = torch.autograd.grad(sum(g.sin().sum() for g in g64), a64)
-        g32 = torch.autograd.grad(sum(g.sin().sum() for g in g32), a32)
-    for u, v in zip(g32, g64):
-        torch.testing.assert_close(u.double(), v, **TOL)
-    with torch.no_grad():                                   # the step without autograd
-        for u, v in zip(_fast(cell, [t.detach() for t in a32], masks), want):
-            torch.testing.assert_close(u.double(), v, **TOL)
+    assert_step_matches(lambda *t: _reference(cell, list(t), masks),
+                        lambda *t: _fast(cell, list(t), masks), t64, order, TOL,
+                        lambda want: [torch.randn_like(o) for o in want])
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

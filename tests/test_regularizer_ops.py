@@ -197,6 +197,7 @@ def test_reference_packed_rows_past_their_end_stay_frozen():
 # ---- the fused operators ops.ln_lstm / ops.ln_gru against the reference ----------------------
 
 from layernorm import ops  # noqa: E402
+from tests.reference import assert_step_matches  # noqa: E402
 from layernorm.ops import native  # noqa: E402
 
 EPS = 1e-5
@@ -519,23 +520,8 @@ def test_cell_step_with_regularizers_matches_reference(cell, which, order):
             return ops.ln_lstm_step(lib, *t, EPS, **masks)
         return (ops.ln_gru_step(lib, *t, EPS, **masks),)
 
-    tol = {"atol": 3e-4, "rtol": 3e-4}
-    a64 = [t.clone().requires_grad_() for t in inputs64]
-    a32 = [t.float().requires_grad_() for t in inputs64]
-    want, got = ref(*a64), fast(*a32)
-    for u, v in zip(got, want):
-        torch.testing.assert_close(u.double(), v, **tol)
-    w = [r(*o.shape) for o in want]
-    g64 = torch.autograd.grad(want, a64, w, create_graph=order == 2)
-    g32 = torch.autograd.grad(got, a32, [v.float() for v in w], create_graph=order == 2)
-    if order == 2:
-        g64 = torch.autograd.grad(sum(g.sin().sum() for g in g64), a64)
-        g32 = torch.autograd.grad(sum(g.sin().sum() for g in g32), a32)
-    for u, v in zip(g32, g64):
-        torch.testing.assert_close(u.double(), v, **tol)
-    with torch.no_grad():                                      # the path without autograd
-        for u, v in zip(fast(*[t.detach() for t in a32]), want):
-            torch.testing.assert_close(u.double(), v, **tol)
+    assert_step_matches(ref, fast, inputs64, order, {"atol": 3e-4, "rtol": 3e-4},
+                        lambda want: [r(*o.shape) for o in want])
 
 
 # ---- the Triton kernels (CUDA; interpreted over CPU tensors without a GPU) --------------------
