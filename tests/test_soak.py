@@ -34,6 +34,17 @@ def test_soak_finds_a_fast_path_that_differs(monkeypatch):
     # the checks without a graph would take the inference kernels, whose input term is computed
     # inside the C loop: send them through the operator too, where the fault sits
     monkeypatch.setattr(layernorm.ops.inference, "ln_inference", lambda *args, **kwargs: None)
+    # at T = 1 the modules take the cell step, which computes its products itself (the fault
+    # sits in the sequence path's input term): every batch here has T >= 2
+    batch = soak._batch
+
+    def at_least_two_steps(*args, **kwargs):
+        x, lengths = batch(*args, **kwargs)
+        if x.shape[0] > 1:
+            return x, lengths
+        return torch.cat([x, x]), (None if lengths is None else 2 * lengths)
+
+    monkeypatch.setattr(soak, "_batch", at_least_two_steps)
     result = soak.soak(0.5, hidden=8, input_size=4, max_len=10, max_batch=6, check_every=1,
                        models=("LN-LSTM 2 layers", "LN-GRU bidirectional"), progress=False)
     differs = [f for f in result["failures"] if "differs from its reference" in f]
