@@ -20,8 +20,7 @@ from ..scoring import steps_margin
 from .base import (BAD_LOSS, STEPS_FRACTION, ClaimResult, Figure, _need, at_budget, how_wrong,
                    not_run)
 from .guards import gate
-from .targets import (FIXED, FIXED_RULE, at_targets, counted, fixed_note, fixed_target,
-                      reach_text, trivial_grid)
+from .targets import FIXED, FIXED_RULE, counted, fixed_target, notes, trivial_grid
 from .sources import DATA_HERE, FULL_FORMS, PAPER_NUMBERS
 
 F_NLL = "test_nll"                  # handwriting: the exact NLL, nats per sequence (not test_loss,
@@ -249,6 +248,7 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
             idx = counted(tg[0], lambda t: [hit_at(t, rs) for rs in g.values()])
             target = tg[0][idx][1]
         else:
+            idx = None
             target = fixed if fixed is not None else \
                 arm(g["none"], lambda r: final_loss(r, spec.key)).mean
         budget = max(updates(r) for r in allr)
@@ -306,18 +306,13 @@ def claim_loss_faster(spec: LossSpec, others: tuple[str, ...], factor: float | N
                              first_a=fin[o], first_b=fin["layer"]) for o in others]
             return all_of(ps)
         fmt = lambda t: f"{t * spec.scale:.{spec.digits}f}{spec.unit}"  # noqa: E731
-        if tg is not None:
-            grid_note, grid_caveat = fixed_note(
-                tg[0], idx, judge_at, fmt, lambda t: reach_text(
-                    _named(g), lambda rs: hit_at(t, rs), lambda rs: first_at(t, rs)),
-                rule_verdict)
-        else:
-            start = sum(_num(next((x[arm_key(spec, rs)] for x in r.rows
-                                   if x.get(arm_key(spec, rs)) is not None), BAD_LOSS), BAD_LOSS)
-                        for rs in g.values() for r in rs) / len(allr)
-            end = max(arm(rs, lambda r, k=arm_key(spec, rs): final_loss(r, k)).mean
-                      for rs in g.values())
-            grid_note, grid_caveat = at_targets(start, end, judge_at, fmt, rule_verdict)
+        grid_note, grid_caveat = notes(tg, idx, judge_at, fmt, _named(g), hit_at, first_at,
+                                       rule_verdict, lambda: (
+            sum(_num(next((x[arm_key(spec, rs)] for x in r.rows
+                           if x.get(arm_key(spec, rs)) is not None), BAD_LOSS), BAD_LOSS)
+                for rs in g.values() for r in rs) / len(allr),
+            max(arm(rs, lambda r, k=arm_key(spec, rs): final_loss(r, k)).mean
+                for rs in g.values())))
         v = gate(v, _named(g), m, key=lambda rs: arm_key(spec, rs), final=False)
         ratio = st["none"].mean / max(st["layer"].mean, 1.0)
         key = ", ".join(f"{RNN_LABEL[n]} {st[n].mean:.0f}" for n in g) + \

@@ -12,8 +12,7 @@ from ...verdicts import LEVEL, all_of, exceeds, sooner
 from .base import (BEATS_MARGIN, DRIFT_MARGIN, GAIN_MARGIN, MIN_HIDDEN_T, STEPS_FRACTION,
                    ClaimResult, Figure, _need, at_budget, how_wrong, not_run)
 from .guards import gate
-from .targets import (FIXED, FIXED_RULE, at_targets, counted, fixed_note, fixed_target,
-                      reach_text, trivial_grid)
+from .targets import FIXED, FIXED_RULE, counted, fixed_target, notes, trivial_grid
 
 def _rnn_groups(runs, experiment, task):
     return {n: select(runs, experiment=experiment, task=task, norm=n) for n in RNN_NORMS}
@@ -100,6 +99,7 @@ def claim_rnn_fastest(experiment: str, task: str):
             idx = counted(tg[0], lambda t: [hit_at(t, rs) for rs in g.values()])
             target = tg[0][idx][1]
         else:
+            idx = None
             target = fixed if fixed is not None else target_error(g)
         budget = max(updates(r) for r in allr)
         m = steps_margin(allr, STEPS_FRACTION)
@@ -108,16 +108,10 @@ def claim_rnn_fastest(experiment: str, task: str):
             key = error_key(rs)
             return arm(rs, lambda r: steps_to(r, target, key)[0])
 
-        def ok(rs):
-            key = error_key(rs)
-            return [steps_to(r, target, key)[1] for r in rs]
-
-        def first(rs):
-            key = error_key(rs)
-            return [at_first(r, *steps_to(r, target, key), key) for r in rs]
-        parts = [sooner(st(g[b]), st(g["layer"]), m, ok(g[b]), ok(g["layer"]),
-                        a_name=f"{RNN_LABEL[b]} steps", b_name="LN-LSTM steps",
-                        first_a=first(g[b]), first_b=first(g["layer"]))
+        parts = [sooner(st(g[b]), st(g["layer"]), m, hit_at(target, g[b]),
+                        hit_at(target, g["layer"]), a_name=f"{RNN_LABEL[b]} steps",
+                        b_name="LN-LSTM steps", first_a=first_at(target, g[b]),
+                        first_b=first_at(target, g["layer"]))
                  for b in ("none", "batch")]
         v = all_of(parts, f"LN-LSTM reaches test error ≤ {target * PP:.1f}% in fewer steps than "
                           f"LSTM and than BN-LSTM, each by ≥ {m:.0f} steps ({STEPS_FRACTION:.0%} "
@@ -133,24 +127,14 @@ def claim_rnn_fastest(experiment: str, task: str):
             def cnt(rs):
                 return arm(rs, lambda r: steps_to(r, t, error_key(rs))[0])
 
-            def hit(rs):
-                return [steps_to(r, t, error_key(rs))[1] for r in rs]
-
-            def fin(rs):
-                return [at_first(r, *steps_to(r, t, error_key(rs)), error_key(rs)) for r in rs]
-            return all_of([sooner(cnt(g[b]), cnt(g["layer"]), m, hit(g[b]), hit(g["layer"]),
-                                  loso=False, first_a=fin(g[b]), first_b=fin(g["layer"]))
-                           for b in ("none", "batch")])
+            return all_of([sooner(cnt(g[b]), cnt(g["layer"]), m, hit_at(t, g[b]),
+                                  hit_at(t, g["layer"]), loso=False, first_a=first_at(t, g[b]),
+                                  first_b=first_at(t, g["layer"])) for b in ("none", "batch")])
         pct = lambda t: f"{t * PP:.1f}%"  # noqa: E731
-        if tg is not None:
-            grid_note, grid_caveat = fixed_note(
-                tg[0], idx, judge_at, pct, lambda t: reach_text(
-                    _rnn_arms(g), lambda rs: hit_at(t, rs), lambda rs: first_at(t, rs)),
-                rule_verdict)
-        else:
-            start = sum(_num(r.rows[0].get(error_key([r])), 1.0) for r in allr) / len(allr)
-            end = max(err_sample(rs).mean for rs in g.values())
-            grid_note, grid_caveat = at_targets(start, end, judge_at, pct, rule_verdict)
+        grid_note, grid_caveat = notes(
+            tg, idx, judge_at, pct, _rnn_arms(g), hit_at, first_at, rule_verdict,
+            lambda: (sum(_num(r.rows[0].get(error_key([r])), 1.0) for r in allr) / len(allr),
+                     max(err_sample(rs).mean for rs in g.values())))
         key = ", ".join(f"{RNN_LABEL[n]} {st(g[n]).mean:.0f}" for n in RNN_NORMS) + " steps"
         return ClaimResult(v, key, rnn_table(g, target), rnn_figures(experiment, task, allr),
                            notes=[f"Target: {target * PP:.1f}% test error, {FIXED}."

@@ -110,6 +110,19 @@ def at_targets(start: float, end: float, judge: Callable[[float], Verdict],
     return note, caveat
 
 
+def notes(tg, idx: int, judge: Callable[[float], Verdict], fmt: Callable[[float], str],
+          groups: dict[str, list], hit_at: Callable, first_at: Callable, counted_verdict: str,
+          derived: Callable[[], tuple[float, float]]) -> tuple[str, str | None]:
+    """The grid note and its caveat: the fixed grid ``tg`` (``trivial_grid``) with the counted
+    target ``idx`` and, per arm of ``groups``, the runs that reached each target
+    (``hit_at(t, rs)``) and met it at their first evaluation (``first_at(t, rs)``); without one,
+    the derived grid from ``derived()`` = (start, end)."""
+    if tg is None:
+        return at_targets(*derived(), judge, fmt, counted_verdict)
+    return fixed_note(tg[0], idx, judge, fmt, lambda t: reach_text(
+        groups, lambda rs: hit_at(t, rs), lambda rs: first_at(t, rs)), counted_verdict)
+
+
 def reach_text(groups: dict[str, list], hit: Callable, first: Callable) -> str | None:
     """Per arm, how many runs reached the target and how many met it at their first evaluation
     (left-censored); None where no run reached it. ``hit(rs)``, ``first(rs)``: per run."""
