@@ -133,7 +133,7 @@ def test_without_bf16_dot_products_bf16_takes_the_operator_path(avx2_kernels, mo
     m = _modules("LSTM", 6, 8).bfloat16()
     xb = torch.randn(5, 3, 6).bfloat16()
     with torch.inference_mode():
-        assert not inference.inference_applies(xb, m.weight_hh_l0)
+        assert inference.choose(xb, m.weight_hh_l0) is None
         out, _ = m(xb)
         out64, _ = copy.deepcopy(m).double()(xb.double())
     assert calls == [] and out.dtype == torch.bfloat16

@@ -25,9 +25,9 @@ Second order (``create_graph=True``): the backward re-runs the recurrence as a d
 of torch ops (the reference step ``lstm_step`` / ``gru_step`` in THE loop, with the statistics
 of the forward's fixed steps), as the LN operators do (``common.differentiable_backward``).
 
-Where it applies is ``applies`` (called by ``_Stack._fused_bn_recurrence``, next to the LN
-operators' condition): eager mode, plain CPU float32 tensors, the C kernels loaded, no autocast,
-no torch.func transform, no forward-mode AD; elsewhere the readable path runs.
+Where it runs is ``bn_direction``'s choice, once per call (``dispatch.where``): eager mode, plain
+CPU float32 tensors, the C kernels loaded, no autocast, no torch.func transform, no forward-mode
+AD, no ONNX capture; elsewhere it returns None and the module's readable path runs.
 """
 from __future__ import annotations
 
@@ -38,26 +38,12 @@ from torch import Tensor
 
 from .. import functional as LF
 from ..recurrence import gru_step, lstm_step, run_direction
-from . import common, native
+from . import common, dispatch, native
 from .gemm import _panels, input_linear
 from .pool import _WORKSPACE, _buffer
-from ..checks import autocast_on
 from .native import contig as _contig
 
 WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
-
-
-def applies(*tensors: Tensor) -> bool:
-    """Whether the C kernels may run the BN-LSTM / BN-GRU recurrence for these tensors (the
-    input, the states, the direction's parameters and running statistics)."""
-    if (autocast_on(tensors[0]) or common.under_functorch()
-            or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0):
-        return False
-    if not native.eager_mode(*tensors):
-        return False
-    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
-        return False
-    return native.native_lib(tensors[0]) is not None
 
 
 def _runs(sizes: Sequence[int], flags: Sequence[bool]):
@@ -79,8 +65,11 @@ def bn_direction(mode: str, x: Tensor, state: tuple[Tensor, ...], weight_ih: Ten
                  batch_sizes: Sequence[int] | None, *, training: bool, eps: float, who: str,
                  h_mask: Tensor | None = None, zone_h: Tensor | None = None,
                  zone_c: Tensor | None = None):
-    """One direction of a BN-LSTM / BN-GRU (``mode``) where ``applies``: x (T, B, I) in
-    processing order -> (out (T, B, H), final state); the running statistics updated in training.
+    """One direction of a BN-LSTM / BN-GRU (``mode``) in the C kernels: x (T, B, I) in
+    processing order -> (out (T, B, H), final state), the running statistics updated in
+    training; or None where the kernels do not run (``dispatch.where``: eager mode, plain CPU
+    float32 tensors, the C kernels loaded, no autocast, torch.func transform, forward-mode AD or
+    ONNX capture), and the caller runs its readable loop.
 
     ``params``: the direction's tensors in the order of ``PARAMS[mode]``; ``running``: each
     term's running (mean, var) buffers (max_length, width), by name ("hh", "ih" and for the
@@ -98,6 +87,9 @@ def bn_direction(mode: str, x: Tensor, state: tuple[Tensor, ...], weight_ih: Ten
     readable path's single-example steps read running statistics that its earlier steps of the
     same call have just updated (slot min(t, last trained slot)), so those steps (one example:
     row 0) run after the first call's updates."""
+    tensors = (x, *state, weight_ih, *params, *(b for pair in running.values() for b in pair))
+    if dispatch.where(*tensors).c(*tensors) is None:
+        return None
     xw = input_linear(x, weight_ih)                             # W_x x (T, B, G)
     T, B, _ = xw.shape
     masks = _masks(mode, state[0].shape[-1], T, B, xw, h_mask, zone_h, zone_c)
@@ -185,7 +177,7 @@ class _BNLSTM(torch.autograd.Function):
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, mean_h,
                 var_h, mean_c, var_c, mean_x, var_x, batch_sizes, flags, eps, h_mask=None,
                 zone_h=None, zone_c=None):
-        lib = native.native_lib(xg)
+        lib = common.c_kernels(WHO, xg)
         xg = xg.contiguous()
         T, B, G = xg.shape
         H = G // 4
@@ -232,7 +224,7 @@ class _BNLSTM(torch.autograd.Function):
         xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, _ = inputs
         T, B, G = xg.shape
         H = G // 4
-        lib = native.native_lib(xg)
+        lib = common.c_kernels(WHO, xg)
         dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
         dh, dc = (gr.detach().clone(memory_format=torch.contiguous_format)
                   for gr in (grad_hn, grad_cn))
@@ -289,7 +281,7 @@ class _BNGRU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, mean_h, var_h, mean_x, var_x,
                 batch_sizes, flags, eps, h_mask=None, zone_h=None):
-        lib = native.native_lib(xg)
+        lib = common.c_kernels(WHO, xg)
         xg = xg.contiguous()
         T, B, G = xg.shape
         H = G // 3
@@ -327,7 +319,7 @@ class _BNGRU(torch.autograd.Function):
             return (*found, *(None,) * 9)
         xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
         T, B, G = xg.shape
-        lib = native.native_lib(xg)
+        lib = common.c_kernels(WHO, xg)
         dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
         dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
         dparams = torch.zeros(4 * G, dtype=torch.float64)

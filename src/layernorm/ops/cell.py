@@ -17,9 +17,11 @@ The recurrent regularizers (docs/rnn.md) of one step: ``h_mask`` (B, H), recurre
 enters the recurrent product (W_hh (h * h_mask)); ``zone_h`` / ``zone_c`` (B, H), zoneout of this
 step (h_1 = z h_0 + (1 - z) h~_1), run in the C step. The masks get no gradient.
 
-``lib_for`` says when this path applies; elsewhere (other dtypes and devices, TorchScript,
-tracing, torch.compile, dispatch or function modes and tensor subclasses, torch.func transforms,
-forward-mode AD, no bias) the cells take the torch-ops step, which computes the same function.
+The cells' entries ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell`` choose, once per call
+(``dispatch.where``): the C step where it applies (``_lib``); elsewhere (other dtypes and
+devices, TorchScript, tracing, torch.compile, dispatch or function modes and tensor subclasses,
+torch.func transforms, forward-mode AD, no bias) the torch-ops step, which computes the same
+function; under autocast None, and the cell runs its readable step (autocast's casts).
 """
 from __future__ import annotations
 
@@ -30,28 +32,24 @@ from torch import Tensor
 
 from .. import recurrence
 from ..functional import HALF_DTYPES as _HALF
-from . import common, native
+from . import common, dispatch, native
 from .gemm import half_gemm_native
 from .native import GRUArgs, LSTMArgs
 
 _byref = ctypes.byref
 
 
-def lib_for(x: Tensor):
-    """The C kernels when they apply to a step on ``x`` (float32 CPU, or a half type on a CPU
-    without native half GEMMs; ``native.eager_mode``, no torch.func transform, reverse-mode
-    autograd), else None."""
-    if not native.eager_mode(x) or torch._C._are_functorch_transforms_active() or \
-            getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
-        return None
+def _lib(where: dispatch.Where, x: Tensor):
+    """The C kernels for a step on ``x`` given the call's answers ``where``: float32, or a half
+    type on a CPU without native half GEMMs from 2 rows up, else None."""
     if x.dtype in _HALF:
         # float32 converts the weights at every step (~25 us for 64K values): measured faster
         # than the half-type torch ops from 2 rows up (bfloat16, I 64, H 128, 1 thread: 0.87x at
         # B = 2, 0.47x at B = 8), slower for one row, which keeps the torch ops
         if half_gemm_native(x.dtype) or x.shape[0] < 2:
             return None
-        x = x.new_empty(0, dtype=torch.float32)
-    return native.native_lib(x)
+        return where.c(x, dtypes=_HALF)
+    return where.c(x)
 
 
 def _run(status: int, who: str) -> None:
@@ -278,7 +276,7 @@ class _LSTMStep(torch.autograd.Function):
 def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, *,
               h_mask=None, zone_h=None, zone_c=None):
     """``recurrence.ln_lstm_step`` (and the zoneout after it) as one C step (CPU tensors of one
-    dtype, ``lib_for``'s; biases present). ``h_mask`` (B, H): recurrent dropout, W_hh (h *
+    dtype, ``_lib``'s; biases present). ``h_mask`` (B, H): recurrent dropout, W_hh (h *
     h_mask); ``zone_h``, ``zone_c`` (B, H): zoneout of this step; None: off."""
     if x.dtype in _HALF:                     # in float32 (GEMMs and all), rounded once
         return _step_in_float32(lstm_step, x.dtype, lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh,
@@ -407,3 +405,55 @@ def _step_in_float32(step, dtype, lib, *args, **masks):
     masks = {k: m.float() for k, m in masks.items() if m is not None}  # (only those given)
     out = step(lib, *(t.float() for t in tensors), eps, **masks)
     return tuple(o.to(dtype) for o in (out if isinstance(out, tuple) else (out,)))
+
+
+# ---- the cells' entries: the choice of one step's path, once per call ------------------------
+
+def lstm_cell(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
+    """One LN-LSTM step (x (B, I), B >= 1): the C step where it applies, else
+    ``recurrence.ln_lstm_step``; None under autocast. -> (h_1, c_1)."""
+    where = dispatch.where(x)
+    if where.autocast is not None:
+        return None
+    lib = None if b_ih is None else _lib(where, x)
+    if lib is not None:
+        return lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps)
+    return recurrence.ln_lstm_step(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps)
+
+
+def gru_cell(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask=None, parts=None):
+    """One LN-GRU step (``h_mask``: recurrent dropout on W_hh h only): the C step where it
+    applies, else ``recurrence.ln_gru_step`` (without autograd and ``h_mask``, from ``parts()``,
+    the affine parts the cell keeps, where given); None under autocast. -> h_1."""
+    where = dispatch.where(x)
+    if where.autocast is not None:
+        return None
+    lib = None if b_ih is None else _lib(where, x)
+    if lib is not None:
+        masks = {} if h_mask is None else {"h_mask": h_mask}
+        return gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, **masks)
+    if parts is not None and h_mask is None and not torch.is_grad_enabled():
+        return recurrence.ln_gru_step_parts(x, h, w_ih, w_hh, parts(), eps)
+    return recurrence.ln_gru_step(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask)
+
+
+def rnn_cell(x, h, w_ih, w_hh, gain, bias, eps, nonlinearity):
+    """One LN-RNN step (eq. 4) in few torch ops; None under autocast. -> h_1."""
+    if dispatch.where(x).autocast is not None:
+        return None
+    return recurrence.ln_rnn_step(x, h, w_ih, w_hh, gain, bias, eps, nonlinearity)
+
+
+_TORCH_CELLS = {"LSTM": torch._VF.lstm_cell, "GRU": torch._VF.gru_cell,
+                "tanh": torch._VF.rnn_tanh_cell, "relu": torch._VF.rnn_relu_cell}
+
+
+def torch_cell(mode, nonlinearity, x, state, w_ih, w_hh, b_ih, b_hh):
+    """One step of torch's own cell op (norm="none"), as torch.nn.*Cell calls it; None under
+    autocast. -> new state."""
+    if dispatch.where(x).autocast is not None:
+        return None
+    if mode == "LSTM":
+        return tuple(_TORCH_CELLS["LSTM"](x, state, w_ih, w_hh, b_ih, b_hh))
+    fn = _TORCH_CELLS["GRU" if mode == "GRU" else nonlinearity]
+    return (fn(x, state[0], w_ih, w_hh, b_ih, b_hh),)

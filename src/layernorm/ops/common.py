@@ -1,6 +1,7 @@
 """What the fused LN-LSTM and LN-GRU (``lstm``, ``gru`` and their backends), the BN cells
 (``bn``) and the cells' step (``cell``) share around their own math, called from above and
-calling nothing above it (the choice of path and the operators' autograd are ``sequence``'s).
+calling nothing above it (the runtime questions are ``dispatch``'s, the choice of path and the
+operators' autograd ``sequence``'s).
 
 * (Buffers and GEMMs are their own modules: ``pool`` keeps the big CPU sequence buffers across
   calls; ``gemm`` holds the input term's GEMM, the C kernels' panel layout, and the cache of
@@ -15,7 +16,7 @@ Lengths travel in ONE encoding from the caller to the kernels, ``batch_sizes`` (
 in ``layernorm.recurrence.lengths``): step t runs the first ``batch_sizes[t]`` examples of a
 batch sorted by decreasing length. ``None`` means every example runs all T steps.
 
-In eager mode on plain CPU float32 tensors (``native.eager``) a call skips torch's dispatcher and
+In eager mode on plain CPU float32 tensors (``dispatch.Where.eager``) a call skips torch's dispatcher and
 runs the operator's body under a ``torch.autograd.Function`` with the same autograd (measured
 ~0.12 ms a forward and ~0.17 ms a backward call of dispatch and argument handling, at any size);
 under torch.compile / torch.export the registered operators run, one opaque op each.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import torch
 
 from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
-from ..checks import autocast_on
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
 from .pool import _WORKSPACE
@@ -33,9 +33,10 @@ from .pool import _WORKSPACE
 
 # ---- checks and dtypes
 
-def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
-                 vectors: dict) -> tuple[int, int, int]:
-    """Shapes (and one device) of the arguments of ``ln_*_sequence`` -> (T, B, H)."""
+def check_shapes(who: str, xg, states: dict, w_hh, gates: int, vectors: dict,
+                 autocast: torch.dtype | None = None) -> tuple[int, int, int]:
+    """Shapes (and one device; one dtype unless under autocast, ``autocast`` its dtype) of the
+    arguments of ``ln_*_sequence`` -> (T, B, H)."""
     if xg.dim() != 3:
         raise ValueError(f"{who} expected xg of shape (T, B, {gates}*H), received shape "
                          f"{tuple(xg.shape)}. Pass the input term for all steps, time first.")
@@ -60,7 +61,7 @@ def check_shapes(who: str, xg, states: dict, w_hh, gates: int,
     tensors = [xg, w_hh, *states.values(), *(v for v, _ in vectors.values())]
     dtypes = {t.dtype for t in tensors}
     if len({t.device for t in tensors}) != 1 or (
-            len(dtypes) != 1 and not autocast_on(xg)):
+            len(dtypes) != 1 and autocast is None):
         raise ValueError(f"{who} expected all tensors on one device with one dtype, received "
                          f"{sorted({(str(t.device), str(t.dtype)) for t in tensors})}. Move them "
                          f"with .to(xg) (under torch.autocast mixed dtypes are cast for you).")
@@ -109,22 +110,14 @@ def zone_arg(*zones):
     return None if all(z is None for z in zones) else zones
 
 
-def dtypes(xg: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
-    """(compute dtype, output dtype). As torch.nn.LSTM: under autocast the result is in the
-    autocast dtype, else in xg's. On the CPU half types compute in float32 (converted once per
-    call; the statistics are float32 either way), so the C kernels run them."""
-    device = xg.device.type
-    autocast = autocast_on(xg) and xg.dtype != torch.float64  # as torch casts
-    out = torch.get_autocast_dtype(device) if autocast else xg.dtype
-    compute = torch.float32 if device == "cpu" and out in _HALF else out
+def dtypes(xg: torch.Tensor, autocast: torch.dtype | None) -> tuple[torch.dtype, torch.dtype]:
+    """(compute dtype, output dtype). As torch.nn.LSTM: under autocast (``autocast``, its dtype,
+    or None where it is off) the result is in the autocast dtype, else in xg's (float64 is not
+    cast, as torch). On the CPU half types compute in float32 (converted once per call; the
+    statistics are float32 either way), so the C kernels run them."""
+    out = autocast if autocast is not None and xg.dtype != torch.float64 else xg.dtype
+    compute = torch.float32 if xg.device.type == "cpu" and out in _HALF else out
     return compute, out
-
-
-def under_functorch() -> bool:
-    """Inside a torch.func transform (grad, jacrev, vmap, ...) in eager mode (torch.compile
-    traces the operators)."""
-    return (not torch.compiler.is_compiling()
-            and torch._C._functorch.peek_interpreter_stack() is not None)
 
 
 def input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float, inside: bool):
@@ -148,9 +141,10 @@ NO_KERNELS = ("the C kernels are not available in this process (the operator was
 
 
 def c_kernels(who: str, xw: torch.Tensor):
-    """The C kernels for an operator's body (forward or backward), or a clear error where this
-    process has none (a graph traced where they were)."""
-    lib = native.native_lib(xw)
+    """The C kernels for an operator's body (forward or backward) on ``xw``: run because its entry
+    chose them (``dispatch.where``), or a clear error where this process has none (a graph
+    traced where they were)."""
+    lib = native.load()
     if lib is None:
         raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
     return lib

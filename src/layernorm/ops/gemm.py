@@ -8,8 +8,7 @@ import weakref
 
 import torch
 
-from ..checks import autocast_on
-from . import native
+from . import dispatch, native
 
 _PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
 
@@ -122,36 +121,31 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)). On one thread, in
     float32 on the CPU, through the C kernels' GEMM (``_NativeLinear``; with more threads MKL's
     threaded GEMM is faster); else without autograd through oneDNN with w packed once and cached
-    (measured ~25-30% faster than F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Under
-    torch.compile it is ``F.linear`` (the compiler picks its own kernel). On a CPU without
+    (measured ~25-30% faster than F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Outside eager
+    mode (torch.compile, export, tracing; ``dispatch.where``) it is ``F.linear`` (the compiler
+    picks its own kernel). On a CPU without
     native half GEMMs a bfloat16 / float16 product (half tensors, or under autocast) is computed
     in float32 and rounded to the half type once: the dtype torch's rules give (autocast's for
     linear), the accuracy of a float32 accumulation, and the speed of a float32 GEMM."""
-    if torch.compiler.is_compiling():
+    where = dispatch.where(x, w)                # asked once, here
+    if not where.eager:
         return torch.nn.functional.linear(x, w)
-    device = x.device.type
-    autocast = autocast_on(x)                  # False on a device without autocast (meta)
-    half = torch.get_autocast_dtype(device) if autocast else x.dtype
+    device, autocast = x.device.type, where.autocast
+    half = autocast if autocast is not None else x.dtype
     if device == "cpu" and half in (torch.bfloat16, torch.float16) and not half_gemm_native(half) \
-            and (autocast or w.dtype == x.dtype):
+            and (autocast is not None or w.dtype == x.dtype):
         with torch.autocast(device, enabled=False):
             return input_linear(x.float(), w.float()).to(half)
-    if not autocast and torch.get_num_threads() == 1 and x.dim() == 3 and _native_applies(x, w):
-        return _NativeLinear.apply(x, w)
-    if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and not autocast:
+    lib = where.c(x, w)
+    if lib is not None and torch.get_num_threads() == 1 and x.dim() == 3 and \
+            w.shape[0] % lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31:
+        return _NativeLinear.apply(x, w)    # (the C kernels' GEMM: w's rows whole panels)
+    if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and \
+            autocast is None:
         packed = _packed_weight(w, x.shape[0] * x.shape[1])
         if packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
     return torch.nn.functional.linear(x, w)
-
-
-def _native_applies(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """The C kernels' GEMM can compute x @ w.T: eager float32 CPU tensors (``native.eager``),
-    w's rows a whole number of panels."""
-    if x.dtype != torch.float32 or w.dtype != torch.float32 or not native.eager(x, w):
-        return False
-    lib = native.native_lib(x)
-    return w.shape[0] % lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31
 
 
 class _NativeLinear(torch.autograd.Function):
@@ -161,7 +155,7 @@ class _NativeLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(x, w):
-        lib = native.native_lib(x)
+        lib = native.load()
         N, K = w.shape
         a = x.detach().reshape(-1, K).contiguous()
         wp = _panels(w, lib.panel_width())

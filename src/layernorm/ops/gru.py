@@ -6,12 +6,13 @@ and the plain GRU (norm="none") in the same C kernel; the operators
 import functools
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
-from . import common, sequence
+from . import common, dispatch, sequence
 from .gru_backend import (_backward_native, _first_order, _forward_native, _gru_body,
                           _loop, _loop_with_input_ln, ln_gru_op)
 
@@ -58,11 +59,13 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
                "bias_u": (bias_u, H)}
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
-    T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors)
-    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     masks = dict(h_mask=h_mask, zone_h=zone_h)
+    where = dispatch.where(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
+                           lengths, batch_sizes, *masks.values())   # asked once, here
+    T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors, where.autocast)
+    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     common.check_masks(who, xg, T, B, H, **masks)
-    return sequence.run_sequence(who, _BACKENDS, xg, (h0,),
+    return sequence.run_sequence(who, _BACKENDS, where, xg, (h0,),
                                  (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks,
                                  order, batch_sizes, eps)
 
@@ -113,20 +116,36 @@ class _PlainGRU(torch.autograd.Function):
         return dxw, dh0, dw_hh, dparams[5 * H:6 * H], None, None
 
 
+def plain_gru_direction(x: Tensor, h0: Tensor, w_ih: Tensor, w_hh: Tensor,
+                        bias_ih: Tensor | None, bias_hh: Tensor | None,
+                        batch_sizes: Tensor | None = None):
+    """norm="none" GRU for one layer and direction in the C kernels, where they run (as
+    ``ops.lstm.plain_lstm_direction``; b_hr, b_hz join the input term, b_hn stays inside)
+    -> (out, h_n); else None (the caller runs torch's op)."""
+    tensors = [t for t in (x, h0, w_ih, w_hh, bias_ih, bias_hh) if t is not None]
+    if dispatch.where(*tensors).c(*tensors) is None:
+        return None
+    H = h0.shape[-1]
+    if bias_hh is None:
+        b, bias_u = None, x.new_zeros(H)
+    else:
+        b = bias_ih + torch.cat([bias_hh[:2 * H], bias_hh.new_zeros(H)])
+        bias_u = bias_hh[2 * H:]
+    return plain_gru_sequence(F.linear(x, w_ih, b), h0, w_hh, bias_u, batch_sizes)
+
+
 def plain_gru_sequence(xw: Tensor, h0: Tensor, w_hh: Tensor, bias_u: Tensor,
                        batch_sizes: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """torch.nn.GRU's recurrence for one layer and direction (no normalization) in the C
-    kernels, where ``ops.lstm.plain_applies``::
+    kernels (CPU float32 tensors)::
 
         r, z = sigmoid(xw_t[:2H] + W_h h_{t-1})    xw = W_x x + b_ih + [b_hr; b_hz; 0]
         n = tanh(xw_t[2H:] + r (U h_{t-1} + b_hn))   (bias_u = b_hn),  h_t = n + z (h_{t-1} - n)
 
     xw (T, B, 3H), h0 (B, H), w_hh (3H, H) = [W_h; U], bias_u (H,); ``batch_sizes`` as
     ``plain_lstm_sequence``'s. Differentiable to any order."""
-    from .lstm import plain_applies
-    if not plain_applies(xw, h0, w_hh, bias_u):
-        raise RuntimeError("plain_gru_sequence needs eager CPU float32 tensors and the C "
-                           "kernels (see ops.lstm.plain_applies); call torch's GRU op otherwise.")
+    from .lstm import needs_float32_cpu
+    needs_float32_cpu("plain_gru_sequence", xw, h0, w_hh, bias_u)
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, w_hh, bias_u))
     return _PlainGRU.apply(xw, h0, w_hh, bias_u, batch_sizes, save)
 

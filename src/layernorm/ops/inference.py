@@ -12,49 +12,45 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import autocast_on
 from .gemm import _panels, _panels_bf16
-from . import native
-from .native import GRUArgs, LSTMArgs, contig, eager_mode, int32, threads
+from . import dispatch, native
+from .native import GRUArgs, LSTMArgs, contig, int32, threads
 from .pool import _buffer
 
 
-def _dtype(x: torch.Tensor, tensors) -> torch.dtype | None:
-    """The dtype of the inference kernels' products for these tensors: float32 (all float32,
-    autocast off), bfloat16 (all bfloat16 and autocast off, or autocast to bfloat16 on float32 /
-    bfloat16 tensors) where the loaded kernels have bfloat16 dot products; else None."""
+def choose(x: torch.Tensor, *tensors: torch.Tensor) -> torch.dtype | None:
+    """Where the inference kernels run, asked once (``dispatch.where``) -> the dtype of their
+    products, or None where they do not run. They run where nothing is saved for a backward
+    (grad mode off, or no tensor requires grad), in eager mode with the C kernels loaded, every
+    tensor on the CPU, no torch.func transform or ONNX capture, and either all float32 with
+    autocast off (float32), or in bfloat16 (all bfloat16 and autocast off, or autocast to
+    bfloat16 on float32 / bfloat16 tensors) where the kernels have the CPU's bfloat16 dot
+    products (bfloat16)."""
+    tensors = (x, *tensors)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return None
+    where = dispatch.where(*tensors)
+    if where.lib is None or not where.eager or where.transformed or where.onnx \
+            or any(t.device.type != "cpu" for t in tensors):
+        return None
     dtypes = {t.dtype for t in tensors}
-    if autocast_on(x):
-        if torch.get_autocast_dtype("cpu") != torch.bfloat16 \
-                or not dtypes <= {torch.float32, torch.bfloat16}:
+    if where.autocast is not None:
+        if where.autocast != torch.bfloat16 or not dtypes <= {torch.float32, torch.bfloat16}:
             return None
         dtypes = {torch.bfloat16}
     if dtypes == {torch.float32}:
         return torch.float32
-    if dtypes == {torch.bfloat16} and native.load().bf16_dot():
+    if dtypes == {torch.bfloat16} and where.lib.bf16_dot():
         return torch.bfloat16
     return None
 
 
-def inference_applies(x: torch.Tensor, *tensors: torch.Tensor) -> bool:
-    """Whether ``ln_lstm_inference`` / ``ln_gru_inference`` apply: nothing to save for a backward
-    (grad mode off, or no tensor requires grad), eager mode, the C kernels loaded, every tensor
-    on the CPU, and either all float32 with autocast off, or in bfloat16 (all bfloat16, or
-    autocast to bfloat16) where the kernels have the CPU's bfloat16 dot products."""
-    tensors = (x, *tensors)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    if not (native.USE_NATIVE and eager_mode(*tensors)
-            and all(t.device.type == "cpu" for t in tensors) and native.load() is not None):
-        return False
-    return _dtype(x, tensors) is not None
-
-
-def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.Tensor,
+def _inference(kernel: str, cls, who: str, dtype, x: torch.Tensor, states, w_ih: torch.Tensor,
                w_hh: torch.Tensor, batch_sizes, eps: float, **fields):
     """One layer and direction forward with the input GEMM inside the kernel (``x`` and the
     panels of ``w_ih``): no (T, B, G) input term is written, nothing is saved. ``states``: the
-    initial states (h0 first), copied into the final ones. In bfloat16 (``_dtype``) the kernel
+    initial states (h0 first), copied into the final ones. ``dtype``: the products' (``choose``;
+    None: bfloat16 where every tensor is, else float32). In bfloat16 the kernel
     reads float32 copies of x, the states and the LN parameters and the bfloat16 panels of the
     weights; its results are rounded to bfloat16."""
     lib = native.load()
@@ -64,7 +60,10 @@ def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.
         raise RuntimeError(f"internal: {who}: x {tuple(x.shape)}, w_ih {tuple(w_ih.shape)}, "
                            f"w_hh {tuple(w_hh.shape)} do not fit (T, B, I), (G, I), (G, H)")
     width = lib.panel_width()
-    if _dtype(x, (x, *states, w_ih, w_hh)) == torch.bfloat16:
+    if dtype is None:
+        dtype = torch.bfloat16 if {t.dtype for t in (x, *states, w_ih, w_hh)} == \
+            {torch.bfloat16} else torch.float32
+    if dtype == torch.bfloat16:
         out_dtype = torch.bfloat16
         weights = dict(wxpb=_panels_bf16(w_ih, width), wpb=_panels_bf16(w_hh, width))
         x, states = x.float(), [s.float() for s in states]
@@ -84,23 +83,24 @@ def _inference(kernel: str, cls, who: str, x: torch.Tensor, states, w_ih: torch.
 
 
 def ln_lstm_inference(x, h0, c0, w_ih, w_hh, gain_x, bias_x, gain_h, bias_h, gain_c, bias_c,
-                      batch_sizes=None, eps=1e-5):
+                      batch_sizes=None, eps=1e-5, dtype=None):
     """``layernorm.LSTM``'s layer (norm="layer") forward from its raw input x (T, B, I), for
-    inference (``inference_applies``): out = ``ln_lstm_sequence(F.linear(x, w_ih), h0, c0, w_hh,
-    gain_h, bias_h, gain_c, bias_c, gain_x=gain_x, bias_x=bias_x, batch_sizes=batch_sizes)``,
+    inference (where ``choose`` holds; ``dtype`` its answer): out = ``ln_lstm_sequence(
+    F.linear(x, w_ih), h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x=gain_x,
+    bias_x=bias_x, batch_sizes=batch_sizes)``,
     the same sums as the C path of that call, with W_x x_t computed step by step inside the time
     loop. -> out (T, B, H), h_n, c_n (B, H); batch_sizes: None or as ``PackedSequence``'s (rows
     sorted by decreasing length)."""
-    return _inference("lstm_forward_seq", LSTMArgs, "ln_lstm_inference", x, (h0, c0), w_ih,
+    return _inference("lstm_forward_seq", LSTMArgs, "ln_lstm_inference", dtype, x, (h0, c0), w_ih,
                       w_hh, batch_sizes, eps, gain_x=gain_x, bias_x=bias_x, gain_h=gain_h,
                       bias_h=bias_h, gain_c=gain_c, bias_c=bias_c)
 
 
 def ln_gru_inference(x, h0, w_ih, w_hh, gain_x, bias_x, gain_h, bias_h, gain_u, bias_u,
-                     batch_sizes=None, eps=1e-5):
+                     batch_sizes=None, eps=1e-5, dtype=None):
     """The LN-GRU's ``ln_lstm_inference``: ``ln_gru_sequence(F.linear(x, w_ih), h0, w_hh, gain_h,
     bias_h, gain_u, bias_u, gain_x=gain_x, bias_x=bias_x, ...)`` -> out (T, B, H), h_n (B, H)."""
-    return _inference("gru_forward_seq", GRUArgs, "ln_gru_inference", x, (h0,), w_ih, w_hh,
+    return _inference("gru_forward_seq", GRUArgs, "ln_gru_inference", dtype, x, (h0,), w_ih, w_hh,
                       batch_sizes, eps, gain_x=gain_x, bias_x=bias_x, gain_h=gain_h,
                       bias_h=bias_h, gain_u=gain_u, bias_u=bias_u)
 
@@ -114,18 +114,19 @@ INFERENCE_PARAMS = {
 
 def ln_inference(mode: str, x: torch.Tensor, state, params, batch_sizes, eps: float):
     """One layer and direction of ``layernorm.LSTM`` / ``GRU`` (norm="layer") from its raw input
-    where ``inference_applies``: ``params`` the layer's tensors named by
+    where the inference kernels run (``choose``): ``params`` the layer's tensors named by
     ``INFERENCE_PARAMS[mode]``, ``state`` (h0, c0) or (h0,). -> (out, states), or None where
-    the inference kernels do not apply (the caller runs the operator)."""
-    if not inference_applies(x, *state, *params):
+    they do not run (the caller runs the operator)."""
+    dtype = choose(x, *state, *params)
+    if dtype is None:
         return None
     if mode == "LSTM":
         out, h, c = ln_lstm_inference(x, state[0], state[1], *params, batch_sizes=batch_sizes,
-                                      eps=eps)
+                                      eps=eps, dtype=dtype)
         return out, (h, c)
     w_ih, w_hh, gain_x, bias_x, gain_hh, bias_hh = params
     H2 = 2 * w_hh.shape[1]      # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
     out, h = ln_gru_inference(x, state[0], w_ih, w_hh, gain_x, bias_x, gain_hh[:H2],
                               bias_hh[:H2], gain_hh[H2:], bias_hh[H2:],
-                              batch_sizes=batch_sizes, eps=eps)
+                              batch_sizes=batch_sizes, eps=eps, dtype=dtype)
     return out, (h,)

@@ -16,12 +16,13 @@ differentiates it, so double backward is exact.
 import functools
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .. import kernels as _kernels
 from ..recurrence import lengths as _lengths
 from ..recurrence import lstm_step, run_direction
-from . import common, sequence
+from . import common, dispatch, native, sequence
 from .lstm_backend import (_backward_native, _first_order, _forward_native, _lstm_body,
                            _loop, _loop_with_input_ln, ln_lstm_op)
 
@@ -71,11 +72,14 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
                "bias_c": (bias_c, H)}
     if gain_x is not None and bias_x is not None:
         vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
-    T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors)
-    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     masks = dict(h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
+    where = dispatch.where(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                           lengths, batch_sizes, *masks.values())   # asked once, here
+    T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors,
+                                  where.autocast)
+    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
     common.check_masks(who, xg, T, B, H, **masks)
-    return sequence.run_sequence(who, _BACKENDS, xg, (h0, c0),
+    return sequence.run_sequence(who, _BACKENDS, where, xg, (h0, c0),
                                  (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks,
                                order, batch_sizes, eps)
 
@@ -124,18 +128,31 @@ class _PlainLSTM(torch.autograd.Function):
         return dxw, dh0, dc0, dw_hh, None, None
 
 
-def plain_applies(*tensors: Tensor) -> bool:
-    """Whether ``plain_lstm_sequence`` may run for these tensors: the C kernels' conditions of
-    the BN recurrences (eager mode, plain CPU float32 tensors, the kernels loaded, no autocast,
-    torch.func or forward-mode AD)."""
-    from .bn import applies
-    return applies(*tensors)
+def plain_lstm_direction(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
+                         bias: Tensor | None, batch_sizes: Tensor | None = None):
+    """norm="none" for one layer and direction in the C kernels (``plain_lstm_sequence`` of
+    ``F.linear(x, w_ih, bias)``, bias = b_ih + b_hh) where they run (``dispatch.where``: eager
+    mode, plain CPU float32 tensors, the kernels loaded, no autocast, torch.func transform,
+    forward-mode AD or ONNX capture) -> (out, h_n, c_n); else None (the caller runs torch's op).
+    """
+    tensors = [t for t in (x, h0, c0, w_ih, w_hh, bias) if t is not None]
+    if dispatch.where(*tensors).c(*tensors) is None:
+        return None
+    return plain_lstm_sequence(F.linear(x, w_ih, bias), h0, c0, w_hh, batch_sizes)
+
+
+def needs_float32_cpu(who: str, *tensors: Tensor) -> None:
+    """The plain recurrences' guard: CPU float32 tensors and loaded C kernels, or an error."""
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors) or \
+            native.load() is None:
+        raise RuntimeError(f"{who} needs eager CPU float32 tensors and the C kernels; call "
+                           f"torch's op otherwise (``plain_*_direction`` chooses for you).")
 
 
 def plain_lstm_sequence(xw: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor,
                         batch_sizes: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """torch.nn.LSTM's recurrence for one layer and direction (no normalization) in the C
-    kernels, where ``plain_applies``::
+    kernels (CPU float32 tensors)::
 
         i, f, u, o = split(xw_t + W_h h_{t-1})       xw = W_x x + b_ih + b_hh, gate order i f u o
         c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u),   h_t = sigmoid(o) tanh(c_t)
@@ -145,9 +162,7 @@ def plain_lstm_sequence(xw: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor,
     row's state after its last step), or None. Differentiable to any order. torch's CPU op runs
     packed input 3-4x slower than padded (docs/rnnfast.md); this kernel runs both at one speed.
     """
-    if not plain_applies(xw, h0, c0, w_hh):
-        raise RuntimeError("plain_lstm_sequence needs eager CPU float32 tensors and the C "
-                           "kernels (see plain_applies); call torch's LSTM op otherwise.")
+    needs_float32_cpu("plain_lstm_sequence", xw, h0, c0, w_hh)
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, c0, w_hh))
     return _PlainLSTM.apply(xw, h0, c0, w_hh, batch_sizes, save)
 

@@ -10,9 +10,7 @@ The C structs: one ``ctypes.Structure`` per cell that mirrors the kernel's C str
 field (names and shapes as there), and the check against the compiled library, run once when it
 is loaded, so a field added on one side only is an error, never a misread pointer.
 
-Calling: whether the kernels apply to a tensor (``native_lib``; ``eager_mode`` / ``eager``: where
-a C kernel may run in place of torch ops), the thread count, and one call with its arguments by
-name (``call``).
+Calling (where they run is ``dispatch``'s choice): the thread count, and one call with its arguments by name (``call``).
 """
 from __future__ import annotations
 
@@ -237,20 +235,12 @@ def simd_name(lib) -> str:
             f"(-march=native{'' if _native_build.isa() == 'native' else ' -mno-avx512f'})")
 
 
-__all__ = ["native_lib", "threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
-           "BNGRUArgs", "USE_NATIVE", "inference_applies", "ln_lstm_inference",
-           "ln_gru_inference"]
+__all__ = ["threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
+           "BNGRUArgs", "USE_NATIVE"]
 
 # Set to False to force the torch-ops path (tests run both); ``layernorm.rnn.fused.USE_NATIVE``
 # reads and sets this switch.
 USE_NATIVE = True
-
-
-def native_lib(x: torch.Tensor):
-    """The C kernels when they apply (float32 CPU tensors) and load here, else None."""
-    if not USE_NATIVE or x.device.type != "cpu" or x.dtype != torch.float32:
-        return None
-    return load()
 
 
 def threads(B: int) -> int:
@@ -289,25 +279,6 @@ def call(lib, kernel: str, cls, who: str, **fields) -> None:
 
 def int32(batch_sizes: torch.Tensor | None) -> torch.Tensor | None:
     return None if batch_sizes is None else batch_sizes.to(torch.int32).contiguous()
-
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def eager_mode(*tensors) -> bool:
-    """Eager mode (not compiling, exporting or tracing; no dispatch or function mode, so no fake
-    tensors) on plain tensors (no subclass): where a C kernel may run in place of torch ops."""
-    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()):
-        return False
-    return all(type(t) in _PLAIN for t in tensors)
-
-
-def eager(*args) -> bool:
-    """Whether an operator call may run its body directly: ``eager_mode`` and the C kernels
-    apply to the first tensor (CPU float32). Else the registered operator runs."""
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    return eager_mode(*tensors) and native_lib(tensors[0]) is not None
 
 
 def contig(v):

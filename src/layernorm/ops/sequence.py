@@ -17,8 +17,8 @@ import torch
 from .. import kernels
 from .._autograd import differentiable_backward
 from ..functional import stats_dtype
-from . import native
-from .common import dtypes, input_ln, prepare_masks, under_functorch
+from . import dispatch
+from .common import dtypes, input_ln, prepare_masks
 
 
 def with_order(fn, order, xg: torch.Tensor, states: tuple):
@@ -49,24 +49,26 @@ class Backends(NamedTuple):
     groups: tuple[int, ...]
 
 
-def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks: dict, order,
-                 batch_sizes, eps):
+def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params, gain_x, bias_x,
+                 masks: dict, order, batch_sizes, eps):
     """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
-    off): THE choice of path, made once here. The Triton kernels where ``kernels.applies_rnn``;
-    the registered operator where the C kernels run (its body directly, with the same autograd,
-    where ``native.eager`` holds); elsewhere (float64, no C compiler, ``USE_NATIVE = False``,
-    CUDA without Triton, and under torch.func transforms) the cell's reference loop under
-    ordinary autograd. -> (out, *final states) in the batch's order and in the output dtype."""
-    if kernels.applies_rnn(xg):
+    off; ``where``: the call's runtime answers, asked once by the entry): THE choice of path,
+    made once here. The Triton kernels where they take xg (CUDA); the registered operator on
+    the C kernels where they load and the compute dtype is float32 on the CPU (its body
+    directly, with the same autograd, in eager mode on plain tensors); elsewhere (float64, no
+    C compiler, ``USE_NATIVE = False``, CUDA without Triton, torch.func transforms and
+    forward-mode AD, a ``torch.onnx.export`` capture) the cell's reference loop under ordinary
+    autograd. -> (out, *final states) in the batch's order and in the output dtype."""
+    if where.triton:
         return kernels.sequence(cell.triton, xg, states, params, order, batch_sizes, eps,
                                 gain_x, bias_x, masks)
-    compute, out_dtype = dtypes(xg)
+    compute, out_dtype = dtypes(xg, where.autocast)
     masks = prepare_masks(masks.values(), compute, order)
     xg, *states = (t.to(compute) for t in (xg, *states))
     params = tuple(t.to(compute) for t in params)
     gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
     groups, n = tuple(k * states[0].shape[-1] for k in cell.groups), len(states)
-    if under_functorch() or native.native_lib(xg) is None:
+    if where.lib is None or compute != torch.float32 or where.transformed or where.onnx:
         xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
 
         def run(xg_, *states_):
@@ -76,7 +78,7 @@ def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks:
         tensors = (xg, *states, *params, gain_x, bias_x)
         save = torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                 for t in tensors)
-        operator = cell.native(native.eager(*tensors, *masks, batch_sizes))
+        operator = cell.native(where.eager)
 
         def run(xg_, *states_):
             return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,

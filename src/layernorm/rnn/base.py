@@ -8,9 +8,9 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import _VF, nn
+from torch import nn
 
-from ..checks import RNNTypeError, autocast_on, check_choice, check_rnn_args
+from ..checks import RNNTypeError, check_choice, check_rnn_args
 from ..vocabulary import RNN_NORMS
 from .. import recurrence
 from .. import ops
@@ -262,45 +262,33 @@ class RecurrentBase(nn.Module):
         return lambda xg, s, t, h_mask=None: rnn_step(xg, s[0], w_hh, terms["a"], act, t,
                                                       h_mask)
 
-    def _one_step_path(self, x: torch.Tensor) -> bool:
-        """THE condition for ``_step_once``: a norm without running statistics ("layer":
-        ``recurrence.ln_*_step``, few ops; "none": torch's own cell op), ``use_fused``, and no
-        autocast (whose casts the readable path's dtype rule covers)."""
-        return self.use_fused and not self._kind.running_stats and not autocast_on(x)
-
     def _step_once(self, suffix: str, x: torch.Tensor, state: tuple,
-                   h_mask: torch.Tensor | None = None) -> tuple:
-        """One step of one direction where ``_one_step_path(x)``: x (B, I), state of (B, H)
-        -> new state, h_t first; the same equations as ``_step_fn`` in fewer ops. ``h_mask``:
-        recurrent dropout of a layer-normalized GRU (the LSTM and RNN take h_{t-1} * h_mask as
-        their state instead: their h_{t-1} only enters W_hh h_{t-1})."""
+                   h_mask: torch.Tensor | None = None) -> tuple | None:
+        """One step of one direction on the fast path: x (B, I), state of (B, H) -> new state,
+        h_t first; the same equations as ``_step_fn`` in fewer ops, through ``ops.cell``'s
+        entries (which choose, once per call, the C step, the reference step in few torch ops,
+        or torch's own cell op for norm="none"). None where that path does not run (``use_fused``
+        off, batch norm's running statistics, or autocast, whose casts the readable step takes):
+        the caller takes the readable step. ``h_mask``: recurrent dropout of a layer-normalized
+        GRU (the LSTM and RNN take h_{t-1} * h_mask as their state instead: their h_{t-1} only
+        enters W_hh h_{t-1})."""
+        if not self.use_fused or self._kind.running_stats:
+            return None
         g = lambda name: self._get(name, suffix)  # noqa: E731
         w_ih, w_hh, b_ih, b_hh = g("weight_ih"), g("weight_hh"), g("bias_ih"), g("bias_hh")
-        if self._kind.torch_twin:                 # torch's cell ops, as torch.nn.*Cell calls
-            if self.mode == "LSTM":
-                return tuple(_VF.lstm_cell(x, state, w_ih, w_hh, b_ih, b_hh))
-            fn = {"GRU": _VF.gru_cell, "tanh": _VF.rnn_tanh_cell, "relu": _VF.rnn_relu_cell}[
-                "GRU" if self.mode == "GRU" else self.nonlinearity]
-            return (fn(x, state[0], w_ih, w_hh, b_ih, b_hh),)
-        lib = ops.cell_lib(x) if b_ih is not None and self.mode != "RNN" else None
-        if lib is not None:                       # the step after its GEMMs in one C call
-            if self.mode == "LSTM":
-                return ops.ln_lstm_step(lib, x, state[0], state[1], w_ih, w_hh,
-                                              g("gain_ih"), b_ih, g("gain_hh"), b_hh,
-                                              g("gain_c"), g("bias_c"), self.eps)
-            masks = {} if h_mask is None else {"h_mask": h_mask}
-            return (ops.ln_gru_step(lib, x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
-                                          g("gain_hh"), b_hh, self.eps, **masks),)
+        if self._kind.torch_twin:
+            return ops.torch_cell(self.mode, self.nonlinearity, x, state, w_ih, w_hh, b_ih, b_hh)
         if self.mode == "LSTM":
-            return recurrence.ln_lstm_step(x, state[0], state[1], w_ih, w_hh, g("gain_ih"),
-                                           b_ih, g("gain_hh"), b_hh, g("gain_c"), g("bias_c"),
-                                           self.eps)
+            return ops.lstm_cell(x, state[0], state[1], w_ih, w_hh, g("gain_ih"), b_ih,
+                                 g("gain_hh"), b_hh, g("gain_c"), g("bias_c"), self.eps)
         if self.mode == "GRU":
-            return (recurrence.ln_gru_step(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih,
-                                           g("gain_hh"), b_hh, self.eps, h_mask),)
-        bias = None if b_ih is None else b_ih + b_hh
-        return (recurrence.ln_rnn_step(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
-                                       self.nonlinearity),)
+            h = ops.gru_cell(x, state[0], w_ih, w_hh, g("gain_ih"), b_ih, g("gain_hh"), b_hh,
+                             self.eps, h_mask)
+        else:
+            bias = None if b_ih is None else b_ih + b_hh
+            h = ops.rnn_cell(x, state[0], w_ih, w_hh, g("gain"), bias, self.eps,
+                             self.nonlinearity)
+        return None if h is None else (h,)
 
     def _count_steps(self, steps: Sequence[int]) -> None:
         """Record that the running statistics of these steps were updated (norm="batch")."""

@@ -41,7 +41,7 @@ from .. import recurrence
 from .. import ops
 from .base import GATES, RNN_NORMS, RecurrentBase, _copy_from_torch  # noqa: F401
 from .base import _no_forget_bias
-from ..checks import (RNNInputError, RNNTypeError, autocast_on, check_dtype,  # noqa: F401
+from ..checks import (RNNInputError, RNNTypeError, check_dtype,  # noqa: F401
                        check_keywords, check_state_dtype)
 from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step  # noqa: F401
 from .terms import Term, gate_groups, observe_batch_stats  # noqa: F401
@@ -113,17 +113,14 @@ class _Cell(RecurrentBase):
         h_mask, zone, w_masks = self._masks(input)
         self._masked = w_masks
         try:
-            if self.mode == "GRU" and h_mask is not None:
-                if self._one_step_path(input) and not self._kind.torch_twin:
-                    new = self._step_once("", input, hx, h_mask)  # z h_{t-1} reads h unmasked
-                else:
-                    new = self._readable_step(input, hx, time_step, h_mask)
-            elif self._one_step_path(input):
+            if self.mode == "GRU" and h_mask is not None:    # z h_{t-1} reads h unmasked
+                new = None if self._kind.torch_twin else self._step_once("", input, hx, h_mask)
+            else:
                 # the LSTM's and RNN's h_{t-1} enters the step only through W_hh h_{t-1}: the
                 # masked state in the fast step is exact
                 state = hx if h_mask is None else (hx[0] * h_mask,) + hx[1:]
                 new = self._step_once("", input, state)
-            else:
+            if new is None:
                 new = self._readable_step(input, hx, time_step, h_mask)
         finally:
             self._masked = None
@@ -189,9 +186,10 @@ class _Cell(RecurrentBase):
     def _fast_weight(self, x, hx: tuple) -> torch.Tensor | None:
         """The hot path's gate: ``weight_ih`` where a step can skip ``_one_step`` (``use_fused``,
         norm "layer" or "none", a (B, I) input with B >= 1 of the weights' dtype, every state a
-        (B, H) tensor of its dtype and device, no autocast), else None. The same conditions as
-        ``_check`` and ``_one_step_path`` in a few attribute reads; whatever fails them takes
-        ``_one_step``, which raises the error or runs the path that applies."""
+        (B, H) tensor of its dtype and device), else None. The same conditions as ``_check`` and
+        ``_step_once`` in a few attribute reads; whatever fails them (or an entry of ``ops.cell``
+        that returns None: autocast) takes ``_one_step``, which raises the error or runs the path
+        that applies."""
         w = self._parameters.get("weight_ih")
         if w is None or not self.use_fused or self._kind.running_stats or self._regularized or \
                 not isinstance(x, torch.Tensor) or x.dim() != 2:
@@ -205,7 +203,7 @@ class _Cell(RecurrentBase):
             if not (isinstance(h, torch.Tensor) and h.shape == want and h.dtype == dtype and
                     h.device == device):
                 return None
-        return None if autocast_on(x) else w
+        return w
 
     def _one_step(self, input: torch.Tensor, hx: tuple, time_step: int) -> tuple:
         self._check(input, hx)
@@ -218,10 +216,10 @@ class _Cell(RecurrentBase):
             return new if batched else tuple(h.squeeze(0) for h in new)
         if self._regularized:
             new = self._regularized_step(input, hx, time_step)
-        elif self._one_step_path(input):
-            new = self._step_once("", input, hx)
         else:
-            new = self._readable_step(input, hx, time_step)
+            new = self._step_once("", input, hx)
+            if new is None:
+                new = self._readable_step(input, hx, time_step)
         return new if batched else tuple(h.squeeze(0) for h in new)
 
     def _zeros(self, input: torch.Tensor) -> torch.Tensor:
@@ -258,21 +256,20 @@ class LSTMCell(_Cell):
         hx = tuple(hx)
         w_ih = self._fast_weight(input, hx)
         if w_ih is not None:
-            if self._kind.torch_twin:
-                return self._step_once("", input, hx)
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, g_ih, g_hh, g_c = (p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh"),
                                      p.get("gain_c"))
             b_ih, b_hh, b_c = p.get("bias_ih"), p.get("bias_hh"), p.get("bias_c")
-            if not (w_hh is None or g_ih is None or g_hh is None or g_c is None or
-                    self.bias and (b_ih is None or b_hh is None or b_c is None)):
-                lib = ops.cell_lib(input) if self.bias else None
-                if lib is not None:              # the step after its GEMMs in one C call
-                    return ops.ln_lstm_step(lib, input, hx[0], hx[1], w_ih, w_hh, g_ih,
-                                                  b_ih, g_hh, b_hh, g_c, b_c, self.eps)
-                return recurrence.ln_lstm_step(input, hx[0], hx[1], w_ih, w_hh, g_ih, b_ih,
-                                               g_hh, b_hh, g_c, b_c, self.eps)
-            return self._step_once("", input, hx)    # a tensor in a Parameter's place
+            if self._kind.torch_twin or (w_hh is None or g_ih is None or g_hh is None or
+                                         g_c is None or self.bias and (b_ih is None or
+                                                                       b_hh is None or
+                                                                       b_c is None)):
+                new = self._step_once("", input, hx)    # (or a tensor in a Parameter's place)
+            else:
+                new = ops.lstm_cell(input, hx[0], hx[1], w_ih, w_hh, g_ih, b_ih, g_hh, b_hh,
+                                    g_c, b_c, self.eps)
+            if new is not None:
+                return new
         return self._one_step(input, hx, time_step)
 
 
@@ -287,24 +284,18 @@ class GRUCell(_Cell):
             hx = self._zeros(input)
         w_ih = self._fast_weight(input, (hx,))
         if w_ih is not None:
-            if self._kind.torch_twin:
-                return self._step_once("", input, (hx,))[0]
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, g_ih, g_hh = p.get("weight_hh"), p.get("gain_ih"), p.get("gain_hh")
             b_ih, b_hh = p.get("bias_ih"), p.get("bias_hh")
-            if not (w_hh is None or g_ih is None or g_hh is None or
-                    self.bias and (b_ih is None or b_hh is None)):
-                lib = ops.cell_lib(input) if self.bias else None
-                if lib is not None:              # the step after its GEMMs in one C call
-                    return ops.ln_gru_step(lib, input, hx, w_ih, w_hh, g_ih, b_ih, g_hh,
-                                                 b_hh, self.eps)
-                if torch.is_grad_enabled():
-                    return recurrence.ln_gru_step(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh,
-                                                  b_hh, self.eps)
-                return recurrence.ln_gru_step_parts(input, hx, w_ih, w_hh,
-                                                    self._affine_parts(g_ih, b_ih, g_hh, b_hh),
-                                                    self.eps)
-            return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
+            if self._kind.torch_twin or (w_hh is None or g_ih is None or g_hh is None or
+                                         self.bias and (b_ih is None or b_hh is None)):
+                new = self._step_once("", input, (hx,))  # (or a tensor in a Parameter's place)
+                h = None if new is None else new[0]
+            else:
+                h = ops.gru_cell(input, hx, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, self.eps,
+                                 parts=lambda: self._affine_parts(g_ih, b_ih, g_hh, b_hh))
+            if h is not None:
+                return h
         return self._one_step(input, (hx,), time_step)[0]
 
     def _affine_parts(self, *tensors) -> tuple:
@@ -343,14 +334,16 @@ class RNNCell(_Cell):
             hx = self._zeros(input)
         w_ih = self._fast_weight(input, (hx,))
         if w_ih is not None:
-            if self._kind.torch_twin:
-                return self._step_once("", input, (hx,))[0]
             p = self._parameters                 # the step's tensors without _get's fallbacks
             w_hh, gain, b_ih, b_hh = (p.get("weight_hh"), p.get("gain"), p.get("bias_ih"),
                                       p.get("bias_hh"))
-            if not (w_hh is None or gain is None or self.bias and (b_ih is None or b_hh is None)):
+            if self._kind.torch_twin or (w_hh is None or gain is None or
+                                         self.bias and (b_ih is None or b_hh is None)):
+                new = self._step_once("", input, (hx,))  # (or a tensor in a Parameter's place)
+                h = None if new is None else new[0]
+            else:
                 bias = None if b_ih is None else b_ih + b_hh
-                return recurrence.ln_rnn_step(input, hx, w_ih, w_hh, gain, bias, self.eps,
-                                              self.nonlinearity)
-            return self._step_once("", input, (hx,))[0]   # a tensor in a Parameter's place
+                h = ops.rnn_cell(input, hx, w_ih, w_hh, gain, bias, self.eps, self.nonlinearity)
+            if h is not None:
+                return h
         return self._one_step(input, (hx,), time_step)[0]

@@ -7,10 +7,11 @@
 
 ``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``layout.TorchLayout``; the
 input checks are ``inputs.InputChecks``) except for an LSTM or GRU on packed CPU float32 input,
-which runs the C time loop without normalization (``_plain_recurrence``; 2-4x faster there, equal
-to torch's op to float rounding). For the normalized norms ``_run_direction`` is the one place
-where a fused kernel takes over one layer and direction (its docstring); else ``_loop_direction``
-runs the reference loop ``layernorm.recurrence.run_direction`` (proj_size, torch.jit.trace).
+which runs the C time loop without normalization where it runs (``ops.plain_lstm_direction``;
+2-4x faster there, equal to torch's op to float rounding). For the normalized norms
+``_run_direction`` is the one place where a fused operator takes over one layer and direction
+(its docstring); else ``_loop_direction`` runs the reference loop
+``layernorm.recurrence.run_direction`` (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
 
@@ -21,9 +22,6 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .. import ops
-from ..ops import gru as _ops_gru
-from ..ops import lstm as _ops_lstm
-from ..ops import inference as _inference
 from ..checks import RNNInputError, RNNTypeError, autocast_on, check_keywords, real_number
 from .base import RecurrentBase, _copy_from_torch, _no_forget_bias
 from .inputs import InputChecks
@@ -37,16 +35,10 @@ from ..recurrence import run_direction
 #
 # The fused LN-LSTM / LN-GRU recurrences are registered operators (``torch.ops.layernorm.ln_lstm``
 # / ``ln_gru``, docs/rnnfast.md) with no ONNX translation. While that exporter captures the model,
-# the stacked modules run the same equations as the readable loop of torch ops instead (the path of
-# ``use_fused = False``), which it translates op by op. Everything else (torch.compile, a plain
+# the operators' entries run the same equations as their reference loop of torch ops instead
+# (``layernorm.ops.dispatch``: ``Where.onnx``), which it translates op by op. Everything else (torch.compile, a plain
 # torch.export) keeps seeing the one registered operator. The ONNX graph is the loop unrolled for
 # the example's sequence length, as the legacy exporter's trace is.
-
-def exporting_to_onnx() -> bool:
-    """Whether ``torch.onnx.export`` is capturing the model with torch.export (its default,
-    ``dynamo=True``); the legacy exporter traces, which takes the loop already."""
-    return torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
-
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     """The dtype of an RNN's output under autocast (the fused operators' rule, torch's: the
@@ -70,32 +62,17 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                  "momentum", "max_length", "nonlinearity", "forget_bias", "recurrent_dropout",
                  "zoneout", "dropconnect", "device", "dtype")
 
-    def _fused_recurrence(self) -> bool:
-        """THE condition for the fused operators: LN-LSTM / LN-GRU with biases, ``use_fused``,
-        not while torch.onnx.export captures the model (``exporting_to_onnx``: no ONNX
-        translation)."""
-        return (self.use_fused and self._kind.fused and self.mode in ("LSTM", "GRU")
-                and self.bias and not exporting_to_onnx())
-
-    def _fused_bn_recurrence(self, x: torch.Tensor, state: tuple, suffix: str) -> bool:
-        """THE condition for the fused BN-LSTM / BN-GRU (``ops.bn``: the batch norms reduced
-        over the batch inside the C time loop): norm="batch" LSTM or GRU with biases and no
-        projection, ``use_fused``, not under torch.onnx.export, and ``ops.bn_applies`` (eager
-        mode, plain CPU float32 tensors, C kernels loaded, no autocast, torch.func or
-        forward-mode AD). Elsewhere the readable terms and loop run."""
-        if not (self.use_fused and self._kind.running_stats and self.mode in ("LSTM", "GRU")
-                and self.bias and not self.proj_size and not exporting_to_onnx()):
-            return False
-        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "gain_ih", "gain_hh",
-                 "running_mean_ih", "running_var_ih", "running_mean_hh", "running_var_hh")
-        if self.mode == "LSTM":
-            names += ("gain_c", "bias_c", "running_mean_c", "running_var_c")
-        return ops.bn_applies(x, *state, *(self._get(n, suffix) for n in names))
+    def _fused(self) -> bool:
+        """Whether the module's configuration has fused operators (LN-LSTM / LN-GRU, BN-LSTM /
+        BN-GRU without projection; norm="none" LSTM / GRU): ``use_fused``, an LSTM or GRU with
+        biases. Where each then runs is the operator's choice (``layernorm.ops.dispatch``)."""
+        return self.use_fused and self.mode in ("LSTM", "GRU") and self.bias
 
     def _bn_direction(self, suffix: str, x: torch.Tensor, state: tuple, batch_sizes,
                       masks: dict):
         """One direction of the fused BN-LSTM / BN-GRU: ``ops.bn_direction`` given this
-        direction's tensors, and this module's terms' ``_update`` as its statistics callback."""
+        direction's tensors, and this module's terms' ``_update`` as its statistics callback;
+        None where its kernels do not run."""
         terms = self._terms(suffix, batch_sizes)
         return ops.bn_direction(
             self.mode, x, state, self._get("weight_ih", suffix),
@@ -103,23 +80,6 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             {name: term.running for name, term in terms.items()}, terms["hh"].last_slot,
             lambda name, *stats: terms[name]._update(*stats), batch_sizes,
             training=self.training, eps=self.eps, who=terms["ih"].who, **masks)
-
-    def _plain_recurrence(self, x: torch.Tensor, hx: tuple, packed: bool) -> bool:
-        """norm="none" LSTM / GRU through the C time loop without normalization
-        (``ops.lstm.plain_lstm_sequence`` / ``ops.gru.plain_gru_sequence``) on packed input,
-        where torch's CPU op runs 2-4x slower than on the same batch padded (docs/rnnfast.md);
-        padded input keeps torch's op (its numbers exactly). Also: no projection, no regularizer
-        or inter-layer dropout at work, ``use_fused``, not under torch.onnx.export, and
-        ``plain_applies`` (eager CPU float32 tensors, C kernels loaded, no autocast, torch.func
-        or forward-mode AD)."""
-        if not (packed and self.mode in ("LSTM", "GRU") and self.use_fused and not self.proj_size
-                and not (self.training and (self._regularized or self.dropout))
-                and not exporting_to_onnx()):
-            return False
-        weights = self._flat_weights
-        if any(w is None for w in weights):
-            return False
-        return _ops_lstm.plain_applies(x, *hx, *weights)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -189,11 +149,15 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         T); the one length encoding, as it is, down to the kernels
         (``layernorm.recurrence.lengths``).
 
-        The input term xg (T, B, G) is computed for all steps here with ordinary autograd. Then
-        either THE loop ``run_direction`` or, where ``_fused_recurrence()`` holds, the fused
-        operator ``ln_lstm_sequence`` / ``ln_gru_sequence`` (same equations, hand-written
-        backward) runs the recurrence. One step (T = 1) where ``_one_step_path`` holds is the
-        cells' few-op step (``_step_once``), cheaper than either.
+        Each fused operator chooses once where it runs (``layernorm.ops.dispatch``) and returns
+        None where its kernels do not run; then THE loop ``run_direction`` (``_loop_direction``)
+        runs the readable terms. In order: one step (T = 1) through the cells' step
+        (``_step_once``, cheaper than a whole-sequence operator); norm="none" on packed input
+        through the C time loop without normalization (``ops.plain_*_direction``); LN-LSTM /
+        LN-GRU through the inference kernels (no graph) or the operator ``ops.ln_lstm`` /
+        ``ops.ln_gru`` (which itself runs its reference loop where no kernel does); BN-LSTM /
+        BN-GRU through ``ops.bn_direction``. Returns None only for norm="none", whose caller then
+        runs torch's own op.
 
         The recurrent regularizers (``regularizers``): ``h_mask`` (B, P) recurrent dropout,
         ``zone`` zoneout's (T, B, size) weights per state tensor (None where off), passed to
@@ -208,26 +172,22 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             masks = {"h_mask": h_mask, "zone_h": zone_h}
             if self.mode == "LSTM":
                 masks["zone_c"] = zone_c
-        elif x.shape[0] == 1 and self._one_step_path(x):  # one step: few ops beat the operator
+        elif x.shape[0] == 1:                     # one step: few ops beat the operator
             state = self._step_once(suffix, x[0], state)
-            return state[0].unsqueeze(0), state
-        if self._kind.torch_twin and self.mode in ("LSTM", "GRU") and not masks:  # (_paths)
+            if state is not None:
+                return state[0].unsqueeze(0), state
+        if self._kind.torch_twin and not masks:        # norm="none": None -> torch's op
             if self.mode == "LSTM":
                 b = None if not self.bias else g("bias_ih") + g("bias_hh")
-                out, h, c = _ops_lstm.plain_lstm_sequence(F.linear(x, g("weight_ih"), b),
-                                                          state[0], state[1], g("weight_hh"),
-                                                          batch_sizes)
-                return out, (h, c)
-            H2 = 2 * self.hidden_size  # GRU: b_hr, b_hz join the input term, b_hn stays inside
-            b_hh = g("bias_hh") if self.bias else x.new_zeros(3 * self.hidden_size)
-            b = None if not self.bias else g("bias_ih") + torch.cat(
-                [b_hh[:H2], b_hh.new_zeros(self.hidden_size)])
-            out, h = _ops_gru.plain_gru_sequence(F.linear(x, g("weight_ih"), b), state[0],
-                                                 g("weight_hh"), b_hh[H2:], batch_sizes)
-            return out, (h,)
-        if self._fused_recurrence():  # one opaque operator, also under torch.compile
-            done = None if masks else _inference.ln_inference(     # no graph: W_x x_t in the loop
-                self.mode, x, state, [g(n) for n in _inference.INFERENCE_PARAMS[self.mode]],
+                done = ops.plain_lstm_direction(x, state[0], state[1], g("weight_ih"),
+                                                g("weight_hh"), b, batch_sizes)
+                return None if done is None else (done[0], done[1:])
+            done = ops.plain_gru_direction(x, state[0], g("weight_ih"), g("weight_hh"),
+                                           g("bias_ih"), g("bias_hh"), batch_sizes)
+            return None if done is None else (done[0], done[1:])
+        if self._kind.fused and self._fused():  # one opaque operator, also under torch.compile
+            done = None if masks else ops.ln_inference(     # no graph: W_x x_t in the loop
+                self.mode, x, state, [g(n) for n in ops.INFERENCE_PARAMS[self.mode]],
                 batch_sizes, self.eps)
             if done is not None:
                 return done
@@ -243,8 +203,10 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             out, h = ops.ln_gru(xw, state[0], g("weight_hh"), g("gain_hh")[:H2], g("bias_hh")[:H2],
                                 g("gain_hh")[H2:], g("bias_hh")[H2:], **inputs, **masks)
             return out, (h,)
-        if self._fused_bn_recurrence(x, state, suffix):  # BN-LSTM / BN-GRU: the C time loop
-            return self._bn_direction(suffix, x, state, batch_sizes, masks)
+        if self._kind.running_stats and self._fused() and not self.proj_size:
+            done = self._bn_direction(suffix, x, state, batch_sizes, masks)  # the C time loop
+            if done is not None:
+                return done
         return self._loop_direction(layer, direction, x, state, batch_sizes, h_mask, zone)
 
     def _loop_direction(self, layer: int, direction: int, x: torch.Tensor,
@@ -315,8 +277,13 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         that op cannot take), empty outputs (a batch of 0 examples), or the normalized layers
         (and norm="none" with those regularizers: the readable loop, no normalization)."""
         if self._kind.torch_twin and not (self._regularized and self._state_noise):
-            if self._plain_recurrence(input.data if packed else input, hx, packed):
-                return self._normalized_forward(input, hx, packed)
+            # on packed input the C time loop without normalization, where it runs (2-4x
+            # faster than torch's op there, docs/rnnfast.md); else torch's own op
+            if packed and self._fused() and not self.proj_size and not (
+                    self.training and (self._regularized or self.dropout)):
+                done = self._normalized_forward(input, hx, packed)
+                if done is not None:
+                    return done
             return self._torch_forward(input, hx, packed)
         if B == 0:
             return self._empty_forward(input, hx)
@@ -344,8 +311,9 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
 
     def _normalized_forward(self, input, hx: tuple[torch.Tensor, ...], packed: bool):
         """norm="layer" / "batch" over checked input (B >= 1) and hx in processing order (and
-        norm="none" with recurrent dropout or zoneout, which torch's op cannot take: the
-        readable loop with no normalization)."""
+        norm="none": on packed input through the C loop, None where it does not run; with
+        recurrent dropout or zoneout, which torch's op cannot take, the readable loop with no
+        normalization)."""
         if packed:
             # Work in the packed (decreasing length) order: active examples are a prefix.
             x, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes))
@@ -378,8 +346,11 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                 k = layer * self.num_directions + d
                 state0 = tuple(h[k] for h in hx)
                 xd = reverse(layer_input) if d else layer_input
-                out, state = run(layer, d, xd, state0, batch_sizes,
-                                 *self._direction_masks(T, B, state0))
+                done = run(layer, d, xd, state0, batch_sizes,
+                           *self._direction_masks(T, B, state0))
+                if done is None:    # norm="none" where the C loop does not run: torch's op
+                    return None
+                out, state = done
                 outs.append(reverse(out) if d else out)
                 finals.append(state)
             layer_input = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
