@@ -127,7 +127,14 @@ def test_the_checks_read_what_they_claim():
 # ``_plain_recurrence``, ``_one_step_path``, ``exporting_to_onnx``), torch.func's
 # (``under_functorch``) and autocast's (``autocast_on``, also where it relaxes a dtype check). A
 # call site is a call of one of these names (or a read of ``USE_NATIVE``, or one ``lib``
-# comparison with None) anywhere in a library file, definitions not counted.
+# comparison with None) anywhere in a library file, definitions not counted. (Most of these names
+# are gone: the runtime questions are asked in ``ops.dispatch.where``, once per operator entry,
+# ``WHERE_CALLERS``. What is left: ``where`` itself (autocast, Triton, ``USE_NATIVE``); the
+# operator entries' choices from its answers (a ``lib`` test in ``cell`` and ``gemm``); the
+# Triton norms' choice (``functional``); the kernels' look-up that raises where none are loaded
+# (``common``) and their description (``build``); the ``USE_NATIVE`` switch's property
+# (``rnn.fused``); autocast in the dtype checks (``checks``) and in the readable loop's output
+# dtype (``rnn.modules``).)
 PATH_PREDICATES = {"eager", "eager_mode", "native_lib", "applies_rnn", "applies_norm",
                    "inference_applies", "applies", "bn_applies", "plain_applies", "lib_for",
                    "cell_lib", "autocast_on", "under_functorch", "exporting_to_onnx",
@@ -135,17 +142,24 @@ PATH_PREDICATES = {"eager", "eager_mode", "native_lib", "applies_rnn", "applies_
                    "_one_step_path"}
 # call sites per library file (path under src -> count)
 PREDICATE_SITES = {
-    "layernorm/checks.py": 2, "layernorm/functional.py": 2, "layernorm/ops/bn.py": 8,
-    "layernorm/ops/build.py": 1, "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 4, "layernorm/ops/gemm.py": 4,
-    "layernorm/ops/gru.py": 1, "layernorm/ops/inference.py": 4, "layernorm/ops/lstm.py": 2,
-    "layernorm/ops/native.py": 3, "layernorm/ops/sequence.py": 4, "layernorm/rnn/base.py": 3,
-    "layernorm/rnn/cells.py": 8, "layernorm/rnn/fused.py": 2, "layernorm/rnn/modules.py": 10,
+    "layernorm/checks.py": 2, "layernorm/functional.py": 2, "layernorm/ops/build.py": 1,
+    "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 1, "layernorm/ops/dispatch.py": 3,
+    "layernorm/ops/gemm.py": 1, "layernorm/rnn/fused.py": 2, "layernorm/rnn/modules.py": 1,
+}
+# the operator entries that ask ``dispatch.where`` (once each): file -> the functions that call it
+WHERE_CALLERS = {
+    "layernorm/ops/bn.py": {"bn_direction"},
+    "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell", "torch_cell"},
+    "layernorm/ops/gemm.py": {"input_linear"},
+    "layernorm/ops/gru.py": {"ln_gru_sequence", "plain_gru_direction"},
+    "layernorm/ops/inference.py": {"choose"},
+    "layernorm/ops/lstm.py": {"ln_lstm_sequence", "plain_lstm_direction"},
 }
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded
 LSTM_PATH = {
-    "layernorm/_native_build.py", "layernorm/checks.py", "layernorm/kernels/__init__.py",
-    "layernorm/ops/common.py",
+    "layernorm/checks.py", "layernorm/kernels/__init__.py",
+    "layernorm/ops/common.py", "layernorm/ops/dispatch.py",
     "layernorm/ops/gemm.py", "layernorm/ops/inference.py", "layernorm/ops/lstm.py",
     "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",
     "layernorm/ops/sequence.py", "layernorm/recurrence/lengths.py", "layernorm/rnn/base.py",
@@ -174,6 +188,23 @@ def _predicate_sites(tree: ast.AST) -> int:
 def test_which_path_predicates_sit_where_listed():
     found = {name: n for name, _, tree in _modules(LIBRARY) if (n := _predicate_sites(tree))}
     assert found == PREDICATE_SITES, (sum(found.values()), found)
+
+
+def test_only_operator_entries_ask_where_a_call_runs():
+    """``dispatch.where`` is called once by each operator entry and by nothing else (no module,
+    cell or helper asks the runtime questions)."""
+    found: dict[str, set[str]] = {}
+    for name, _, tree in _modules(LIBRARY):
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Attribute) and n.func.attr == "where"
+                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "dispatch"]
+            if calls:
+                assert len(calls) == 1, (name, fn.name, len(calls))
+                found.setdefault(name, set()).add(fn.name)
+    assert found == WHERE_CALLERS
 
 
 def _trace_files(fn):

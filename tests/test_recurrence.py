@@ -91,6 +91,27 @@ def test_one_length_check_and_back():
     assert L.encode("f", torch.tensor([3, 3]), None, 3, 2) == (None, None)
 
 
+def test_a_modules_packed_lengths_are_checked_once(monkeypatch):
+    """A stacked module checks its PackedSequence's batch_sizes where it enters; the operators of
+    its layers and directions take them as checked (no second validation), until the tensor
+    changes in place, which is checked again."""
+    import layernorm
+    from torch.nn.utils.rnn import pack_sequence
+    validations = []
+    real = L._validate
+    monkeypatch.setattr(L, "_validate", lambda *a: validations.append(a) or real(*a))
+    m = layernorm.LSTM(3, 4, num_layers=2, bidirectional=True)
+    packed = pack_sequence([torch.randn(n, 3) for n in (4, 2, 1)])
+    m(packed)
+    assert validations == []
+    bs = packed.batch_sizes
+    assert L.check_batch_sizes("f", bs, 4, 3) is bs and validations == []
+    bs[2] = 3                                    # changed in place: checked again
+    with pytest.raises(ValueError, match="non-increasing"):
+        L.check_batch_sizes("f", bs, 4, 3)
+    assert len(validations) == 1
+
+
 def test_recurrence_imports_torch_only():
     """The reference sits below the rest of layernorm: its files import torch (and each other)
     only, so no fast path can leak into the equations they are tested against."""

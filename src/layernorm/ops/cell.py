@@ -235,7 +235,7 @@ class _LSTMStep(torch.autograd.Function):
     gradient (one argument: ``apply`` costs per argument)."""
 
     # forward(ctx, ...) rather than setup_context: apply() then skips binding the signature;
-    # torch.func transforms take the torch-ops step (``lib_for``).
+    # torch.func transforms take the torch-ops step (``_lib``).
     @staticmethod
     def forward(ctx, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, how):
         eps, lib, h_mask, zone_h, zone_c = ctx.how = how

@@ -220,6 +220,8 @@ def _build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
 
 def load():
     """The loaded library, or None (then use the torch-ops path; one warning says why)."""
+    if _LIBRARY.tried:                       # (asked at every call: no call down once tried)
+        return _LIBRARY.lib
     return _LIBRARY.get(timeout=COMPILE_TIMEOUT)
 
 

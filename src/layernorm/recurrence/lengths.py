@@ -8,7 +8,8 @@ Callers holding per-example lengths in any order (``ln_*_sequence(lengths=...)``
 order and ``batch_sizes`` here; the Triton kernels, which read one length per example, get them
 back with ``to_lengths``. Lengths passed to the operators are checked by ``check_lengths`` or
 ``check_batch_sizes``; the stacked modules check a PackedSequence where it enters them
-(``layernorm.rnn.inputs``).
+(``layernorm.rnn.inputs``) and record it (``checked``), so the operators of its layers and
+directions do not check it again.
 """
 from __future__ import annotations
 
@@ -50,9 +51,33 @@ def from_lengths(lengths, T: int, B: int):
     return order, batch_sizes
 
 
+# The last ``batch_sizes`` tensor checked where it entered (a module's PackedSequence, checked by
+# ``layernorm.rnn.inputs``): (the tensor, its version, T, B, the check's result). The operators
+# each of its layers and directions calls find it here instead of checking it again.
+_CHECKED: list = [None]
+
+
+def checked(batch_sizes: torch.Tensor, T: int, B: int, full: bool) -> None:
+    """Record that ``batch_sizes`` (T,) int64 on the CPU was checked for a batch of B (``full``:
+    every example runs all T steps), so ``check_batch_sizes`` takes it as it is, unless it
+    changes in place (not while torch.compile traces: a graph keeps no such record)."""
+    if torch.compiler.is_compiling():
+        return
+    _CHECKED[0] = (batch_sizes, batch_sizes._version, T, B, None if full else batch_sizes)
+
+
 def check_batch_sizes(who: str, batch_sizes, T: int, B: int) -> torch.Tensor | None:
     """``batch_sizes`` of a batch sorted by decreasing length -> (T,) int64 on the CPU, or None
-    when every example runs all T steps."""
+    when every example runs all T steps. A tensor already checked (``checked``) is not checked
+    again."""
+    kept = _CHECKED[0]
+    if kept is not None and kept[0] is batch_sizes and kept[1] == batch_sizes._version \
+            and kept[2] == T and kept[3] == B:
+        return kept[4]
+    return _validate(who, batch_sizes, T, B)
+
+
+def _validate(who: str, batch_sizes, T: int, B: int) -> torch.Tensor | None:
     if not isinstance(batch_sizes, torch.Tensor):
         batch_sizes = torch.as_tensor(batch_sizes)
     if tuple(batch_sizes.shape) != (T,) or batch_sizes.dtype.is_floating_point:

@@ -7,6 +7,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from ..checks import RNNInputError, RNNTypeError, check_dtype, check_state_dtype
+from ..recurrence.lengths import checked
 
 
 class InputChecks:
@@ -66,6 +67,7 @@ class InputChecks:
                                 f"received batch_sizes {sizes}. Build it with "
                                 f"pack_padded_sequence / pack_sequence.")
         B = sizes[0]
+        checked(bs, len(sizes), B, all(n == B for n in sizes))   # the operators skip it now
         s, u = p.sorted_indices, p.unsorted_indices
         if s is None and u is None:
             return

@@ -173,9 +173,9 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             if self.mode == "LSTM":
                 masks["zone_c"] = zone_c
         elif x.shape[0] == 1:                     # one step: few ops beat the operator
-            state = self._step_once(suffix, x[0], state)
-            if state is not None:
-                return state[0].unsqueeze(0), state
+            new = self._step_once(suffix, x[0], state)
+            if new is not None:
+                return new[0].unsqueeze(0), new
         if self._kind.torch_twin and not masks:        # norm="none": None -> torch's op
             if self.mode == "LSTM":
                 b = None if not self.bias else g("bias_ih") + g("bias_hh")
