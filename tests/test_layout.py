@@ -143,7 +143,7 @@ PATH_PREDICATES = {"eager", "eager_mode", "native_lib", "applies_rnn", "applies_
 # call sites per library file (path under src -> count)
 PREDICATE_SITES = {
     "layernorm/checks.py": 2, "layernorm/functional.py": 2, "layernorm/ops/build.py": 1,
-    "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 1, "layernorm/ops/dispatch.py": 3,
+    "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 1, "layernorm/ops/dispatch.py": 4,
     "layernorm/ops/gemm.py": 1, "layernorm/rnn/fused.py": 2, "layernorm/rnn/modules.py": 1,
 }
 # the operator entries that ask ``dispatch.where`` (once each): file -> the functions that call it
@@ -158,7 +158,7 @@ WHERE_CALLERS = {
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded
 LSTM_PATH = {
-    "layernorm/checks.py", "layernorm/kernels/__init__.py",
+    "layernorm/checks.py",
     "layernorm/ops/common.py", "layernorm/ops/dispatch.py",
     "layernorm/ops/gemm.py", "layernorm/ops/inference.py", "layernorm/ops/lstm.py",
     "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",

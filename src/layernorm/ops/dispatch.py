@@ -53,22 +53,41 @@ class Where(NamedTuple):
         if self.lib is None or not self.eager or self.transformed or self.autocast is not None \
                 or self.onnx:
             return None
-        if any(t.dtype not in dtypes or t.device.type != "cpu" for t in tensors):
-            return None
+        for t in tensors:
+            if t.dtype not in dtypes or not t.is_cpu:
+                return None
         return self.lib
+
+
+# torch's own questions, looked up once (a cell's step at batch 1 asks them every call)
+_compiling, _tracing = torch.compiler.is_compiling, torch._C._is_tracing
+_dispatch_modes, _function_modes = (torch._C._len_torch_dispatch_stack,
+                                    torch._C._is_torch_function_mode_enabled)
+_functorch = torch._C._functorch.peek_interpreter_stack
+_autocast_enabled = torch.is_autocast_enabled
 
 
 def where(x: torch.Tensor, *tensors: torch.Tensor | None) -> Where:
     """Ask the runtime questions for a call on ``x`` and ``tensors`` (entries that are not
     tensors, such as None, ignored)."""
-    compiling = torch.compiler.is_compiling()
+    compiling = _compiling()
     onnx = compiling and torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
-    eager = not (compiling or torch.jit.is_tracing() or torch._C._len_torch_dispatch_stack()
-                 or torch._C._is_torch_function_mode_enabled()) and type(x) in _PLAIN \
-        and all(type(t) in _PLAIN for t in tensors if isinstance(t, torch.Tensor))
-    transformed = not compiling and (
-        torch._C._functorch.peek_interpreter_stack() is not None
-        or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0)
-    lib = native.load() if native.USE_NATIVE and x.device.type == "cpu" else None
-    autocast = torch.get_autocast_dtype(x.device.type) if autocast_on(x) else None
-    return Where(lib, eager, transformed, autocast, onnx, kernels.applies_rnn(x))
+    eager = not (compiling or _tracing() or _dispatch_modes() or _function_modes()) \
+        and type(x) in _PLAIN
+    if eager:
+        for t in tensors:
+            if type(t) not in _PLAIN and isinstance(t, torch.Tensor):   # a tensor subclass
+                eager = False
+                break
+    transformed = not compiling and (_functorch() is not None or getattr(
+        torch.autograd.forward_ad, "_current_level", -1) >= 0)
+    if x.is_cpu:
+        lib = native.load() if native.USE_NATIVE else None
+        autocast = torch.get_autocast_dtype("cpu") if _autocast_enabled("cpu") else None
+        triton = kernels.applies_rnn(x) if kernels._INTERPRET_CPU else False  # (tests: Triton
+        #   interpreted over CPU tensors)
+    else:
+        lib = None
+        autocast = torch.get_autocast_dtype(x.device.type) if autocast_on(x) else None
+        triton = kernels.applies_rnn(x)
+    return Where(lib, eager, transformed, autocast, onnx, triton)
