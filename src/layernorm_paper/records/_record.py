@@ -100,7 +100,9 @@ class Record:
     position: int | None = None      # its place among the records (``records.RECORDS``): the
     #                                  report's claims, sections and "not run" list follow it;
     #                                  every record module's records are found by
-    #                                  ``records.discover``, which sorts them by this
+    #                                  ``records.discover``, which sorts them by this (the
+    #                                  records use multiples of 10: a new one between two
+    #                                  takes a number between theirs)
 
     def __post_init__(self):
         if self.position is not None and (not isinstance(self.position, int)
