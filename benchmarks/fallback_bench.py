@@ -1,52 +1,85 @@
 """The cost of the LN-LSTM / LN-GRU where the C kernels do not run (docs/rnnfast.md, "Where the
-C kernels do not run"): one forward + backward of ``layernorm.LSTM`` / ``GRU(64, 128,
-norm="layer")`` at (T, B) = (50, 32) in float64, and in float32 too under ``LAYERNORM_NATIVE=0``,
-as a ratio to ``torch.nn.LSTM`` / ``GRU`` of the same shape and dtype timed in the same process
-(interleaved rounds, medians; one thread, wall clock).
+C kernels do not run"): one forward + backward (of ``out.sum()``, parameters' grads set to None
+first) of ``layernorm.LSTM`` / ``GRU(I, H, norm="layer")`` on a (T, B, I) input, timed against
+``torch.nn.LSTM`` / ``GRU`` of the same shape and dtype in the same process (interleaved rounds,
+medians; one thread; process time by default):
 
-    LAYERNORM_NATIVE=0 python benchmarks/fallback_bench.py [SRC_DIR] [ROUNDS]
+    float32  torch.nn module | ours, C kernels | ours, ``layernorm.rnn.fused.USE_NATIVE = False``
+    float64  torch.nn module | ours (float64 never runs the C kernels)
 
-SRC_DIR (default: this checkout's src) is put first on the path, so two checkouts can be timed
-in alternating processes."""
-import os
+    python benchmarks/fallback_bench.py [--src SRC_DIR] [--shapes 100x32x128x256 ...]
+                                        [--rounds 5] [--cells LSTM GRU] [--clock process|wall]
+
+``--src`` (default: this checkout's src) is put first on the path, so two checkouts can be timed
+in alternating processes; the same flag toggles the C kernels in both."""
+import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] else str(Path(__file__).parents[1] / "src"))
+p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+p.add_argument("--src", default=str(Path(__file__).resolve().parents[1] / "src"))
+p.add_argument("--shapes", nargs="+", default=["100x32x128x256", "100x32x512x512"])
+p.add_argument("--rounds", type=int, default=5)
+p.add_argument("--cells", nargs="+", default=["LSTM", "GRU"], choices=["LSTM", "GRU"])
+p.add_argument("--dtypes", nargs="+", default=["float32", "float64"],
+               choices=["float32", "float64"])
+p.add_argument("--clock", choices=["process", "wall"], default="process")
+args = p.parse_args()
+sys.path.insert(0, args.src)
 import torch  # noqa: E402
+
 torch.set_num_threads(1)
 import layernorm  # noqa: E402
-T, B, I, H = 50, 32, 64, 128
-rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-cases = []
-for dtype in (torch.float64, torch.float32):
-    if dtype == torch.float32 and os.environ.get("LAYERNORM_NATIVE") != "0":
-        continue
-    for cls in ("LSTM", "GRU"):
-        torch.manual_seed(0)
-        ours = getattr(layernorm, cls)(I, H, norm="layer").to(dtype)
-        ref = getattr(torch.nn, cls)(I, H).to(dtype)
-        x = torch.randn(T, B, I, dtype=dtype)
-        cases.append((f"{cls} {str(dtype)[6:]}", ours, ref, x))
+from layernorm.rnn import fused  # noqa: E402
+
+clock = time.process_time if args.clock == "process" else time.perf_counter
 
 
-def step(m, x):
-    t = time.perf_counter()
+def step(m, x, native):
+    fused.USE_NATIVE = native
+    for q in m.parameters():
+        q.grad = None
+    t = clock()
     m(x)[0].sum().backward()
-    return time.perf_counter() - t
+    return clock() - t
 
 
-
-res = {c[0]: ([], []) for c in cases}
-for name, ours, ref, x in cases:
-    step(ours, x)
-    step(ref, x)
-for r in range(rounds):
-    for name, ours, ref, x in cases:
-        res[name][0].append(step(ours, x))
-        res[name][1].append(step(ref, x))
-for name, (a, b) in res.items():
-    ma, mb = statistics.median(a), statistics.median(b)
-    print(f"{name}: ours {ma*1e3:.1f} ms, torch.nn {mb*1e3:.1f} ms, ratio {ma/mb:.2f}")
+cases = []     # (shape, cell, dtype, {impl: (module, native)}, x)
+for shape in args.shapes:
+    T, B, I, H = (int(v) for v in shape.split("x"))
+    for dtype in args.dtypes:
+        dt = getattr(torch, dtype)
+        for cell in args.cells:
+            torch.manual_seed(0)
+            ours = getattr(layernorm, cell)(I, H, norm="layer").to(dt)
+            impls = {f"torch.nn.{cell}": (getattr(torch.nn, cell)(I, H).to(dt), True)}
+            if dtype == "float32":
+                impls["ours, C kernels"] = (ours, True)
+                impls["ours, USE_NATIVE=False"] = (ours, False)
+            else:
+                impls["ours, float64 (no C kernels)"] = (ours, True)
+            cases.append((shape, cell, dtype, impls, torch.randn(T, B, I, dtype=dt)))
+native0 = fused.USE_NATIVE
+print(f"layernorm from {Path(layernorm.__file__).parents[1]}; torch {torch.__version__}, "
+      f"1 thread, {args.clock} time, median of {args.rounds} interleaved rounds after 1 warm-up; "
+      f"C kernels available: {native0}")
+times = {}
+for r in range(args.rounds + 1):
+    for shape, cell, dtype, impls, x in cases:
+        names = list(impls) if r % 2 else list(impls)[::-1]
+        for name in names:
+            m, native = impls[name]
+            s = step(m, x, native and native0)
+            if r:
+                times.setdefault((shape, cell, dtype, name), []).append(s)
+fused.USE_NATIVE = native0
+for shape, cell, dtype, impls, x in cases:
+    anchor = statistics.median(times[(shape, cell, dtype, f"torch.nn.{cell}")])
+    c_path = times.get((shape, cell, dtype, "ours, C kernels"))
+    for name in impls:
+        ms = statistics.median(times[(shape, cell, dtype, name)])
+        extra = f", / C kernels {ms / statistics.median(c_path):.2f}" if c_path else ""
+        print(f"{shape} {cell} {dtype} {name}: {ms * 1e3:.1f} ms, / torch.nn {ms / anchor:.2f}"
+              f"{extra}")

@@ -14,6 +14,7 @@ import torch
 from layernorm_paper.bench import compare, ratios
 from layernorm_paper.bench.baseline import ScriptLNLSTM
 from layernorm_paper.bench.cells import bench_bn_lstm, bench_cells
+from layernorm_paper.bench.decode import _OneStep, bench_decode
 from layernorm_paper.bench.harness import cpu_features
 from layernorm_paper.bench.rnn import bench_rnn, gemm_steps
 from layernorm_paper.cli import main
@@ -50,7 +51,8 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     assert main(["bench", "rnn", *TINY, "--layers", "1", "2", "--no-extras",
                  "--cell-batches", "1", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert {r["table"] for r in rows} == {"modules", "cells", "bn", "packed", "inference"}
+    assert {r["table"] for r in rows} == {"modules", "cells", "bn", "packed", "inference",
+                                          "decode"}
     modules = [r for r in rows if r["table"] == "modules"]
     impls = {(r["cell"], r["layers"], r["impl"]) for r in modules}
     for layers in (1, 2):
@@ -101,10 +103,19 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
         assert r["shape"] == f"3x{B}x4x8" and _finite(r["ms"], r["ratio"])
         if impl.startswith("torch.nn."):
             assert r["ratio"] == 1.0
+    decode = {(r["cell"], r["impl"]): r for r in rows if r["table"] == "decode"}
+    assert set(decode) == {(c, f"{lib}.{c.upper()}") for c in ("lstm", "gru")
+                           for lib in ("torch.nn", "layernorm")}
+    for (cell, impl), r in decode.items():
+        assert (r["layers"], r["B"], r["steps"], r["I"], r["H"]) == (2, 1, 3, 4, 8)
+        assert _finite(r["fwd ms"], r["fwd+bwd ms"], r["fwd ratio"], r["ratio"])
+        if impl.startswith("torch.nn."):
+            assert r["ratio"] == r["fwd ratio"] == 1.0
 
     printed = capsys.readouterr().out
     for words in ("fwd+bwd ms", "TorchScript LN-LSTM", "layernorm.GRUCell", "BN-LSTM (norm=batch)",
-                  "ms/step", "vs LN-LSTM", "load average", "C kernels: ", "fwd of mm", "GFLOP/s"):
+                  "ms/step", "vs LN-LSTM", "load average", "C kernels: ", "fwd of mm", "GFLOP/s",
+                  "Decode: a 2-layer stack"):
         assert words in printed, words
     head = printed.splitlines()[:2]  # the CPU's features, then the large GEMM's rate
     assert head[0].startswith("CPU: ") and "features: " in head[0] and "C kernels: " in head[0]
@@ -175,6 +186,22 @@ def test_cell_and_bn_tables_alone():
     assert rows[-1]["impl"] == "BN-LSTM loop (use_fused=False)"
     rows = bench_bn_lstm((2, 3, 4, 5), repeat=1, warmup=0, loop=False)
     assert len(rows) == 3
+
+
+def test_the_decode_table_steps_a_stack_one_call_at_a_time():
+    """The decode rows time what a decoder runs: the stack called with one step, its state
+    carried, which ends in the state of the whole sequence in one call."""
+    import layernorm
+    rows = bench_decode(3, 4, 6, batches=(1, 2), cells=("lstm",), repeat=1, warmup=0)
+    assert [(r["B"], r["impl"]) for r in rows] == [(1, "torch.nn.LSTM"), (1, "layernorm.LSTM"),
+                                                   (2, "torch.nn.LSTM"), (2, "layernorm.LSTM")]
+    assert all(r["layers"] == 2 and r["table"] == "decode" for r in rows)
+    m = layernorm.GRU(4, 6, num_layers=2, norm="layer")
+    x = torch.randn(5, 2, 4)
+    step, state = _OneStep(m), None
+    for t in range(5):
+        state = step(x[t], state)
+    torch.testing.assert_close(state, m(x)[1])
 
 
 def test_the_torchscript_baseline_is_the_ln_lstm_of_the_reference():

@@ -45,6 +45,22 @@ def _cell_steps(cell: nn.Module, xs: torch.Tensor, grad: torch.Tensor):
     return forward, train_step
 
 
+def step_rows(table: str, cell: str, impls: dict, xs: torch.Tensor, grad: torch.Tensor, *,
+              repeat: int, warmup: int, device: str, clock: str, **fields) -> list[dict]:
+    """Rows of a step table: each of ``impls`` (name -> a cell-like module, torch's first, the
+    anchor) driven by ``_cell_steps`` over xs, interleaved in the same rounds; ``fields`` (the
+    sizes) go into every row before ``impl``."""
+    fns = {}
+    for impl, m in impls.items():
+        fns[(impl, "fwd")], fns[(impl, "fb")] = _cell_steps(m.to(device), xs, grad)
+    ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
+    anchor = next(iter(impls))
+    return [{"table": table, "cell": cell, **fields, "impl": impl, "fwd ms": ms[(impl, "fwd")],
+             "fwd ratio": ms[(impl, "fwd")] / ms[(anchor, "fwd")],
+             "fwd+bwd ms": ms[(impl, "fb")], "ratio": ms[(impl, "fb")] / ms[(anchor, "fb")]}
+            for impl in impls]
+
+
 def bench_cells(steps: int = 100, input_size: int = 128, hidden_size: int = 256, *,
                 batches=CELL_BATCHES, cells=("lstm", "gru"), repeat: int = 7, warmup: int = 2,
                 device: str = "cpu", clock: str = "wall") -> list[dict]:
@@ -60,18 +76,9 @@ def bench_cells(steps: int = 100, input_size: int = 128, hidden_size: int = 256,
                                                                     norm="layer")}
             xs = torch.randn(steps, B, input_size, device=device)
             grad = torch.randn(B, hidden_size, device=device)
-            fns = {}
-            for impl, m in impls.items():
-                fns[(impl, "fwd")], fns[(impl, "fb")] = _cell_steps(m.to(device), xs, grad)
-            ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
-            anchor = f"torch.nn.{name}"
-            for impl in impls:
-                rows.append({"table": "cells", "cell": cell, "B": B, "steps": steps,
-                             "I": input_size, "H": hidden_size, "impl": impl,
-                             "fwd ms": ms[(impl, "fwd")],
-                             "fwd ratio": ms[(impl, "fwd")] / ms[(anchor, "fwd")],
-                             "fwd+bwd ms": ms[(impl, "fb")],
-                             "ratio": ms[(impl, "fb")] / ms[(anchor, "fb")]})
+            rows += step_rows("cells", cell, impls, xs, grad, repeat=repeat, warmup=warmup,
+                              device=device, clock=clock, B=B, steps=steps, I=input_size,
+                              H=hidden_size)
     return rows
 
 

@@ -10,8 +10,9 @@ kernels were built for and one large sgemm's rate;
 then per float32 row the share of its time that the same GEMMs take through ``torch.mm``
 (``gemm_steps``, in the same rounds), so a row shows how close to the GEMM limit it runs.
 Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; then
-variable-length batches packed and padded (``bench_packed``) and inference at batch 1 to 256
-(``bench_inference``); with
+variable-length batches packed and padded (``bench_packed``), inference at batch 1 to 256
+(``bench_inference``) and a 2-layer stack called one step at a time at batch 1, as a decoder
+runs it (``decode.bench_decode``); with
 ``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
 module without one (``bench_regularizers``).
 
@@ -46,6 +47,7 @@ from torch import nn
 from .._io import atomic_write_json, format_table
 from .baseline import ScriptLNLSTM
 from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_cells
+from .decode import DECODE_COLUMNS, DECODE_LAYERS, bench_decode
 from .harness import CLOCKS, compare, cpu_features, gemm_gflops, machine, module_steps
 from .memory import peak_memory_mb
 
@@ -59,7 +61,7 @@ CONFIGS = (
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
            "fwd of mm", "of mm", "GFLOP/s", "peak MB", "mem ratio", "vs eager", "compile s"]
-TABLES = ("modules", "cells", "bn", "packed", "inference")
+TABLES = ("modules", "cells", "bn", "packed", "inference", "decode")
 # tables run only when --tables names them
 EXTRA_TABLES = ("regularizers",)
 REG_COLUMNS = ["shape", "cell", "impl", "path", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
@@ -451,6 +453,15 @@ def _run(args: argparse.Namespace) -> int:
               f"{args.device}, {timing}. ratio = time / torch's module.")
         print(format_table(inf_rows, INFERENCE_COLUMNS))
         rows += inf_rows
+    if "decode" in args.tables:
+        dec_rows = bench_decode(T, I, H, cells=args.cells, repeat=repeat, warmup=args.warmup,
+                                device=args.device, clock=args.clock)
+        print(f"\nDecode: a {DECODE_LAYERS}-layer stack (norm=layer) called {T} times with one "
+              f"step (T = 1) at batch 1, the state carried, fp32, {args.device}, {timing}. fwd: "
+              f"no grad; fwd+bwd: backward from the last h_n through every call; ratios to "
+              f"torch's module called the same way.")
+        print(format_table(dec_rows, DECODE_COLUMNS))
+        rows += dec_rows
     if "regularizers" in args.tables:
         reg_rows = bench_regularizers(configs[0][:4], cells=args.cells, repeat=repeat,
                                       warmup=args.warmup, device=args.device, clock=args.clock)
@@ -487,7 +498,8 @@ def add_command(bench_subparsers) -> None:
                    help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
                         "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM; packed: variable lengths, "
                         "packed vs padded; inference: eval + inference_mode at batch 1, 8, 32, "
-                        "256 (default: those five); "
+                        "256; decode: a 2-layer stack one step per call at batch 1 (default: "
+                        "those six); "
                         "regularizers: LN-LSTM / LN-GRU with recurrent dropout, zoneout, "
                         "DropConnect vs without (first shape)")
     p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),

@@ -5,9 +5,9 @@
     convnet          small ConvNet, norm none / batch / layer (ConvLayerNorm) / weight after every
                      convolution, a linear head on the flattened last feature map (never
                      normalized)
-    rnn_classifier   one-layer LSTM / BN-LSTM / LN-LSTM (``layernorm.LSTM``; torch's nn.LSTM for
-                     norm "none") reading a sequence, a linear head on the last hidden state (or
-                     on every step for per-step targets)
+    rnn_classifier   one-layer LSTM / BN-LSTM / LN-LSTM (``layernorm.LSTM``; norm "none" is
+                     torch.nn.LSTM's model) reading a sequence, a linear head on the last hidden
+                     state (or on every step for per-step targets)
 
 Every one of them is ``Scored``: its ``extra_metrics`` (called by the runner at every evaluation)
 adds the eval-mode NLL on a fixed training sample and, for batch norm, the scores with population
@@ -254,11 +254,12 @@ class SequenceClassifier(Scored):
         else:
             self.embed = nn.Sequential(nn.Linear(width, embed), nn.Tanh()) if embed else \
                 nn.Identity()
-        if norm == "none":   # the same equations and initialisation; torch's C++ loop is faster
-            self.lstm = nn.LSTM(embed or width, hidden, batch_first=True)
-        else:
-            self.lstm = LSTM(embed or width, hidden, batch_first=True, norm=norm,
-                             gain_init=gain_init, max_length=length // chunk)
+        # norm="none" is torch.nn.LSTM's equations, parameter names and seeded initialisation:
+        # torch's own op on padded input, the C time loop without normalization on packed
+        # input (variable lengths: IMDb), where torch's CPU op is several times slower
+        # (docs/rnnfast.md)
+        self.lstm = LSTM(embed or width, hidden, batch_first=True, norm=norm,
+                         gain_init=gain_init, max_length=length // chunk)
         self.head = nn.Linear(hidden, output_size)
 
     def _run(self, x: torch.Tensor, lengths: torch.Tensor | None = None, with_inputs=False):

@@ -25,6 +25,12 @@ and numbers it stands in for, what runs here instead, and the report's catalog l
     analysis            5.1 / 5.2   Table 1, curvature, learning-rate decay
     ddp_batch_split     3     the batch split over processes
 
+Adding an experiment is adding one module here: ``discover`` imports every module of this
+package (those whose names start with "_" excepted) and lists each ``Record`` it holds at its top
+level, in the order of their ``position`` (each record states its own; the report's order and
+``layernorm reproduce``'s follow it). The list above is a summary (``layernorm list`` prints the
+registered experiments).
+
 Importing a record loads neither the runner nor the report, and a record imports nothing of
 the report: ``configs`` imports the runner's ``Config`` when it is called (by the runner:
 importing ``layernorm_paper.reproduce`` registers every record); ``claims(found, rules)`` is
@@ -33,20 +39,46 @@ and lists the claims of every record in ``RECORDS`` order. The models are the ru
 by their registry names (``layernorm_paper.models``)."""
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from ._record import (EMBEDDED, FORMER_TIER_NAMES, LEARNING_RATES, PAPER, QUICK, TIER_SCALE,
                       TIERS, TINY, Found, Record, Sweep, arm_name, learning_rates, swept, tuned)
-from . import (analysis, cnn_batch_size, ddp_batch_split, lstm_gain_init, mlp_batch_size,
-               mlp_mnist, novels_charlm, paper_charlm, paper_draw, paper_handwriting,
-               paper_order, paper_reader, rnn_imdb, rnn_norms, rnn_stability, skip_thoughts)
-from . import rnn_pixels_mnist
 
-# In the order of the report: its claims, its sections and its "not run" list follow this list.
-RECORDS: dict[str, Record] = {r.name: r for r in (
-    mlp_batch_size.RECORD, mlp_mnist.RECORD, cnn_batch_size.RECORD, skip_thoughts.RECORD,
-    paper_order.RECORD, paper_draw.RECORD, paper_reader.RECORD, paper_handwriting.RECORD,
-    paper_charlm.RECORD, novels_charlm.RECORD, rnn_norms.RECORD, rnn_norms.DOWNLOADS,
-    rnn_imdb.RECORD, rnn_pixels_mnist.RECORD, rnn_stability.RECORD, lstm_gain_init.RECORD,
-    analysis.RECORD, ddp_batch_split.RECORD)}
+
+def discover(package: str = __name__) -> dict[str, Record]:
+    """Every ``Record`` at the top level of the modules of ``package`` (a package name; its
+    modules whose names start with "_" are not read), name -> record, sorted by the records'
+    ``position``. Raises ValueError for a record without a position, and for two records of one
+    name or of one position (the order would not be determined)."""
+    pkg = importlib.import_module(package)
+    found: dict[int, tuple[Record, str]] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, Record):
+                found.setdefault(id(value), (value, module.__name__))
+    by_name: dict[str, str] = {}
+    by_position: dict[int, str] = {}
+    for record, where in found.values():
+        if record.position is None:
+            raise ValueError(f"record {record.name!r} in {where} has no position; expected "
+                             f"Record(..., position=N), an int that places it among the "
+                             f"records (taken: {sorted(by_position) or 'none yet'}).")
+        for seen, key, what in ((by_name, record.name, "name"),
+                                (by_position, record.position, "position")):
+            if key in seen:
+                raise ValueError(f"records {seen[key]} and {record.name!r} in {where} have the "
+                                 f"same {what} {key!r}; expected each record's {what} to be "
+                                 f"its own. Change one of them.")
+            seen[key] = f"{record.name!r} in {where}"
+    return {r.name: r for r, _ in sorted(found.values(), key=lambda rw: rw[0].position)}
+
+
+# In the order of the report: its claims, its sections and its "not run" list follow this.
+RECORDS: dict[str, Record] = discover()
 
 
 def run_order() -> tuple[str, ...]:
@@ -92,5 +124,5 @@ def _with_swept_lr(r: Record):
 
 __all__ = ["EMBEDDED", "FORMER_TIER_NAMES", "LEARNING_RATES", "PAPER", "QUICK", "RECORDS",
            "TIER_SCALE", "TIERS", "TINY", "Found", "Record", "Sweep", "arm_name", "budgets",
-           "learning_rates", "not_downloaded", "register_all", "run_order", "swept", "tuned",
-           "with_tier"]
+           "discover", "learning_rates", "not_downloaded", "register_all", "run_order", "swept",
+           "tuned", "with_tier"]

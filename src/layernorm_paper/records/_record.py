@@ -97,8 +97,19 @@ class Record:
     #                                  from in a comment); absent: the baseline's own final mean,
     #                                  which about half the baseline's runs miss (censored by
     #                                  construction, the report says so)
+    position: int | None = None      # its place among the records (``records.RECORDS``): the
+    #                                  report's claims, sections and "not run" list follow it;
+    #                                  every record module's records are found by
+    #                                  ``records.discover``, which sorts them by this (the
+    #                                  records use multiples of 10: a new one between two
+    #                                  takes a number between theirs)
 
     def __post_init__(self):
+        if self.position is not None and (not isinstance(self.position, int)
+                                          or isinstance(self.position, bool)):
+            raise TypeError(f"record {self.name!r}: position must be an int (its place among "
+                            f"the records, e.g. 130), received {self.position!r} "
+                            f"({type(self.position).__name__}).")
         record_tiers = (QUICK, EMBEDDED, PAPER)
         if self.tier not in record_tiers:
             former = FORMER_TIER_NAMES.get(self.tier)

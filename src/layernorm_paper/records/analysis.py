@@ -26,7 +26,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="5.1; 5.2; summary A",
+    NAME, position=170, section="5.1; 5.2; summary A",
     claim="Table 1's invariances hold; the curvature along w_i scales as ||w_i||^-2; a growing "
           "weight norm acts as an implicit learning-rate decay",
     claims=claims)

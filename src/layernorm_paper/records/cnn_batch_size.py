@@ -78,7 +78,7 @@ def _claims(R) -> list:
 
 
 RECORD = Record(
-    NAME, data=REAL, section="6.7 + summary B",
+    NAME, position=30, data=REAL, section="6.7 + summary B",
     claim="ConvNet: LN beats no normalization but BN beats LN (paper); BN wins slightly at batch "
           "128 and collapses at batch 1 and 4 while LN stays stable (summary B)",
     tier=EMBEDDED, pack=4, configs=configs, claims=claims,

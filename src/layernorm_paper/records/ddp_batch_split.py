@@ -42,7 +42,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="3",
+    NAME, position=180, section="3",
     claim="LN statistics are per example, so splitting each batch of 8 over 2 processes (DDP) "
           "trains the same parameters; BN's do not, unless SyncBatchNorm (--sync-bn) takes them "
           "over the global batch",

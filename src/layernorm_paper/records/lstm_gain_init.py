@@ -24,7 +24,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="6.2",
+    NAME, position=160, section="6.2",
     claim="initializing the LN-LSTM gains to 1.0 is significantly better than 0.1",
     tier=QUICK, pack=3, configs=configs, claims=claims,
     sweep=Sweep(5),

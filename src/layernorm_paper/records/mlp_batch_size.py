@@ -58,7 +58,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="6.6",
+    NAME, position=10, section="6.6",
     claim="LN is robust to the batch size and trains faster than BN; BN suffers at batch 4 "
           "(MLP, Adam, batch 128 vs 4)",
     tier=QUICK, pack=8, configs=configs, claims=claims,

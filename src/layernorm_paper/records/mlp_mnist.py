@@ -45,7 +45,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, data=REAL, section="6.6",
+    NAME, position=20, data=REAL, section="6.6",
     claim="LN is robust to the batch size and trains faster than BN; BN suffers at batch 4 "
           "(MLP, Adam, batch 128 vs 4, on the full MNIST, downloaded)",
     tier=EMBEDDED, pack=9, configs=configs, claims=claims,

@@ -59,7 +59,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="summary B",
+    NAME, position=90, section="summary B",
     claim="LN-LSTM language model converges fastest and reaches the best score, vs LSTM and "
           "BN-LSTM (character-level, the standard library's docstrings)",
     tier=EMBEDDED, pack=7, configs=configs, claims=claims,

@@ -39,7 +39,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="6.5",
+    NAME, position=80, section="6.5",
     claim="a mixture-density LN-LSTM reaches the LSTM's final log-likelihood much faster "
           "(handwriting, IAM-OnDB)",
     tier=EMBEDDED, pack=10, configs=configs, claims=claims,

@@ -60,7 +60,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="6.2",
+    NAME, position=70, section="6.2",
     claim="the attentive reader with LN-LSTM trains faster and reaches a lower validation error "
           "than with LSTM and BN-LSTM",
     tier=EMBEDDED, pack=6, configs=configs, claims=claims,

@@ -65,7 +65,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, data=REAL, section="summary B exp. 1",
+    NAME, position=130, data=REAL, section="summary B exp. 1",
     claim="LN-LSTM converges fastest and reaches the best accuracy, vs LSTM and BN-LSTM, on "
           "IMDb sentiment (the real reviews, downloaded)",
     tier=EMBEDDED, pack=2, configs=configs, claims=claims,

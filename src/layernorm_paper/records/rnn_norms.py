@@ -117,7 +117,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="summary B exp. 1; 6.2/6.5; 3.1",
+    NAME, position=110, section="summary B exp. 1; 6.2/6.5; 3.1",
     claim="LN-LSTM converges fastest, reaches the best accuracy and keeps the hidden-state "
           "distribution stable, vs LSTM and BN-LSTM",
     tier=QUICK, pack=1, configs=configs, claims=claims,
@@ -126,7 +126,7 @@ RECORD = Record(
           "summary B: IMDb sentiment and MSR Sentence Completion")
 
 DOWNLOADS = Record(
-    DOWNLOADS_NAME, section="summary B exp. 1",
+    DOWNLOADS_NAME, position=120, section="summary B exp. 1",
     claim="LSTM vs BN-LSTM vs LN-LSTM on IMDb sentiment and on a character-level language model "
           "(tiny-shakespeare, standing in for the MSR Sentence Completion Challenge, which has "
           "no stable public download)",

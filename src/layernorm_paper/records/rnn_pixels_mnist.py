@@ -50,7 +50,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, data=REAL, section="summary B exp. 1",
+    NAME, position=140, data=REAL, section="summary B exp. 1",
     claim="LN-LSTM converges fastest and reaches the best accuracy, vs LSTM and BN-LSTM, on "
           "permuted pixel-by-pixel MNIST (the real digits, downloaded)",
     tier=PAPER, pack=3, configs=configs, claims=claims,

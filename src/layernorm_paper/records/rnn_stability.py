@@ -48,7 +48,7 @@ def claims(found, R) -> list:
 
 
 RECORD = Record(
-    NAME, section="summary B exp. 1; 3.1",
+    NAME, position=150, section="summary B exp. 1; 3.1",
     claim="LN keeps the hidden-state distribution stable over a long sequence (T >= 100), while "
           "the plain LSTM's changes sharply",
     tier=QUICK, pack=2, configs=configs, claims=claims,

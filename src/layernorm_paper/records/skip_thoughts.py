@@ -4,7 +4,7 @@ from __future__ import annotations
 from ._record import Record
 
 RECORD = Record(
-    "skip_thoughts", section="6.3",
+    "skip_thoughts", position=40, section="6.3",
     claim="skip-thought vectors with an LN-GRU encoder score higher on the downstream tasks "
           "(BookCorpus)",
     not_run={"skip-thoughts (6.3)": "needs BookCorpus (11k books, not redistributable) and ~1M "
