@@ -162,7 +162,7 @@ LSTM_PATH = {
     "layernorm/ops/common.py", "layernorm/ops/dispatch.py",
     "layernorm/ops/gemm.py", "layernorm/ops/inference.py", "layernorm/ops/lstm.py",
     "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",
-    "layernorm/ops/sequence.py", "layernorm/recurrence/lengths.py", "layernorm/rnn/base.py",
+    "layernorm/ops/sequence.py", "layernorm/rnn/base.py",
     "layernorm/rnn/inputs.py", "layernorm/rnn/layout.py", "layernorm/rnn/modules.py",
     "layernorm/rnn/regularizers.py",
 }

@@ -63,7 +63,9 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
     where = dispatch.where(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
                            lengths, batch_sizes, *masks.values())   # asked once, here
     T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors, where.autocast)
-    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
+    order = None
+    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
+        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
     common.check_masks(who, xg, T, B, H, **masks)
     return sequence.run_sequence(who, _BACKENDS, where, xg, (h0,),
                                  (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks,

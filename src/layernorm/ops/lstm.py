@@ -77,7 +77,9 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
                            lengths, batch_sizes, *masks.values())   # asked once, here
     T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors,
                                   where.autocast)
-    order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)  # the one check
+    order = None
+    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
+        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
     common.check_masks(who, xg, T, B, H, **masks)
     return sequence.run_sequence(who, _BACKENDS, where, xg, (h0, c0),
                                  (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks,
