@@ -90,15 +90,26 @@ def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tens
     return _cached_pack(w, ("panels_t" if transposed else "panels", width), make)
 
 
-def _panels_bf16(w: torch.Tensor, width: int) -> torch.Tensor:
+def _panels_bf16(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tensor:
     """w (G, K) rounded to bfloat16 (to nearest even) in the C kernels' panels over pairs of k:
     (ceil(G / width), ceil(K / 2), width, 2), panels[p, k // 2, c, k % 2] = w[p * width + c, k],
-    zeros padding G and an odd K (``_rnn_steps_gemm.c``, gemm_rows_bf16); cached with w."""
+    zeros padding G and an odd K (``_rnn_steps_gemm.c``, gemm_rows_bf16); cached with w.
+    ``transposed``: the panels of w.t() (the backward's W_hh^T), made from w and cached with it."""
     def make(wc):
-        wb = wc.to(torch.bfloat16)
+        wb = (wc.t() if transposed else wc).to(torch.bfloat16)
         wb = torch.nn.functional.pad(wb, (0, wb.shape[1] % 2, 0, -wb.shape[0] % width))
         return wb.reshape(-1, width, wb.shape[1] // 2, 2).transpose(1, 2).contiguous()
-    return _cached_pack(w, ("panels_bf16", width), make)
+    return _cached_pack(w, ("panels_bf16_t" if transposed else "panels_bf16", width), make)
+
+
+def recurrent_panels(lib, w_hh: torch.Tensor, bf16: bool, transposed: bool = False) -> dict:
+    """The recurrent weight as a sequence kernel's struct field: in bfloat16 panels (``wpb``;
+    ``transposed``: ``wtpb``, the backward's W_hh^T) where the caller computes in bfloat16
+    (``bf16``: the operators' flag) and the loaded kernels have the CPU's bfloat16 dot products
+    (``bf16_dot``), else in float32 panels (``wp`` / ``wtp``)."""
+    if bf16 and lib.bf16_dot():
+        return {"wtpb" if transposed else "wpb": _panels_bf16(w_hh, lib.panel_width(), transposed)}
+    return {"wtp" if transposed else "wp": _panels(w_hh, lib.panel_width(), transposed)}
 
 
 _HALF_GEMM: dict[torch.dtype, bool] = {}  # whether oneDNN has a native GEMM for a half type here
@@ -116,6 +127,18 @@ def half_gemm_native(dtype: torch.dtype) -> bool:
         except (AttributeError, RuntimeError):
             _HALF_GEMM[dtype] = False
     return _HALF_GEMM[dtype]
+
+
+def add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bf16: bool) -> None:
+    """out += a @ b in float32 (a weight gradient's share of a range of steps). Where ``bf16``
+    (the caller computes in bfloat16: the operators' flag) and this CPU has a native bfloat16
+    GEMM (``half_gemm_native``), as one bfloat16 product (a and b rounded to bfloat16, float32
+    accumulation inside, the product rounded to bfloat16 once) added in float32: measured ~4x
+    faster than float32 for dW_hh of (T, B, H) = (100, 32, 256) on AVX512-BF16; else addmm_."""
+    if bf16 and half_gemm_native(torch.bfloat16):
+        out.add_(torch.mm(a.to(torch.bfloat16), b.to(torch.bfloat16)))
+    else:
+        out.addmm_(a, b)
 
 
 def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -80,7 +80,7 @@ def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks:
 
         def run(xg_, *states_):
             return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
-                            float(eps), save)[:n + 1]
+                            float(eps), save, out_dtype == torch.bfloat16)[:n + 1]
     outs = with_order(run, order, xg, tuple(states))
     return tuple(o.to(out_dtype) for o in outs)
 
@@ -97,11 +97,12 @@ def register_autograd(op, body, name, n_states, loop, first_order):
     through the cell's backward operator (its body where ``eager``), ``grads`` = (grad of out,
     *grads of the final states), None where not needed."""
     def setup(ctx, inputs, output, eager=False):
-        *tensors, batch_sizes, eps, save = inputs
+        *tensors, batch_sizes, eps, save, bf16 = inputs
         out, saved = output[0], output[n_states:]
         ctx.mark_non_differentiable(*saved)
         ctx.set_materialize_grads(False)
         ctx.eps, ctx.save, ctx.n_tensors, ctx.eager = eps, save, len(tensors), eager
+        ctx.bf16 = bf16
         ctx.save_for_backward(*tensors, batch_sizes, out, *saved)
 
     def backward_(ctx, grad_out, *grad_rest):
@@ -115,8 +116,8 @@ def register_autograd(op, body, name, n_states, loop, first_order):
                 raise RuntimeError(f"layernorm::{name} was called with save=False, so it kept "
                                    "nothing for the backward; call it with save=True when "
                                    "gradients are needed.")
-            found = first_order(tensors, batch_sizes, out, saved, grads, ctx.eager)
-        return (*found, None, None, None)  # batch_sizes, eps, save
+            found = first_order(tensors, batch_sizes, out, saved, grads, ctx.eager, ctx.bf16)
+        return (*found, None, None, None, None)  # batch_sizes, eps, save, bf16
 
     op.register_autograd(backward_, setup_context=lambda ctx, inputs, output: setup(
         ctx, inputs, output))
