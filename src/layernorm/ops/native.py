@@ -282,8 +282,8 @@ def call(lib, kernel: str, cls, who: str, **fields) -> None:
                            f"without saving for a backward and with the input's layer norm "
                            f"(gain_x) and packed W_x (wxp)")
     if status == -4:
-        raise RuntimeError(f"internal: {who}: bfloat16 panels (wpb, wxpb, wtpb) were passed to a build "
-                           f"without bfloat16 dot products (bf16_dot() is 0)")
+        raise RuntimeError(f"internal: {who}: bfloat16 panels (wpb, wxpb, wtpb) were passed to a "
+                           f"build without bfloat16 dot products (bf16_dot() is 0)")
     if status != 0:
         raise MemoryError(f"{who}: the C kernel could not allocate its per-thread workspace "
                           f"(status {status}). Use a smaller batch or fewer threads.")

@@ -19,6 +19,7 @@ from .._autograd import differentiable_backward
 from ..functional import stats_dtype
 from . import native
 from .common import dtypes, input_ln, prepare_masks, under_functorch
+from .pool import cast
 
 
 def with_order(fn, order, xg: torch.Tensor, states: tuple):
@@ -62,21 +63,23 @@ def run_sequence(who, cell: Backends, xg, states, params, gain_x, bias_x, masks:
                                 gain_x, bias_x, masks)
     compute, out_dtype = dtypes(xg)
     masks = prepare_masks(masks.values(), compute, order)
-    xg, *states = (t.to(compute) for t in (xg, *states))
+    states = [t.to(compute) for t in states]  # xg below: in a pooled buffer where eager
     params = tuple(t.to(compute) for t in params)
     gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
     groups, n = tuple(k * states[0].shape[-1] for k in cell.groups), len(states)
-    if under_functorch() or native.native_lib(xg) is None:
-        xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
+    if under_functorch() or native.native_lib(states[0]) is None:
+        xg, _, _ = input_ln(who, xg.to(compute), gain_x, bias_x, groups, eps, inside=False)
 
         def run(xg_, *states_):
             return cell.reference(xg_, *states_, *params, batch_sizes, eps, *masks)
     else:
         input_ln(who, xg, gain_x, bias_x, groups, eps, inside=True)  # checks the pair
-        tensors = (xg, *states, *params, gain_x, bias_x)
+        tensors = (*states, xg, *params, gain_x, bias_x)  # the first in the compute dtype
         save = torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                 for t in tensors)
-        operator = cell.native(native.eager(*tensors, *masks, batch_sizes))
+        eager = native.eager(*tensors, *masks, batch_sizes)
+        xg = cast(xg, compute) if eager else xg.to(compute)
+        operator = cell.native(eager)
 
         def run(xg_, *states_):
             return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
