@@ -152,17 +152,19 @@ class WeightGrad:
     native bfloat16 GEMM (``half_gemm_native``): each range as one bfloat16 product (float32
     accumulation inside, rounded to bfloat16 once) added in float32, measured ~4x faster than
     float32 for dW_hh at (T, B, H) = (100, 32, 256) on AVX512-BF16. Else on one thread through
-    the C kernels' GEMM, dW^T = h^T d with d in panels (one copy of d, of h): measured 1.9 ms
-    against 3.0 ms for torch's addmm_ for a (1024, 512) x (512, 256) range, one thread, AVX-512
-    (torch's float32 GEMM runs ~95 GFLOP/s there, the C kernels' ~220); else torch's addmm_."""
+    the C kernels' GEMM (``gemm_packed_at``: d read in place as A^T, h^T in panels, one copy of
+    h): measured 1.9 ms against 3.0 ms for torch's addmm_ for a (1024, 512) x (512, 256) range,
+    one thread, AVX-512 (torch's float32 GEMM ran ~95 GFLOP/s there, the C kernels' ~220); else
+    torch's addmm_."""
 
     def __init__(self, lib, n: int, k: int, like: torch.Tensor, bf16: bool = False):
-        self.lib, self.n = lib, n
+        self.lib, self.k = lib, k
         self.half = bf16 and half_gemm_native(torch.bfloat16)
         self.native = not self.half and torch.get_num_threads() == 1
-        if self.native:  # dW^T, its columns a whole number of panels
+        if self.native:  # its columns a whole number of panels
             width = lib.panel_width()
-            self.acc = like.new_zeros(k, -(-n // width) * width)
+            self.acc = like.new_zeros(n, -(-k // width) * width)
+            self.part = torch.empty_like(self.acc)
         else:
             self.acc = like.new_zeros(n, k)
 
@@ -172,13 +174,16 @@ class WeightGrad:
         if self.half:
             self.acc.add_(torch.mm(d.t().to(torch.bfloat16), h.to(torch.bfloat16)))
         elif self.native:
-            wp = _panels(d, self.lib.panel_width(), transposed=True)
-            self.acc.add_(_mm_packed(self.lib, h.t().contiguous(), wp, self.acc.shape[1]))
+            d = d.contiguous()
+            hp = _panels(h, self.lib.panel_width(), transposed=True)
+            self.lib.gemm_packed_at(d.shape[1], d.shape[0], d.data_ptr(), hp.data_ptr(),
+                                    hp.shape[0], self.part.data_ptr())
+            self.acc.add_(self.part)
         else:
             self.acc.addmm_(d.t(), h)
 
     def result(self) -> torch.Tensor:
-        return self.acc[:, :self.n].t().contiguous() if self.native else self.acc
+        return self.acc[:, :self.k].contiguous() if self.native else self.acc
 
 
 def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
