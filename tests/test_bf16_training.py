@@ -197,3 +197,14 @@ def test_pooled_cast_values_gradient_and_reuse():
     del y
     assert pool.cast(x.detach(), torch.float32).data_ptr() == ptr
     assert pool.cast(x, torch.bfloat16) is x  # nothing to convert
+
+
+@pytest.mark.parametrize("G,K", [(1, 1), (7, 5), (12, 33), (1024, 256)])
+def test_bf16_panels_of_the_transpose_from_the_weight(G, K):
+    """The backward's W_hh^T in bfloat16 panels, made from W_hh in one copy (and cached with it),
+    are the bfloat16 panels of the transposed copy (zeros padding an odd G and the columns)."""
+    w = torch.randn(G, K)
+    for width in (16, 32):
+        torch.testing.assert_close(gemm._panels_bf16(w, width, transposed=True),
+                                   gemm._panels_bf16(w.t().contiguous(), width),
+                                   atol=0, rtol=0)

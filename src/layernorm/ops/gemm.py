@@ -96,7 +96,10 @@ def _panels_bf16(w: torch.Tensor, width: int, transposed: bool = False) -> torch
     zeros padding G and an odd K (``_rnn_steps_gemm.c``, gemm_rows_bf16); cached with w.
     ``transposed``: the panels of w.t() (the backward's W_hh^T), made from w and cached with it."""
     def make(wc):
-        wb = (wc.t() if transposed else wc).to(torch.bfloat16)
+        wb = wc.to(torch.bfloat16)
+        if transposed:  # panels[p, g // 2, c, g % 2] = w[g, p * width + c]: one copy
+            wb = torch.nn.functional.pad(wb, (0, -wb.shape[1] % width, 0, wb.shape[0] % 2))
+            return wb.view(wb.shape[0] // 2, 2, -1, width).permute(2, 0, 3, 1).contiguous()
         wb = torch.nn.functional.pad(wb, (0, wb.shape[1] % 2, 0, -wb.shape[0] % width))
         return wb.reshape(-1, width, wb.shape[1] // 2, 2).transpose(1, 2).contiguous()
     return _cached_pack(w, ("panels_bf16_t" if transposed else "panels_bf16", width), make)
