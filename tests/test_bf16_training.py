@@ -51,7 +51,8 @@ def _module(cls, autocast):
 
 def _run(m, x, g, autocast, packed):
     with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-        inp = pack_padded_sequence(x, LENS, enforce_sorted=False) if packed else x
+        lens = LENS.repeat(x.shape[1] // len(LENS))
+        inp = pack_padded_sequence(x, lens, enforce_sorted=False) if packed else x
         out, state = m(inp)
     out = out.data if packed else out
     state = state[0] if isinstance(state, tuple) else state
@@ -61,13 +62,13 @@ def _run(m, x, g, autocast, packed):
     return out, state, grads
 
 
-def _assert_within_tolerance(cls, autocast, packed):
+def _assert_within_tolerance(cls, autocast, packed, B=6):
     """Outputs within 8 eps, every gradient within 40 eps of its largest value, of the float64
-    module (the half types' tolerance of test_fused at H > 8)."""
+    module (the half types' tolerance of test_fused at H > 8); B a multiple of 6."""
     m = _module(cls, autocast)
     ref = copy.deepcopy(m).double()
-    x = torch.randn(9, 6, 6).bfloat16()
-    g = torch.randn(9 * 6, 24) if packed else torch.randn(9, 6, 24)
+    x = torch.randn(9, B, 6).bfloat16()
+    g = torch.randn(9 * B, 24) if packed else torch.randn(9, B, 24)
     out, state, grads = _run(m, x if not autocast else x.float(), g, autocast, packed)
     out64, state64, grads64 = _run(ref, x.double(), g.double(), False, packed)
     assert out.dtype == state.dtype == torch.bfloat16
@@ -98,6 +99,20 @@ def test_bf16_training_within_the_dtypes_tolerance(monkeypatch, cls, packed, aut
     assert backward and all(fields == ["wtpb"] for _, fields in backward)
 
 
+@needs_bf16
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_bf16_training_on_two_threads(cls):
+    """Two OpenMP threads' row blocks (B = 24: 12 rows each), each with its own bfloat16 rows of
+    dhg_t: the same tolerance, packed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert native.threads(24) == 2
+        _assert_within_tolerance(cls, False, True, B=24)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("cls", ["LSTM", "GRU"])
 @pytest.mark.parametrize("without", ["bf16-dot", "bf16-gemm"])
 def test_bf16_training_without_the_bf16_products(monkeypatch, request, cls, without):
@@ -114,14 +129,19 @@ def test_bf16_training_without_the_bf16_products(monkeypatch, request, cls, with
 
     def spy(self, *args, **kwargs):
         real(self, *args, **kwargs)
-        made.append(self.half)
+        made.append((self.half, self.native))
     monkeypatch.setattr(gemm.WeightGrad, "__init__", spy)
-    _assert_within_tolerance(cls, False, True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # dW_hh in the C kernels' float32 GEMM where not in bfloat16
+    try:
+        _assert_within_tolerance(cls, False, True)
+    finally:
+        torch.set_num_threads(before)
     backward = [f for k, f in calls if k.endswith("backward_seq")]
     if without == "bf16-dot":
         assert backward and all(f == ["wtp"] for f in backward)
     else:
-        assert made and not any(made)
+        assert made and all(mode == (False, True) for mode in made)
 
 
 def test_backward_refuses_bf16_panels_without_bf16_dot_products(avx2_kernels):
@@ -132,14 +152,16 @@ def test_backward_refuses_bf16_panels_without_bf16_dot_products(avx2_kernels):
             native.call(avx2_kernels, kernel, cls, "test", T=2, wtpb=torch.zeros(8))
 
 
-@pytest.mark.parametrize("N,K", [(64, 7), (37, 12), (1, 1)])
+@pytest.mark.parametrize("N,K", [(64, 7), (37, 12), (1, 1), (5, 3), (12, 40), (13, 33)])
 @pytest.mark.parametrize("half", [False, True], ids=["f32", "bf16"])
-def test_weight_grad_sums_ranges(monkeypatch, N, K, half):
+@pytest.mark.parametrize("build", ["native", "avx2"])
+def test_weight_grad_sums_ranges(monkeypatch, request, N, K, half, build):
     """``WeightGrad``: the sum of d^T h over ranges (one of no rows), on one thread through the
-    C kernels' GEMM (N not a whole number of panels: padded), or as bfloat16 products (float32
-    within bfloat16's rounding of each range's product and of its inputs)."""
+    C kernels' GEMM (``gemm_packed_at``: N rows in tiles of 1 to 12 rows, K not a whole
+    number of panels: padded; the native and the AVX2 build), or as bfloat16 products (float32 within bfloat16's
+    rounding of each range's product and of its inputs)."""
     monkeypatch.setitem(gemm._HALF_GEMM, torch.bfloat16, True)
-    lib = native.load()
+    lib = native.load() if build == "native" else request.getfixturevalue("avx2_kernels")
     ranges = [(torch.randn(m, N), torch.randn(m, K)) for m in (5, 0, 33, 1)]
     before = torch.get_num_threads()
     torch.set_num_threads(1)
