@@ -114,23 +114,28 @@ static void tile_rows_at(int mr, int K, const float *a, long lda, const float *w
 }
 
 /* c (M x npanels * NR, row stride ldc) = A (M x K) @ W^T, A = a (row stride lda) or, with at,
- * A = a^T (a: K x M, row stride lda) */
-static void gemm_rows_t(int M, int K, const float *a, long lda, int at, const float *wp,
-                        int npanels, float *c, long ldc) {
+ * A = a^T (a: K x M, row stride lda). A^T's rows of a tile are first copied into ap (K x mr,
+ * k-major, given: K * MR floats), so that the tiles' passes over k read it in order instead of
+ * one line of a per k (measured 7.5 -> 6.4 ms at (1024, 3200) x (3200, 128), one thread). */
+static void gemm_rows_t(int M, int K, const float *a, long lda, int at, float *ap,
+                        const float *wp, int npanels, float *c, long ldc) {
     /* rows in ceil(M / MR) tiles of near-equal height (16 rows: 8 + 8, not 12 + 4) */
     const int ntiles = (M + MR - 1) / MR;
     for (int i = 0; i < ntiles; i++) {
         const int r = (int)((long)M * i / ntiles), mr = (int)((long)M * (i + 1) / ntiles) - r;
-        if (at)
-            tile_rows_at(mr, K, a + r, lda, wp, 2 * npanels, c + r * ldc, ldc);
-        else
+        if (at) {
+            for (long k = 0; k < K; k++)
+                for (int q = 0; q < mr; q++) ap[k * mr + q] = a[k * lda + r + q];
+            tile_rows_at(mr, K, ap, mr, wp, 2 * npanels, c + r * ldc, ldc);
+        } else {
             tile_rows(mr, K, a + r * lda, lda, wp, 2 * npanels, c + r * ldc, ldc);
+        }
     }
 }
 
 static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, int npanels,
                       float *c, long ldc) {
-    gemm_rows_t(M, K, a, lda, 0, wp, npanels, c, ldc);
+    gemm_rows_t(M, K, a, lda, 0, NULL, wp, npanels, c, ldc);
 }
 
 int panel_width(void) { return NR; }
@@ -141,9 +146,14 @@ void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, flo
 }
 
 /* y (M x npanels * NR) = a^T @ W^T for a (K x M) row-major, W packed: a weight gradient
- * d^T h with d (K rows x M) read in place and h^T in panels. */
-void gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y) {
-    gemm_rows_t(M, K, a, M, 1, wp, npanels, y, (long)npanels * NR);
+ * d^T h with d (K rows x M) read in place and h^T in panels. Returns -1 where its buffer of
+ * K * MR floats could not be allocated. */
+int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y) {
+    float *ap = malloc(sizeof(float) * ((size_t)K * MR + 1));
+    if (!ap) return -1;
+    gemm_rows_t(M, K, a, M, 1, ap, wp, npanels, y, (long)npanels * NR);
+    free(ap);
+    return 0;
 }
 
 /* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the

@@ -147,6 +147,12 @@ def _mm_packed(lib, a: torch.Tensor, wp: torch.Tensor, n: int) -> torch.Tensor:
     return y[:, :n]
 
 
+# rows of d per product in ``WeightGrad``: h's panels of a range stay in cache (measured, one
+# thread, (3200, 1024)^T x (3200, 128), with the sums: 7.1 ms in one product, 5.9 ms in ranges
+# of 512 rows, 10.5 ms through torch.mm)
+_WEIGHT_GRAD_ROWS = 512
+
+
 class WeightGrad:
     """A weight gradient summed over ranges of steps: dW (N, K) = sum of d^T h over the ``add``
     calls (d (M, N), h (M, K) float32 rows of one range), -> ``result()``, float32.
@@ -178,10 +184,14 @@ class WeightGrad:
             self.acc.add_(torch.mm(d.t().to(torch.bfloat16), h.to(torch.bfloat16)))
         elif self.native:
             d = d.contiguous()
-            hp = _panels(h, self.lib.panel_width(), transposed=True)
-            self.lib.gemm_packed_at(d.shape[1], d.shape[0], d.data_ptr(), hp.data_ptr(),
-                                    hp.shape[0], self.part.data_ptr())
-            self.acc.add_(self.part)
+            for lo in range(0, d.shape[0], _WEIGHT_GRAD_ROWS):
+                di, hi = d[lo:lo + _WEIGHT_GRAD_ROWS], h[lo:lo + _WEIGHT_GRAD_ROWS]
+                hp = _panels(hi, self.lib.panel_width(), transposed=True)
+                if self.lib.gemm_packed_at(di.shape[1], di.shape[0], di.data_ptr(),
+                                           hp.data_ptr(), hp.shape[0], self.part.data_ptr()):
+                    raise MemoryError(f"the C kernels' GEMM could not allocate its buffer of "
+                                      f"{di.shape[0]} x 12 floats")
+                self.acc.add_(self.part)
         else:
             self.acc.addmm_(d.t(), h)
 

@@ -176,7 +176,7 @@ def _declare(lib) -> None:
     lib.gemm_packed.argtypes = [i, i, p, p, i, p]
     lib.gemm_packed.restype = None
     lib.gemm_packed_at.argtypes = [i, i, p, p, i, p]
-    lib.gemm_packed_at.restype = None
+    lib.gemm_packed_at.restype = i
     lib.matvec_rows.argtypes = [i, i, p, p, i, p]
     lib.matvec_rows.restype = None
     lib.bf16_dot.argtypes = []
