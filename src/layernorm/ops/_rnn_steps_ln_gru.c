@@ -44,10 +44,11 @@ struct gru {
     int I;                           /* with x: the input's width */
     const float *x;                  /* (T, B, I) or NULL: as struct lstm's */
     const float *wxp;                /* with x: W_x (3H, I) in panels */
-    const bf16_t *wpb;               /* W_hh (G, H) in bfloat16 panels, (ceil(G / NR),
-                                        ceil(H / 2), NR, 2), or NULL: forward only, the
-                                        recurrent product in bfloat16 (bf16_dot) */
+    const bf16_t *wpb;               /* forward: W_hh (G, H) in bfloat16 panels, as struct
+                                        lstm's, or NULL */
     const bf16_t *wxpb;              /* with x: W_x likewise, or NULL */
+    const bf16_t *wtpb;              /* backward: W_hh^T in bfloat16 panels, as struct lstm's,
+                                        or NULL */
     double *dparams;                 /* backward (12 H,) accumulated */
 };
 size_t gru_struct_size(void) { return sizeof(struct gru); }
@@ -185,11 +186,14 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
  * gradient of h_{t1} (of h_n for the first call); out: of h_{t0}. dxg (T, B, 3H) out: gradient
  * of the input term (of xw with gain_x); dhg (t1 - t0, B, 3H) out: gradient of W_hh h_{t-1}.
  * dparams (double, accumulated): dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x,
- * dbias_x (3H each; only with gain_x). Returns -2 for a bad step range. */
+ * dbias_x (3H each; only with gain_x). Returns -2 for a bad step range, -4 with wtpb where this
+ * build has no bfloat16 dot products. */
 int gru_backward_seq(const struct gru *R) {
     int lo, hi;
     if (step_range(R->T, R->t0, R->t1, &lo, &hi)) return -2;
-    return backward_seq(lo, hi, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp, R->dh,
+    if (R->wtpb && !bf16_dot()) return -4;
+    return backward_seq(lo, hi, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp,
+                        R->wtpb, R->dh,
                         R->dhg, 1, (size_t)5 * R->H, 12 * R->H, R->dparams, R->h_mask,
                         gru_backward_row, R);
 }

@@ -46,10 +46,13 @@ struct lstm {
     const float *x;                  /* (T, B, I) or NULL: forward without save only, with gain_x:
                                         xw := W_x x_t computed inside (struct input_term) */
     const float *wxp;                /* with x: W_x (G, I) in panels (ceil(G / NR), I, NR) */
-    const bf16_t *wpb;               /* W_hh (G, H) in bfloat16 panels, (ceil(G / NR),
-                                        ceil(H / 2), NR, 2), or NULL: forward only, the
-                                        recurrent product in bfloat16 (bf16_dot) */
+    const bf16_t *wpb;               /* forward: W_hh (G, H) in bfloat16 panels, (ceil(G / NR),
+                                        ceil(H / 2), NR, 2), or NULL: the recurrent product
+                                        in bfloat16 (bf16_dot), then in place of wp */
     const bf16_t *wxpb;              /* with x: W_x likewise, or NULL */
+    const bf16_t *wtpb;              /* backward: W_hh^T (H, G) in bfloat16 panels
+                                        (ceil(H / NR), ceil(G / 2), NR, 2), or NULL: the
+                                        recurrent product in bfloat16, in place of wtp */
     double *dparams;                 /* backward (18 H,) accumulated */
 };
 size_t lstm_struct_size(void) { return sizeof(struct lstm); }
@@ -201,11 +204,14 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
  * out: gradient of the input term; with gain_x, of xw. dhg (t1 - t0, B, G) out: gradient of
  * W_h h_{t-1} (for dW_h after). dparams (double, accumulated): dgain_h, dbias_h (G each),
  * dgain_c, dbias_c (H each), dgain_x, dbias_x (G each; only with gain_x). Rows past their length
- * are not written. Returns -2 for a bad step range. */
+ * are not written. Returns -2 for a bad step range, -4 with wtpb where this build has no bfloat16
+ * dot products. */
 int lstm_backward_seq(const struct lstm *L) {
     int lo, hi;
     if (step_range(L->T, L->t0, L->t1, &lo, &hi)) return -2;
-    return backward_seq(lo, hi, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp, L->dh,
+    if (L->wtpb && !bf16_dot()) return -4;
+    return backward_seq(lo, hi, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp,
+                        L->wtpb, L->dh,
                         L->dhg, L->zone_h != NULL, (size_t)(L->zone_c ? 2 : 1) * L->H,
                         18 * L->H, L->dparams, L->h_mask, lstm_backward_row, L);
 }

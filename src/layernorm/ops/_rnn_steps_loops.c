@@ -138,16 +138,17 @@ typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, floa
 
 /* Steps t1 - 1 down to t0 (0 <= t0 < t1 <= T; a long sequence runs in several calls, latest
  * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
- * (ceil(H / NR), G, NR). dhg ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
+ * (ceil(H / NR), G, NR); or, where wtpb is not NULL, W_hh^T in bfloat16 panels, the product
+ * reading dhg rounded to bfloat16 (float32 accumulation, as the forward's wpb). dhg ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
  * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
  * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct), the GEMM's
  * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The
  * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
  * added to double accumulators (private per thread when there are several) and into dparams. */
 static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const int *batch_sizes,
-                        const float *wtp, float *dh, float *dhg, int has_direct, size_t scratch,
-                        int nacc, double *dparams, const float *h_mask, backward_row row,
-                        const void *cell) {
+                        const float *wtp, const bf16_t *wtpb, float *dh, float *dhg,
+                        int has_direct, size_t scratch, int nacc, double *dparams,
+                        const float *h_mask, backward_row row, const void *cell) {
     const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -158,6 +159,12 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const
     const size_t rows = (size_t)(r1 - r0);
     float *work = malloc(sizeof(float) * (rows * (Hp + H) + scratch + nacc + 1));
     double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
+    /* wtpb: the rows of dhg rounded to bfloat16 */
+    bf16_t *db = wtpb ? malloc(sizeof(bf16_t) * (rows * ((G + 1) & ~1) + 1)) : NULL;
+    if (wtpb && !db) {
+        free(work);
+        work = NULL;
+    }
     if (!work || !acc) {
 #pragma omp atomic write
         failed = 1;
@@ -173,7 +180,7 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const
             row(cell, (long)t * B + b, b, d + (long)(b - r0) * G, direct + (long)(b - r0) * H,
                 rest, part);
         for (int j = 0; j < nacc; j++) acc[j] += part[j];
-        gemm_rows(e - r0, G, d, G, wtp, npanels, work, Hp);
+        gemm_rows_as(e - r0, G, d, G, NULL, 0, wtp, wtpb, db, npanels, work, Hp);
         for (int b = r0; b < e; b++) {
             const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
             float *dhb = dh + (long)b * H;
@@ -195,6 +202,7 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const
         free(acc);
     }
     free(work);
+    free(db);
     }
     return failed ? -1 : 0;
 }

@@ -28,6 +28,7 @@ import torch
 from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
+from .gemm import WeightGrad
 from .pool import _WORKSPACE
 
 
@@ -166,15 +167,16 @@ def saved_or_empty(saved, xw: torch.Tensor, n_buffers: int) -> list:
 CHUNK_BYTES = 2 << 20
 
 
-def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, h_mask=None, **fields):
+def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, h_mask=None, bf16=False,
+                    **fields):
     """Run the backward C ``kernel`` latest steps first, one range of steps per call, and
     accumulate dW_hh = sum_t dhg_t^T h_{t-1} (h_{t-1}: h0 at t = 0, else out[t - 1], times
-    ``h_mask`` when given) -> dW_hh (G, H). ``fields``: the rest of the kernel's arguments, as
-    ``native.call``."""
+    ``h_mask`` when given) -> dW_hh (G, H); ``bf16``: the operators' flag (``gemm.WeightGrad``).
+    ``fields``: the rest of the kernel's arguments, as ``native.call``."""
     T, B, H = out.shape
     steps = max(1, min(-(-T // 4), CHUNK_BYTES // max(1, 4 * B * G)))  # >= 4 ranges
     buf = _WORKSPACE.get((steps, B, G), like=out)
-    dw = out.new_zeros(G, H)
+    dw = WeightGrad(lib, G, H, out, bf16)
     sizes = native.int32(batch_sizes)
     for hi in range(T, 0, -steps):
         lo = max(0, hi - steps)
@@ -185,11 +187,11 @@ def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, h_mask=None,
                      batch_sizes=sizes, dhg=dhg, h_mask=h_mask, **fields)
         flat = dhg.view(-1, G)
         if lo:
-            dw.addmm_(flat.t(), masked_h(out[lo - 1:hi - 1], h_mask).reshape(-1, H))
+            dw.add(flat, masked_h(out[lo - 1:hi - 1], h_mask).reshape(-1, H))
         else:
-            dw.addmm_(flat[B:].t(), masked_h(out[:hi - 1], h_mask).reshape(-1, H)).addmm_(
-                flat[:B].t(), masked_h(h0, h_mask))
-    return dw
+            dw.add(flat[B:], masked_h(out[:hi - 1], h_mask).reshape(-1, H))
+            dw.add(flat[:B], masked_h(h0, h_mask))
+    return dw.result()
 
 
 def fake_saved(xw, save):

@@ -9,13 +9,13 @@ import torch.nn.functional as F
 
 from ..recurrence import gru_step, run_direction
 from . import common, native
-from .gemm import _panels
+from .gemm import recurrent_panels
 from .pool import _WORKSPACE, _buffer
 from .native import contig as _contig
 
 
 def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
-                    zone_h, batch_sizes, eps, save):
+                    zone_h, batch_sizes, eps, save, bf16=False):
     T, B, G = xw.shape
     H = G // 3
     saved = [None] * 2
@@ -26,7 +26,7 @@ def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, b
     native.call(lib, "gru_forward_seq", native.GRUArgs, "ln_gru_sequence",
                  T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
                  batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
-                 bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
+                 bias_x=_contig(bias_x), **recurrent_panels(lib, w_hh, bf16),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_u=_contig(gain_u),
                  bias_u=_contig(bias_u), h0=_contig(h0), out=out, h_n=h_n, hg_all=saved[0],
                  stats=saved[1], h_mask=_contig(h_mask), zone_h=_contig(zone_h))
@@ -34,16 +34,17 @@ def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, b
 
 
 def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
-                     gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask=None, zone_h=None):
+                     gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask=None, zone_h=None,
+                     bf16=False):
     T, B, G = xw.shape
     H = G // 3
-    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)
+    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None, pooled=bf16)
     dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
     dparams = torch.zeros(12 * H, dtype=torch.float64)
     dw_hh = common.native_backward(
         lib, "gru_backward_seq", native.GRUArgs, "ln_gru_sequence", _contig(h0), out,
         batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
-        wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
+        **recurrent_panels(lib, w_hh, bf16, transposed=True), bf16=bf16, xw=xw,
         grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
         bias_h=_contig(bias_h), gain_u=_contig(gain_u), bias_u=_contig(bias_u), hg_all=hg_all,
@@ -55,23 +56,25 @@ def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_
 
 _SCHEMA = ("(Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, Tensor bias_h, Tensor gain_u, "
            "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, Tensor? zone_h, "
-           "Tensor? batch_sizes, float eps, bool save) -> (Tensor, Tensor, Tensor, Tensor)")
+           "Tensor? batch_sizes, float eps, bool save, bool bf16=False) -> "
+           "(Tensor, Tensor, Tensor, Tensor)")
 _BACKWARD_SCHEMA = (
     "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, "
     "Tensor bias_h, Tensor gain_u, Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor out, "
     "Tensor hg_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
-    "Tensor? zone_h) -> (Tensor, Tensor, Tensor, Tensor)")
+    "Tensor? zone_h, bool bf16=False) -> (Tensor, Tensor, Tensor, Tensor)")
 
 
 def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h,
-              batch_sizes, eps, save):
+              batch_sizes, eps, save, bf16=False):
     """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``). Rows
-    sorted by decreasing length; ``h_mask``, ``zone_h``: the recurrent regularizers or None."""
+    sorted by decreasing length; ``h_mask``, ``zone_h``: the recurrent regularizers or None;
+    ``bf16``: as ``ln_lstm``'s (the backward's products in bfloat16 where the CPU has them)."""
     lib = common.c_kernels("ln_gru", xw)
     with torch.autocast(xw.device.type, enabled=False):
         out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
                                           bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
-                                          eps, save)
+                                          eps, save, bf16)
     return (out, h_n, *common.saved_or_empty(saved, xw, 1))
 
 
@@ -81,7 +84,7 @@ ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema
 
 @ln_gru_op.register_fake
 def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
-      eps, save):
+      eps, save, bf16=False):
     T, B, G = xw.shape
     H = G // 3
     new, new_stats = common.fake_saved(xw, save)
@@ -89,14 +92,14 @@ def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone
 
 
 def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
-                       bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h):
+                       bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h, bf16=False):
     """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
             bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
     lib = common.c_kernels("ln_gru_backward", xw)
     with torch.autocast(xw.device.type, enabled=False):
-        return _backward_native(lib, *args)
+        return _backward_native(lib, *args, bf16=bf16)
 
 
 ln_gru_backward_op = torch.library.custom_op(
@@ -105,14 +108,14 @@ ln_gru_backward_op = torch.library.custom_op(
 
 @ln_gru_backward_op.register_fake
 def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
-      hg_all, stats, batch_sizes, h_mask, zone_h):
+      hg_all, stats, batch_sizes, h_mask, zone_h, bf16=False):
     T, B, G = xw.shape
     H = G // 3
     n = 12 * H if gain_x is not None else 6 * H
     return xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(G, H), xw.new_empty(n)
 
 
-def _first_order(inputs, batch_sizes, out, saved, grads, eager):
+def _first_order(inputs, batch_sizes, out, saved, grads, eager, bf16=False):
     xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, *masks = inputs
     T, B, G = xw.shape
     H = G // 3
@@ -121,7 +124,7 @@ def _first_order(inputs, batch_sizes, out, saved, grads, eager):
     backward = _gru_backward_body if eager else ln_gru_backward_op
     dxw, dh0, dw_hh, dparams = backward(
         grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
-        *saved, batch_sizes, *masks)
+        *saved, batch_sizes, *masks, bf16)
     parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
                           [2 * H, 2 * H, H, H])
     dx = (parts[4], parts[5]) if gain_x is not None else (None, None)

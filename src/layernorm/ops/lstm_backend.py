@@ -9,13 +9,13 @@ import torch.nn.functional as F
 
 from ..recurrence import lstm_step, run_direction
 from . import common, native
-from .gemm import _panels
+from .gemm import recurrent_panels
 from .pool import _WORKSPACE, _buffer
 from .native import contig as _contig
 
 
 def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
-                    h_mask, zone_h, zone_c, batch_sizes, eps, save):
+                    h_mask, zone_h, zone_c, batch_sizes, eps, save, bf16=False):
     T, B, G = xw.shape
     H = G // 4
     saved = [None] * 5
@@ -29,7 +29,7 @@ def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_
     native.call(lib, "lstm_forward_seq", native.LSTMArgs, "ln_lstm_sequence",
                  T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
                  batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
-                 bias_x=_contig(bias_x), wp=_panels(w_hh, lib.panel_width()),
+                 bias_x=_contig(bias_x), **recurrent_panels(lib, w_hh, bf16),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_c=_contig(gain_c),
                  bias_c=_contig(bias_c), h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0],
                  hg_all=saved[1], act_all=saved[2], tc_all=saved[3], stats=saved[4],
@@ -39,16 +39,16 @@ def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_
 
 def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
                      cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask=None, zone_h=None,
-                     zone_c=None):
+                     zone_c=None, bf16=False):
     T, B, G = xw.shape
     H = G // 4
-    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None)  # grad of xw (or xg)
+    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None, pooled=bf16)  # grad of xw (or xg)
     dh, dc = (g.detach().clone(memory_format=torch.contiguous_format) for g in (grad_hn, grad_cn))
     dparams = torch.zeros(18 * H, dtype=torch.float64)
     dw_hh = common.native_backward(
         lib, "lstm_backward_seq", native.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
         batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
-        wtp=_panels(w_hh, lib.panel_width(), transposed=True), xw=xw,
+        **recurrent_panels(lib, w_hh, bf16, transposed=True), bf16=bf16, xw=xw,
         grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,
         hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh, dc=dc, dxg=dxg,
@@ -61,27 +61,32 @@ def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain
 
 _SCHEMA = ("(Tensor xw, Tensor h0, Tensor c0, Tensor w_hh, Tensor gain_h, Tensor bias_h, "
            "Tensor gain_c, Tensor bias_c, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, "
-           "Tensor? zone_h, Tensor? zone_c, Tensor? batch_sizes, float eps, bool save) -> "
+           "Tensor? zone_h, Tensor? zone_c, Tensor? batch_sizes, float eps, bool save, "
+           "bool bf16=False) -> "
            "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 _BACKWARD_SCHEMA = (
     "(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor xw, Tensor h0, Tensor w_hh, "
     "Tensor gain_h, Tensor gain_c, Tensor? gain_x, Tensor out, Tensor cs, Tensor hg_all, "
     "Tensor act_all, "
     "Tensor tc_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
-    "Tensor? zone_h, Tensor? zone_c) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+    "Tensor? zone_h, Tensor? zone_c, bool bf16=False) -> (Tensor, Tensor, Tensor, Tensor, "
+    "Tensor)")
 
 
 def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
-               zone_c, batch_sizes, eps, save):
+               zone_c, batch_sizes, eps, save, bf16=False):
     """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
     cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing
     length; ``batch_sizes`` as ``PackedSequence.batch_sizes``; ``h_mask``, ``zone_h``,
-    ``zone_c``: the recurrent regularizers or None."""
+    ``zone_c``: the recurrent regularizers or None. ``bf16``: the caller computes in bfloat16
+    (a bfloat16 module, or autocast to bfloat16; the tensors here are float32): the backward
+    takes its bfloat16 products (``gemm.recurrent_panels``, ``gemm.WeightGrad``); the forward
+    is the same either way."""
     lib = common.c_kernels("ln_lstm", xw)
     with torch.autocast(xw.device.type, enabled=False):
         out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,
                                                gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
-                                               zone_c, batch_sizes, eps, save)
+                                               zone_c, batch_sizes, eps, save, bf16)
     return (out, h_n, c_n, *common.saved_or_empty(saved, xw, 4))
 
 
@@ -91,7 +96,7 @@ ln_lstm_op = torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), sche
 
 @ln_lstm_op.register_fake
 def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h, zone_c,
-      batch_sizes, eps, save):
+      batch_sizes, eps, save, bf16=False):
     T, B, G = xw.shape
     H = G // 4
     new, new_stats = common.fake_saved(xw, save)
@@ -101,14 +106,15 @@ def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, 
 
 def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
                         cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h,
-                        zone_c):
+                        zone_c, bf16=False):
     """-> grads of xw (T, B, G), h0, c0, w_hh and the LN parameters as one vector [gain_h,
-    bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]."""
+    bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]. ``bf16``:
+    as the forward's, for the recurrent product dhg_t W_hh."""
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
             gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h, zone_c)
     lib = common.c_kernels("ln_lstm_backward", xw)
     with torch.autocast(xw.device.type, enabled=False):
-        return _backward_native(lib, *args)
+        return _backward_native(lib, *args, bf16=bf16)
 
 
 ln_lstm_backward_op = torch.library.custom_op(
@@ -117,7 +123,7 @@ ln_lstm_backward_op = torch.library.custom_op(
 
 @ln_lstm_backward_op.register_fake
 def _(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs, hg_all, act_all,
-      tc_all, stats, batch_sizes, h_mask, zone_h, zone_c):
+      tc_all, stats, batch_sizes, h_mask, zone_h, zone_c, bf16=False):
     T, B, G = xw.shape
     H = G // 4
     n = 18 * H if gain_x is not None else 10 * H
@@ -125,7 +131,7 @@ def _(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs,
             xw.new_empty(n))
 
 
-def _first_order(inputs, batch_sizes, out, saved, grads, eager):
+def _first_order(inputs, batch_sizes, out, saved, grads, eager, bf16=False):
     xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, *masks = inputs
     T, B, G = xw.shape
     H = G // 4
@@ -134,7 +140,7 @@ def _first_order(inputs, batch_sizes, out, saved, grads, eager):
     backward = _lstm_backward_body if eager else ln_lstm_backward_op
     dxw, dh0, dc0, dw_hh, dparams = backward(
         grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, *saved,
-        batch_sizes, *masks)
+        batch_sizes, *masks, bf16)
     parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
     dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
     return (dxw, dh0, dc0, dw_hh, *parts[:4], *dx, None, None, None)  # the masks: no gradient

@@ -56,6 +56,7 @@ class LSTMArgs(ctypes.Structure):
         ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
         ("wxp", _ptr),                         # W_x (G, I) in panels, with x
         ("wpb", _ptr), ("wxpb", _ptr),         # W_hh, W_x in bfloat16 panels, or NULL
+        ("wtpb", _ptr),                        # W_hh^T in bfloat16 panels (backward), or NULL
         ("dparams", _ptr),                     # (18 H,) float64 backward
     ]
 
@@ -87,6 +88,7 @@ class GRUArgs(ctypes.Structure):
         ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
         ("wxp", _ptr),                         # W_x (3H, I) in panels, with x
         ("wpb", _ptr), ("wxpb", _ptr),         # W_hh, W_x in bfloat16 panels, or NULL
+        ("wtpb", _ptr),                        # W_hh^T in bfloat16 panels (backward), or NULL
         ("dparams", _ptr),                     # (12 H,) float64 backward
     ]
 
@@ -171,6 +173,8 @@ def _declare(lib) -> None:
     lib.panel_width.restype = i
     lib.gemm_packed.argtypes = [i, i, p, p, i, p]
     lib.gemm_packed.restype = None
+    lib.gemm_packed_at.argtypes = [i, i, p, p, i, p]
+    lib.gemm_packed_at.restype = i
     lib.matvec_rows.argtypes = [i, i, p, p, i, p]
     lib.matvec_rows.restype = None
     lib.bf16_dot.argtypes = []
@@ -272,8 +276,8 @@ def call(lib, kernel: str, cls, who: str, **fields) -> None:
                            f"without saving for a backward and with the input's layer norm "
                            f"(gain_x) and packed W_x (wxp)")
     if status == -4:
-        raise RuntimeError(f"internal: {who}: bfloat16 panels (wpb, wxpb) were passed to a build "
-                           f"without bfloat16 dot products (bf16_dot() is 0)")
+        raise RuntimeError(f"internal: {who}: bfloat16 panels (wpb, wxpb, wtpb) were passed to a "
+                           f"build without bfloat16 dot products (bf16_dot() is 0)")
     if status != 0:
         raise MemoryError(f"{who}: the C kernel could not allocate its per-thread workspace "
                           f"(status {status}). Use a smaller batch or fewer threads.")

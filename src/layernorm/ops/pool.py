@@ -97,7 +97,40 @@ def release_workspace() -> None:
     _WORKSPACE.release()
 
 
-def _buffer(*shape, like: torch.Tensor, zero: bool = True) -> torch.Tensor:
+def _buffer(*shape, like: torch.Tensor, zero: bool = True, pooled: bool = False) -> torch.Tensor:
     """A buffer for a whole sequence: zero-filled where rows past an example's length must read as
-    0; ``zero=False`` for buffers the C kernels write completely (a 13 MB fill is ~1 ms)."""
+    0; ``zero=False`` for buffers the C kernels write completely (a 13 MB fill is ~1 ms).
+    ``pooled``: from the pool, for a result that autograd converts and drops (the float32
+    gradient of a half-type input term), so its first touch costs no page faults."""
+    if pooled:
+        buf = _WORKSPACE.get(shape, like=like)
+        return buf.zero_() if zero else buf
     return like.new_zeros(shape) if zero else like.new_empty(shape)
+
+
+class _Cast(torch.autograd.Function):
+    """``t.to(dtype)`` into a pooled buffer; the gradient back in t's dtype."""
+
+    @staticmethod
+    def forward(t, dtype):
+        out = _WORKSPACE.get(t.shape, like=t.new_empty(0, dtype=dtype))
+        return out.copy_(t)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dtype = inputs[0].dtype
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtype), None
+
+
+def cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)`` (differentiable) for an operator body's input on the CPU, written into a
+    pooled buffer: a half-type input term converted to float32 at every call is a fresh (T, B, G)
+    allocation otherwise, whose first touch page-faults (measured 5.9 ms of a 35 ms bfloat16
+    LN-LSTM training step at (T, B, I, H) = (100, 32, 128, 256), against 0.4 ms for the copy
+    into a reused buffer). For eager calls on plain tensors only (the pool is not traceable)."""
+    if t.dtype == dtype or t.device.type != "cpu":
+        return t.to(dtype)
+    return _Cast.apply(t, dtype)

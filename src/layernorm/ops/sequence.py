@@ -19,6 +19,7 @@ from .._autograd import differentiable_backward
 from ..functional import stats_dtype
 from . import dispatch
 from .common import dtypes, input_ln, prepare_masks
+from .pool import cast
 
 
 def with_order(fn, order, xg: torch.Tensor, states: tuple):
@@ -64,12 +65,12 @@ def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params,
                                 gain_x, bias_x, masks)
     compute, out_dtype = dtypes(xg, where.autocast)
     masks = prepare_masks(masks.values(), compute, order)
-    xg, *states = (t.to(compute) for t in (xg, *states))
+    states = [t.to(compute) for t in states]  # xg below: in a pooled buffer where eager
     params = tuple(t.to(compute) for t in params)
     gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
     groups, n = tuple(k * states[0].shape[-1] for k in cell.groups), len(states)
     if where.lib is None or compute != torch.float32 or where.transformed or where.onnx:
-        xg, _, _ = input_ln(who, xg, gain_x, bias_x, groups, eps, inside=False)
+        xg, _, _ = input_ln(who, xg.to(compute), gain_x, bias_x, groups, eps, inside=False)
 
         def run(xg_, *states_):
             return cell.reference(xg_, *states_, *params, batch_sizes, eps, *masks)
@@ -78,11 +79,12 @@ def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params,
         tensors = (xg, *states, *params, gain_x, bias_x)
         save = torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                 for t in tensors)
+        xg = cast(xg, compute) if where.eager else xg.to(compute)
         operator = cell.native(where.eager)
 
         def run(xg_, *states_):
             return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
-                            float(eps), save)[:n + 1]
+                            float(eps), save, out_dtype == torch.bfloat16)[:n + 1]
     outs = with_order(run, order, xg, tuple(states))
     return tuple(o.to(out_dtype) for o in outs)
 
@@ -99,11 +101,12 @@ def register_autograd(op, body, name, n_states, loop, first_order):
     through the cell's backward operator (its body where ``eager``), ``grads`` = (grad of out,
     *grads of the final states), None where not needed."""
     def setup(ctx, inputs, output, eager=False):
-        *tensors, batch_sizes, eps, save = inputs
+        *tensors, batch_sizes, eps, save, bf16 = inputs
         out, saved = output[0], output[n_states:]
         ctx.mark_non_differentiable(*saved)
         ctx.set_materialize_grads(False)
         ctx.eps, ctx.save, ctx.n_tensors, ctx.eager = eps, save, len(tensors), eager
+        ctx.bf16 = bf16
         ctx.save_for_backward(*tensors, batch_sizes, out, *saved)
 
     def backward_(ctx, grad_out, *grad_rest):
@@ -117,8 +120,8 @@ def register_autograd(op, body, name, n_states, loop, first_order):
                 raise RuntimeError(f"layernorm::{name} was called with save=False, so it kept "
                                    "nothing for the backward; call it with save=True when "
                                    "gradients are needed.")
-            found = first_order(tensors, batch_sizes, out, saved, grads, ctx.eager)
-        return (*found, None, None, None)  # batch_sizes, eps, save
+            found = first_order(tensors, batch_sizes, out, saved, grads, ctx.eager, ctx.bf16)
+        return (*found, None, None, None, None)  # batch_sizes, eps, save, bf16
 
     op.register_autograd(backward_, setup_context=lambda ctx, inputs, output: setup(
         ctx, inputs, output))
