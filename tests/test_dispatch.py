@@ -1,0 +1,289 @@
+"""Which implementation each operator entry runs under each runtime condition this CPU can
+produce (``layernorm.ops.dispatch``, docs/rnnfast.md "Where a call runs"), and that the
+implementation chosen computes the float64 reference's result there.
+
+Each table row: a condition (a context the call runs in, or a transform wrapped around it), the
+inputs' dtype, and the implementation expected. The implementations are watched by spies
+(monkeypatch) that record their name and call the real function. Cheap: tiny shapes, no
+compilation (torch.compile / torch.export / the ONNX exporter are in test_fused.py and
+test_torch_dropin.py; here the ONNX capture is simulated by answering its three questions).
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
+from torch.nn.utils.rnn import PackedSequence, pack_sequence
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import layernorm
+from layernorm import kernels, recurrence
+from layernorm.ops import bn as ops_bn
+from layernorm.ops import cell as ops_cell
+from layernorm.ops import dispatch, gemm, inference, native
+from layernorm.ops import gru as ops_gru
+from layernorm.ops import lstm as ops_lstm
+from layernorm.ops import sequence
+from tests.conftest import TOL
+from tests.reference import (ref_gru_step, ref_ln_gru_sequence, ref_ln_lstm_sequence,
+                             ref_lstm_step, ref_recurrent, ref_rnn_step)
+from tests.test_fused import make_args
+from tests.test_torch_dropin import _quiet
+
+needs_c = pytest.mark.skipif(native.load() is None, reason="no C compiler: the C kernels are "
+                                                           "unavailable (torch ops run)")
+
+
+class _Passthrough(TorchDispatchMode):
+    """A dispatch mode that changes nothing (as a profiler's or a debugger's would)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _Sub(torch.Tensor):
+    """A tensor subclass with torch's default behaviour."""
+
+
+@contextlib.contextmanager
+def _onnx_capture(monkeypatch):
+    """torch.onnx.export's capture as ``where`` sees it (compiling, exporting, in ONNX export),
+    without running the exporter (test_torch_dropin.py runs it)."""
+    with monkeypatch.context() as m:
+        m.setattr(dispatch, "_compiling", lambda: True)
+        m.setattr(torch.compiler, "is_exporting", lambda: True)
+        m.setattr(torch.onnx, "is_in_onnx_export", lambda: True)
+        yield
+
+
+def _close(got, want, dtype):
+    atol, rtol = TOL[dtype]
+    scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
+    torch.testing.assert_close(got.detach().double(), want.detach().double(),
+                               atol=atol * scale, rtol=rtol)
+
+
+# ---- where: the answers ----------------------------------------------------------------------
+
+def test_where_answers_each_question(monkeypatch):
+    x = torch.randn(2, 3)
+    w = dispatch.where(x)
+    assert w.eager and not w.transformed and w.autocast is None and not w.onnx \
+        and not w.triton
+    assert (w.lib is not None) == (native.load() is not None)
+    with _Passthrough():
+        assert not dispatch.where(x).eager
+    assert not dispatch.where(x, x.as_subclass(_Sub)).eager, "a subclass among the tensors"
+    assert not dispatch.where(x.as_subclass(_Sub)).eager
+    assert dispatch.where(x, None, [1, 2], torch.nn.Parameter(x)).eager
+
+    traced = []
+    _quiet(lambda: torch.jit.trace(lambda t: (traced.append(dispatch.where(t)), t * 2)[1], (x,)))
+    assert not traced[0].eager
+
+    with fwAD.dual_level():
+        assert dispatch.where(_dual(x, x)).transformed
+    assert not dispatch.where(x).transformed, "after the dual level"
+    seen = []
+    torch.func.grad(lambda t: (seen.append(dispatch.where(t)), t.sum())[1])(x)
+    torch.func.vmap(lambda t: (seen.append(dispatch.where(t)), t)[1])(x)
+    assert all(s.transformed for s in seen) and len(seen) == 2
+
+    with torch.autocast("cpu", torch.bfloat16):
+        assert dispatch.where(x).autocast == torch.bfloat16
+        assert dispatch.where(x).c(x) is None
+    monkeypatch.setattr(native, "USE_NATIVE", False)
+    assert dispatch.where(x).lib is None and dispatch.where(x).c(x) is None
+    monkeypatch.setattr(native, "USE_NATIVE", True)
+    with _onnx_capture(monkeypatch):
+        w = dispatch.where(x)
+        assert w.onnx and not w.eager and not w.transformed and w.c(x) is None
+
+    if native.load() is not None:
+        w = dispatch.where(x)
+        assert w.c(x) is w.lib and w.c(x.double()) is None
+        assert w.c(x.bfloat16(), dtypes=(torch.bfloat16,)) is w.lib
+        assert w.c(x, x.to("meta")) is None, "every tensor on the CPU"
+
+    monkeypatch.setattr(kernels, "_INTERPRET_CPU", True)      # as if x were a CUDA tensor
+    monkeypatch.setattr(kernels, "_AVAILABLE", True)
+    assert dispatch.where(x).triton and not dispatch.where(x.double()).triton
+
+
+# ---- the LN sequence operators (ln_lstm_sequence / ln_gru_sequence -> run_sequence) ----------
+
+SEQ = {"lstm": (ops_lstm, ref_ln_lstm_sequence), "gru": (ops_gru, ref_ln_gru_sequence)}
+
+
+def _spy_backends(monkeypatch, module, ran):
+    """Record which of the cell's ``Backends`` runs: "body" (the operator's body, eager),
+    "op" (the registered operator), "reference" (the reference loop), "triton" (the Triton
+    kernels: recorded, then the reference loop computes; their math is test_triton.py's)."""
+    b = module._BACKENDS
+
+    def native_(eager):
+        ran.append("body" if eager else "op")
+        return b.native(eager)
+
+    def reference(*args):
+        ran.append("reference")
+        return b.reference(*args)
+
+    monkeypatch.setattr(module, "_BACKENDS", b._replace(native=native_, reference=reference))
+
+    def triton(cell, xg, states, params, order, batch_sizes, eps, gain_x, bias_x, masks):
+        ran.append("triton")
+        outs = sequence.with_order(lambda xg_, *s: b.reference(
+            xg_, *s, *params, batch_sizes, eps, *(masks.values())), order, xg, tuple(states))
+        return outs
+
+    monkeypatch.setattr(kernels, "sequence", triton)
+
+
+def _seq_args(kind, dtype=torch.float32):
+    return [a.detach().to(dtype).requires_grad_() for a in make_args(kind, 4, 3, 5)]
+
+
+def _ref(kind, args, lengths):
+    return SEQ[kind][1](*[a.detach().double() for a in args], lengths=lengths)
+
+
+def _eager(fn, args, lengths):
+    return fn(*args, lengths=lengths), None
+
+
+def _dual(x, t):
+    """``fwAD.make_dual`` (whose first call loads torch's decompositions with a deprecated
+    torch.jit.script, which warns)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return fwAD.make_dual(x, t)
+
+
+def _jvp(fn, args, lengths):
+    """Forward-mode AD: the outputs' tangents for the tangent ones(xg)."""
+    with fwAD.dual_level():
+        outs = fn(_dual(args[0].detach(), torch.ones_like(args[0])),
+                  *[a.detach() for a in args[1:]], lengths=lengths)
+        return [o.detach() for o in outs], [fwAD.unpack_dual(o).tangent for o in outs]
+
+
+def _grad(fn, args, lengths):
+    """torch.func.grad of sum(out) with respect to xg."""
+    rest = [a.detach() for a in args[1:]]
+
+    def loss(xg):
+        outs = fn(xg, *rest, lengths=lengths)
+        return outs[0].sum(), outs
+
+    g, outs = torch.func.grad(loss, has_aux=True)(args[0].detach())
+    return outs, [g]
+
+
+def _vmap(fn, args, lengths):
+    """torch.func.vmap over two copies of xg (dim 3)."""
+    xg = args[0].detach()
+    rest = [a.detach() for a in args[1:]]
+    out = torch.func.vmap(lambda x: fn(x, *rest, lengths=lengths)[0], in_dims=3,
+                          out_dims=3)(torch.stack([xg, xg], 3))
+    return [out[..., 0], out[..., 1]], None
+
+
+def _trace(fn, args, lengths):
+    rest = [a.detach() for a in args[1:]]
+    traced, _ = _quiet(lambda: torch.jit.trace(lambda xg: fn(xg, *rest, lengths=lengths)[0],
+                                               (args[0].detach(),), check_trace=False))
+    return [traced(args[0].detach())], None
+
+
+def _ref_derivative(kind, args, lengths, run):
+    args64 = [a.detach().double() for a in args]
+    ref = SEQ[kind][1]
+    if run is _jvp:
+        return _jvp(ref, args64, lengths)[1]
+    if run is _grad:
+        return _grad(ref, args64, lengths)[1]
+    return None
+
+
+# condition -> (context, how the call runs)
+SEQ_CONDITIONS = {
+    "eager": (lambda mp: contextlib.nullcontext(), _eager),
+    "USE_NATIVE=False": (lambda mp: mp.context(), _eager),
+    "dispatch mode": (lambda mp: _Passthrough(), _eager),
+    "autocast bf16": (lambda mp: torch.autocast("cpu", torch.bfloat16), _eager),
+    "forward AD": (lambda mp: contextlib.nullcontext(), _jvp),
+    "torch.func.grad": (lambda mp: contextlib.nullcontext(), _grad),
+    "torch.func.vmap": (lambda mp: contextlib.nullcontext(), _vmap),
+    "torch.jit.trace": (lambda mp: contextlib.nullcontext(), _trace),
+    "onnx capture": (_onnx_capture, _eager),
+}
+# (condition, dtype) -> the implementation that runs, with the C kernels loaded
+SEQ_TABLE = [
+    ("eager", torch.float32, "body"),
+    ("eager", torch.bfloat16, "body"),          # in float32, rounded once
+    ("eager", torch.float64, "reference"),
+    ("USE_NATIVE=False", torch.float32, "reference"),
+    ("dispatch mode", torch.float32, "op"),
+    ("autocast bf16", torch.float32, "body"),
+    ("forward AD", torch.float32, "reference"),
+    ("torch.func.grad", torch.float32, "reference"),
+    ("torch.func.vmap", torch.float32, "reference"),
+    ("torch.jit.trace", torch.float32, "op"),
+    ("onnx capture", torch.float32, "reference"),
+]
+
+
+@needs_c
+@pytest.mark.parametrize("kind", list(SEQ))
+@pytest.mark.parametrize("condition,dtype,expected", SEQ_TABLE,
+                         ids=[f"{c}-{str(d)[6:]}" for c, d, _ in SEQ_TABLE])
+def test_sequence_operator_choice(kind, condition, dtype, expected, monkeypatch):
+    ran = []
+    _spy_backends(monkeypatch, SEQ[kind][0], ran)
+    if condition == "USE_NATIVE=False":
+        monkeypatch.setattr(native, "USE_NATIVE", False)
+    context, run = SEQ_CONDITIONS[condition]
+    args = _seq_args(kind, dtype)
+    lengths = torch.tensor([4, 2, 3])
+    fn = getattr(layernorm.rnn.fused, f"ln_{kind}_sequence")
+    with context(monkeypatch):
+        outs, derivative = run(fn, args, lengths)
+    assert ran and set(ran) == {expected}, (condition, ran)
+    out_dtype = torch.bfloat16 if condition == "autocast bf16" else dtype
+    want = _ref(kind, args, lengths)
+    for got, ref in zip(outs, want if run is not _vmap else [want[0]] * 2):
+        assert got.dtype == out_dtype
+        _close(got, ref, out_dtype)
+    if derivative is not None:
+        for got, ref in zip(derivative, _ref_derivative(kind, args, lengths, run)):
+            _close(got, ref, dtype)
+
+
+TRITON_TABLE = [("eager", "triton"), ("forward AD", "reference"),
+                ("torch.func.grad", "reference"), ("torch.func.vmap", "reference")]
+
+
+@pytest.mark.parametrize("kind", list(SEQ))
+@pytest.mark.parametrize("condition,expected", TRITON_TABLE)
+def test_sequence_operator_choice_where_triton_takes_the_tensors(kind, condition, expected,
+                                                                 monkeypatch):
+    """As on CUDA with triton installed (the CPU tensors taken as CUDA ones): the Triton
+    kernels run eagerly; under torch.func transforms and forward-mode AD (which their
+    autograd.Function cannot carry: no tangent, no functorch rule) the reference loop runs."""
+    monkeypatch.setattr(kernels, "_INTERPRET_CPU", True)
+    monkeypatch.setattr(kernels, "_AVAILABLE", True)
+    ran = []
+    _spy_backends(monkeypatch, SEQ[kind][0], ran)
+    _, run = SEQ_CONDITIONS[condition]
+    args = _seq_args(kind)
+    lengths = torch.tensor([4, 2, 3])
+    outs, derivative = run(getattr(layernorm.rnn.fused, f"ln_{kind}_sequence"), args, lengths)
+    assert ran and set(ran) == {expected}, (condition, ran)
+    if derivative is not None:
+        for got, ref in zip(derivative, _ref_derivative(kind, args, lengths, run)):
+            _close(got, ref, torch.float32)
