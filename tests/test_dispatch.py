@@ -287,3 +287,83 @@ def test_sequence_operator_choice_where_triton_takes_the_tensors(kind, condition
     if derivative is not None:
         for got, ref in zip(derivative, _ref_derivative(kind, args, lengths, run)):
             _close(got, ref, torch.float32)
+
+
+# ---- the stacked modules: norm="none" on packed input (ops.plain_*_direction or torch's op) --
+
+def _layers(m, norm):
+    """The reference's parameter dicts of a one-layer, one-direction module."""
+    p = {"W_x": m.weight_ih_l0, "W_h": m.weight_hh_l0}
+    if m.bias:
+        p.update(b_x=m.bias_ih_l0, b_h=m.bias_hh_l0)
+    if norm == "layer":
+        p.update(g_x=m.gain_ih_l0, g_h=m.gain_hh_l0)
+        if m.mode == "LSTM":
+            p.update(g_c=m.gain_c_l0, b_c=m.bias_c_l0)
+    return [[{k: v.detach() for k, v in p.items()}]]
+
+
+def _spy_stack(monkeypatch, m, ran):
+    """Record "plain C" (ops.plain_*_sequence), "torch op" (the module's ``_torch_forward``),
+    "loop" (``_loop_direction``)."""
+    for module, name in ((ops_lstm, "plain_lstm_sequence"), (ops_gru, "plain_gru_sequence")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _r=real, **k: (ran.append("plain C"),
+                                                                   _r(*a, **k))[1])
+    for name, said in (("_torch_forward", "torch op"), ("_loop_direction", "loop")):
+        real = getattr(type(m), name)
+        monkeypatch.setattr(type(m), name, lambda self, *a, _r=real, _s=said, **k: (
+            ran.append(_s), _r(self, *a, **k))[1])
+
+
+PLAIN_TABLE = [  # (condition, bias, dtype, expected)
+    ("eager", True, torch.float32, "plain C"),
+    ("eager", False, torch.float32, "plain C"),
+    ("eager", True, torch.float64, "torch op"),
+    ("USE_NATIVE=False", True, torch.float32, "torch op"),
+    ("dispatch mode", True, torch.float32, "torch op"),
+    ("torch.jit.trace", True, torch.float32, "torch op"),
+]
+
+
+@needs_c
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("condition,bias,dtype,expected", PLAIN_TABLE,
+                         ids=[f"{c}-bias={b}-{str(d)[6:]}" for c, b, d, _ in PLAIN_TABLE])
+def test_norm_none_packed_choice(mode, condition, bias, dtype, expected, monkeypatch):
+    """norm="none" on packed input: the C loop without normalization where it runs (also
+    without biases), else torch's own op (a trace records that op, for any length, and says
+    nothing about a time loop)."""
+    m = getattr(layernorm, mode)(4, 3, norm="none", bias=bias, dtype=dtype)
+    seqs = [torch.randn(5, 4, dtype=dtype), torch.randn(3, 4, dtype=dtype),
+            torch.randn(4, 4, dtype=dtype)]
+    packed = pack_sequence(seqs, enforce_sorted=False)
+    ran = []
+    _spy_stack(monkeypatch, m, ran)
+    if condition == "USE_NATIVE=False":
+        monkeypatch.setattr(native, "USE_NATIVE", False)
+    if condition == "torch.jit.trace":
+        class Data(torch.nn.Module):             # a trace takes tensors: the packed data in
+            def __init__(self):
+                super().__init__()
+                self.m = m
+
+            def forward(self, d):
+                return self.m(PackedSequence(d, packed.batch_sizes, packed.sorted_indices,
+                                             packed.unsorted_indices))[0].data
+        traced, said = _quiet(lambda: torch.jit.trace(Data(), (packed.data,), check_trace=False))
+        assert not said, [str(w.message) for w in said]
+        assert ran == ["torch op"]
+        seqs = [torch.randn(7, 4), torch.randn(2, 4), torch.randn(6, 4)]   # another length
+        packed = pack_sequence(seqs, enforce_sorted=False)
+        ran.clear()
+        out = PackedSequence(traced(packed.data), packed.batch_sizes, packed.sorted_indices,
+                             packed.unsorted_indices)
+    else:
+        with _Passthrough() if condition == "dispatch mode" else contextlib.nullcontext():
+            out = m(packed)[0]
+        assert ran and set(ran) == {expected}, ran
+    padded, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+    for b, s in enumerate(seqs):
+        want = ref_recurrent(mode, s, _layers(m, "none"))[0]
+        _close(padded[b, :len(s)], want, dtype)
