@@ -343,22 +343,20 @@ def test_norm_none_packed_choice(mode, condition, bias, dtype, expected, monkeyp
     if condition == "USE_NATIVE=False":
         monkeypatch.setattr(native, "USE_NATIVE", False)
     if condition == "torch.jit.trace":
-        class Data(torch.nn.Module):             # a trace takes tensors: the packed data in
+        class Data(torch.nn.Module):             # a trace takes tensors: the packed fields in
             def __init__(self):
                 super().__init__()
                 self.m = m
 
-            def forward(self, d):
-                return self.m(PackedSequence(d, packed.batch_sizes, packed.sorted_indices,
-                                             packed.unsorted_indices))[0].data
-        traced, said = _quiet(lambda: torch.jit.trace(Data(), (packed.data,), check_trace=False))
+            def forward(self, *fields):
+                return self.m(PackedSequence(*fields))[0].data
+        traced, said = _quiet(lambda: torch.jit.trace(Data(), tuple(packed), check_trace=False))
         assert not said, [str(w.message) for w in said]
         assert ran == ["torch op"]
         seqs = [torch.randn(7, 4), torch.randn(2, 4), torch.randn(6, 4)]   # another length
         packed = pack_sequence(seqs, enforce_sorted=False)
         ran.clear()
-        out = PackedSequence(traced(packed.data), packed.batch_sizes, packed.sorted_indices,
-                             packed.unsorted_indices)
+        out = PackedSequence(traced(*packed), *packed[1:])
     else:
         with _Passthrough() if condition == "dispatch mode" else contextlib.nullcontext():
             out = m(packed)[0]
