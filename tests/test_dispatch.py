@@ -365,3 +365,131 @@ def test_norm_none_packed_choice(mode, condition, bias, dtype, expected, monkeyp
     for b, s in enumerate(seqs):
         want = ref_recurrent(mode, s, _layers(m, "none"))[0]
         _close(padded[b, :len(s)], want, dtype)
+
+
+# ---- one step of a cell (ops.cell's lstm_cell / gru_cell / rnn_cell / torch_cell) -------------
+
+def _spy_cells(monkeypatch, cell, ran):
+    """Record "C" (the C step), "step" (the reference step in few torch ops), "torch cell"
+    (torch's cell op), "readable" (the cell's readable terms and step)."""
+    def spy(owner, name, said):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, **k: (ran.append(said), real(*a, **k))[1])
+
+    spy(ops_cell, "lstm_step", "C")
+    spy(ops_cell, "gru_step", "C")
+    for name in ("ln_lstm_step", "ln_gru_step", "ln_gru_step_parts", "ln_rnn_step"):
+        spy(recurrence, name, "step")
+    cells = dict(ops_cell._TORCH_CELLS)
+    for key, real in cells.items():
+        cells[key] = lambda *a, _r=real: (ran.append("torch cell"), _r(*a))[1]
+    monkeypatch.setattr(ops_cell, "_TORCH_CELLS", cells)
+    real = type(cell)._readable_step
+    monkeypatch.setattr(type(cell), "_readable_step", lambda self, *a, **k: (
+        ran.append("readable"), real(self, *a, **k))[1])
+
+
+def _ref_cell(cell, x, state):
+    """The float64 reference step of ``cell`` (tests/reference.py), row by row."""
+    p = {"W_x": cell.weight_ih, "W_h": cell.weight_hh}
+    if cell.bias:
+        p.update(b_x=cell.bias_ih, b_h=cell.bias_hh)
+    if cell.norm == "layer":
+        if cell.mode == "RNN":
+            p.update(g=cell.gain)
+        else:
+            p.update(g_x=cell.gain_ih, g_h=cell.gain_hh)
+        if cell.mode == "LSTM":
+            p.update(g_c=cell.gain_c, b_c=getattr(cell, "bias_c", None))
+    p = {k: v.detach().double() for k, v in p.items() if v is not None}
+    x, state = x.double(), [s.double() for s in state]
+    rows = []
+    for b in range(x.shape[0]):
+        if cell.mode == "LSTM":
+            rows.append(ref_lstm_step(x[b], state[0][b], state[1][b], p, cell.eps)[0])
+        elif cell.mode == "GRU":
+            rows.append(ref_gru_step(x[b], state[0][b], p, cell.eps))
+        else:
+            rows.append(ref_rnn_step(x[b], state[0][b], p, cell.nonlinearity, cell.eps))
+    return torch.stack(rows)
+
+
+def _h(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+CELL_CONDITIONS = {
+    "eager": contextlib.nullcontext, "dispatch mode": _Passthrough,
+    "autocast bf16": lambda: torch.autocast("cpu", torch.bfloat16),
+    "no_grad": torch.no_grad,
+}
+# (condition, dtype, B, bias) -> the implementation, for the LN-LSTM / LN-GRU cells (the
+# LN-RNN cell: "step" where these say "C"; norm="none": "torch cell")
+CELL_TABLE = [
+    ("eager", torch.float32, 3, True, "C"),
+    ("no_grad", torch.float32, 3, True, "C"),
+    ("eager", torch.float32, 3, False, "step"),
+    ("eager", torch.float64, 3, True, "step"),
+    ("eager", torch.float16, 3, True, "C*"),          # C where the CPU has no native half GEMM
+    ("eager", torch.bfloat16, 3, True, "C*"),
+    ("eager", torch.float16, 1, True, "step"),        # one row: the half-type torch ops
+    ("USE_NATIVE=False", torch.float32, 3, True, "step"),
+    ("dispatch mode", torch.float32, 3, True, "step"),
+    ("autocast bf16", torch.float32, 3, True, "readable"),
+    ("forward AD", torch.float32, 3, True, "step"),
+    ("torch.func.grad", torch.float32, 3, True, "step"),
+    ("torch.jit.trace", torch.float32, 3, True, "step"),
+    ("onnx capture", torch.float32, 3, True, "step"),
+]
+
+
+@needs_c
+@pytest.mark.parametrize("cls,norm", [(layernorm.LSTMCell, "layer"), (layernorm.GRUCell, "layer"),
+                                      (layernorm.RNNCell, "layer"), (layernorm.LSTMCell, "none"),
+                                      (layernorm.GRUCell, "none")],
+                         ids=["LSTM", "GRU", "RNN", "LSTM-none", "GRU-none"])
+@pytest.mark.parametrize("condition,dtype,B,bias,expected", CELL_TABLE,
+                         ids=[f"{c}-{str(d)[6:]}-B{b}-bias={bi}" for c, d, b, bi, _ in CELL_TABLE])
+def test_cell_step_choice(cls, norm, condition, dtype, B, bias, expected, monkeypatch):
+    cell = cls(4, 5, norm=norm, bias=bias, dtype=dtype)
+    if expected == "C*":
+        expected = "step" if gemm.half_gemm_native(dtype) else "C"
+    if expected == "C" and cell.mode == "RNN":
+        expected = "step"
+    if norm == "none" and expected != "readable":
+        expected = "torch cell"
+    ran = []
+    _spy_cells(monkeypatch, cell, ran)
+    x = torch.randn(B, 4, dtype=dtype)
+    state = [0.5 * torch.randn(B, 5, dtype=dtype) for _ in range(2 if cell.mode == "LSTM" else 1)]
+    hx = tuple(state) if cell.mode == "LSTM" else state[0]
+    derivative = None
+    if condition == "USE_NATIVE=False":
+        monkeypatch.setattr(native, "USE_NATIVE", False)
+    if condition == "forward AD":
+        with fwAD.dual_level():
+            out = cell(_dual(x, torch.ones_like(x)), hx)
+            derivative = fwAD.unpack_dual(_h(out)).tangent
+        want_d = torch.func.jvp(lambda t: _ref_cell(cell, t, state), (x.double(),),
+                                (torch.ones_like(x.double()),))[1]
+    elif condition == "torch.func.grad":
+        derivative, out = torch.func.grad(lambda t: (_h(o := cell(t, hx)).sum(), o),
+                                          has_aux=True)(x)
+        want_d = torch.func.grad(lambda t: _ref_cell(cell, t, state).sum())(x.double())
+    elif condition == "torch.jit.trace":
+        traced, _ = _quiet(lambda: torch.jit.trace(cell, (x, hx), check_trace=False))
+        out = traced(x, hx)
+    elif condition == "onnx capture":
+        with _onnx_capture(monkeypatch):
+            out = cell(x, hx)
+    else:
+        with CELL_CONDITIONS.get(condition, contextlib.nullcontext)():
+            out = cell(x, hx)
+    assert ran and set(ran) == {expected}, ran
+    if condition == "autocast bf16":   # (the dtype as torch's cell's: test_cells_step.py)
+        dtype = torch.bfloat16
+    else:
+        assert _h(out).dtype == dtype
+    _close(_h(out), _ref_cell(cell, x, state), dtype)
+    if derivative is not None:
+        _close(derivative, want_d, dtype)
