@@ -32,6 +32,7 @@ from tests.conftest import TOL
 from tests.reference import (ref_gru_step, ref_ln_gru_sequence, ref_ln_lstm_sequence,
                              ref_lstm_step, ref_recurrent, ref_rnn_step)
 from tests.test_fused import make_args
+from tests.test_rnn import _paper_params, _randomize
 from tests.test_torch_dropin import _quiet
 
 needs_c = pytest.mark.skipif(native.load() is None, reason="no C compiler: the C kernels are "
@@ -62,8 +63,9 @@ def _onnx_capture(monkeypatch):
 
 def _close(got, want, dtype):
     atol, rtol = TOL[dtype]
+    got, want = got.detach().double(), want.detach().double()
     scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
-    torch.testing.assert_close(got.detach().double(), want.detach().double(),
+    torch.testing.assert_close(got, want,
                                atol=atol * scale, rtol=rtol)
 
 
@@ -291,18 +293,6 @@ def test_sequence_operator_choice_where_triton_takes_the_tensors(kind, condition
 
 # ---- the stacked modules: norm="none" on packed input (ops.plain_*_direction or torch's op) --
 
-def _layers(m, norm):
-    """The reference's parameter dicts of a one-layer, one-direction module."""
-    p = {"W_x": m.weight_ih_l0, "W_h": m.weight_hh_l0}
-    if m.bias:
-        p.update(b_x=m.bias_ih_l0, b_h=m.bias_hh_l0)
-    if norm == "layer":
-        p.update(g_x=m.gain_ih_l0, g_h=m.gain_hh_l0)
-        if m.mode == "LSTM":
-            p.update(g_c=m.gain_c_l0, b_c=m.bias_c_l0)
-    return [[{k: v.detach() for k, v in p.items()}]]
-
-
 def _spy_stack(monkeypatch, m, ran):
     """Record "plain C" (ops.plain_*_sequence), "torch op" (the module's ``_torch_forward``),
     "loop" (``_loop_direction``)."""
@@ -363,7 +353,7 @@ def test_norm_none_packed_choice(mode, condition, bias, dtype, expected, monkeyp
         assert ran and set(ran) == {expected}, ran
     padded, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
     for b, s in enumerate(seqs):
-        want = ref_recurrent(mode, s, _layers(m, "none"))[0]
+        want = ref_recurrent(mode, s, _paper_params(m, mode))[0]
         _close(padded[b, :len(s)], want, dtype)
 
 
@@ -493,3 +483,96 @@ def test_cell_step_choice(cls, norm, condition, dtype, B, bias, expected, monkey
     _close(_h(out), _ref_cell(cell, x, state), dtype)
     if derivative is not None:
         _close(derivative, want_d, dtype)
+
+
+# ---- the stacked modules, norm="layer" / "batch": which operator runs one layer and direction --
+
+def _spy_layers(monkeypatch, m, ran):
+    """As ``_spy_stack``, and "inference" (the inference kernels), the LN operators' "body" /
+    "op" / "reference" (``_spy_backends``), "bn C" (the BN operators' C loop), "step" (one
+    step, T = 1, through the cells' entries)."""
+    _spy_stack(monkeypatch, m, ran)
+    _spy_backends(monkeypatch, ops_lstm if m.mode == "LSTM" else ops_gru, ran)
+    real = inference._inference
+    monkeypatch.setattr(inference, "_inference", lambda *a, **k: (ran.append("inference"),
+                                                                   real(*a, **k))[1])
+    for cls in (ops_bn._BNLSTM, ops_bn._BNGRU):
+        monkeypatch.setattr(cls, "apply", classmethod(
+            lambda c, *a, _r=cls.apply: (ran.append("bn C"), _r(*a))[1]))
+    for name in ("lstm_cell", "gru_cell"):
+        real_cell = getattr(ops_cell, name)
+        monkeypatch.setattr(layernorm.ops, name, lambda *a, _r=real_cell: (
+            ran.append("step"), _r(*a))[1])
+
+
+STACK_TABLE = [  # (condition, dtype, T, LN's path, BN's path), inputs of 3 examples
+    ("train", torch.float32, 4, "body", "bn C"),
+    ("no_grad", torch.float32, 4, "inference", "bn C"),
+    ("no_grad", torch.bfloat16, 4, "inference*", "loop"),
+    ("train", torch.float64, 4, "reference", "loop"),
+    ("train", torch.float32, 1, "step", "bn C"),
+    ("USE_NATIVE=False", torch.float32, 4, "reference", "loop"),
+    ("autocast bf16", torch.float32, 4, "body", "loop"),
+    ("dispatch mode", torch.float32, 4, "op", "loop"),
+    ("forward AD", torch.float32, 4, "reference", "loop"),
+    ("torch.func.grad", torch.float32, 4, "reference", "loop"),
+    ("onnx capture", torch.float32, 4, "reference", "loop"),
+    ("torch.jit.trace", torch.float32, 4, "loop", "loop"),
+]
+
+
+@needs_c
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+@pytest.mark.parametrize("condition,dtype,T,ln,bn", STACK_TABLE,
+                         ids=[f"{c}-{str(d)[6:]}-T{t}" for c, d, t, _, _ in STACK_TABLE])
+def test_stack_layer_choice(mode, norm, condition, dtype, T, ln, bn, monkeypatch):
+    """Which operator runs the layer, and (norm="layer") the float64 reference's outputs and
+    derivatives there (norm="batch": the float64 module's readable loop in training mode)."""
+    m = _randomize(getattr(layernorm, mode)(4, 5, norm=norm, dtype=dtype))
+    if norm == "batch" and condition in ("torch.func.grad", "torch.jit.trace"):
+        m.eval()       # (training updates the running statistics in place: neither takes it)
+    expected = ln if norm == "layer" else bn
+    if expected == "inference*":                 # bfloat16 products where the CPU has them
+        expected = "inference" if native.load().bf16_dot() else "body"
+    if condition == "USE_NATIVE=False":
+        monkeypatch.setattr(native, "USE_NATIVE", False)
+    x = torch.randn(T, 3, 4, dtype=dtype)
+    ran = []
+    _spy_layers(monkeypatch, m, ran)
+    derivative = None
+    if condition == "forward AD":
+        with fwAD.dual_level():
+            out = m(_dual(x, torch.ones_like(x)))[0]
+            derivative = fwAD.unpack_dual(out).tangent
+    elif condition == "torch.func.grad":
+        derivative, out = torch.func.grad(lambda t: ((o := m(t)[0]).sum(), o), has_aux=True)(x)
+    elif condition == "torch.jit.trace":
+        traced, _ = _quiet(lambda: torch.jit.trace(m, (x,), check_trace=False))
+        out = traced(x)[0]
+    elif condition == "onnx capture":
+        with _onnx_capture(monkeypatch):
+            out = m(x)[0]
+    else:
+        context = {"no_grad": torch.no_grad, "dispatch mode": _Passthrough,
+                   "autocast bf16": lambda: torch.autocast("cpu", torch.bfloat16)}.get(
+            condition, contextlib.nullcontext)
+        with context():
+            out = m(x)[0]
+    assert ran and set(ran) == {expected}, ran
+    tol_dtype = torch.bfloat16 if condition == "autocast bf16" else dtype
+    if norm == "batch":
+        m64 = _randomize(getattr(layernorm, mode)(4, 5, norm=norm, dtype=torch.float64))
+        m64.load_state_dict(m.state_dict())
+        _close(out, m64.train(m.training)(x.double())[0], tol_dtype)
+        return
+    params = _paper_params(m, mode)
+    x64 = x.double()
+
+    def ref(xs):
+        return torch.stack([ref_recurrent(mode, xs[:, b], params)[0] for b in range(3)], 1)
+    _close(out, ref(x64), tol_dtype)
+    if condition == "forward AD":
+        _close(derivative, torch.func.jvp(ref, (x64,), (torch.ones_like(x64),))[1], dtype)
+    if condition == "torch.func.grad":
+        _close(derivative, torch.func.grad(lambda t: ref(t).sum())(x64), dtype)
