@@ -576,3 +576,75 @@ def test_stack_layer_choice(mode, norm, condition, dtype, T, ln, bn, monkeypatch
         _close(derivative, torch.func.jvp(ref, (x64,), (torch.ones_like(x64),))[1], dtype)
     if condition == "torch.func.grad":
         _close(derivative, torch.func.grad(lambda t: ref(t).sum())(x64), dtype)
+
+
+# ---- the input term's GEMM (ops.gemm.input_linear) -------------------------------------------
+
+def _spy_gemm(monkeypatch, ran):
+    """Record "C" (the C kernels' GEMM), "oneDNN" (w packed once, no autograd), "F.linear"."""
+    real = gemm._NativeLinear.apply
+    monkeypatch.setattr(gemm._NativeLinear, "apply", classmethod(
+        lambda c, *a: (ran.append("C"), real(*a))[1]))
+    real_pack = gemm._packed_weight
+    monkeypatch.setattr(gemm, "_packed_weight", lambda *a: (
+        ran.append("oneDNN") if (p := real_pack(*a)) is not None else None, p)[1])
+    real_linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: (ran.append("F.linear"),
+                                                                   real_linear(*a))[1])
+
+
+GEMM_TABLE = [  # (condition, threads, dtype, expected)
+    ("train", 1, torch.float32, "C"),
+    ("train", 2, torch.float32, "F.linear"),
+    ("no_grad", 2, torch.float32, "oneDNN"),
+    ("no_grad", 1, torch.float64, "F.linear"),
+    ("USE_NATIVE=False", 1, torch.float32, "oneDNN"),
+    ("dispatch mode", 1, torch.float32, "F.linear"),
+    ("autocast bf16", 1, torch.float32, "F.linear"),
+    ("forward AD", 1, torch.float32, "F.linear"),
+    ("forward AD", 2, torch.float32, "F.linear"),
+    ("torch.func.jvp", 2, torch.float32, "F.linear"),
+    ("torch.func.vmap", 2, torch.float32, "F.linear"),
+]
+
+
+@needs_c
+@pytest.mark.parametrize("condition,threads,dtype,expected", GEMM_TABLE,
+                         ids=[f"{c}-{n}thr-{str(d)[6:]}" for c, n, d, _ in GEMM_TABLE])
+def test_input_linear_choice(condition, threads, dtype, expected, monkeypatch):
+    """Which GEMM computes the input term, and that it is x @ w.T with its derivatives (the
+    packed oneDNN product has none: it runs only where nothing differentiates it)."""
+    monkeypatch.setattr(gemm, "_PACKED_MIN_FLOPS", 0)
+    if gemm._packed_weight(torch.randn(16, 8), 12) is None and expected == "oneDNN":
+        pytest.skip("oneDNN's packed linear is unavailable here")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)   # (read by input_linear)
+    if condition == "USE_NATIVE=False":
+        monkeypatch.setattr(native, "USE_NATIVE", False)
+    x = torch.randn(4, 3, 8, dtype=dtype)
+    width = native.load().panel_width()
+    w = torch.randn(2 * width, 8, dtype=dtype, requires_grad=condition == "train")
+    t = torch.randn_like(x)
+    ran = []
+    _spy_gemm(monkeypatch, ran)
+    tangent = None
+    if condition == "forward AD":
+        with fwAD.dual_level():
+            y = gemm.input_linear(_dual(x, t), w)
+            tangent = fwAD.unpack_dual(y).tangent
+    elif condition == "torch.func.jvp":
+        y, tangent = torch.func.jvp(lambda v: gemm.input_linear(v, w), (x,), (t,))
+    elif condition == "torch.func.vmap":
+        y = torch.func.vmap(lambda v: gemm.input_linear(v, w), in_dims=3, out_dims=3)(
+            torch.stack([x, x], 3))[..., 1]
+    else:
+        context = {"no_grad": torch.no_grad, "dispatch mode": _Passthrough,
+                   "autocast bf16": lambda: torch.autocast("cpu", torch.bfloat16)}.get(
+            condition, contextlib.nullcontext)
+        with context():
+            y = gemm.input_linear(x, w)
+    assert ran and set(ran) == {expected}, ran
+    _close(y, x.double() @ w.detach().double().T,
+           torch.bfloat16 if condition == "autocast bf16" else dtype)
+    if condition in ("forward AD", "torch.func.jvp"):
+        assert tangent is not None, "the tangent was dropped"
+        _close(tangent, t.double() @ w.detach().double().T, dtype)
