@@ -39,6 +39,12 @@ needs_c = pytest.mark.skipif(native.load() is None, reason="no C compiler: the C
                                                            "unavailable (torch ops run)")
 
 
+with warnings.catch_warnings():     # forward AD's first use (torch.func.jvp's too) loads torch's
+    warnings.simplefilter("ignore", DeprecationWarning)   # decompositions with a deprecated
+    with fwAD.dual_level():                                # torch.jit.script: done here, once
+        fwAD.make_dual(torch.zeros(1), torch.zeros(1))
+
+
 class _Passthrough(TorchDispatchMode):
     """A dispatch mode that changes nothing (as a profiler's or a debugger's would)."""
 
@@ -88,7 +94,7 @@ def test_where_answers_each_question(monkeypatch):
     assert not traced[0].eager
 
     with fwAD.dual_level():
-        assert dispatch.where(_dual(x, x)).transformed
+        assert dispatch.where(fwAD.make_dual(x, x)).transformed
     assert not dispatch.where(x).transformed, "after the dual level"
     seen = []
     torch.func.grad(lambda t: (seen.append(dispatch.where(t)), t.sum())[1])(x)
@@ -158,18 +164,10 @@ def _eager(fn, args, lengths):
     return fn(*args, lengths=lengths), None
 
 
-def _dual(x, t):
-    """``fwAD.make_dual`` (whose first call loads torch's decompositions with a deprecated
-    torch.jit.script, which warns)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return fwAD.make_dual(x, t)
-
-
 def _jvp(fn, args, lengths):
     """Forward-mode AD: the outputs' tangents for the tangent ones(xg)."""
     with fwAD.dual_level():
-        outs = fn(_dual(args[0].detach(), torch.ones_like(args[0])),
+        outs = fn(fwAD.make_dual(args[0].detach(), torch.ones_like(args[0])),
                   *[a.detach() for a in args[1:]], lengths=lengths)
         return [o.detach() for o in outs], [fwAD.unpack_dual(o).tangent for o in outs]
 
@@ -458,7 +456,7 @@ def test_cell_step_choice(cls, norm, condition, dtype, B, bias, expected, monkey
         monkeypatch.setattr(native, "USE_NATIVE", False)
     if condition == "forward AD":
         with fwAD.dual_level():
-            out = cell(_dual(x, torch.ones_like(x)), hx)
+            out = cell(fwAD.make_dual(x, torch.ones_like(x)), hx)
             derivative = fwAD.unpack_dual(_h(out)).tangent
         want_d = torch.func.jvp(lambda t: _ref_cell(cell, t, state), (x.double(),),
                                 (torch.ones_like(x.double()),))[1]
@@ -543,7 +541,7 @@ def test_stack_layer_choice(mode, norm, condition, dtype, T, ln, bn, monkeypatch
     derivative = None
     if condition == "forward AD":
         with fwAD.dual_level():
-            out = m(_dual(x, torch.ones_like(x)))[0]
+            out = m(fwAD.make_dual(x, torch.ones_like(x)))[0]
             derivative = fwAD.unpack_dual(out).tangent
     elif condition == "torch.func.grad":
         derivative, out = torch.func.grad(lambda t: ((o := m(t)[0]).sum(), o), has_aux=True)(x)
@@ -629,7 +627,7 @@ def test_input_linear_choice(condition, threads, dtype, expected, monkeypatch):
     tangent = None
     if condition == "forward AD":
         with fwAD.dual_level():
-            y = gemm.input_linear(_dual(x, t), w)
+            y = gemm.input_linear(fwAD.make_dual(x, t), w)
             tangent = fwAD.unpack_dual(y).tangent
     elif condition == "torch.func.jvp":
         y, tangent = torch.func.jvp(lambda v: gemm.input_linear(v, w), (x,), (t,))
@@ -648,3 +646,19 @@ def test_input_linear_choice(condition, threads, dtype, expected, monkeypatch):
     if condition in ("forward AD", "torch.func.jvp"):
         assert tangent is not None, "the tangent was dropped"
         _close(tangent, t.double() @ w.detach().double().T, dtype)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_frozen_stack_under_jvp_keeps_the_tangent(mode):
+    """A module whose parameters need no gradient, differentiated forward (torch.func.jvp) at a
+    size where the input GEMM would take oneDNN's packed product: the tangent is the float64
+    module's (the packed product, which has no derivative, is not taken under a transform)."""
+    T, B, I, H = 12, 8, 128, 128
+    assert T * B * 3 * H * I >= gemm._PACKED_MIN_FLOPS
+    m = getattr(layernorm, mode)(I, H).requires_grad_(False)
+    m64 = getattr(layernorm, mode)(I, H, dtype=torch.float64).requires_grad_(False)
+    m64.load_state_dict(m.state_dict())
+    x, t = torch.randn(T, B, I), torch.randn(T, B, I)
+    got = torch.func.jvp(lambda v: m(v)[0], (x,), (t,))[1]
+    want = torch.func.jvp(lambda v: m64(v)[0], (x.double(),), (t.double(),))[1]
+    _close(got, want, torch.float32)
