@@ -200,6 +200,15 @@ def _trace(fn, args, lengths):
     return [traced(args[0].detach())], None
 
 
+def _subclass(fn, args, lengths):
+    return fn(args[0].as_subclass(_Sub), *args[1:], lengths=lengths), None
+
+
+def _compiled(fn, args, lengths):
+    """torch.compile (dynamo's graph run eagerly: no code generated)."""
+    return torch.compile(lambda *a: fn(*a, lengths=lengths), backend="eager")(*args), None
+
+
 def _ref_derivative(kind, args, lengths, run):
     args64 = [a.detach().double() for a in args]
     ref = SEQ[kind][1]
@@ -221,6 +230,8 @@ SEQ_CONDITIONS = {
     "torch.func.vmap": (lambda mp: contextlib.nullcontext(), _vmap),
     "torch.jit.trace": (lambda mp: contextlib.nullcontext(), _trace),
     "onnx capture": (_onnx_capture, _eager),
+    "tensor subclass": (lambda mp: contextlib.nullcontext(), _subclass),
+    "torch.compile": (lambda mp: contextlib.nullcontext(), _compiled),
 }
 # (condition, dtype) -> the implementation that runs, with the C kernels loaded
 SEQ_TABLE = [
@@ -235,6 +246,8 @@ SEQ_TABLE = [
     ("torch.func.vmap", torch.float32, "reference"),
     ("torch.jit.trace", torch.float32, "op"),
     ("onnx capture", torch.float32, "reference"),
+    ("tensor subclass", torch.float32, "op"),
+    ("torch.compile", torch.float32, "op"),
 ]
 
 
