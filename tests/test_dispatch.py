@@ -675,3 +675,23 @@ def test_frozen_stack_under_jvp_keeps_the_tangent(mode):
     got = torch.func.jvp(lambda v: m(v)[0], (x,), (t,))[1]
     want = torch.func.jvp(lambda v: m64(v)[0], (x.double(),), (t.double(),))[1]
     _close(got, want, torch.float32)
+
+
+def test_only_the_ln_sequence_operators_ask_for_triton(monkeypatch):
+    """As on CUDA without triton: the LN sequence operators say once that their time loop runs
+    as torch ops; a cell's step, the BN layers and norm="none" (which have no Triton kernels)
+    neither ask nor say it."""
+    monkeypatch.setattr(kernels, "_INTERPRET_CPU", True)      # the CPU tensors taken as CUDA's
+    monkeypatch.setattr(kernels, "_AVAILABLE", False)
+    monkeypatch.setattr(kernels, "_WARNED", False)
+    x = torch.randn(3, 2, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layernorm.LSTMCell(4, 5)(x[0])
+        layernorm.GRUCell(4, 5, norm="none")(x[0])
+        layernorm.LSTM(4, 5, norm="batch")(x)
+        layernorm.GRU(4, 5, norm="none")(pack_sequence([x[:, 0], x[:2, 1]]))
+    said = [str(w.message) for w in caught if "triton" in str(w.message)]
+    assert not said, said
+    with pytest.warns(RuntimeWarning, match="triton is not installed"):
+        layernorm.LSTM(4, 5)(x)
