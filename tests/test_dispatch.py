@@ -119,7 +119,8 @@ def test_where_answers_each_question(monkeypatch):
 
     monkeypatch.setattr(kernels, "_INTERPRET_CPU", True)      # as if x were a CUDA tensor
     monkeypatch.setattr(kernels, "_AVAILABLE", True)
-    assert dispatch.where(x).triton and not dispatch.where(x.double()).triton
+    assert dispatch.where(x, rnn=True).triton and not dispatch.where(x.double(), rnn=True).triton
+    assert not dispatch.where(x).triton, "asked by the LN sequence operators only"
 
 
 # ---- the LN sequence operators (ln_lstm_sequence / ln_gru_sequence -> run_sequence) ----------
