@@ -16,7 +16,6 @@ import warnings
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
-import torch.nn.functional as F
 from torch.nn.utils.rnn import PackedSequence, pack_sequence
 from torch.utils._python_dispatch import TorchDispatchMode
 
