@@ -103,9 +103,9 @@ def test_where_answers_each_question(monkeypatch):
     with torch.autocast("cpu", torch.bfloat16):
         assert dispatch.where(x).autocast == torch.bfloat16
         assert dispatch.where(x).c(x) is None
-    monkeypatch.setattr(native, "USE_NATIVE", False)
+    monkeypatch.setattr(layernorm.rnn.fused, "USE_NATIVE", False)     # the public switch
     assert dispatch.where(x).lib is None and dispatch.where(x).c(x) is None
-    monkeypatch.setattr(native, "USE_NATIVE", True)
+    monkeypatch.setattr(layernorm.rnn.fused, "USE_NATIVE", True)
     with _onnx_capture(monkeypatch):
         w = dispatch.where(x)
         assert w.onnx and not w.eager and not w.transformed and w.c(x) is None
