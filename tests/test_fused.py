@@ -245,8 +245,9 @@ def test_fused_eager_call_equals_the_registered_operator(kind, T, B, H, monkeypa
     lens = torch.tensor([T, 1, T - 1][:B])
     results, seen, real = [], [], dispatch.where
     for eager in (True, False):
-        monkeypatch.setattr(dispatch, "where", (lambda *a: seen.append(real(*a)) or seen[-1])
-                            if eager else (lambda *a: real(*a)._replace(eager=False)))
+        monkeypatch.setattr(dispatch, "where", (lambda *a, **k: seen.append(real(*a, **k))
+                                                or seen[-1])
+                            if eager else (lambda *a, **k: real(*a, **k)._replace(eager=False)))
         outs = fn(*args, lengths=lens)
         grads = torch.autograd.grad(outs[0].square().sum(), args, create_graph=True)
         second = torch.autograd.grad(sum(g.sum() for g in grads), args[0])

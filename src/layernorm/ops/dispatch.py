@@ -39,7 +39,8 @@ class Where(NamedTuple):
     ``transformed``: a torch.func transform or forward-mode AD is active (eager).
     ``autocast``: autocast's dtype on x's device, None where it is off. ``onnx``:
     ``torch.onnx.export`` is capturing (the operators have no ONNX translation, so the reference
-    runs). ``triton``: the Triton recurrence kernels take x (CUDA; ``kernels.applies_rnn``)."""
+    runs). ``triton``: the Triton recurrence kernels take x (CUDA; ``kernels.applies_rnn``;
+    asked for the LN sequence operators only, ``where(..., rnn=True)``)."""
     lib: object | None
     eager: bool
     transformed: bool
@@ -67,9 +68,10 @@ _functorch = torch._C._functorch.peek_interpreter_stack
 _autocast_enabled = torch.is_autocast_enabled
 
 
-def where(x: torch.Tensor, *tensors: torch.Tensor | None) -> Where:
+def where(x: torch.Tensor, *tensors: torch.Tensor | None, rnn: bool = False) -> Where:
     """Ask the runtime questions for a call on ``x`` and ``tensors`` (entries that are not
-    tensors, such as None, ignored)."""
+    tensors, such as None, ignored); ``rnn``: a call the Triton recurrence kernels can run (the
+    LN sequence operators; the others have none: ``triton`` False without asking)."""
     compiling = _compiling()
     onnx = compiling and torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
     eager = not (compiling or _tracing() or _dispatch_modes() or _function_modes()) \
@@ -84,10 +86,10 @@ def where(x: torch.Tensor, *tensors: torch.Tensor | None) -> Where:
     if x.is_cpu:
         lib = native.load() if native.USE_NATIVE else None
         autocast = torch.get_autocast_dtype("cpu") if _autocast_enabled("cpu") else None
-        triton = kernels.applies_rnn(x) if kernels._INTERPRET_CPU else False  # (tests: Triton
+        triton = rnn and kernels._INTERPRET_CPU and kernels.applies_rnn(x)  # (tests: Triton
         #   interpreted over CPU tensors)
     else:
         lib = None
         autocast = torch.get_autocast_dtype(x.device.type) if autocast_on(x) else None
-        triton = kernels.applies_rnn(x)
+        triton = rnn and kernels.applies_rnn(x)
     return Where(lib, eager, transformed, autocast, onnx, triton)

@@ -201,7 +201,8 @@ class WeightGrad:
 def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)). On one thread, in
     float32 on the CPU, through the C kernels' GEMM (``_NativeLinear``; with more threads MKL's
-    threaded GEMM is faster); else without autograd through oneDNN with w packed once and cached
+    threaded GEMM is faster); else without autograd (and no torch.func transform or forward-mode
+    AD, whose tangents it would drop) through oneDNN with w packed once and cached
     (measured ~25-30% faster than F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Outside eager
     mode (torch.compile, export, tracing; ``dispatch.where``) it is ``F.linear`` (the compiler
     picks its own kernel). On a CPU without
@@ -222,7 +223,7 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             w.shape[0] % lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31:
         return _NativeLinear.apply(x, w)    # (the C kernels' GEMM: w's rows whole panels)
     if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and \
-            autocast is None:
+            autocast is None and not where.transformed:   # (no derivative: no tangent either)
         packed = _packed_weight(w, x.shape[0] * x.shape[1])
         if packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")

@@ -61,7 +61,7 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
         vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     masks = dict(h_mask=h_mask, zone_h=zone_h)
     where = dispatch.where(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
-                           lengths, batch_sizes, *masks.values())   # asked once, here
+                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
     T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors, where.autocast)
     order = None
     if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)

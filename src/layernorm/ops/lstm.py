@@ -74,7 +74,7 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
         vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
     masks = dict(h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
     where = dispatch.where(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
-                           lengths, batch_sizes, *masks.values())   # asked once, here
+                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
     T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors,
                                   where.autocast)
     order = None

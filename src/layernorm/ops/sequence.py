@@ -54,15 +54,16 @@ def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params,
                  masks: dict, order, batch_sizes, eps):
     """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
     off; ``where``: the call's runtime answers, asked once by the entry): THE choice of path,
-    made once here. The Triton kernels where they take xg (CUDA); the registered operator on
+    made once here. The Triton kernels where they take xg (CUDA; not under torch.func transforms
+    or forward-mode AD); the registered operator on
     the C kernels where they load and the compute dtype is float32 on the CPU (its body
     directly, with the same autograd, in eager mode on plain tensors); elsewhere (float64, no
     C compiler, ``USE_NATIVE = False``, CUDA without Triton, torch.func transforms and
     forward-mode AD, a ``torch.onnx.export`` capture) the cell's reference loop under ordinary
     autograd. -> (out, *final states) in the batch's order and in the output dtype."""
-    if where.triton:
+    if where.triton and not where.transformed:  # (their autograd.Function carries no tangent
         return kernels.sequence(cell.triton, xg, states, params, order, batch_sizes, eps,
-                                gain_x, bias_x, masks)
+                                gain_x, bias_x, masks)        # and has no functorch rule)
     compute, out_dtype = dtypes(xg, where.autocast)
     masks = prepare_masks(masks.values(), compute, order)
     states = [t.to(compute) for t in states]  # xg below: in a pooled buffer where eager

@@ -65,8 +65,10 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
     def _fused(self) -> bool:
         """Whether the module's configuration has fused operators (LN-LSTM / LN-GRU, BN-LSTM /
         BN-GRU without projection; norm="none" LSTM / GRU): ``use_fused``, an LSTM or GRU with
-        biases. Where each then runs is the operator's choice (``layernorm.ops.dispatch``)."""
-        return self.use_fused and self.mode in ("LSTM", "GRU") and self.bias
+        biases (norm="none" also without). Where each then runs is the operator's choice
+        (``layernorm.ops.dispatch``)."""
+        return self.use_fused and self.mode in ("LSTM", "GRU") and (
+            self.bias or self._kind.torch_twin)
 
     def _bn_direction(self, suffix: str, x: torch.Tensor, state: tuple, batch_sizes,
                       masks: dict):
@@ -278,9 +280,11 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         (and norm="none" with those regularizers: the readable loop, no normalization)."""
         if self._kind.torch_twin and not (self._regularized and self._state_noise):
             # on packed input the C time loop without normalization, where it runs (2-4x
-            # faster than torch's op there, docs/rnnfast.md); else torch's own op
+            # faster than torch's op there, docs/rnnfast.md); else torch's own op (which a
+            # trace records for any length)
             if packed and self._fused() and not self.proj_size and not (
-                    self.training and (self._regularized or self.dropout)):
+                    self.training and (self._regularized or self.dropout)) \
+                    and not torch.jit.is_tracing():
                 done = self._normalized_forward(input, hx, packed)
                 if done is not None:
                     return done
