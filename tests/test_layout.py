@@ -151,9 +151,9 @@ WHERE_CALLERS = {
     "layernorm/ops/bn.py": {"bn_direction"},
     "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell", "torch_cell"},
     "layernorm/ops/gemm.py": {"input_linear"},
-    "layernorm/ops/gru.py": {"ln_gru_sequence", "plain_gru_direction"},
+    "layernorm/ops/gru.py": {"ln_gru_sequence"},
     "layernorm/ops/inference.py": {"choose"},
-    "layernorm/ops/lstm.py": {"ln_lstm_sequence", "plain_lstm_direction"},
+    "layernorm/ops/lstm.py": {"ln_lstm_sequence", "plain_runs"},
 }
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded

@@ -8,7 +8,8 @@ under autograd (``layernorm.recurrence``).
 ``bn_direction``: the BN-LSTM / BN-GRU baseline's C time loop (CPU float32), or None where it
 does not run. ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``: one step of a cell
 (``ln_lstm_step`` / ``ln_gru_step``: the C step in one call). ``plain_lstm_direction`` /
-``plain_gru_direction``: norm="none" in the C time loop, or None where it does not run.
+``plain_gru_direction``: norm="none" in the C time loop, or None where it does not run
+(``plain_runs``: whether it does, which a stack asks before laying out a packed batch).
 Each entry asks the runtime questions once (``dispatch.where``) and chooses its path there.
 
 Files, read downward (each call goes one way): ``dispatch`` (the runtime questions, asked by
@@ -26,11 +27,11 @@ from .pool import release_workspace
 from .cell import (gru_cell, gru_step as ln_gru_step, lstm_cell, lstm_step as ln_lstm_step,
                    rnn_cell, torch_cell)
 from .gru import ln_gru_sequence, plain_gru_direction
-from .lstm import ln_lstm_sequence, plain_lstm_direction
+from .lstm import ln_lstm_sequence, plain_lstm_direction, plain_runs
 
 ln_lstm, ln_gru = ln_lstm_sequence, ln_gru_sequence
 
 __all__ = ["ln_lstm", "ln_gru", "bn_direction", "BN_PARAMS", "ln_lstm_step", "ln_gru_step",
            "lstm_cell", "gru_cell", "rnn_cell", "torch_cell", "plain_lstm_direction",
-           "plain_gru_direction", "ln_inference", "INFERENCE_PARAMS", "input_linear",
+           "plain_gru_direction", "plain_runs", "ln_inference", "INFERENCE_PARAMS", "input_linear",
            "release_workspace", "ln_lstm_sequence", "ln_gru_sequence"]

@@ -124,8 +124,8 @@ def plain_gru_direction(x: Tensor, h0: Tensor, w_ih: Tensor, w_hh: Tensor,
     """norm="none" GRU for one layer and direction in the C kernels, where they run (as
     ``ops.lstm.plain_lstm_direction``; b_hr, b_hz join the input term, b_hn stays inside)
     -> (out, h_n); else None (the caller runs torch's op)."""
-    tensors = [t for t in (x, h0, w_ih, w_hh, bias_ih, bias_hh) if t is not None]
-    if dispatch.where(*tensors).c(*tensors) is None:
+    from .lstm import plain_runs
+    if not plain_runs(x, h0, w_ih, w_hh, bias_ih, bias_hh):
         return None
     H = h0.shape[-1]
     if bias_hh is None:

@@ -137,10 +137,18 @@ def plain_lstm_direction(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: 
     mode, plain CPU float32 tensors, the kernels loaded, no autocast, torch.func transform,
     forward-mode AD or ONNX capture) -> (out, h_n, c_n); else None (the caller runs torch's op).
     """
-    tensors = [t for t in (x, h0, c0, w_ih, w_hh, bias) if t is not None]
-    if dispatch.where(*tensors).c(*tensors) is None:
+    if not plain_runs(x, h0, c0, w_ih, w_hh, bias):
         return None
     return plain_lstm_sequence(F.linear(x, w_ih, bias), h0, c0, w_hh, batch_sizes)
+
+
+def plain_runs(*tensors: Tensor | None) -> bool:
+    """Whether the plain recurrences (``plain_lstm_direction`` / ``ops.gru.plain_gru_direction``)
+    run the C loop for these tensors (None entries ignored): the answer they give, asked once per
+    call (``dispatch.where``). A stack on packed input asks it first, before it lays the batch
+    out for them, where torch's op would take the packed batch as it is."""
+    tensors = [t for t in tensors if t is not None]
+    return dispatch.where(*tensors).c(*tensors) is not None
 
 
 def needs_float32_cpu(who: str, *tensors: Tensor) -> None:

@@ -280,11 +280,11 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         (and norm="none" with those regularizers: the readable loop, no normalization)."""
         if self._kind.torch_twin and not (self._regularized and self._state_noise):
             # on packed input the C time loop without normalization, where it runs (2-4x
-            # faster than torch's op there, docs/rnnfast.md); else torch's own op (which a
-            # trace records for any length)
+            # faster than torch's op there, docs/rnnfast.md; asked before the batch is laid
+            # out for it); else torch's own op (which a trace records for any length)
             if packed and self._fused() and not self.proj_size and not (
                     self.training and (self._regularized or self.dropout)) \
-                    and not torch.jit.is_tracing():
+                    and ops.plain_runs(input.data, *hx, *self._flat_weights):
                 done = self._normalized_forward(input, hx, packed)
                 if done is not None:
                     return done
