@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from layernorm import functional as LF
+from layernorm.recurrence import lstm_step
 
 DRAW_NORMS = ("none", "layer")
 
@@ -68,14 +69,16 @@ class CellNormLSTMCell(nn.Module):
             nn.init.zeros_(self.bias_c)
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        """The library's reference LSTM step (``layernorm.recurrence.lstm_step``): the
+        recurrent term W_hh h + b_hh un-normalized, the layer norm (or none) on the cell."""
         h, c = state
-        gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh,
-                                                                      self.bias_hh)  # (B, 4H)
-        ingate, forgetgate, cellgate, outgate = gates.chunk(4, dim=-1)
-        c = torch.sigmoid(forgetgate) * c + torch.sigmoid(ingate) * torch.tanh(cellgate)
-        shown = LF.layer_norm(c, self.hidden_size, self.gain_c, self.bias_c, self.eps) \
-            if self.cell_norm else c
-        return torch.sigmoid(outgate) * torch.tanh(shown), c
+        return lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh,
+                         lambda a, t: a + self.bias_hh, self._norm_c)
+
+    def _norm_c(self, c: torch.Tensor, t=None) -> torch.Tensor:
+        if not self.cell_norm:
+            return c
+        return LF.layer_norm(c, self.hidden_size, self.gain_c, self.bias_c, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, cell_norm={self.cell_norm}"
