@@ -6,6 +6,9 @@ docs/rnnfast.md). Never used by tests to assert a speed.
     norms      ``bench norms``: LayerNorm / BatchNorm / RMSNorm forward+backward vs torch's
     rnn        ``bench rnn``: LN-LSTM / LN-GRU sequences vs torch.nn.LSTM / GRU
     cells      ``bench rnn``'s step tables: the cells at batch 1 and 32, BN-LSTM vs LN-LSTM
+    decode     ``bench rnn``'s decode table: a stack called one step at a time
+    regularizers  ``bench rnn --tables regularizers``: LN-LSTM / LN-GRU with each
+                  recurrent regularizer vs without
     memory     peak memory of one call
     growth     ``bench growth``: |dL/dW_hh| against the sequence length (docs/rnn.md)
     baseline   the TorchScript LN-LSTM that ``bench rnn`` times beside torch's and ours

@@ -14,7 +14,7 @@ variable-length batches packed and padded (``bench_packed``), inference at batch
 (``bench_inference``) and a 2-layer stack called one step at a time at batch 1, as a decoder
 runs it (``decode.bench_decode``); with
 ``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
-module without one (``bench_regularizers``).
+module without one (``regularizers.bench_regularizers``).
 
 Implementations:
     torch.nn.LSTM / torch.nn.GRU       torch's module (oneDNN on CPU, cuDNN on CUDA), no LN
@@ -50,6 +50,7 @@ from .cells import BN_COLUMNS, CELL_BATCHES, CELL_COLUMNS, bench_bn_lstm, bench_
 from .decode import DECODE_COLUMNS, DECODE_LAYERS, bench_decode
 from .harness import CLOCKS, compare, cpu_features, gemm_gflops, machine, module_steps
 from .memory import peak_memory_mb
+from .regularizers import REG_COLUMNS, bench_regularizers
 
 # (T, B, I, H, layers, bidirectional): the main shape (a typical training size) first
 CONFIGS = (
@@ -64,16 +65,11 @@ COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd m
 TABLES = ("modules", "cells", "bn", "packed", "inference", "decode")
 # tables run only when --tables names them
 EXTRA_TABLES = ("regularizers",)
-REG_COLUMNS = ["shape", "cell", "impl", "path", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
 PACKED_COLUMNS = ["shape", "impl", "input", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
 INFERENCE_COLUMNS = ["shape", "cell", "B", "impl", "ms", "ratio"]
 INFERENCE_BATCHES = (1, 8, 32, 256)
 # an IMDb-like batch (docs/reproduce.md): T, B, I (embedding), H; lengths spread over [T / 5, T]
 PACKED_SHAPE = (100, 64, 64, 128)
-# the regularizer rows: (name, keywords); "none" is the anchor
-REGULARIZERS = (("none", {}), ("recurrent_dropout=0.25", {"recurrent_dropout": 0.25}),
-                ("zoneout=0.1", {"zoneout": 0.1}), ("dropconnect=0.5", {"dropconnect": 0.5}),
-                ("all three", {"recurrent_dropout": 0.25, "zoneout": 0.1, "dropconnect": 0.5}))
 _HALF = torch.bfloat16
 
 
@@ -222,57 +218,6 @@ def bench_rnn(configs=CONFIGS, *, cells=("lstm", "gru"), repeat: int = 7, warmup
                     row["vs eager"] = ms[(name, "fb")] / ms[(ours, "fb")]
                 rows.append(row)
         torch._dynamo.reset()
-    return rows
-
-
-def _path_of(m: nn.Module, x: torch.Tensor) -> str:
-    """Which path a training forward of this stack takes: "readable loop" where it calls
-    ``_loop_direction`` (THE loop of ``layernorm.recurrence``), else "fused" (the operators)."""
-    calls = []
-    loop = m._loop_direction
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return loop(*args, **kwargs)
-    m._loop_direction = spy
-    try:
-        with torch.no_grad():
-            m(x)
-    finally:
-        del m._loop_direction
-    return "readable loop" if calls else "fused"
-
-
-def bench_regularizers(shape=(100, 32, 128, 256), *, cells=("lstm", "gru"), repeat: int = 7,
-                       warmup: int = 2, device: str = "cpu", clock: str = "wall") -> list[dict]:
-    """The recurrent regularizers' cost (docs/rnn.md, "Recurrent regularizers"): LN-LSTM /
-    LN-GRU (norm="layer", one layer, training mode, so the masks are sampled at every call)
-    with each regularizer against the same module without one, all interleaved in the same
-    rounds; ratio = fwd+bwd time / the unregularized module's, "path" = the path the
-    regularized forward took."""
-    import layernorm
-    T, B, I, H = shape
-    rows = []
-    for cell in cells:
-        cls = {"lstm": layernorm.LSTM, "gru": layernorm.GRU}[cell]
-        torch.manual_seed(0)
-        base = cls(I, H, norm="layer").to(device)
-        x = torch.randn(T, B, I, device=device)
-        grad = torch.randn(T, B, H, device=device)
-        fns, paths = {}, {}
-        for name, kw in REGULARIZERS:
-            m = cls(I, H, norm="layer", **kw).to(device)
-            m.load_state_dict(base.state_dict())
-            paths[name] = _path_of(m, x)
-            fns[(name, "fwd")], fns[(name, "fb")] = module_steps(m, x, grad)
-        ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
-        for name, _ in REGULARIZERS:
-            rows.append({"table": "regularizers", "shape": f"{T}x{B}x{I}x{H}", "T": T, "B": B,
-                         "I": I, "H": H, "cell": cell, "impl": name, "path": paths[name],
-                         "fwd ms": ms[(name, "fwd")],
-                         "fwd ratio": ms[(name, "fwd")] / ms[("none", "fwd")],
-                         "fwd+bwd ms": ms[(name, "fb")],
-                         "ratio": ms[(name, "fb")] / ms[("none", "fb")]})
     return rows
 
 

@@ -2,14 +2,7 @@
 "supported" / "not supported" / "inconclusive", each with the sentence that states its rule.
 
 Every comparison works on the difference ``d = mean(a) - mean(b)`` and its 95% t-interval
-``[lo, hi]``:
-
-    paired (the two arms ran the same seeds: same initial weights, data order and test split)
-        d_s = a_s - b_s per seed; d = mean(d_s), se = std(d_s) / sqrt(n), df = n - 1
-    Welch (otherwise)
-        se = sqrt(var(a)/n_a + var(b)/n_b),
-        df = se^4 / ((var(a)/n_a)^2 / (n_a - 1) + (var(b)/n_b)^2 / (n_b - 1))   (Welch-Satterthwaite)
-    interval  d ± t_{0.975, df} · se
+``[lo, hi]``, paired by seed or Welch (``layernorm_paper.verdicts.stats``).
 
 A claim also names a margin ``m`` (in the metric's units): how large a difference must be to matter.
 
@@ -31,16 +24,8 @@ A claim also names a margin ``m`` (in the metric's units): how large a differenc
         not supported  the 90% t-interval lies entirely outside ±band
         inconclusive   otherwise
 
-    ratio_at_least(a, b, k)  "a / b is about k or more" (update counts, paired by seed)
-        on log(a_s) - log(b_s): supported if the 95% interval's lower end is >= log(k/√2), not
-        supported if its upper end is < log(k/√2): "about k×" is read as nearer k than 1 on the log
-        scale for k = 2 (k/√2 is the geometric midpoint of 1 and k)
+The rules on update counts (``ratio_at_least``, ``sooner``) are ``layernorm_paper.verdicts.counts``.
 
-    sooner(a, b, m, reached)  "b reaches a common target in fewer updates than a" with censored
-        runs (never reached the target: entered at the budget, a lower bound of their count).
-        A censored count in a can only make d = a - b smaller than it is, one in b larger; so a
-        censored b forbids "supported" and a censored a forbids "not supported" (that verdict
-        becomes inconclusive, and the fraction of runs that reached is stated).
 
 Every interval's power is printed: its half-width h, the smallest difference it resolves
 (margin + h) and the seeds that would bring h down to the margin. An inconclusive verdict says
@@ -53,18 +38,16 @@ about final values, was still improving by the claim's margin over the last quar
 evaluations, or every arm sits at its measure's best possible value (no difference can show).
 ``Verdict.guards`` names the guards a verdict went through; the report refuses a seeded claim's
 verdict that did not go through the learning guard.
-
 Fewer than ``MIN_SEEDS`` (5) values on either side (or pairs, for a paired difference):
-inconclusive, whatever the numbers. Below 5 the interval is honest but uninformative (t = 4.3 at
-df = 2, 3.2 at df = 3) and a sample standard deviation from 2-4 values is itself too noisy to
-trust the t-distribution's tails.
+inconclusive, whatever the numbers (why: ``layernorm_paper.verdicts.stats``).
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
+from typing import Sequence
+
+from .stats import LEVEL, MIN_SEEDS, Interval, Sample, difference, seeds_needed, t_quantile
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -89,158 +72,6 @@ BORDERLINE_DISTANCE = 0.5   # a decided verdict within half a half-width of its 
 # trivial predictor), "flat" (no arm still improving by the claim's margin), "ceiling" (not
 # every arm at the best possible value of its measure).
 LEARNED, FLAT, NOT_AT_CEILING = "learned", "flat", "ceiling"
-MIN_SEEDS = 5
-LEVEL = 0.95          # two-sided confidence level of every interval
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One measured quantity over seeds; ``seeds`` (optional, one per value) lets two samples be
-    paired seed by seed."""
-    values: tuple[float, ...]
-    seeds: tuple | None = None
-
-    def __post_init__(self):
-        if len(self.values) == 0:
-            raise ValueError("Sample expected at least one value (one per seed), received none. "
-                             "Check that the runs of this configuration finished (a 'done' file).")
-        if any(math.isnan(v) for v in self.values):
-            # A diverged run (NaN loss) is kept as a worst-case value by the caller.
-            raise ValueError(f"Sample received NaN among {self.values}; map diverged runs to "
-                             f"a worst-case value (e.g. error 1.0) before comparing.")
-        if self.seeds is not None:
-            if len(self.seeds) != len(self.values):
-                raise ValueError(f"Sample expected one seed per value, received "
-                                 f"{len(self.seeds)} seeds for {len(self.values)} values.")
-            if len(set(self.seeds)) != len(self.seeds):
-                raise ValueError(f"Sample expected distinct seeds, received {self.seeds}: two runs "
-                                 f"of one configuration with the same seed are the same run.")
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return sum(self.values) / self.n
-
-    @property
-    def std(self) -> float:
-        """Sample standard deviation (n - 1); 0 for a single value."""
-        if self.n < 2:
-            return 0.0
-        m = self.mean
-        return math.sqrt(sum((v - m) ** 2 for v in self.values) / (self.n - 1))
-
-    @property
-    def se(self) -> float:
-        return self.std / math.sqrt(self.n)
-
-    def by_seed(self) -> dict:
-        if self.seeds is None:
-            raise ValueError("this Sample has no seeds, so it cannot be paired; build it with "
-                             "sample(values, seeds=...).")
-        return dict(zip(self.seeds, self.values))
-
-    def fmt(self, scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
-        return f"{self.mean * scale:.{digits}f} ± {self.std * scale:.{digits}f}{unit} (n={self.n})"
-
-
-def sample(values: Iterable[float], seeds: Iterable | None = None) -> Sample:
-    return Sample(tuple(float(v) for v in values), None if seeds is None else tuple(seeds))
-
-
-@functools.lru_cache(maxsize=256)
-def t_quantile(df: float, level: float = LEVEL) -> float:
-    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom
-    (``df = inf``: the normal quantile)."""
-    if not df > 0:
-        raise ValueError(f"t_quantile expected df > 0, received {df}.")
-    from scipy.stats import norm, t
-    q = 0.5 + level / 2
-    return float(norm.ppf(q) if math.isinf(df) else t.ppf(q, df))
-
-
-@dataclass(frozen=True)
-class Interval:
-    """The t-interval of a difference d: ``kind`` is "paired" or "Welch"."""
-    d: float
-    se: float
-    df: float
-    kind: str
-    n_a: int
-    n_b: int
-    level: float = LEVEL
-
-    @property
-    def t(self) -> float:
-        return t_quantile(self.df, self.level) if self.df > 0 else math.inf
-
-    @property
-    def defined(self) -> bool:
-        """Each arm (or the pairs) has >= 2 values, so a spread can be estimated."""
-        return self.n >= 2
-
-    @property
-    def lo(self) -> float:
-        if not self.defined:
-            return -math.inf
-        return self.d - self.t * self.se if self.se > 0 else self.d
-
-    @property
-    def hi(self) -> float:
-        if not self.defined:
-            return math.inf
-        return self.d + self.t * self.se if self.se > 0 else self.d
-
-    @property
-    def n(self) -> int:
-        return min(self.n_a, self.n_b)
-
-    def text(self, scale: float = 1.0, unit: str = "") -> str:
-        s = lambda x: f"{(0.0 if abs(x) < 1e-12 else x) * scale:.3g}{unit}"  # noqa: E731
-        n = f"{self.n_a} pairs" if self.kind == "paired" else f"n = {self.n_a} vs {self.n_b}"
-        if not self.defined:
-            return f"d = {s(self.d)}; no {self.kind} t-interval with {n} (needs 2 or more)"
-        return (f"d = {s(self.d)}, {self.level:.0%} {self.kind} t-interval [{s(self.lo)}, "
-                f"{s(self.hi)}] (se {s(self.se)}, df {self.df:.3g}, t {self.t:.3g}, {n})")
-
-
-def welch_interval(a: Sample, b: Sample, level: float = LEVEL) -> Interval:
-    """d = mean(a) - mean(b) with the Welch-Satterthwaite degrees of freedom."""
-    va, vb = a.std ** 2 / a.n, b.std ** 2 / b.n
-    se = math.sqrt(va + vb)
-    den = (va ** 2 / (a.n - 1) if a.n > 1 else 0.0) + (vb ** 2 / (b.n - 1) if b.n > 1 else 0.0)
-    df = (va + vb) ** 2 / den if den > 0 else float(max(a.n + b.n - 2, 0))
-    return Interval(a.mean - b.mean, se, df, "Welch", a.n, b.n, level)
-
-
-def paired_interval(a: Sample, b: Sample, level: float = LEVEL) -> Interval:
-    """d = mean over the seeds both samples ran of a_s - b_s; df = pairs - 1."""
-    am, bm = a.by_seed(), b.by_seed()
-    common = [s for s in am if s in bm]
-    if not common:
-        raise ValueError(f"paired_interval expected samples sharing seeds, received seeds "
-                         f"{sorted(am)} and {sorted(bm)}.")
-    diff = sample(am[s] - bm[s] for s in common)
-    return Interval(diff.mean, diff.se, float(diff.n - 1), "paired", diff.n, diff.n, level)
-
-
-def paired_ok(a: Sample, b: Sample) -> bool:
-    """The two arms ran exactly the same seeds (so each seed is a matched pair)."""
-    return a.seeds is not None and b.seeds is not None and set(a.seeds) == set(b.seeds)
-
-
-def difference(a: Sample, b: Sample, paired: bool | None = None,
-               level: float = LEVEL) -> Interval:
-    """The interval of mean(a) - mean(b): paired when both ran the same seeds (``paired=None``),
-    or as asked (``paired=True`` on samples without matching seeds is an error)."""
-    if paired is None:
-        paired = paired_ok(a, b)
-    if paired and not paired_ok(a, b):
-        raise ValueError(f"a paired difference expected two samples with the same seeds, received "
-                         f"{a.seeds} and {b.seeds}. Pass paired=False for a Welch interval.")
-    return paired_interval(a, b, level) if paired else welch_interval(a, b, level)
 
 
 @dataclass(frozen=True)
@@ -430,18 +261,6 @@ def _compare(a: Sample, b: Sample, margin: float, who: str, decide, rule: str, *
     return replace(out, detail=detail + boundary_text(out))
 
 
-def seeds_needed(sd: float, margin: float, level: float = LEVEL, cap: int = 1000) -> int | None:
-    """The fewest values (pairs) n >= 2 whose interval half-width t_{n-1} · sd / √n is <= margin;
-    None when no n up to ``cap`` does (a margin of 0, or a spread far larger)."""
-    if sd <= 0:
-        return MIN_SEEDS
-    if margin <= 0:
-        return None
-    for n in range(2, cap + 1):
-        if t_quantile(n - 1, level) * sd / math.sqrt(n) <= margin:
-            return max(n, MIN_SEEDS)
-    return None
-
 
 def power_text(iv: Interval, margin: float, verdict: str, scale: float = 1.0,
                unit: str = "") -> str:
@@ -608,114 +427,3 @@ def equivalent(a: Sample, b: Sample, band: float, *, a_name: str = "a", b_name: 
                   unit=unit)
     return replace(out, detail=detail + boundary_text(out))
 
-
-def ratio_at_least(a: Sample, b: Sample, k: float, *, a_name: str = "a", b_name: str = "b",
-                   paired: bool | None = None, loso: bool = True,
-                   min_seeds: int = MIN_SEEDS) -> Verdict:
-    """Claim: ``a / b`` (update counts, > 0) is about ``k`` or more. Judged on the log ratio, the
-    95% t-interval of mean(log a) − mean(log b) against log(k / √2). See module doc."""
-    if not (k > 1 and math.isfinite(k)):
-        raise ValueError(f"ratio_at_least expected a finite factor k > 1, received {k}.")
-    if min(a.values + b.values) <= 0:
-        raise ValueError("ratio_at_least expected positive counts (updates to a target).")
-    la = sample((math.log(v) for v in a.values), a.seeds)
-    lb = sample((math.log(v) for v in b.values), b.seeds)
-    bar = k / math.sqrt(2)
-    iv = difference(la, lb, paired)
-    few = iv.n < min_seeds
-    if few:
-        v = INCONCLUSIVE
-    elif iv.lo >= math.log(bar):
-        v = SUPPORTED
-    elif iv.hi < math.log(bar):
-        v = NOT_SUPPORTED
-    else:
-        v = INCONCLUSIVE
-    e = lambda x: f"×{math.exp(x):.3g}" if math.isfinite(x) else ("×∞" if x > 0 else "×0")  # noqa
-    rule = (f"{a_name} / {b_name} (geometric mean of the {iv.kind} ratios); “about {k:g}× "
-            f"faster” read as nearer {k:g}× than 1× on the log scale: supported if its whole "
-            f"{LEVEL:.0%} t-interval is ≥ ×{bar:.3g} (= {k:g}/√2), not supported if the whole "
-            f"interval is < ×{bar:.3g}, else inconclusive")
-    detail = (f"ratio {e(iv.d)}, {LEVEL:.0%} {iv.kind} t-interval [{e(iv.lo)}, {e(iv.hi)}] "
-              f"({iv.n_a} vs {iv.n_b} runs)" + (f"; only {iv.n} seed(s), the rule needs ≥ "
-                                                  f"{MIN_SEEDS}" if few else ""))
-    if iv.defined and math.isfinite(iv.se):
-        half = iv.t * iv.se
-        detail += f"; power: the interval spans ×{math.exp(half):.3g} either side of its centre"
-        if v == INCONCLUSIVE:     # the margin here is the factor √2 between k/√2 and k
-            detail += ("; inconclusive: underpowered (the interval spans more than ×√2 either "
-                       "side)" if half > math.log(math.sqrt(2)) else
-                       "; inconclusive: a straddle (the ratio sits at k/√2)")
-    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: ratio_at_least(
-        a2, b2, k, paired=paired, loso=False, min_seeds=2).verdict,
-        a_name=a_name, b_name=b_name) if loso else None
-    out = Verdict(v, rule, detail, interval=iv, bounds=(math.log(bar),), flips=flips,
-                  reason=_why(iv, math.log(math.sqrt(2)), few) if v == INCONCLUSIVE else "",
-                  log=True)
-    return replace(out, detail=detail + boundary_text(out))
-
-
-def censor(verdict: str, reached_a: Sequence[bool], reached_b: Sequence[bool],
-           first_a: Sequence[bool] = (), first_b: Sequence[bool] = ()) -> str:
-    """A count comparison's verdict (d = a − b) with censored runs. Right-censored (never reached
-    the target, entered at the budget: a lower bound): one in ``b`` forbids "supported", one in
-    ``a`` "not supported". Left-censored (``first_*``: met the target at the first evaluation,
-    an upper bound of its count): one in ``a`` forbids "supported", one in ``b`` "not
-    supported"."""
-    if verdict == SUPPORTED and (not all(reached_b) or any(first_a)):
-        return INCONCLUSIVE
-    if verdict == NOT_SUPPORTED and (not all(reached_a) or any(first_b)):
-        return INCONCLUSIVE
-    return verdict
-
-
-def censor_reason(verdict: str, reached_a, reached_b, first_a=(), first_b=()) -> str:
-    """Which censoring forbade ``verdict`` (LEFT_CENSORED or CENSORED)."""
-    if verdict == SUPPORTED:
-        return CENSORED if not all(reached_b) else LEFT_CENSORED
-    return CENSORED if not all(reached_a) else LEFT_CENSORED
-
-
-def censor_text(a_name: str, b_name: str, reached_a, reached_b, first_a=(), first_b=()) -> str:
-    """The fractions of runs that reached the target (and met it at the first evaluation)."""
-    out = (f"; reached the target: {a_name} {sum(reached_a)}/{len(reached_a)}, {b_name} "
-           f"{sum(reached_b)}/{len(reached_b)}")
-    if any(first_a) or any(first_b):
-        out += (f"; met it at the first evaluation (left-censored: the count is an upper "
-                f"bound): {a_name} {sum(first_a)}/{len(reached_a)}, {b_name} "
-                f"{sum(first_b)}/{len(reached_b)}")
-    return out
-
-
-def sooner(a: Sample, b: Sample, margin: float, reached_a: Sequence[bool],
-           reached_b: Sequence[bool], *, a_name: str = "a", b_name: str = "b",
-           paired: bool | None = None, loso: bool = True, min_seeds: int = MIN_SEEDS,
-           first_a: Sequence[bool] = (), first_b: Sequence[bool] = ()) -> Verdict:
-    """Claim: ``b`` reaches a common target in fewer updates than ``a`` by >= ``margin``
-    (``exceeds(a, b, margin)``), with censored runs: ``reached_*`` says, per value, whether the
-    run reached the target (False: entered at the budget, a lower bound). See module doc."""
-    decide, rule = _at_least(margin, a_name, b_name)
-    ex = _compare(a, b, margin, "sooner", decide, rule, paired=paired, unit="", scale=1.0,
-                  bounds=(margin,), loso=False, min_seeds=min_seeds)
-    first_a, first_b = tuple(first_a) or (False,) * a.n, tuple(first_b) or (False,) * b.n
-    v = censor(ex.verdict, reached_a, reached_b, first_a, first_b)
-    why, how = "", ""
-    if v != ex.verdict:
-        how = censor_reason(ex.verdict, reached_a, reached_b, first_a, first_b)
-        what = "supported" if ex.verdict == SUPPORTED else "not supported"
-        why = (f"; runs that never reached the target (their budget is a lower bound)"
-               if how == CENSORED else "; runs that met the target at their first evaluation "
-               "(their count is an upper bound)") + f" forbid “{what}”"
-    frac = censor_text(a_name, b_name, reached_a, reached_b, first_a, first_b)
-    rule = (ex.rule + "; a run that never reaches the target is censored: entered at the budget "
-            "(a lower bound), it cannot help the side it would favour; a run that meets it at "
-            "its first evaluation is left-censored (an upper bound), likewise")
-    flips = leave_one_out(a, b, v, lambda a2, b2, ka, kb: sooner(
-        a2, b2, margin, [reached_a[i] for i in ka], [reached_b[i] for i in kb], paired=paired,
-        loso=False, min_seeds=2, first_a=[first_a[i] for i in ka],
-        first_b=[first_b[i] for i in kb]).verdict, a_name=a_name, b_name=b_name) \
-        if loso else None
-    reason = (how if v != ex.verdict else ex.reason) if v == INCONCLUSIVE else ""
-    out = Verdict(v, rule, ex.detail + frac + why, interval=ex.interval, bounds=(margin,),
-                  flips=flips, reason=reason, unit=" updates")
-    return replace(out, detail=out.detail + boundary_text(out))
