@@ -452,6 +452,27 @@ def test_a_dead_worker_fails_only_its_own_run(tmp_path):
         assert [row["step"] for row in read_metrics(r.run_dir)] == [10, 20, 30, 40, 50, 60]
 
 
+def test_a_pool_broken_between_two_submissions_loses_no_run(tmp_path, monkeypatch):
+    """A worker can die after the last wait and before the next submission: the pool then refuses
+    the submission (BrokenProcessPool at submit). That run has not started; it and the runs in
+    flight go on in a fresh pool, and every run finishes."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    real, calls = ProcessPoolExecutor.submit, []
+
+    def submit(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:                      # the first submission after the first wait
+            raise BrokenProcessPool("a worker died")
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", submit)
+    configs = [_cfg(steps=30, seed=s) for s in range(4)]
+    results = run_configs(configs, tmp_path, jobs=2, threads=1, progress=False,
+                          log=lambda s: None)
+    assert len(calls) > 3
+    assert [r.status for r in results] == ["done"] * 4, [r.error for r in results]
+
+
 def test_a_corrupt_metrics_line_that_is_not_the_last_is_an_error_naming_file_and_line(tmp_path):
     from layernorm_paper._io import MetricsError
     cfg = _cfg(steps=30, eval_every=10, checkpoint_every=30)

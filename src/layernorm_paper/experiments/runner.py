@@ -299,14 +299,23 @@ def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, 
                 while queue and len(in_flight) < width:
                     unit = queue.popleft()
                     c = configs[unit[0]]
-                    if len(unit) > 1:
-                        fut = pool.submit(_run_group_in_child, [configs[k].to_dict() for k in unit],
-                                          [str(dirs[k]) for k in unit], threads,
-                                          MODELS.get(c.model), MODEL_NORMS.get(c.model))
-                    else:
-                        fut = pool.submit(_run_in_child, c.to_dict(), str(dirs[unit[0]]), threads,
-                                          MODELS.get(c.model), MODEL_NORMS.get(c.model))
+                    try:
+                        if len(unit) > 1:
+                            fut = pool.submit(_run_group_in_child,
+                                              [configs[k].to_dict() for k in unit],
+                                              [str(dirs[k]) for k in unit], threads,
+                                              MODELS.get(c.model), MODEL_NORMS.get(c.model))
+                        else:
+                            fut = pool.submit(_run_in_child, c.to_dict(), str(dirs[unit[0]]),
+                                              threads, MODELS.get(c.model),
+                                              MODEL_NORMS.get(c.model))
+                    except BrokenProcessPool:   # a worker died since the last wait: this unit
+                        queue.appendleft(unit)  # never started; it goes on in the next pool
+                        broken = True
+                        break
                     in_flight[fut] = unit
+                if broken:
+                    break
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for fut in done:
                     unit = in_flight.pop(fut)
@@ -325,8 +334,14 @@ def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, 
                         for k in unit:
                             record(k, RunResult(configs[k], dirs[k], "failed", f"worker process "
                                                 f"failed: {type(err).__name__}: {err}"))
-            if broken:       # the other runs in flight were stopped with the pool: retry them
-                suspects.extend([k] for unit in in_flight.values() for k in unit)
+        if broken:  # the pool is shut down: the runs it stopped are retried, those that
+            for fut, unit in in_flight.items():     # finished first are recorded
+                if not fut.cancelled() and fut.exception() is None:
+                    found = fut.result()
+                    for k, r in zip(unit, found if len(unit) > 1 else [found]):
+                        record(k, r)
+                else:
+                    suspects.extend([k] for k in unit)
 
 
 _DIED = ("worker process died while training this run (killed by a signal such as SIGKILL, e.g. "
