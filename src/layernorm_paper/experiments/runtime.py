@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
+import sys
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -195,9 +196,22 @@ def init(device: str | torch.device | None = None, *, global_batch: int | None =
 
 
 def shutdown() -> None:
-    """Leave the process group (end of a run); harmless when there is none."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group (end of a run); harmless when there is none. At a normal end (no
+    exception on its way out) the processes first meet at a barrier, so that none tears its
+    connections down while a peer is still reading from them (gloo aborts that peer: "terminate
+    called without an active exception"); gloo's barrier gives up after a minute, so a peer that
+    is gone does not hold the others."""
+    if not dist.is_initialized():
+        return
+    if sys.exc_info()[0] is None:
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(minutes=1))
+            else:
+                dist.barrier()
+        except RuntimeError:        # a peer is gone: leave anyway
+            pass
+    dist.destroy_process_group()
 
 
 def barrier(ctx: Context) -> None:
