@@ -13,7 +13,8 @@ does not run. ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``: one 
 Each entry asks the runtime questions once (``dispatch.where``) and chooses its path there.
 
 Files, read downward (each call goes one way): ``dispatch`` (the runtime questions, asked by
-every entry); ``lstm`` / ``gru`` (each LN cell's entry and checks) -> ``sequence`` (the one choice of path, the operators' autograd) -> ``lstm_backend`` /
+every entry); ``lstm`` / ``gru`` (each LN cell's entry and checks) -> ``sequence`` (the one
+choice of path, the operators' autograd) -> ``lstm_backend`` /
 ``gru_backend`` (each cell's C calls, operators and reference loop) -> ``common`` (shared checks,
 dtypes, input LN, the kernels' look-up and backward ranges); ``bn`` (the BN cells), ``cell``
 (the one-step C path), ``pool`` (the buffer pool), ``gemm`` (packed weights and the input GEMM),

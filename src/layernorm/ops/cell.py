@@ -17,8 +17,8 @@ The recurrent regularizers (docs/rnn.md) of one step: ``h_mask`` (B, H), recurre
 enters the recurrent product (W_hh (h * h_mask)); ``zone_h`` / ``zone_c`` (B, H), zoneout of this
 step (h_1 = z h_0 + (1 - z) h~_1), run in the C step. The masks get no gradient.
 
-The cells' entries ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell`` choose, once per call
-(``dispatch.where``): the C step where it applies (``_lib``); elsewhere (other dtypes and
+The cells' entries ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell`` choose, once per
+call (``dispatch.where``): the C step where it applies (``_lib``); elsewhere (other dtypes and
 devices, TorchScript, tracing, torch.compile, dispatch or function modes and tensor subclasses,
 torch.func transforms, forward-mode AD, no bias) the torch-ops step, which computes the same
 function; under autocast None, and the cell runs its readable step (autocast's casts).

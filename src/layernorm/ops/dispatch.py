@@ -10,9 +10,11 @@ of an operator, and answers with a ``Where``; the operator then picks its implem
 those answers and its own dtypes and shapes (its docstring says how). Nothing above the
 operators asks: the modules and the cells call an operator and take what it returns.
 
-The operators that ask, once per call: ``sequence.run_sequence`` (the LN-LSTM / LN-GRU over a
-sequence), ``inference.ln_inference`` (their forward without a graph), ``bn.bn_direction`` (the
-BN-LSTM / BN-GRU), ``plain.plain_direction`` (norm="none" on packed input), ``cell.one_step``
+The operators that ask, once per call: ``lstm.ln_lstm_sequence`` / ``gru.ln_gru_sequence`` (the
+LN-LSTM / LN-GRU over a sequence; ``sequence.run_sequence`` chooses from their answers),
+``inference.choose`` (their forward without a graph), ``bn.bn_direction`` (the BN-LSTM /
+BN-GRU), ``lstm.plain_runs`` (norm="none" on packed input, for ``plain_lstm_direction`` /
+``gru.plain_gru_direction``), ``cell.lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``
 (one step of a cell) and ``gemm.input_linear`` (the input term's GEMM). An operator whose
 reference is the module's readable loop (BN, plain, one step) returns None where its kernels do
 not run, and the module runs that loop.

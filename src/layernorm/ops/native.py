@@ -10,7 +10,8 @@ The C structs: one ``ctypes.Structure`` per cell that mirrors the kernel's C str
 field (names and shapes as there), and the check against the compiled library, run once when it
 is loaded, so a field added on one side only is an error, never a misread pointer.
 
-Calling (where they run is ``dispatch``'s choice): the thread count, and one call with its arguments by name (``call``).
+Calling (where they run is ``dispatch``'s choice): the thread count, and one call with its
+arguments by name (``call``).
 """
 from __future__ import annotations
 

@@ -36,8 +36,8 @@ from ..recurrence import run_direction
 # The fused LN-LSTM / LN-GRU recurrences are registered operators (``torch.ops.layernorm.ln_lstm``
 # / ``ln_gru``, docs/rnnfast.md) with no ONNX translation. While that exporter captures the model,
 # the operators' entries run the same equations as their reference loop of torch ops instead
-# (``layernorm.ops.dispatch``: ``Where.onnx``), which it translates op by op. Everything else (torch.compile, a plain
-# torch.export) keeps seeing the one registered operator. The ONNX graph is the loop unrolled for
+# (``layernorm.ops.dispatch``: ``Where.onnx``), which it translates op by op. Everything else
+# (torch.compile, a plain torch.export) keeps seeing the one registered operator. The ONNX graph is the loop unrolled for
 # the example's sequence length, as the legacy exporter's trace is.
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
