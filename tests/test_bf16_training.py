@@ -231,3 +231,33 @@ def test_bf16_panels_of_the_transpose_from_the_weight(G, K):
         torch.testing.assert_close(gemm._panels_bf16(w, width, transposed=True),
                                    gemm._panels_bf16(w.t().contiguous(), width),
                                    atol=0, rtol=0)
+
+
+@needs_bf16
+def test_bf16_training_at_a_users_size_with_two_graphs_alive():
+    """A 2-layer bidirectional bfloat16 LN-LSTM of hidden 512 on two packed batches of different
+    lengths, both graphs alive before either backward: outputs and gradients within the half
+    types' tolerance of the float64 module, batch by batch."""
+    torch.manual_seed(5)
+    m = layernorm.LSTM(16, 512, norm="layer", num_layers=2, bidirectional=True)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.startswith(("gain", "bias")):
+                p.add_(0.1 * torch.randn_like(p))
+    m = m.bfloat16()
+    ref = copy.deepcopy(m).double()
+    batches = [(torch.randn(6, 3, 16).bfloat16(), torch.tensor([6, 2, 4])),
+               (torch.randn(4, 2, 16).bfloat16(), torch.tensor([3, 4]))]
+    outs = [m(pack_padded_sequence(x, n, enforce_sorted=False))[0].data for x, n in batches]
+    for (x, n), out in zip(batches, outs):      # the first backward with the second graph alive
+        out64 = ref(pack_padded_sequence(x.double(), n, enforce_sorted=False))[0].data
+        torch.testing.assert_close(out.double(), out64, atol=8 * EPS, rtol=8 * EPS)
+        g = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+        (out.float() * g).sum().backward()
+        (out64 * g.double()).sum().backward()
+        for (name, p), p64 in zip(m.named_parameters(), ref.parameters()):
+            scale = p64.grad.abs().max().item()
+            torch.testing.assert_close(p.grad.double(), p64.grad,
+                                       atol=40 * EPS * max(scale, 1e-3), rtol=40 * EPS,
+                                       msg=f"gradient of {name}")
+            p.grad, p64.grad = None, None
