@@ -31,7 +31,7 @@ def test_reproduce_exits_1_and_names_the_failed_runs(tmp_path, capsys, monkeypat
         return [runner.RunResult(c, runner.run_dir_for(c, out), "failed", "worker process died")
                 for c in configs]
     monkeypatch.setattr(runner, "run_configs", run_configs)
-    code = main(["reproduce", "--preset", "tiny", "--only", "mlp_batch_size", "--out",
+    code = main(["reproduce", "--tier", "tiny", "--only", "mlp_batch_size", "--out",
                  str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1
@@ -45,7 +45,7 @@ def test_a_second_reproduce_on_one_directory_refuses_and_a_stale_lock_is_taken_o
     from layernorm_paper.experiments import runner
     from layernorm_paper.reproduce.command import LOCK, reproduce
     with exclusive_lock(tmp_path / LOCK, "held by {pid}"):   # a reproduce running right now
-        assert main(["reproduce", "--preset", "tiny", "--only", "analysis", "--out",
+        assert main(["reproduce", "--tier", "tiny", "--only", "analysis", "--out",
                      str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"another `layernorm reproduce` (pid {os.getpid()})" in err

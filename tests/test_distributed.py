@@ -88,7 +88,7 @@ def spawn(fn, world_size: int, *args) -> list[int]:
 
 # --- ddp_batch_split through the real CLI: 1 process here, 2 processes spawned ------------------
 
-RUN = ["run", "ddp_batch_split", "--preset", "tiny", "--no-progress"]
+RUN = ["run", "ddp_batch_split", "--scale", "tiny", "--no-progress"]
 RUNS = ("layer-bs8-seed0", "batch-bs8-seed0", "batch-syncbn-bs8-seed0")
 
 

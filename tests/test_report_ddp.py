@@ -73,6 +73,7 @@ def test_ln_that_differs_is_not_supported(tmp_path):
 
 
 def test_no_runs_is_not_run_with_the_commands(tmp_path):
+    # written with the key's former name, "preset": read as the tier tiny
     (tmp_path / "reproduce.json").write_text(json.dumps({"preset": "tiny"}))
     (tmp_path / "analysis").mkdir()
     (tmp_path / "analysis" / "invariance.json").write_text("{}")   # something else to judge
@@ -80,9 +81,9 @@ def test_no_runs_is_not_run_with_the_commands(tmp_path):
     assert {c: s[c]["verdict"] for c in DDP_CLAIMS} == dict.fromkeys(DDP_CLAIMS, R.NOT_RUN)
     md = prose(tmp_path)
     runs = tmp_path / "runs"
-    assert (f"`torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --preset tiny "
+    assert (f"`torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --scale tiny "
             f"--out {runs}`") in md
-    assert f"`layernorm run ddp_batch_split --preset tiny --out {runs}`" in md
+    assert f"`layernorm run ddp_batch_split --scale tiny --out {runs}`" in md
     # a single-process run without its torchrun partner is still "not run"
     write_pair(tmp_path, "layer", "layer", 0.0)
     (runs / R.DDP_EXPERIMENT / "layer-w2" / "done").unlink()

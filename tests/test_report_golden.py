@@ -53,7 +53,7 @@ SWEPT = {"paper_handwriting": {
                  "scores_per_seed": {"0.0003": [1.9, 1.9, 1.9], "0.001": [1.6, 1.6, 1.6],
                                      "0.003": [1.4, 1.4, 1.4], "0.009": [1.29, 1.3, 1.31],
                                      "0.027": [1.09, 1.1, 1.11]}}}}
-META = {"preset": "quick", "cpu_count": 2, "git_commit": "0123456789abcdef",
+META = {"tier": "quick", "cpu_count": 2, "git_commit": "0123456789abcdef",
         "learning_rates": SWEPT,
         "not_run": {"rnn_downloads": "needs downloaded data; run with --full"},
         # the adaptive seed budget as `reproduce --extra-seeds 6` records what it spent

@@ -26,7 +26,7 @@ def tiny_out(tmp_path_factory):
 
 def test_tiny_preset_runs_every_experiment_kind_and_builds_report(tiny_out):
     meta = json.loads((tiny_out / "reproduce.json").read_text())
-    assert meta["preset"] == "tiny" and meta["failed_runs"] == []
+    assert meta["tier"] == "tiny" and meta["failed_runs"] == []
     # the download experiment is listed as not run outside --full
     assert "rnn_downloads" in meta["not_run"]
     for name in ("mlp_batch_size", "cnn_batch_size", "rnn_norms", "lstm_gain_init"):
@@ -286,11 +286,14 @@ def test_rnn_summed_input_statistics_per_step():
                                         (["--preset", "paper"], "paper"),
                                         (["--preset", "standard"], "embedded"),
                                         (["--preset", "embedded"], "embedded"),
-                                        (["--preset", "tiny"], "tiny")])
+                                        (["--preset", "tiny"], "tiny"),
+                                        (["--tier", "tiny"], "tiny"), (["--tier", "paper"], "paper"),
+                                        (["--tier", "standard"], "embedded")])
 def test_the_command_line_picks_the_tier(monkeypatch, tmp_path, argv, tier):
     """``layernorm reproduce`` (the README's command) is read as the tier embedded, as is
-    --preset standard (its former name); --quick, --paper and --preset NAME as named, --full and
-    --preset full (the former names) as the tier paper; the tier reaches ``reproduce``."""
+    --tier standard (its former name); --quick, --paper and --tier NAME as named, --full and
+    --tier full (the former names) as the tier paper, --preset (the former name of --tier) as
+    --tier; the tier reaches ``reproduce``."""
     from layernorm_paper.cli import main
     from layernorm_paper.reproduce import command
 
@@ -304,7 +307,33 @@ def test_the_command_line_picks_the_tier(monkeypatch, tmp_path, argv, tier):
     assert asked == [tier]
 
 
-def test_quick_and_preset_exclude_each_other(capsys):
+@pytest.mark.parametrize("flag", ["--tier", "--preset"])
+def test_quick_and_tier_exclude_each_other(capsys, flag):
     from layernorm_paper.cli import main
-    assert main(["reproduce", "--quick", "--preset", "tiny"]) == 2
+    assert main(["reproduce", "--quick", flag, "tiny"]) == 2
     assert "not allowed with argument --quick" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, scale", [([], "quick"), (["--scale", "tiny"], "tiny"),
+                                         (["--scale", "full"], "full"),
+                                         (["--preset", "tiny"], "tiny")])
+def test_the_run_command_reads_the_scale(monkeypatch, tmp_path, argv, scale):
+    """``layernorm run NAME --scale SCALE`` trains the experiment's configs at that scale (quick
+    by default); --preset, its former name, still works."""
+    from layernorm_paper.cli import main
+    from layernorm_paper.experiments import registry
+
+    asked = []
+    experiment = registry.get_experiment("digits_mlp")
+
+    class Probe:
+        def __getattr__(self, name):
+            return getattr(experiment, name)
+
+        def configs(self, s):
+            asked.append(s)
+            raise SystemExit(0)
+    monkeypatch.setattr("layernorm_paper.experiments.cli.get_experiment", lambda name: Probe())
+    with pytest.raises(SystemExit):
+        main(["run", "digits_mlp", *argv, "--out", str(tmp_path)])
+    assert asked == [scale]

@@ -294,7 +294,7 @@ def test_cli_list_and_run_and_rerun(tmp_path, capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "digits_mlp" in out and "[6.6]" in out and "mnist1d" in out and "embedded" in out
-    args = ["run", "digits_mlp", "--preset", "tiny", "--out", str(tmp_path), "--no-progress"]
+    args = ["run", "digits_mlp", "--scale", "tiny", "--out", str(tmp_path), "--no-progress"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "2 trained, 0 reused, 0 failed" in out
@@ -337,7 +337,7 @@ def test_cli_failed_run_shows_every_line_of_its_error_on_one_line(tmp_path, caps
 def test_cli_parallel_jobs_match_sequential(tmp_path):
     # Workers get cpu_count // jobs threads; numbers are bit-identical at equal thread counts, so
     # compare with this process's single-thread sequential run on a 2-core machine only.
-    args = ["--preset", "tiny", "--no-progress", "--steps", "15"]
+    args = ["--scale", "tiny", "--no-progress", "--steps", "15"]
     assert main(["run", "digits_mlp", "--out", str(tmp_path / "seq")] + args) == 0
     env = {**os.environ, "PYTHONPATH": SRC}
     par = subprocess.run([sys.executable, "-m", "layernorm", "run", "digits_mlp", "--out",
@@ -387,7 +387,7 @@ def test_workers_end_when_the_parent_is_terminated(tmp_path):
     train on unattended (they end themselves; the runs resume from their checkpoints)."""
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.Popen([sys.executable, "-m", "layernorm", "run", "digits_mlp", "--out",
-                             str(tmp_path), "--jobs", "2", "--preset", "quick", "--no-progress"],
+                             str(tmp_path), "--jobs", "2", "--scale", "quick", "--no-progress"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

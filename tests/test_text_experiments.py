@@ -246,6 +246,6 @@ def test_device_reaches_every_training_config(monkeypatch, tmp_path, capsys):
     assert seen and {c.device for c in seen} == {"cpu"}
     assert json.loads((tmp_path / "reproduce.json").read_text())["device"] == "cpu"
     if not torch.cuda.is_available():
-        assert main(["reproduce", "--preset", "tiny", "--device", "cuda", "--out",
+        assert main(["reproduce", "--tier", "tiny", "--device", "cuda", "--out",
                      str(tmp_path / "x")]) == 2
         assert "sees no CUDA GPU" in capsys.readouterr().err

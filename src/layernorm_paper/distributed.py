@@ -5,8 +5,8 @@
 * ``layernorm.sync_bn``: ``SyncBatchNorm`` and ``convert_sync_batchnorm`` (``--sync-bn``).
 * ``layernorm_paper.reproduce.batch_split``: the ``ddp_batch_split`` experiment and ``ddp-compare``.
 
-    torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --preset tiny
-    layernorm run ddp_batch_split --preset tiny        # the same on 1 process
+    torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --scale tiny
+    layernorm run ddp_batch_split --scale tiny        # the same on 1 process
     layernorm ddp-compare runs/ddp_batch_split          # LN equal, BN differs, BN + sync equal
 
 See docs/distributed.md.

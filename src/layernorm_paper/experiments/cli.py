@@ -12,7 +12,7 @@ from .registry import EXPERIMENTS, MODELS, SCALES, get_experiment
 
 def _list(args: argparse.Namespace) -> int:
     from ..data import DATASETS
-    print("Experiments (layernorm run NAME [--preset SCALE], SCALE: tiny, quick or full):")
+    print("Experiments (layernorm run NAME [--scale SCALE], SCALE: tiny, quick or full):")
     for name, exp in sorted(EXPERIMENTS.items()):
         sizes = []
         for scale in SCALES:
@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import check_unique_run_dirs, override, run_configs
     try:
         exp = get_experiment(args.experiment)
-        configs = exp.configs(args.preset)
+        configs = exp.configs(args.scale)
         length = ({"steps": [args.steps], "epochs": [None]} if args.steps is not None else
                   {"epochs": [args.epochs], "steps": [None]} if args.epochs is not None else {})
         configs = override(configs, norm=args.norm, batch_size=args.batch_size, seed=args.seed,
@@ -76,7 +76,7 @@ def _run_all(args, exp, configs, runtime, run_configs) -> int:
     say = print if runtime.is_writer else (lambda *a, **k: None)
     procs = f", {runtime.world_size} processes" if runtime.world_size > 1 else ""
     say(f"{exp.name} [{exp.section}]: {exp.claim}\n{len(configs)} run(s), scale "
-        f"{args.preset}{procs}, output {args.out}/{exp.name}/")
+        f"{args.scale}{procs}, output {args.out}/{exp.name}/")
     try:
         results = run_configs(configs, args.out, jobs=args.jobs, progress=not args.no_progress,
                               threads=args.threads, runtime=runtime)
@@ -103,9 +103,11 @@ def add_commands(sub) -> None:
                        "or, for a value it does not use, set it in every config (several values: "
                        "the union).")
     p.add_argument("experiment", help="an experiment name (see `layernorm list`)")
-    p.add_argument("--preset", choices=SCALES, default="quick", metavar="SCALE",
+    p.add_argument("--scale", choices=SCALES, default="quick", metavar="SCALE",
                    help="the scale of the experiment's runs: tiny (seconds), quick (minutes, "
                    "the default), full (the paper's); `layernorm reproduce` has tiers instead")
+    p.add_argument("--preset", choices=SCALES, dest="scale",
+                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # former name
     from layernorm.vocabulary import NORMS
     p.add_argument("--norm", nargs="+", metavar="NORM", choices=NORMS,
                    help=f"one or more of {', '.join(NORMS)} (a model may support fewer)")

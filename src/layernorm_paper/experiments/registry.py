@@ -19,7 +19,7 @@ from typing import Callable
 
 from .names import check_choice, check_name
 
-# The scales of one experiment (``layernorm run NAME --preset SCALE``): how long and on how many
+# The scales of one experiment (``layernorm run NAME --scale SCALE``): how long and on how many
 # seeds each of its configs trains. ``layernorm reproduce`` has tiers of its own
 # (docs/reproduce.md) that pick which experiments run, each at one of these scales.
 SCALES = ("tiny", "quick", "full")

@@ -346,5 +346,5 @@ def _run_pool(configs: list[Config], dirs: list[Path], jobs: int, threads: int, 
 
 _DIED = ("worker process died while training this run (killed by a signal such as SIGKILL, e.g. "
          "by the out-of-memory killer, or a crash in native code); the other runs went on. Run "
-         "it with fewer --jobs or a smaller --preset scale; rerunning the same command resumes "
+         "it with fewer --jobs or a smaller --scale; rerunning the same command resumes "
          "it from its checkpoint.")

@@ -11,12 +11,12 @@ from typing import Callable
 # Two words for two ideas (docs/reproduce.md). A tier of ``layernorm reproduce`` says which
 # experiments it includes: tiny (seconds, for tests), quick (what fits 10 minutes on 2 cores),
 # embedded (the default) or paper (the paper's sizes where the data can be downloaded). A scale
-# (``layernorm run NAME --preset SCALE``, the runner's ``SCALES``) says how long, and on how many
+# (``layernorm run NAME --scale SCALE``, the runner's ``SCALES``) says how long, and on how many
 # seeds, one experiment's configs train: tiny, quick or full. Each tier trains at one scale.
 TINY, QUICK, EMBEDDED, PAPER = "tiny", "quick", "embedded", "paper"
 TIERS = (TINY, QUICK, EMBEDDED, PAPER)
 TIER_SCALE = {TINY: "tiny", QUICK: "quick", EMBEDDED: "quick", PAPER: "full"}
-# the tiers' former names, still accepted on the command line (``--preset standard``, ``--full``)
+# the tiers' former names, still accepted on the command line (``--tier standard``, ``--full``; ``--preset`` for ``--tier``)
 FORMER_TIER_NAMES = {"standard": EMBEDDED, "full": PAPER}
 
 # Whose data an experiment runs on (``Record.data``): the dataset the paper (or the summary)
@@ -124,7 +124,7 @@ class Record:
 
 
 # Section 6 experiments, quick: 5 seeds (the verdict rules need >= 5 per arm), lengths cut so
-# that 5 seeds cost what 3 did: measured with /usr/bin/time, `layernorm run NAME --preset quick
+# that 5 seeds cost what 3 did: measured with /usr/bin/time, `layernorm run NAME --scale quick
 # --jobs 1 --threads 1`, all 5 seeds of every arm: DRAW 35, handwriting 31, reader 104, char-LM
 # 76 CPU-s (user + sys), 246 CPU-s in all; the BN-LSTM arms (per-step statistics, a Python loop
 # over time steps) are most of the reader's and the char-LM's. Scoring BN-LSTM with population

@@ -52,5 +52,5 @@ RECORD = Record(
                          "faster, with about the same final value, IAM-OnDB"},
     data_here={NAME: "generated pen strokes"},
     not_downloaded="IAM-OnDB (section 6.5's data) is distributed only to registered users of the "
-                   "FKI IAM On-Line Handwriting Database, so no preset downloads it; every preset "
+                   "FKI IAM On-Line Handwriting Database, so no tier downloads it; every tier "
                    "trains on generated pen strokes")

@@ -58,4 +58,4 @@ RECORD = Record(
                                                   "stable public download of the extracted "
                                                   "features; `paper_order` runs the embedded "
                                                   "stand-in (the digits with generated "
-                                                  "captions) at every preset"})
+                                                  "captions) at every scale"})

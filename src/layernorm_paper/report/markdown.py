@@ -18,6 +18,7 @@ from .claims.base import experiment_settings
 from .front import FOREST
 from .scoring import LAST_K, PP
 from .runs import Inputs, select
+from ..records._record import PAPER
 
 VERDICT_MARK = {SUPPORTED: "✅ supported", NOT_SUPPORTED: "❌ not supported",
                 INCONCLUSIVE: "❔ inconclusive", UNDERTRAINED: "⏳ undertrained",
@@ -234,11 +235,11 @@ def _settings_block(inp: Inputs, results) -> list[str]:
 def render(inp: Inputs, results: list[tuple[Claim, ClaimResult]],
            figure_paths: dict[str, str]) -> str:
     meta, runs = inp.meta, inp.runs
-    preset = meta.get("preset", "?")
+    tier = meta.get("tier", "?")
     md = ["# Layer Normalization (Ba, Kiros, Hinton 2016) — reproduction report"]
-    if preset != "full":
-        md += [f"> **Reduced-scale run (preset `{preset}`)**: small models, few updates, mostly "
-               f"stand-in data; the verdicts say what these runs show (`--full`: the paper's "
+    if tier != PAPER:
+        md += [f"> **Reduced-scale run (tier `{tier}`)**: small models, few updates, mostly "
+               f"stand-in data; the verdicts say what these runs show (`--paper`: the paper's "
                f"scale where its data downloads).", ""]
     md += ["## Summary", front.LEGEND, ""]
     md += front.summary_table(inp, results, mark)

@@ -5,7 +5,7 @@ here, once, into ``Inputs``; the claims (``claims/``) only see what this module 
     DIR/runs/**/env.json                              versions, device (optional)
     DIR/analysis/invariance.json                      ``run_invariance`` results (optional)
     DIR/analysis/geometry/geometry.json, *.png        ``run_geometry`` results (optional)
-    DIR/reproduce.json                                preset, wall time, jobs (optional)
+    DIR/reproduce.json                                tier, wall time, jobs (optional)
     DIR/runs/ddp_batch_split/NAME, NAME-wW            1 vs W processes (optional)
 
 A damaged file is an error naming the file and the fix (``ReportInputError``), never a silently
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from .._io import read_json as _read_json, read_metrics
 from ..records import RECORDS, budgets, not_downloaded
-from ..records._record import REAL, STAND_IN
+from ..records._record import FORMER_TIER_NAMES, REAL, STAND_IN
 from ..batch_split import DDP_EXPERIMENT
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ class Inputs:
     ddp_error: str | None = None                         # two runs of a pair do not match
     unfinished: int = 0                                  # run directories without ``done``
     budgets: dict = field(default_factory=dict)          # experiment -> {"rule", "text"}
-    not_downloaded: dict = field(default_factory=dict)   # experiment -> why no preset downloads
+    not_downloaded: dict = field(default_factory=dict)   # experiment -> why no tier downloads
     #                                                      its paper's data (the records')
 
     @property
@@ -217,6 +217,8 @@ def read_inputs(out: str | Path) -> Inputs:
     ddp_rows, ddp_error = _ddp(out)
     unfinished = sum(1 for c in (out / "runs").rglob("config.json")
                      if not (c.parent / "done").exists()) if (out / "runs").is_dir() else 0
+    if "tier" not in meta and "preset" in meta:     # written before the key was "tier"
+        meta["tier"] = FORMER_TIER_NAMES.get(meta["preset"], meta["preset"])
     return Inputs(out=out, runs=load_runs(out), meta=meta,
                   invariance=read_json(out / "analysis" / "invariance.json",
                                        "run_invariance's results (Table 1)"),

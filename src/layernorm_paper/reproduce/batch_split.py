@@ -2,8 +2,8 @@
 batch of 8 trained on 1 process and split over 2 (DDP), and ``layernorm ddp-compare``, which
 compares their final parameters. See docs/distributed.md.
 
-    torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --preset tiny
-    layernorm run ddp_batch_split --preset tiny        # the same on 1 process
+    torchrun --nproc-per-node 2 -m layernorm run ddp_batch_split --scale tiny
+    layernorm run ddp_batch_split --scale tiny        # the same on 1 process
     layernorm ddp-compare runs/ddp_batch_split          # LN equal, BN differs, BN + sync equal
 """
 from __future__ import annotations

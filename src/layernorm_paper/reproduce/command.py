@@ -1,7 +1,7 @@
 """``layernorm reproduce``: train every experiment of the reproduction, run the analysis (invariance
 table, geometry), and write the report. A tier (``--embedded``, ``--quick``, ``--paper``,
-``--preset tiny``) picks which experiments run, each at one of the runner's scales
-(``layernorm run NAME --preset tiny|quick|full``):
+``--tier tiny``) picks which experiments run, each at one of the runner's scales
+(``layernorm run NAME --scale tiny|quick|full``):
 
     layernorm reproduce                      the tier embedded (the default): every experiment
                                              whose data ships with the package, and three on real
@@ -11,14 +11,14 @@ table, geometry), and write the report. A tier (``--embedded``, ``--quick``, ``-
                                              full MNIST (fetched once, verified;
                                              "not run: data unreachable" when no source is), at
                                              the quick scale, 5 seeds
-                                             (docs/reproduce.md "Cost"). ``--preset standard``
+                                             (docs/reproduce.md "Cost"). ``--tier standard``
                                              is its former name.
     layernorm reproduce --quick              a subset of it that fits 10 minutes on 2 cores (the
                                              ConvNet and section 6.1-6.5 left out)
     layernorm reproduce --paper              the paper's sizes where the data can be downloaded
                                              (hours on 2 CPU cores; ``--device cuda`` trains on
                                              a GPU). ``--full`` is its former name.
-    layernorm reproduce --preset tiny        seconds; for tests (embedded data only, unless
+    layernorm reproduce --tier tiny          seconds; for tests (embedded data only, unless
                                              --only names an experiment on downloaded data)
     layernorm reproduce --only rnn_norms --only analysis --out DIR --jobs 2
 
@@ -53,10 +53,10 @@ EMBEDDED_ONLY = records.with_tier(records.EMBEDDED)
 TINY, QUICK, EMBEDDED, PAPER = records.TINY, records.QUICK, records.EMBEDDED, records.PAPER
 DEFAULT_TIER = EMBEDDED
 TIERS = records.TIERS
-TIER_NAMES = (*TIERS, *records.FORMER_TIER_NAMES)    # what --preset accepts
-# reproduce.json's "preset" and the default output directory (runs/reproduce-<name>) call the
-# tier paper "full", the name they were first written with: a directory written then resumes,
-# and the report (which reads "preset") reads it the same
+TIER_NAMES = (*TIERS, *records.FORMER_TIER_NAMES)    # what --tier accepts
+# the default output directory (runs/reproduce-<name>) calls the tier paper "full", the name
+# it was first written with: a directory written then resumes (reproduce.json's former key
+# "preset", the tier's former name, is read by the report as the tier it names now)
 STORED_NAME = {PAPER: "full"}
 DEVICES = ("auto", "cpu", "cuda")
 ANALYSIS = "analysis"
@@ -293,8 +293,8 @@ def _reproduce(tier: str, out: Path, names: list[str], jobs: int, report: bool, 
             continue
         if n in deferred:
             not_run[n] = ("over --quick's 10-minute budget with the training its verdicts need; "
-                          "run the default tier (`layernorm reproduce`, formerly --preset "
-                          "standard), or --only " + n)
+                          "run the default tier (`layernorm reproduce`), or "
+                          "--only " + n)
             continue
         exp = get_experiment(n)
         if exp.needs_download and tier != PAPER and not (tier == TINY and only_named):
@@ -318,7 +318,7 @@ def _reproduce(tier: str, out: Path, names: list[str], jobs: int, report: bool, 
     configs, unreachable, sources_used = prefetch(configs, log)
     not_run.update(unreachable)
     parts["data"] = time.time() - t
-    log(f"layernorm reproduce --preset {tier}: {len(configs)} training runs in {jobs} "
+    log(f"layernorm reproduce --tier {tier}: {len(configs)} training runs in {jobs} "
         f"process(es) into {out}/runs (finished runs are reused)")
     failed, trained = [], 0
     if configs:
@@ -359,7 +359,7 @@ def _reproduce(tier: str, out: Path, names: list[str], jobs: int, report: bool, 
         if isinstance(entry, dict):
             common = {k: v for k, v in entry.items() if k not in ("arms", "budget")}
             swept[n] = {arm: {**common, **e} for arm, e in entry.get("arms", {}).items()}
-    meta = {"preset": STORED_NAME.get(tier, tier), "jobs": jobs, "device": device or "per config",
+    meta = {"tier": tier, "jobs": jobs, "device": device or "per config",
             "seed_offset": seed_offset,
             "experiments": names, "datasets": sorted(datasets),
             "data_sources": sources_used,
@@ -412,16 +412,17 @@ def failures(out: str | os.PathLike) -> list[str]:
 
 def tier(args: argparse.Namespace) -> str:
     """The tier of the reproduction that the command line asks for: ``--quick``, ``--paper``
-    (``--full``), ``--embedded`` or ``--preset NAME`` (one of them at most); ``embedded`` when
-    none is given. A former name (``--full``, ``--preset standard``, ``--preset full``) gives
+    (``--full``), ``--embedded`` or ``--tier NAME`` (one of them at most); ``embedded`` when
+    none is given. A former name (``--full``, ``--tier standard``, ``--tier full``, and
+    ``--preset`` for ``--tier``) gives
     the tier it names now."""
     if args.full or args.paper:
         return PAPER
     if args.quick:
         return QUICK
-    if args.embedded or args.preset is None:
+    if args.embedded or args.tier is None:
         return EMBEDDED
-    return records.FORMER_TIER_NAMES.get(args.preset, args.preset)
+    return records.FORMER_TIER_NAMES.get(args.tier, args.tier)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -450,7 +451,7 @@ def add_commands(sub) -> None:
                                          "summaries it checks (docs/paper.md) and write a report "
                                          "that judges each claim")
     # A tier of the reproduction picks which experiments run, each at one of the runner's scales
-    # (`layernorm run NAME --preset tiny|quick|full`); the tiers quick and embedded run the quick
+    # (`layernorm run NAME --scale tiny|quick|full`); the tiers quick and embedded run the quick
     # scale, the tier paper the full one.
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--embedded", action="store_true", help="the tier embedded (the default): "
@@ -468,10 +469,12 @@ def add_commands(sub) -> None:
                       "cores, its cost per experiment from --costs DIR; with --device cuda on a "
                       "GPU; resumable")
     mode.add_argument("--full", action="store_true", help="the former name of --paper")
-    mode.add_argument("--preset", choices=TIER_NAMES, metavar="TIER",
+    mode.add_argument("--tier", choices=TIER_NAMES, metavar="TIER",
                       help="the tier by name: tiny (seconds, for tests), quick (= --quick), "
                       "embedded (= --embedded, the default; 'standard' is its former name and "
                       "still accepted), paper (= --paper; 'full' is its former name)")
+    mode.add_argument("--preset", choices=TIER_NAMES, dest="tier", default=argparse.SUPPRESS,
+                      help=argparse.SUPPRESS)                 # the former name of --tier
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"run only this experiment (repeatable): {', '.join(EXPERIMENTS)}, "
                         f"{DDP_EXPERIMENT}, {ANALYSIS}")

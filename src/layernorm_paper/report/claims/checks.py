@@ -9,6 +9,7 @@ import math
 from ..runs import DDP_EXPERIMENT, Inputs
 from ..scoring import NORM_LABEL
 from ...analysis.invariance import PAPER_TABLE, TRANSFORMATIONS
+from ...records._record import TIER_SCALE
 from ...verdicts import (INCONCLUSIVE, LEARNED, LEVEL, NO_LEARNING, NOT_SUPPORTED, SUPPORTED, Verdict,
                          all_of, exceeds, in_range, matches, sample)
 from .base import DDP_DIFF_FACTOR, DDP_REL_TOL, LR_DECAY_MARGIN, ClaimResult, Figure, not_run
@@ -268,8 +269,10 @@ def ddp_tolerance(max_param: float) -> float:
     return DDP_REL_TOL * max(1.0, float(max_param))
 
 
-def ddp_commands(out, preset: str) -> str:
-    p = f" --preset {preset}" if preset in ("tiny", "quick", "full") else ""
+def ddp_commands(out, tier: str) -> str:
+    """The commands that train the distributed pair at the scale of ``tier`` (the default scale
+    where the tier is not known)."""
+    p = f" --scale {TIER_SCALE[tier]}" if tier in TIER_SCALE else ""
     runs = out / "runs"
     return (f"`layernorm run {DDP_EXPERIMENT}{p} --out {runs}` (1 process) and "
             f"`torchrun --nproc-per-node 2 -m layernorm run {DDP_EXPERIMENT}{p} --out {runs}` "
@@ -310,7 +313,7 @@ def claim_batch_split(norm: str, identical: bool):
     """With ``norm``, 1 process x B and W processes x B/W train identical parameters
     (``identical``) or measurably different ones; judged on every NAME / NAME-wW pair."""
     def evaluate(inp: Inputs) -> ClaimResult:
-        commands = ddp_commands(inp.out, inp.meta.get("preset", ""))
+        commands = ddp_commands(inp.out, inp.meta.get("tier", ""))
         if inp.ddp_error:
             v = Verdict(INCONCLUSIVE, "the pairs cannot be compared", inp.ddp_error)
             return ClaimResult(v, "pairs do not match", [], notes=[inp.ddp_error])

@@ -216,7 +216,7 @@ def full_forms_run(inp: Inputs) -> tuple[str, ...]:
 
 def paper_not_run(inp: Inputs) -> dict[str, str]:
     """The section 6 forms with no runs, and why: the experiments with no stand-in, those whose
-    paper's data no preset downloads (the reproduction's reasons), and the downloaded full forms
+    paper's data no tier downloads (the reproduction's reasons), and the downloaded full forms
     when none of their runs is here."""
     ran = full_forms_run(inp)
     out = dict(PAPER_NOT_RUN)
