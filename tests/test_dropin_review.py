@@ -357,6 +357,24 @@ def test_layer_packed_unsorted_against_the_paper_reference(mode, kw, with_h0):
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_layer_batch_first_with_h0_against_the_paper_reference(mode):
+    """batch_first=True takes (B, T, I) input while h0 / c0 stay (L * D, B, H), as torch's: each
+    example as the float64 reference run alone."""
+    torch.manual_seed(0)
+    m = _randomize(OURS[mode](5, 12, num_layers=2, bidirectional=True, batch_first=True))
+    x = torch.randn(3, 4, 5)
+    hx = _state(mode, 4, 3, 12)
+    with torch.no_grad():
+        out, state = m(x, hx)
+    states = state if isinstance(state, tuple) else (state,)
+    layers = _reference_layers(m)
+    for b in range(3):
+        want = ref_recurrent(mode, x[b], layers, *_pick(hx, b), eps=m.eps)
+        for got, w in zip((out[b], *(s[:, b] for s in states)), want):
+            torch.testing.assert_close(got.double(), w, atol=3e-5, rtol=3e-5)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("kind", ["batch_first_h0", "unbatched", "unbatched_h0"])
 def test_layer_padded_and_unbatched_gradients_against_float64(mode, kind):
     """batch_first with h0, and unbatched (T, I) input with and without a 2-D h0: outputs and
