@@ -566,6 +566,33 @@ def test_torch_func_grad_with_batch_norm(mode):
             torch.testing.assert_close(buffers[name], b, atol=1e-6, rtol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("mode", ["LSTMCell", "RNNCell", "LSTM", "RNN"])
+def test_vmap_over_examples_of_layer_norm_cells_and_one_step_modules(mode):
+    """torch.func.vmap over a batch of inputs (a cell's step, a module's one-step sequence)
+    computes what a loop over them does, as it does for torch.nn.GRUCell / RNNCell."""
+    _vmap_matches_loop(mode)
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
+    "layernorm/recurrence/steps.py gru_from_terms (line 195, and gru_affine_parts' lines "
+    "161-162) splits with Tensor.unsafe_split_with_sizes, which has no torch.func batching "
+    "rule: 'Batching rule not implemented for aten::unsafe_split_with_sizes'; "
+    "torch.nn.GRUCell runs under vmap"))
+@pytest.mark.parametrize("mode", ["GRUCell", "GRU"])
+def test_vmap_over_examples_of_a_layer_norm_gru_step(mode):
+    _vmap_matches_loop(mode)
+
+
+def _vmap_matches_loop(mode):
+    torch.manual_seed(0)
+    cell = mode.endswith("Cell")
+    m = _randomize(OURS[mode](5, 8, norm="layer"))
+    xs = torch.randn(2, 3, 5) if cell else torch.randn(2, 1, 3, 5)     # one step
+    got = torch.func.vmap(lambda a: _tensors(m(a))[0])(xs)
+    want = torch.stack([_tensors(m(a))[0] for a in xs])
+    torch.testing.assert_close(got, want, **F32)
+
+
 # ---- a fuzz over shapes ----------------------------------------------------------------------
 
 @settings(max_examples=10, deadline=None, derandomize=True)
