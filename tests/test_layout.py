@@ -149,7 +149,7 @@ PREDICATE_SITES = {
 # the operator entries that ask ``dispatch.where`` (once each): file -> the functions that call it
 WHERE_CALLERS = {
     "layernorm/ops/bn.py": {"bn_direction"},
-    "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell", "torch_cell"},
+    "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell"},
     "layernorm/ops/gemm.py": {"input_linear"},
     "layernorm/ops/gru.py": {"ln_gru_sequence"},
     "layernorm/ops/inference.py": {"choose"},

@@ -21,7 +21,8 @@ The cells' entries ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell`` 
 call (``dispatch.where``): the C step where it applies (``_lib``); elsewhere (other dtypes and
 devices, TorchScript, tracing, torch.compile, dispatch or function modes and tensor subclasses,
 torch.func transforms, forward-mode AD, no bias) the torch-ops step, which computes the same
-function; under autocast None, and the cell runs its readable step (autocast's casts).
+function; under autocast None, and the cell runs its readable step (autocast's casts), except
+``torch_cell``, which runs torch's own op under autocast as torch's cells do.
 """
 from __future__ import annotations
 
@@ -449,10 +450,9 @@ _TORCH_CELLS = {"LSTM": torch._VF.lstm_cell, "GRU": torch._VF.gru_cell,
 
 
 def torch_cell(mode, nonlinearity, x, state, w_ih, w_hh, b_ih, b_hh):
-    """One step of torch's own cell op (norm="none"), as torch.nn.*Cell calls it; None under
-    autocast. -> new state."""
-    if dispatch.where(x).autocast is not None:
-        return None
+    """One step of torch's own cell op (norm="none"), as torch.nn.*Cell calls it, also under
+    autocast, which casts it as it casts torch's cells: the output dtype is theirs (on the CPU
+    in bfloat16, RNNCell's is bfloat16, LSTMCell's and GRUCell's float32). -> new state."""
     if mode == "LSTM":
         return tuple(_TORCH_CELLS["LSTM"](x, state, w_ih, w_hh, b_ih, b_hh))
     fn = _TORCH_CELLS["GRU" if mode == "GRU" else nonlinearity]

@@ -158,19 +158,41 @@ class BatchTerm(Term):
 
     def _kernel(self, x: torch.Tensor, rows, gain, bias, train: bool) -> torch.Tensor:
         """``F.batch_norm`` of x (N, C) with the running statistics of ``rows`` of the buffers
-        (an int, slice or index; flattened to C values; None: none kept). In training the kernel
-        updates copies, which the buffers then take: its autograd node keeps the statistics it
-        was given, and later steps change the buffers in place."""
+        (an int, slice or index; flattened to C values; None: none kept). The kernel gets copies
+        of the rows, which in training it updates and the buffers then take: its autograd node
+        keeps the statistics it was given (in eval, or at a training step with one active
+        example, it saves them for the backward), and later steps and calls change the buffers
+        in place, which must not invalidate a graph still alive."""
         running = (None, None) if rows is None else tuple(buf[rows].reshape(-1)
                                                           for buf in self.running)
-        if train and rows is not None:
+        if rows is not None:          # (with or without autograd: one graph for a trace)
             running = tuple(r.clone() for r in running)
         y = F.batch_norm(x, *running, gain, bias, train, self.momentum, self.eps)
         if train and rows is not None:
-            with torch.no_grad():
+            with torch.no_grad(), self._writing():
                 for buf, r in zip(self.running, running):
                     buf[rows] = r.view_as(buf[rows])
         return y
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """The in-place update of the running statistics, with a clear error where a torch.func
+        transform refuses it (the buffers are captured by the transformed function, as
+        torch.nn.BatchNorm's are)."""
+        try:
+            yield
+        except RuntimeError as e:
+            if not (torch._C._are_functorch_transforms_active() and "captured" in str(e)):
+                raise
+            raise RuntimeError(
+                f"{self.who} in training updates its running statistics (buffers) in place, "
+                f"which a torch.func transform (grad, vjp, jacrev, ...) refuses for buffers the "
+                f"transformed function captures from the module (torch.nn.BatchNorm raises the "
+                f"same). Either call module.eval() first (the running statistics are then read, "
+                f"not written), or pass the buffers as an argument of the transformed function: "
+                f"torch.func.grad(lambda params, buffers: loss(torch.func.functional_call("
+                f"module, (params, buffers), args)))(params, dict(module.named_buffers())), or "
+                f"use norm='layer', which keeps no running statistics.") from e
 
     @torch.no_grad()
     def _update(self, t0: int, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
@@ -182,8 +204,10 @@ class BatchTerm(Term):
             observe(self.running, t0, mean, var, n)
         k = min(mean.shape[0], mean_buf.shape[0] - t0)
         if k > 0:
-            mean_buf[t0:t0 + k].lerp_(mean[:k].to(mean_buf.dtype), self.momentum)
-            var_buf[t0:t0 + k].lerp_((var[:k] * (n / (n - 1))).to(var_buf.dtype), self.momentum)
+            with self._writing():
+                mean_buf[t0:t0 + k].lerp_(mean[:k].to(mean_buf.dtype), self.momentum)
+                var_buf[t0:t0 + k].lerp_((var[:k] * (n / (n - 1))).to(var_buf.dtype),
+                                         self.momentum)
 
     def __call__(self, a: torch.Tensor, t: int | None = None) -> torch.Tensor:
         """Batch norm of a (B, G) term at step t over the examples active at t (a prefix)."""
@@ -193,7 +217,9 @@ class BatchTerm(Term):
         if self.training and (t == 0 or self.batch_sizes is None):
             LF.check_batch_size(a[:n], self.who)
         if n == a.shape[0] and self._fused_bn(a):          # every example active: one kernel
-            train = self.training and n >= 2
+            # a bool, also under torch.jit.trace, whose sizes are tensors (the trace is made
+            # for the example's sizes; batch_norm takes no tensor for ``training``)
+            train = bool(self.training and n >= 2)
             slot = t if train else _slot(t, self.last_slot)    # a tensor: < max_length
             past = isinstance(slot, int) and slot >= mean_buf.shape[0]     # past max_length
             return self._kernel(a, None if past else slot, self.gain, self.bias, train)
