@@ -106,18 +106,20 @@ def _panels_bf16(w: torch.Tensor, width: int, transposed: bool = False) -> torch
 
 def recurrent_panels(lib, w_hh: torch.Tensor, bf16: bool, transposed: bool = False) -> dict:
     """The recurrent weight as a sequence kernel's struct field for the training path's
-    operators: the backward's W_hh^T in bfloat16 panels (``wtpb``: the product dhg_t W_hh reads
-    dhg_t rounded to bfloat16, float32 accumulation) where the caller computes in bfloat16
-    (``bf16``: the operators' flag) and the loaded kernels have the CPU's bfloat16 dot products
-    (``bf16_dot``); else, and always in the forward, float32 panels (``wp`` / ``wtp``).
+    operators: where the caller computes in bfloat16 (``bf16``: the operators' flag) and the
+    loaded kernels have the CPU's bfloat16 dot products (``bf16_dot``), W_hh in bfloat16 panels:
+    the forward's (``wpb``: the product W_hh h_{t-1} reads h_{t-1} rounded to bfloat16, as the
+    inference kernels and torch's bfloat16 LSTM do) and the backward's W_hh^T (``wtpb``: the
+    product dhg_t W_hh reads dhg_t rounded to bfloat16), float32 accumulation; else float32
+    panels (``wp`` / ``wtp``).
 
-    The forward's product stays float32 for accuracy: h_{t-1} rounded to bfloat16 at every step
-    (as the inference kernels do) put a 2-layer bidirectional bfloat16 LN-LSTM up to 13 eps off
-    the float64 module (float32 products: up to 5.5; 12 seeds, (T, B, H) = (9, 5, 24)), beyond
-    the half types' tolerance, and two bfloat16 halves of h_{t-1} (float32's accuracy) measured
-    no faster than the float32 product. Rounding dhg_t measured no worse than float32."""
-    if transposed and bf16 and lib.bf16_dot():
-        return {"wtpb": _panels_bf16(w_hh, lib.panel_width(), transposed=True)}
+    Both directions take the same bfloat16 W_hh, so the backward's dh_{t-1} = dhg_t W_hh is the
+    gradient of the product the forward computed, and dW_hh (``WeightGrad``) reads the rounded
+    h_{t-1} where it runs in bfloat16. The forward's rounding of h_{t-1} measured no farther from
+    the float64 module than rounding W_x x alone (docs/rnnfast.md, "bf16 training")."""
+    if bf16 and lib.bf16_dot():
+        return {"wtpb" if transposed else "wpb": _panels_bf16(w_hh, lib.panel_width(),
+                                                             transposed)}
     return {"wtp" if transposed else "wp": _panels(w_hh, lib.panel_width(), transposed)}
 
 
