@@ -264,3 +264,22 @@ def test_bf16_training_at_a_users_size_with_two_graphs_alive():
                                        atol=40 * EPS * max(scale, 1e-3), rtol=40 * EPS,
                                        msg=f"gradient of {name}")
             p.grad, p64.grad = None, None
+
+
+def test_packed_weights_of_freed_tensors_leave_the_cache():
+    """A bfloat16 module's weights reach the operators as a fresh float32 copy per call; the
+    packed panels cached for those copies (with a copy of W_hh each) leave ``gemm._PACK_CACHE``
+    when the copies are freed, while a live weight's panels stay and are reused."""
+    m = layernorm.LSTM(6, 24, norm="layer").bfloat16()
+    x = torch.randn(5, 3, 6).bfloat16()
+    for _ in range(3):
+        m(x)[0].float().sum().backward()
+    assert all(entry[0]() is not None for entry in gemm._PACK_CACHE.values())
+    w = torch.randn(96, 24)
+    width = native.load().panel_width()
+    first = gemm._panels_bf16(w, width)
+    assert gemm._panels_bf16(w, width) is first                   # reused while w lives
+    keys = [k for k in gemm._PACK_CACHE if k[0] == id(w)]
+    assert keys
+    del w
+    assert not any(k in gemm._PACK_CACHE for k in keys)
