@@ -26,7 +26,7 @@ import pytest
 CANARY = "asan canary: a deliberate overflow follows"
 OPTIONAL = ("batch_sizes", "h_mask", "zone_h", "zone_c",    # lengths and the regularizers' masks
             "x",                                           # inference: the input GEMM inside
-            "wpb")                                         # ... in bfloat16 (AVX512-BF16)
+            "wpb", "wtpb")                                 # ... in bfloat16 (AVX512-BF16)
 FLAGS = "-fsanitize=address -fno-omit-frame-pointer"
 
 
@@ -95,6 +95,8 @@ def test_every_c_kernel_entry_point_is_clean_under_address_sanitizer(tmp_path):
     for kernel in ("lstm_forward_seq", "gru_forward_seq"):  # ln_lstm_inference / ln_gru_inference
         assert f"{kernel} x" in record["given"], record["given"]
         assert f"{kernel} wpb" in record["given"] or not record["bf16_dot"], record["given"]
+    for kernel in ("lstm_backward_seq", "gru_backward_seq"):  # bfloat16 training
+        assert f"{kernel} wtpb" in record["given"] or not record["bf16_dot"], record["given"]
     exported = set().union(*(_exported(lib) for lib in libs))
     at_load = {n for n in exported if n.endswith(("_struct_size", "_struct_last"))
                or n == "panel_width"}
@@ -178,6 +180,13 @@ def _exercise() -> None:
                     half = [t.bfloat16() for t in (x, *states, w_ih, w_hh, g, b)]
                     infer(*half, g[:n].bfloat16(), b[:n].bfloat16(), g[:H].bfloat16(),
                           b[:H].bfloat16(), batch_sizes=batch_sizes)
+            if native.load().bf16_dot():  # bfloat16 training: both recurrent products in bf16
+                m = getattr(L, "LSTM" if G == 4 else "GRU")(I, H, norm="layer",
+                                                           recurrent_dropout=0.3, zoneout=0.2)
+                m = m.bfloat16().train()
+                out, _ = m(pack_padded_sequence(x.bfloat16(), sizes.new_tensor(
+                    [13, 13, 12, 11, 9, 7, 4, 2, 1]), enforce_sorted=True))
+                out.data.float().square().sum().backward()
         from layernorm.ops.gemm import _panels_bf16
         width = native.load().panel_width()
         for M, K, N in ((1, 7, 5), (13, 37, 3 * width + 1)):  # -4 without AVX512-BF16

@@ -1,12 +1,13 @@
 """bfloat16 training on the CPU (a bfloat16 module, or ``torch.autocast("cpu", torch.bfloat16)``):
-the LN-LSTM / LN-GRU operators take the caller's dtype as their ``bf16`` flag, and their backward
-runs its recurrent product dhg_t W_hh on the CPU's bfloat16 dot products (``wtpb``, AVX512-BF16)
-and dW_hh as bfloat16 GEMMs where torch has them (``gemm.WeightGrad``), float32 statistics,
-gates, states and accumulation; the forward stays float32 (docs/rnnfast.md). Against the float64
-module on the same bfloat16 values within the half types' tolerance of ``test_fused``, padded and
-packed; the builds without the bfloat16 dot products (AVX2) or without torch's bfloat16 GEMM
-take the float32 products, also tested. And the C kernels' GEMM for weight gradients
-(``WeightGrad``, the native input GEMM's backward) and the pooled cast of the input term."""
+the LN-LSTM / LN-GRU operators take the caller's dtype as their ``bf16`` flag, and run their
+recurrent products on the CPU's bfloat16 dot products (AVX512-BF16): the forward's W_hh h_{t-1}
+(``wpb``) and the backward's dhg_t W_hh (``wtpb``), and dW_hh as bfloat16 GEMMs where torch has
+them (``gemm.WeightGrad``), float32 statistics, gates, states and accumulation
+(docs/rnnfast.md). Against the float64 module on the same bfloat16 values within 8 eps (outputs)
+and 40 eps of the largest value (gradients), padded and packed; the builds without the bfloat16
+dot products (AVX2) or without torch's bfloat16 GEMM take the float32 products, also tested. And
+the C kernels' GEMM for weight gradients (``WeightGrad``, the native input GEMM's backward) and
+the pooled cast of the input term."""
 import copy
 
 import pytest
@@ -88,13 +89,13 @@ def _assert_within_tolerance(cls, autocast, packed, B=6):
 @pytest.mark.parametrize("autocast", [False, True], ids=["bf16-module", "autocast"])
 def test_bf16_training_within_the_dtypes_tolerance(monkeypatch, cls, packed, autocast):
     """A bfloat16 module (or a float32 one under autocast to bfloat16) trains through the
-    operators with the backward's recurrent products in bfloat16 (every backward call gets
-    W_hh^T in bfloat16 panels, every forward call float32 ones), outputs and gradients within
-    the half types' tolerance of the float64 module."""
+    operators with the recurrent products in bfloat16 (every forward call gets W_hh in bfloat16
+    panels, every backward call W_hh^T), outputs and gradients within the half types' tolerance
+    of the float64 module."""
     calls = _spy(monkeypatch)
     _assert_within_tolerance(cls, autocast, packed)
     kernel = cls.lower()
-    assert calls.count((f"{kernel}_forward_seq", ["wp"])) == 2  # two layers
+    assert calls.count((f"{kernel}_forward_seq", ["wpb"])) == 2  # two layers
     backward = [c for c in calls if c[0] == f"{kernel}_backward_seq"]
     assert backward and all(fields == ["wtpb"] for _, fields in backward)
 
@@ -117,7 +118,7 @@ def test_bf16_training_on_two_threads(cls):
 @pytest.mark.parametrize("without", ["bf16-dot", "bf16-gemm"])
 def test_bf16_training_without_the_bf16_products(monkeypatch, request, cls, without):
     """Where the loaded kernels have no bfloat16 dot products (the AVX2 build, as on a CPU
-    without AVX512-BF16) the backward's recurrent product is float32 (``wtp``); where torch has
+    without AVX512-BF16) both recurrent products are float32 (``wp``, ``wtp``); where torch has
     no native bfloat16 GEMM, dW_hh is a float32 GEMM: either way within the same tolerance."""
     if without == "bf16-dot":
         assert request.getfixturevalue("avx2_kernels").bf16_dot() == 0
@@ -138,8 +139,10 @@ def test_bf16_training_without_the_bf16_products(monkeypatch, request, cls, with
     finally:
         torch.set_num_threads(before)
     backward = [f for k, f in calls if k.endswith("backward_seq")]
+    forward = [f for k, f in calls if k.endswith("forward_seq")]
     if without == "bf16-dot":
         assert backward and all(f == ["wtp"] for f in backward)
+        assert forward == [["wp"], ["wp"]]  # two layers
     else:
         assert made and all(mode == (False, True) for mode in made)
 
@@ -158,8 +161,8 @@ def test_backward_refuses_bf16_panels_without_bf16_dot_products(avx2_kernels):
 def test_weight_grad_sums_ranges(monkeypatch, request, N, K, half, build):
     """``WeightGrad``: the sum of d^T h over ranges (one of no rows), on one thread through the
     C kernels' GEMM (``gemm_packed_at``: N rows in tiles of 1 to 12 rows, K not a whole
-    number of panels: padded; the native and the AVX2 build), or as bfloat16 products (float32 within bfloat16's
-    rounding of each range's product and of its inputs)."""
+    number of panels: padded; the native and the AVX2 build), or as bfloat16 products (float32
+    within bfloat16's rounding of each range's product and of its inputs)."""
     monkeypatch.setitem(gemm._HALF_GEMM, torch.bfloat16, True)
     monkeypatch.setattr(gemm, "_WEIGHT_GRAD_ROWS", 8)  # the 33-row range in 5 products
     lib = native.load() if build == "native" else request.getfixturevalue("avx2_kernels")
@@ -261,3 +264,22 @@ def test_bf16_training_at_a_users_size_with_two_graphs_alive():
                                        atol=40 * EPS * max(scale, 1e-3), rtol=40 * EPS,
                                        msg=f"gradient of {name}")
             p.grad, p64.grad = None, None
+
+
+def test_packed_weights_of_freed_tensors_leave_the_cache():
+    """A bfloat16 module's weights reach the operators as a fresh float32 copy per call; the
+    packed panels cached for those copies (with a copy of W_hh each) leave ``gemm._PACK_CACHE``
+    when the copies are freed, while a live weight's panels stay and are reused."""
+    m = layernorm.LSTM(6, 24, norm="layer").bfloat16()
+    x = torch.randn(5, 3, 6).bfloat16()
+    for _ in range(3):
+        m(x)[0].float().sum().backward()
+    assert all(entry[0]() is not None for entry in gemm._PACK_CACHE.values())
+    w = torch.randn(96, 24)
+    width = native.load().panel_width()
+    first = gemm._panels_bf16(w, width)
+    assert gemm._panels_bf16(w, width) is first                   # reused while w lives
+    keys = [k for k in gemm._PACK_CACHE if k[0] == id(w)]
+    assert keys
+    del w
+    assert not any(k in gemm._PACK_CACHE for k in keys)

@@ -838,8 +838,14 @@ def test_half_modules_forward_and_grads_within_the_dtypes_tolerance(cls, dtype, 
         # measured: <= 6 eps (outputs), 6 eps of the largest gradient; at H = 3 an LN over 3
         # units amplifies the rounding of its half-type input W_x x: 12 eps, 63 eps
         k = 8 if H > 8 else 20
+        # bfloat16 on the CPU's bfloat16 dot products: the forward's W_hh h_{t-1} reads h_{t-1}
+        # rounded to bfloat16 (as torch's bfloat16 LSTM); the float64 module rounding the same
+        # values moves as far (H = 24: up to 13.4 eps over 24 seeds; docs/rnnfast.md)
+        dot = native.load() is not None and native.load().bf16_dot()
+        k_out = 16 if dtype == torch.bfloat16 and dot and H > 8 else k
         for name, a, b in (("out", out, out64), ("h_n", state, state64)):
-            torch.testing.assert_close(a.double(), b, atol=k * eps, rtol=k * eps, msg=name)
+            torch.testing.assert_close(a.double(), b, atol=k_out * eps, rtol=k_out * eps,
+                                       msg=name)
         for (name, _), a, b in zip(m.named_parameters(), grads, grads64):
             scale = b.abs().max().item()
             torch.testing.assert_close(a.double(), b, atol=5 * k * eps * max(scale, 1e-3),

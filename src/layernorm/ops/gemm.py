@@ -40,24 +40,40 @@ _PACKED_MIN_FLOPS = 2 ** 22
 # Packed weights of the last few weight tensors, reused while the tensor holds the same values
 # (inference calls reuse them; a training step's updated weights are packed again). The values
 # are compared with a kept copy (~0.1 ms), since edits through ``w.data`` do not bump the version:
-# (id(w), kind) -> (weakref to w, (data_ptr, version), copy of w, packed).
+# (id(w), kind) -> (weakref to w, (data_ptr, version), copy of w, packed). An entry leaves when
+# its tensor is freed: a half-type module's weights arrive as a fresh float32 copy per call, and
+# the entries of those dead copies (a copy of W_hh and its panels each) held 24 MiB at
+# (I, H) = (128, 256) after a few bf16 training steps.
 _PACK_CACHE: dict[tuple, tuple] = {}
 _PACK_CACHE_SIZE = 16
 
 
+def _forget(cache_key):
+    """A weakref callback: drop the entry of a freed tensor (unless a newer one took the key)."""
+    def callback(ref):
+        entry = _PACK_CACHE.get(cache_key)
+        if entry is not None and entry[0] is ref:
+            del _PACK_CACHE[cache_key]
+    return callback
+
+
 def _cached_pack(w: torch.Tensor, kind, make):
-    """``make(w)`` (a packed form of w, ``kind`` names the form), cached while w is unchanged."""
+    """``make(w)`` (a packed form of w, ``kind`` names the form), cached while w is unchanged
+    and alive."""
     if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
         return make(w.detach().contiguous())
     # inference tensors have no version counter: the kept copy alone tells a changed value
     key = (w.data_ptr(), -1 if w.is_inference() else w._version)
-    hit = _PACK_CACHE.get((id(w), kind))
+    cache_key = (id(w), kind)
+    hit = _PACK_CACHE.get(cache_key)
     if hit is not None and hit[0]() is w and hit[1] == key and torch.equal(hit[2], w):
         return hit[3]
     packed = make(w.detach().contiguous())
+    _PACK_CACHE.pop(cache_key, None)
     if len(_PACK_CACHE) >= _PACK_CACHE_SIZE:
         _PACK_CACHE.pop(next(iter(_PACK_CACHE)))
-    _PACK_CACHE[(id(w), kind)] = (weakref.ref(w), key, w.detach().clone(), packed)
+    _PACK_CACHE[cache_key] = (weakref.ref(w, _forget(cache_key)), key, w.detach().clone(),
+                              packed)
     return packed
 
 
@@ -106,18 +122,20 @@ def _panels_bf16(w: torch.Tensor, width: int, transposed: bool = False) -> torch
 
 def recurrent_panels(lib, w_hh: torch.Tensor, bf16: bool, transposed: bool = False) -> dict:
     """The recurrent weight as a sequence kernel's struct field for the training path's
-    operators: the backward's W_hh^T in bfloat16 panels (``wtpb``: the product dhg_t W_hh reads
-    dhg_t rounded to bfloat16, float32 accumulation) where the caller computes in bfloat16
-    (``bf16``: the operators' flag) and the loaded kernels have the CPU's bfloat16 dot products
-    (``bf16_dot``); else, and always in the forward, float32 panels (``wp`` / ``wtp``).
+    operators: where the caller computes in bfloat16 (``bf16``: the operators' flag) and the
+    loaded kernels have the CPU's bfloat16 dot products (``bf16_dot``), W_hh in bfloat16 panels:
+    the forward's (``wpb``: the product W_hh h_{t-1} reads h_{t-1} rounded to bfloat16, as the
+    inference kernels and torch's bfloat16 LSTM do) and the backward's W_hh^T (``wtpb``: the
+    product dhg_t W_hh reads dhg_t rounded to bfloat16), float32 accumulation; else float32
+    panels (``wp`` / ``wtp``).
 
-    The forward's product stays float32 for accuracy: h_{t-1} rounded to bfloat16 at every step
-    (as the inference kernels do) put a 2-layer bidirectional bfloat16 LN-LSTM up to 13 eps off
-    the float64 module (float32 products: up to 5.5; 12 seeds, (T, B, H) = (9, 5, 24)), beyond
-    the half types' tolerance, and two bfloat16 halves of h_{t-1} (float32's accuracy) measured
-    no faster than the float32 product. Rounding dhg_t measured no worse than float32."""
-    if transposed and bf16 and lib.bf16_dot():
-        return {"wtpb": _panels_bf16(w_hh, lib.panel_width(), transposed=True)}
+    Both directions take the same bfloat16 W_hh, so the backward's dh_{t-1} = dhg_t W_hh is the
+    gradient of the product the forward computed, and dW_hh (``WeightGrad``) reads the rounded
+    h_{t-1} where it runs in bfloat16. The forward's rounding of h_{t-1} measured no farther from
+    the float64 module than rounding W_x x alone (docs/rnnfast.md, "bf16 training")."""
+    if bf16 and lib.bf16_dot():
+        return {"wtpb" if transposed else "wpb": _panels_bf16(w_hh, lib.panel_width(),
+                                                             transposed)}
     return {"wtp" if transposed else "wp": _panels(w_hh, lib.panel_width(), transposed)}
 
 

@@ -69,7 +69,7 @@ def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_ma
               batch_sizes, eps, save, bf16=False):
     """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``). Rows
     sorted by decreasing length; ``h_mask``, ``zone_h``: the recurrent regularizers or None;
-    ``bf16``: as ``ln_lstm``'s (the backward's products in bfloat16 where the CPU has them)."""
+    ``bf16``: as ``ln_lstm``'s (the recurrent products in bfloat16 where the CPU has them)."""
     lib = common.c_kernels("ln_gru", xw)
     with torch.autocast(xw.device.type, enabled=False):
         out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,

@@ -79,9 +79,9 @@ def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
     cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing
     length; ``batch_sizes`` as ``PackedSequence.batch_sizes``; ``h_mask``, ``zone_h``,
     ``zone_c``: the recurrent regularizers or None. ``bf16``: the caller computes in bfloat16
-    (a bfloat16 module, or autocast to bfloat16; the tensors here are float32): the backward
-    takes its bfloat16 products (``gemm.recurrent_panels``, ``gemm.WeightGrad``); the forward
-    is the same either way."""
+    (a bfloat16 module, or autocast to bfloat16; the tensors here are float32): the recurrent
+    products of the forward and the backward run on the CPU's bfloat16 dot products where it has
+    them (``gemm.recurrent_panels``), dW_hh as bfloat16 GEMMs (``gemm.WeightGrad``)."""
     lib = common.c_kernels("ln_lstm", xw)
     with torch.autocast(xw.device.type, enabled=False):
         out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,
