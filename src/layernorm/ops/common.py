@@ -61,8 +61,9 @@ def check_shapes(who: str, xg, states: dict, w_hh, gates: int, vectors: dict,
             raise ValueError(f"{who} expected {name} of shape ({n},), received {tuple(v.shape)}.")
     tensors = [xg, w_hh, *states.values(), *(v for v, _ in vectors.values())]
     dtypes = {t.dtype for t in tensors}
-    if len({t.device for t in tensors}) != 1 or (
-            len(dtypes) != 1 and autocast is None):
+    # one device: all on the CPU (asked without making a device object per tensor), or one set
+    one_device = all(t.is_cpu for t in tensors) or len({t.device for t in tensors}) == 1
+    if not one_device or (len(dtypes) != 1 and autocast is None):
         raise ValueError(f"{who} expected all tensors on one device with one dtype, received "
                          f"{sorted({(str(t.device), str(t.dtype)) for t in tensors})}. Move them "
                          f"with .to(xg) (under torch.autocast mixed dtypes are cast for you).")
