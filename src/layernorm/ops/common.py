@@ -19,7 +19,8 @@ batch sorted by decreasing length. ``None`` means every example runs all T steps
 In eager mode on plain CPU float32 tensors (``dispatch.Where.eager``) a call skips torch's
 dispatcher and runs the operator's body under a ``torch.autograd.Function`` with the same
 autograd (measured ~0.12 ms a forward and ~0.17 ms a backward call of dispatch and argument
-handling, at any size); under torch.compile / torch.export the registered operators run, one opaque op each.
+handling, at any size); under torch.compile / torch.export the registered operators run, one
+opaque op each.
 """
 from __future__ import annotations
 

@@ -37,8 +37,8 @@ from ..recurrence import run_direction
 # / ``ln_gru``, docs/rnnfast.md) with no ONNX translation. While that exporter captures the model,
 # the operators' entries run the same equations as their reference loop of torch ops instead
 # (``layernorm.ops.dispatch``: ``Where.onnx``), which it translates op by op. Everything else
-# (torch.compile, a plain torch.export) keeps seeing the one registered operator. The ONNX graph is the loop unrolled for
-# the example's sequence length, as the legacy exporter's trace is.
+# (torch.compile, a plain torch.export) keeps seeing the one registered operator. The ONNX graph
+# is the loop unrolled for the example's sequence length, as the legacy exporter's trace is.
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     """The dtype of an RNN's output under autocast (the fused operators' rule, torch's: the
