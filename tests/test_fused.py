@@ -290,6 +290,43 @@ def test_native_same_result_with_any_thread_count(kind):
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("lengths", [None, [9, 4, 9, 1, 0, 7]])
+@pytest.mark.parametrize("masks", [False, True], ids=["", "dropout-zoneout"])
+def test_native_backward_in_one_call_equals_ranges(kind, lengths, masks, monkeypatch):
+    """A small sequence's backward runs all steps in one kernel call (``ONE_CALL_BYTES``), a long
+    one in ranges of steps: the same gradients bit for bit (each step's sums are the same, and
+    dW_hh is summed in the same ranges either way), with input LN, lengths and the recurrent
+    regularizers' masks."""
+    _native_or_skip()
+    fn, _, G, _, _ = KINDS[kind]
+    T, B, H = 9, 6, 8
+    torch.manual_seed(0)
+    args = make_args(kind, T, B, H) + list(_input_ln_args(kind, T, B, H, torch.float32))
+    lens = None if lengths is None else torch.tensor(lengths)
+    extra = {}
+    if masks:
+        extra["h_mask"] = (torch.rand(B, H) > 0.3).float() / 0.7
+        extra["zone_h"] = (torch.rand(T, B, H) > 0.5).float()
+        if kind == "lstm":
+            extra["zone_c"] = (torch.rand(T, B, H) > 0.5).float()
+    results, calls, real = [], [], native.call
+
+    def spy(lib, kernel, cls, who, **fields):
+        calls[-1] += kernel.endswith("backward_seq")
+        return real(lib, kernel, cls, who, **fields)
+    monkeypatch.setattr(native, "call", spy)
+    for one_call in (True, False):
+        monkeypatch.setattr(common, "ONE_CALL_BYTES", (1 << 30) if one_call else 0)
+        calls.append(0)
+        outs = fn(*args[:-2], lengths=lens, gain_x=args[-2], bias_x=args[-1], **extra)
+        g_out = [torch.linspace(-1, 1, o.numel()).view_as(o) for o in outs]
+        results.append([*outs, *torch.autograd.grad(outs, args, g_out)])
+    assert calls == [1, 3]  # (the ranges: ceil(T / 4) = 3 steps each)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_fused_no_grad_path_equals_autograd_path(kind):
     fn = KINDS[kind][0]
     args = make_args(kind, 5, 6, 8)

@@ -19,7 +19,8 @@ batch sorted by decreasing length. ``None`` means every example runs all T steps
 In eager mode on plain CPU float32 tensors (``dispatch.Where.eager``) a call skips torch's
 dispatcher and runs the operator's body under a ``torch.autograd.Function`` with the same
 autograd (measured ~0.12 ms a forward and ~0.17 ms a backward call of dispatch and argument
-handling, at any size); under torch.compile / torch.export the registered operators run, one opaque op each.
+handling, at any size); under torch.compile / torch.export the registered operators run, one
+opaque op each.
 """
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ def check_shapes(who: str, xg, states: dict, w_hh, gates: int, vectors: dict,
             raise ValueError(f"{who} expected {name} of shape ({n},), received {tuple(v.shape)}.")
     tensors = [xg, w_hh, *states.values(), *(v for v, _ in vectors.values())]
     dtypes = {t.dtype for t in tensors}
-    if len({t.device for t in tensors}) != 1 or (
-            len(dtypes) != 1 and autocast is None):
+    # one device: all on the CPU (asked without making a device object per tensor), or one set
+    one_device = all(t.is_cpu for t in tensors) or len({t.device for t in tensors}) == 1
+    if not one_device or (len(dtypes) != 1 and autocast is None):
         raise ValueError(f"{who} expected all tensors on one device with one dtype, received "
                          f"{sorted({(str(t.device), str(t.dtype)) for t in tensors})}. Move them "
                          f"with .to(xg) (under torch.autocast mixed dtypes are cast for you).")
@@ -165,26 +167,41 @@ def saved_or_empty(saved, xw: torch.Tensor, n_buffers: int) -> list:
 # as one GEMM: dhg is then held for one range, not for all T steps (a (T, B, G) buffer, as large
 # as xw).
 CHUNK_BYTES = 2 << 20
+# ... except where all of dhg takes at most this many bytes (and CHUNK_BYTES): then one kernel
+# call runs all T steps (each step's sums are the same in one call as in several: the same
+# numbers) and dW_hh is still summed in the same ranges (the same sum, bit for bit). A small
+# sequence's backward then makes one call in place of four (each ~15 us of Python around it).
+ONE_CALL_BYTES = 256 << 10
 
 
 def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, h_mask=None, bf16=False,
                     **fields):
-    """Run the backward C ``kernel`` latest steps first, one range of steps per call, and
-    accumulate dW_hh = sum_t dhg_t^T h_{t-1} (h_{t-1}: h0 at t = 0, else out[t - 1], times
-    ``h_mask`` when given) -> dW_hh (G, H); ``bf16``: the operators' flag (``gemm.WeightGrad``).
+    """Run the backward C ``kernel`` latest steps first, one range of steps per call (all steps
+    in one call where ``dhg`` is small, ``ONE_CALL_BYTES``), and accumulate dW_hh = sum_t
+    dhg_t^T h_{t-1} (h_{t-1}: h0 at t = 0, else out[t - 1], times ``h_mask`` when given) range
+    by range -> dW_hh (G, H); ``bf16``: the operators' flag (``gemm.WeightGrad``).
     ``fields``: the rest of the kernel's arguments, as ``native.call``."""
     T, B, H = out.shape
     steps = max(1, min(-(-T // 4), CHUNK_BYTES // max(1, 4 * B * G)))  # >= 4 ranges
-    buf = _WORKSPACE.get((steps, B, G), like=out)
+    one_call = 4 * T * B * G <= min(ONE_CALL_BYTES, CHUNK_BYTES)
+    buf = _WORKSPACE.get((T if one_call else steps, B, G), like=out)
     dw = WeightGrad(lib, G, H, out, bf16)
     sizes = native.int32(batch_sizes)
+    if one_call:
+        if batch_sizes is not None:  # the kernel writes only the rows that run
+            buf.zero_()
+        native.call(lib, kernel, cls, who, t0=0, t1=T, h0=h0, out=out, batch_sizes=sizes,
+                    dhg=buf, h_mask=h_mask, **fields)
     for hi in range(T, 0, -steps):
         lo = max(0, hi - steps)
-        dhg = buf[:hi - lo]
-        if batch_sizes is not None:  # the kernel writes only the rows that run
-            dhg.zero_()
-        native.call(lib, kernel, cls, who, t0=lo, t1=hi, h0=h0, out=out,
-                     batch_sizes=sizes, dhg=dhg, h_mask=h_mask, **fields)
+        if one_call:
+            dhg = buf[lo:hi]
+        else:
+            dhg = buf[:hi - lo]
+            if batch_sizes is not None:  # the kernel writes only the rows that run
+                dhg.zero_()
+            native.call(lib, kernel, cls, who, t0=lo, t1=hi, h0=h0, out=out,
+                        batch_sizes=sizes, dhg=dhg, h_mask=h_mask, **fields)
         flat = dhg.view(-1, G)
         if lo:
             dw.add(flat, masked_h(out[lo - 1:hi - 1], h_mask).reshape(-1, H))

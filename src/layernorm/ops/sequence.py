@@ -65,10 +65,13 @@ def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params,
         return kernels.sequence(cell.triton, xg, states, params, order, batch_sizes, eps,
                                 gain_x, bias_x, masks)        # and has no functorch rule)
     compute, out_dtype = dtypes(xg, where.autocast)
+    # (on plain tensors in eager mode a tensor of the dtype already is taken as it is: what its
+    # ``.to`` returns, without the ~2 us of the call, a dozen times a call)
+    to = _to if where.eager else torch.Tensor.to
     masks = prepare_masks(masks.values(), compute, order)
-    states = [t.to(compute) for t in states]  # xg below: in a pooled buffer where eager
-    params = tuple(t.to(compute) for t in params)
-    gain_x, bias_x = (None if t is None else t.to(compute) for t in (gain_x, bias_x))
+    states = [to(t, compute) for t in states]  # xg below: in a pooled buffer where eager
+    params = tuple(to(t, compute) for t in params)
+    gain_x, bias_x = (None if t is None else to(t, compute) for t in (gain_x, bias_x))
     groups, n = tuple(k * states[0].shape[-1] for k in cell.groups), len(states)
     if where.lib is None or compute != torch.float32 or where.transformed or where.onnx:
         xg, _, _ = input_ln(who, xg.to(compute), gain_x, bias_x, groups, eps, inside=False)
@@ -87,7 +90,12 @@ def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params,
             return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
                             float(eps), save, out_dtype == torch.bfloat16)[:n + 1]
     outs = with_order(run, order, xg, tuple(states))
-    return tuple(o.to(out_dtype) for o in outs)
+    return tuple(to(o, out_dtype) for o in outs)
+
+
+def _to(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)`` for a plain tensor: t itself where it has the dtype already."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def register_autograd(op, body, name, n_states, loop, first_order):

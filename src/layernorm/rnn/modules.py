@@ -37,8 +37,8 @@ from ..recurrence import run_direction
 # / ``ln_gru``, docs/rnnfast.md) with no ONNX translation. While that exporter captures the model,
 # the operators' entries run the same equations as their reference loop of torch ops instead
 # (``layernorm.ops.dispatch``: ``Where.onnx``), which it translates op by op. Everything else
-# (torch.compile, a plain torch.export) keeps seeing the one registered operator. The ONNX graph is the loop unrolled for
-# the example's sequence length, as the legacy exporter's trace is.
+# (torch.compile, a plain torch.export) keeps seeing the one registered operator. The ONNX graph
+# is the loop unrolled for the example's sequence length, as the legacy exporter's trace is.
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     """The dtype of an RNN's output under autocast (the fused operators' rule, torch's: the
@@ -188,22 +188,24 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
                                            g("bias_ih"), g("bias_hh"), batch_sizes)
             return None if done is None else (done[0], done[1:])
         if self._kind.fused and self._fused():  # one opaque operator, also under torch.compile
+            # the layer's tensors, looked up once for both paths (by INFERENCE_PARAMS' names)
+            params = [g(n) for n in ops.INFERENCE_PARAMS[self.mode]]
             done = None if masks else ops.ln_inference(     # no graph: W_x x_t in the loop
-                self.mode, x, state, [g(n) for n in ops.INFERENCE_PARAMS[self.mode]],
-                batch_sizes, self.eps)
+                self.mode, x, state, params, batch_sizes, self.eps)
             if done is not None:
                 return done
-            xw = ops.input_linear(x, g("weight_ih"))    # the input LN runs inside the kernel
-            inputs = {"batch_sizes": batch_sizes, "eps": self.eps, "gain_x": g("gain_ih"),
-                      "bias_x": g("bias_ih")}
+            w_ih, w_hh, gain_ih, bias_ih, gain_hh, bias_hh, *ln_c = params
+            xw = ops.input_linear(x, w_ih)    # the input LN runs inside the kernel
+            inputs = {"batch_sizes": batch_sizes, "eps": self.eps, "gain_x": gain_ih,
+                      "bias_x": bias_ih}
             if self.mode == "LSTM":
-                out, h, c = ops.ln_lstm(xw, *state, g("weight_hh"), g("gain_hh"), g("bias_hh"),
-                                        g("gain_c"), g("bias_c"), **inputs, **masks)
+                out, h, c = ops.ln_lstm(xw, *state, w_hh, gain_hh, bias_hh, *ln_c, **inputs,
+                                        **masks)
                 return out, (h, c)
             # GRU: LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
             H2 = 2 * self.hidden_size
-            out, h = ops.ln_gru(xw, state[0], g("weight_hh"), g("gain_hh")[:H2], g("bias_hh")[:H2],
-                                g("gain_hh")[H2:], g("bias_hh")[H2:], **inputs, **masks)
+            out, h = ops.ln_gru(xw, state[0], w_hh, gain_hh[:H2], bias_hh[:H2], gain_hh[H2:],
+                                bias_hh[H2:], **inputs, **masks)
             return out, (h,)
         if self._kind.running_stats and self._fused() and not self.proj_size:
             done = self._bn_direction(suffix, x, state, batch_sizes, masks)  # the C time loop
