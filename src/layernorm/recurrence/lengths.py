@@ -61,8 +61,8 @@ def checked(batch_sizes: torch.Tensor, T: int, B: int, full: bool) -> None:
     """Record that ``batch_sizes`` (T,) int64 on the CPU was checked for a batch of B (``full``:
     every example runs all T steps), so ``check_batch_sizes`` takes it as it is, unless it
     changes in place (not while torch.compile traces: a graph keeps no such record)."""
-    if torch.compiler.is_compiling():
-        return
+    if torch.compiler.is_compiling() or batch_sizes.is_inference():  # (no version counter:
+        return                                        # an inference tensor is checked each time)
     _CHECKED[0] = (batch_sizes, batch_sizes._version, T, B, None if full else batch_sizes)
 
 
