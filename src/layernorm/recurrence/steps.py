@@ -26,9 +26,11 @@ feed them:
   not arithmetic: ``F.linear`` for each term, ``torch.layer_norm`` with the term's gain and bias
   (one kernel, float32 statistics for half types; ``F.layer_norm`` without its Python wrapper,
   which measured a quarter of the call at batch 1), one ``sigmoid`` over all gates, and the
-  splits as the C methods ``unsafe_chunk`` / ``unsafe_split_with_sizes`` (``Tensor.split`` is a
+  splits as the C methods ``unsafe_chunk`` / ``split_with_sizes`` (``Tensor.split`` is a
   Python wrapper, twice the cost at batch 1; the pieces are read, never written in place, so the
-  view tracking the safe variants pay for is not needed).
+  view tracking the safe variants pay for is not needed where a choice exists:
+  ``unsafe_split_with_sizes`` has no batching rule, so the GRU's uneven split is the tracked one,
+  which torch.func.vmap batches).
 
 The recurrent dropout of Gal & Ghahramani (2016) enters every step as ``h_mask`` (B, H), None =
 off: h_{t-1} * h_mask where h_{t-1} enters the recurrent product, nowhere else. Zoneout acts on
@@ -158,8 +160,8 @@ def gru_affine_parts(gain_ih: Tensor, bias_ih: Tensor | None, gain_hh: Tensor,
     sizes = [2 * H, H]
     parts = []
     for gain, bias in ((gain_ih, bias_ih), (gain_hh, bias_hh)):
-        parts += gain.unsafe_split_with_sizes(sizes)
-        parts += (None, None) if bias is None else bias.unsafe_split_with_sizes(sizes)
+        parts += gain.split_with_sizes(sizes)
+        parts += (None, None) if bias is None else bias.split_with_sizes(sizes)
     return tuple(parts)
 
 
@@ -192,8 +194,8 @@ def gru_from_terms(xw: Tensor, hg: Tensor, h: Tensor, parts: tuple, eps: float) 
     H = h.shape[-1]
     sizes = [2 * H, H]
     g_ih_rz, g_ih_n, b_ih_rz, b_ih_n, g_hh_rz, g_hh_n, b_hh_rz, b_hh_n = parts
-    x_rz, x_n = xw.unsafe_split_with_sizes(sizes, 1)
-    h_rz, h_n = hg.unsafe_split_with_sizes(sizes, 1)
+    x_rz, x_n = xw.split_with_sizes(sizes, 1)
+    h_rz, h_n = hg.split_with_sizes(sizes, 1)
     return gru_gates(_ln(x_rz, (2 * H,), g_ih_rz, b_ih_rz, eps)        # LN over (r, z) jointly
                      + _ln(h_rz, (2 * H,), g_hh_rz, b_hh_rz, eps),
                      _ln(x_n, (H,), g_ih_n, b_ih_n, eps), _ln(h_n, (H,), g_hh_n, b_hh_n, eps), h)
