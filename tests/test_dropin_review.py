@@ -498,14 +498,11 @@ def test_no_grad_and_inference_mode_on_padded_input(mode, norm):
         torch.testing.assert_close(b, c, **F32)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
-    "a PackedSequence built under torch.inference_mode has an inference-tensor batch_sizes; "
-    "layernorm/recurrence/lengths.py (checked / check_batch_sizes) reads batch_sizes._version, "
-    "which inference tensors do not have: 'Inference tensors do not track version counter' "
-    "(torch.nn.LSTM runs it)"))
 @pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("norm", ["layer", "batch", "none"])
 def test_inference_mode_packed_sequence_built_inside(mode, norm):
+    """A PackedSequence built under torch.inference_mode (its batch_sizes an inference tensor,
+    with no version counter) runs as torch.nn's modules run it."""
     torch.manual_seed(0)
     m = OURS[mode](5, 16, num_layers=2, norm=norm).eval()
     seqs = [torch.randn(n, 5) for n in (3, 5, 2)]
@@ -573,13 +570,10 @@ def test_vmap_over_examples_of_layer_norm_cells_and_one_step_modules(mode):
     _vmap_matches_loop(mode)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
-    "layernorm/recurrence/steps.py gru_from_terms (line 195, and gru_affine_parts' lines "
-    "161-162) splits with Tensor.unsafe_split_with_sizes, which has no torch.func batching "
-    "rule: 'Batching rule not implemented for aten::unsafe_split_with_sizes'; "
-    "torch.nn.GRUCell runs under vmap"))
 @pytest.mark.parametrize("mode", ["GRUCell", "GRU"])
 def test_vmap_over_examples_of_a_layer_norm_gru_step(mode):
+    """torch.func.vmap over the LN-GRU step (its uneven split of the gates), as over
+    torch.nn.GRUCell."""
     _vmap_matches_loop(mode)
 
 
