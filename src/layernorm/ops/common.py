@@ -24,6 +24,8 @@ opaque op each.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
@@ -141,6 +143,13 @@ def input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float, 
 NO_KERNELS = ("the C kernels are not available in this process (the operator was traced or "
               "exported where they were); run the module eagerly, where it falls back to the "
               "reference loop, or build the kernels here (docs/rnnfast.md)")
+
+
+def autocast_off(device: str):
+    """A context with autocast off on ``device`` (the C kernels' calls read float32 tensors): a
+    no-op context where autocast is not on (entering torch.autocast costs ~3 us, twice a layer)."""
+    return torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) \
+        else contextlib.nullcontext()
 
 
 def c_kernels(who: str, xw: torch.Tensor):

@@ -71,7 +71,7 @@ def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_ma
     sorted by decreasing length; ``h_mask``, ``zone_h``: the recurrent regularizers or None;
     ``bf16``: as ``ln_lstm``'s (the recurrent products in bfloat16 where the CPU has them)."""
     lib = common.c_kernels("ln_gru", xw)
-    with torch.autocast(xw.device.type, enabled=False):
+    with common.autocast_off(xw.device.type):
         out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
                                           bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
                                           eps, save, bf16)
@@ -98,7 +98,7 @@ def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, 
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
             bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
     lib = common.c_kernels("ln_gru_backward", xw)
-    with torch.autocast(xw.device.type, enabled=False):
+    with common.autocast_off(xw.device.type):
         return _backward_native(lib, *args, bf16=bf16)
 
 

@@ -83,7 +83,7 @@ def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
     products of the forward and the backward run on the CPU's bfloat16 dot products where it has
     them (``gemm.recurrent_panels``), dW_hh as bfloat16 GEMMs (``gemm.WeightGrad``)."""
     lib = common.c_kernels("ln_lstm", xw)
-    with torch.autocast(xw.device.type, enabled=False):
+    with common.autocast_off(xw.device.type):
         out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,
                                                gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
                                                zone_c, batch_sizes, eps, save, bf16)
@@ -113,7 +113,7 @@ def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
             gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h, zone_c)
     lib = common.c_kernels("ln_lstm_backward", xw)
-    with torch.autocast(xw.device.type, enabled=False):
+    with common.autocast_off(xw.device.type):
         return _backward_native(lib, *args, bf16=bf16)
 
 
