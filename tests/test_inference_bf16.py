@@ -9,7 +9,7 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import layernorm
-from layernorm.ops import inference, native
+from layernorm.ops import inference, native, sequence
 from layernorm.ops.gemm import _panels_bf16
 from tests.test_native_paths import avx2_kernels  # noqa: F401 - the fixture
 
@@ -133,7 +133,7 @@ def test_without_bf16_dot_products_bf16_takes_the_operator_path(avx2_kernels, mo
     m = _modules("LSTM", 6, 8).bfloat16()
     xb = torch.randn(5, 3, 6).bfloat16()
     with torch.inference_mode():
-        assert inference.choose(xb, m.weight_hh_l0) is None
+        assert sequence.choose_inference(xb, m.weight_hh_l0) is None
         out, _ = m(xb)
         out64, _ = copy.deepcopy(m).double()(xb.double())
     assert calls == [] and out.dtype == torch.bfloat16

@@ -152,15 +152,15 @@ WHERE_CALLERS = {
     "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell"},
     "layernorm/ops/gemm.py": {"input_linear"},
     "layernorm/ops/gru.py": {"ln_gru_sequence"},
-    "layernorm/ops/inference.py": {"choose"},
     "layernorm/ops/lstm.py": {"ln_lstm_sequence", "plain_runs"},
+    "layernorm/ops/sequence.py": {"choose_inference"},
 }
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded
 LSTM_PATH = {
     "layernorm/checks.py",
     "layernorm/ops/common.py", "layernorm/ops/dispatch.py",
-    "layernorm/ops/gemm.py", "layernorm/ops/inference.py", "layernorm/ops/lstm.py",
+    "layernorm/ops/gemm.py", "layernorm/ops/lstm.py",
     "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",
     "layernorm/ops/sequence.py", "layernorm/rnn/base.py",
     "layernorm/rnn/inputs.py", "layernorm/rnn/layout.py", "layernorm/rnn/modules.py",

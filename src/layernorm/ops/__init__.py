@@ -23,12 +23,12 @@ The readable reference they are tested against is ``layernorm.recurrence``.
 """
 from .bn import PARAMS as BN_PARAMS, bn_direction
 from .gemm import input_linear
-from .inference import INFERENCE_PARAMS, ln_inference
 from .pool import release_workspace
 from .cell import (gru_cell, gru_step as ln_gru_step, lstm_cell, lstm_step as ln_lstm_step,
                    rnn_cell, torch_cell)
 from .gru import ln_gru_sequence, plain_gru_direction
 from .lstm import ln_lstm_sequence, plain_lstm_direction, plain_runs
+from .sequence import INFERENCE_PARAMS, ln_inference
 
 ln_lstm, ln_gru = ln_lstm_sequence, ln_gru_sequence
 

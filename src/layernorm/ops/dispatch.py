@@ -12,8 +12,8 @@ operators asks: the modules and the cells call an operator and take what it retu
 
 The operators that ask, once per call: ``lstm.ln_lstm_sequence`` / ``gru.ln_gru_sequence`` (the
 LN-LSTM / LN-GRU over a sequence; ``sequence.run_sequence`` chooses from their answers),
-``inference.choose`` (their forward without a graph), ``bn.bn_direction`` (the BN-LSTM /
-BN-GRU), ``lstm.plain_runs`` (norm="none" on packed input, for ``plain_lstm_direction`` /
+``sequence.choose_inference`` (their forward without a graph), ``bn.bn_direction`` (the
+BN-LSTM / BN-GRU), ``lstm.plain_runs`` (norm="none" on packed input, for ``plain_lstm_direction`` /
 ``gru.plain_gru_direction``), ``cell.lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``
 (one step of a cell) and ``gemm.input_linear`` (the input term's GEMM). An operator whose
 reference is the module's readable loop (BN, plain, one step) returns None where its kernels do

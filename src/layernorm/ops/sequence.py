@@ -1,8 +1,10 @@
 """The frame of the LN-LSTM and LN-GRU operators (``lstm``, ``gru``): THE choice of path of a
 whole-sequence call, made once (``run_sequence``, among a cell's ``Backends``: the Triton kernels,
-the registered operator on the C kernels, the reference loop under autograd), and the operators'
-autograd (``register_autograd``: first order through the cell's backward operator, second order
-by differentiating its reference loop; ``reference_grads``, the Triton kernels' second order).
+the registered operator on the C kernels, the reference loop under autograd; and before it, for
+a module's layer from its raw input, whether the inference kernels run with no graph:
+``ln_inference``, ``choose_inference``), and the operators' autograd (``register_autograd``:
+first order through the cell's backward operator, second order by differentiating its reference
+loop; ``reference_grads``, the Triton kernels' second order).
 
 Read downward: the entries (``lstm``, ``gru``) call this frame; it calls each cell's backend
 (``lstm_backend``, ``gru_backend``: the C calls, the operators' bodies, the reference loop) and
@@ -17,7 +19,7 @@ import torch
 from .. import kernels
 from .._autograd import differentiable_backward
 from ..functional import stats_dtype
-from . import dispatch
+from . import dispatch, inference
 from .common import dtypes, input_ln, prepare_masks
 from .pool import cast
 
@@ -91,6 +93,62 @@ def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params,
                             float(eps), save, out_dtype == torch.bfloat16)[:n + 1]
     outs = with_order(run, order, xg, tuple(states))
     return tuple(to(o, out_dtype) for o in outs)
+
+
+# ---- without a graph: the inference kernels (``inference``)
+
+def choose_inference(x: torch.Tensor, *tensors: torch.Tensor) -> torch.dtype | None:
+    """Where the inference kernels run, asked once (``dispatch.where``) -> the dtype of their
+    products, or None where they do not run. They run where nothing is saved for a backward
+    (grad mode off, or no tensor requires grad), in eager mode with the C kernels loaded, every
+    tensor on the CPU, no torch.func transform or ONNX capture, and either all float32 with
+    autocast off (float32), or in bfloat16 (all bfloat16 and autocast off, or autocast to
+    bfloat16 on float32 / bfloat16 tensors) where the kernels have the CPU's bfloat16 dot
+    products (bfloat16)."""
+    tensors = (x, *tensors)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return None
+    where = dispatch.where(*tensors)
+    if where.lib is None or not where.eager or where.transformed or where.onnx \
+            or any(t.device.type != "cpu" for t in tensors):
+        return None
+    dtypes = {t.dtype for t in tensors}
+    if where.autocast is not None:
+        if where.autocast != torch.bfloat16 or not dtypes <= {torch.float32, torch.bfloat16}:
+            return None
+        dtypes = {torch.bfloat16}
+    if dtypes == {torch.float32}:
+        return torch.float32
+    if dtypes == {torch.bfloat16} and where.lib.bf16_dot():
+        return torch.bfloat16
+    return None
+
+
+# the parameters ``ln_inference`` takes, in order, by the modules' names
+INFERENCE_PARAMS = {
+    "LSTM": ("weight_ih", "weight_hh", "gain_ih", "bias_ih", "gain_hh", "bias_hh", "gain_c",
+             "bias_c"),
+    "GRU": ("weight_ih", "weight_hh", "gain_ih", "bias_ih", "gain_hh", "bias_hh")}
+
+
+def ln_inference(mode: str, x: torch.Tensor, state, params, batch_sizes, eps: float):
+    """One layer and direction of ``layernorm.LSTM`` / ``GRU`` (norm="layer") from its raw input
+    where the inference kernels run (``choose_inference``): ``params`` the layer's tensors named
+    by ``INFERENCE_PARAMS[mode]``, ``state`` (h0, c0) or (h0,). -> (out, states), or None where
+    they do not run (the caller runs the operator, ``ln_lstm`` / ``ln_gru``)."""
+    dtype = choose_inference(x, *state, *params)
+    if dtype is None:
+        return None
+    if mode == "LSTM":
+        out, h, c = inference.ln_lstm_inference(x, state[0], state[1], *params,
+                                                batch_sizes=batch_sizes, eps=eps, dtype=dtype)
+        return out, (h, c)
+    w_ih, w_hh, gain_x, bias_x, gain_hh, bias_hh = params
+    H2 = 2 * w_hh.shape[1]      # LN over (r, z) jointly, and over U h: split gain_hh, bias_hh
+    out, h = inference.ln_gru_inference(x, state[0], w_ih, w_hh, gain_x, bias_x, gain_hh[:H2],
+                                        bias_hh[:H2], gain_hh[H2:], bias_hh[H2:],
+                                        batch_sizes=batch_sizes, eps=eps, dtype=dtype)
+    return out, (h,)
 
 
 def _to(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
