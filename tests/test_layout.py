@@ -164,7 +164,6 @@ LSTM_PATH = {
     "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",
     "layernorm/ops/sequence.py", "layernorm/rnn/base.py",
     "layernorm/rnn/inputs.py", "layernorm/rnn/layout.py", "layernorm/rnn/modules.py",
-    "layernorm/rnn/regularizers.py",
 }
 
 

@@ -279,3 +279,50 @@ def check_rnn_args(who: str, mode: str, norm: str, nonlinearity, zero_ok: bool, 
         raise ValueError(f"forget_bias applies to an LSTM with biases, received "
                          f"forget_bias={forget_bias} for {who}(bias={bias}). Remove it, or "
                          f"use an LSTM with bias=True.")
+
+
+# the recurrent regularizers' keywords (``layernorm.rnn.regularizers``, docs/rnn.md)
+
+def _rate(value, name: str, who: str, fix: str, error_type: type) -> float:
+    """One rate: a real number (not a bool) in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise error_type(f"{name} should be a number in range [0, 1): {who} expected {name} to "
+                         f"be a float in [0, 1), received {value!r} ({type(value).__name__}). "
+                         f"{fix}")
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise ValueError(f"{name} should be a number in range [0, 1): {who} expected {name} in "
+                         f"[0, 1) (the probability of dropping, or for zoneout of keeping the "
+                         f"previous state; 1 would never update it), received {value!r}. {fix}")
+    return float(value)
+
+
+def check_rates(who: str, mode: str, recurrent_dropout, zoneout, dropconnect,
+                error_type: type = TypeError) -> tuple[float, float | tuple[float, float],
+                                                       float, float, float]:
+    """Check the three keywords -> (recurrent_dropout, zoneout as stored, dropconnect, z_h, z_c).
+
+    zoneout: one float (every state tensor), or for an LSTM / LSTMCell a pair (z_c, z_h); z_c is
+    0 for a GRU / RNN (no cell state)."""
+    p_rec = _rate(recurrent_dropout, "recurrent_dropout", who,
+                  "Pass e.g. recurrent_dropout=0.25, or 0 for none.", error_type)
+    p_w = _rate(dropconnect, "dropconnect", who, "Pass e.g. dropconnect=0.5, or 0 for none.",
+                error_type)
+    if isinstance(zoneout, (tuple, list)):
+        if mode != "LSTM":
+            raise ValueError(f"{who} expected zoneout to be one float (the rate of its one state "
+                             f"h), received the pair {tuple(zoneout)!r}: a pair (z_c, z_h) "
+                             f"applies to LSTM / LSTMCell, which have a cell state. Pass one "
+                             f"float, e.g. zoneout=0.1.")
+        if len(zoneout) != 2:
+            raise ValueError(f"{who} expected zoneout as one float or a pair (z_c, z_h), "
+                             f"received {len(zoneout)} values {tuple(zoneout)!r}. Pass e.g. "
+                             f"zoneout=(0.5, 0.05), or one float for both.")
+        fix = "Pass e.g. zoneout=(0.5, 0.05), or one float for both."
+        z_c = _rate(zoneout[0], "zoneout[0] (z_c)", who, fix, error_type)
+        z_h = _rate(zoneout[1], "zoneout[1] (z_h)", who, fix, error_type)
+        stored: float | tuple[float, float] = (z_c, z_h)
+    else:
+        z_h = _rate(zoneout, "zoneout", who, "Pass e.g. zoneout=0.1, or 0 for none.", error_type)
+        z_c = z_h if mode == "LSTM" else 0.0
+        stored = z_h
+    return p_rec, stored, p_w, z_h, z_c

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checks import RNNTypeError, check_choice, check_rnn_args
+from ..checks import RNNTypeError, check_choice, check_rates, check_rnn_args
 from ..vocabulary import RNN_NORMS
 from .. import recurrence
 from .. import ops
@@ -61,8 +61,8 @@ class RecurrentBase(nn.Module):
                  device=None, dtype=None) -> None:
         super().__init__()
         who = type(self).__name__
-        rates = _reg.check_rates(who, mode, recurrent_dropout, zoneout, dropconnect,
-                                 error_type=RNNTypeError)
+        rates = check_rates(who, mode, recurrent_dropout, zoneout, dropconnect,
+                            error_type=RNNTypeError)
         check_choice(norm, RNN_NORMS, "norm")
         check_rnn_args(who, mode, norm, nonlinearity, self._zero_sizes, input_size=input_size,
                        hidden_size=hidden_size, max_length=max_length, proj_size=proj_size,
@@ -328,8 +328,8 @@ class RecurrentBase(nn.Module):
     def _set_rate(self, **change) -> None:
         """Set one rate after construction, checked as the constructor checks it."""
         now = dict(zip(_reg.NAMES, self._rates), **change)
-        self._store_rates(_reg.check_rates(type(self).__name__, self.mode, error_type=RNNTypeError,
-                                           **now))
+        self._store_rates(check_rates(type(self).__name__, self.mode, error_type=RNNTypeError,
+                                      **now))
 
     @property
     def recurrent_dropout(self) -> float:
