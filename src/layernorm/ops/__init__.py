@@ -14,7 +14,8 @@ Each entry asks the runtime questions once (``dispatch.where``) and chooses its 
 
 Files, read downward (each call goes one way): ``dispatch`` (the runtime questions, asked by
 every entry); ``lstm`` / ``gru`` (each LN cell's entry and checks) -> ``sequence`` (the one
-choice of path, the operators' autograd) -> ``lstm_backend`` /
+choice of path, the operators' autograd; and ``ln_inference``, a module layer's forward without a
+graph, which calls ``inference``, the kernels with W_x x_t inside the loop) -> ``lstm_backend`` /
 ``gru_backend`` (each cell's C calls, operators and reference loop) -> ``common`` (shared checks,
 dtypes, input LN, the kernels' look-up and backward ranges); ``bn`` (the BN cells), ``cell``
 (the one-step C path), ``pool`` (the buffer pool), ``gemm`` (packed weights and the input GEMM),

@@ -19,8 +19,8 @@ from . import native
 
 
 def describe() -> str:
-    """"C kernels: <vectors> (<flags>), bf16 products on ...", or "C kernels: unavailable (torch ops)" where they cannot
-    be built or loaded here (the loader's warning is not repeated)."""
+    """"C kernels: <vectors> (<flags>), bf16 products on ...", or "C kernels: unavailable (torch
+    ops)" where they cannot be built or loaded here (the loader's warning is not repeated)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lib = native.load()
