@@ -59,7 +59,8 @@ def _forget(cache_key):
 
 
 _memcmp = ctypes.CDLL(None).memcmp
-_memcmp.argtypes, _memcmp.restype = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t), ctypes.c_int
+_memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_memcmp.restype = ctypes.c_int
 
 
 def _same_bits(kept: torch.Tensor, w: torch.Tensor) -> bool:
