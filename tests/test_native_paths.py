@@ -11,7 +11,7 @@ import layernorm
 from layernorm import _native_build
 from layernorm.ops import gru as ops_gru
 from layernorm.ops import lstm as ops_lstm
-from layernorm.ops import inference, native
+from layernorm.ops import inference, native, sequence
 from tests.test_fused import KINDS, assert_matches_float64, make_args
 
 pytestmark = pytest.mark.skipif(native.load() is None, reason="no C compiler: no C kernels")
@@ -269,7 +269,7 @@ def _inference_case(kind, T, B, I, H, packed):
     call = inference.ln_lstm_inference if kind == "lstm" else inference.ln_gru_inference
     states, rest = args[:n_states], args[n_states:]
     with torch.inference_mode():
-        assert inference.choose(x, w_ih, *args)
+        assert sequence.choose_inference(x, w_ih, *args)
         ours = call(x, *states, w_ih, rest[0], gain_x, bias_x, *rest[1:], batch_sizes=sizes)
         lib = native.load()
         from layernorm.ops.gemm import _panels
@@ -340,10 +340,10 @@ def test_inference_kernel_refuses_save_and_raw_input_term():
 
 def test_inference_does_not_apply_where_a_graph_is_wanted():
     x, w = torch.randn(2, 1, 3), torch.randn(4, 3, requires_grad=True)
-    assert inference.choose(x, w) is None
+    assert sequence.choose_inference(x, w) is None
     with torch.no_grad():
-        assert inference.choose(x, w)
-        assert inference.choose(x.double(), w.double()) is None
+        assert sequence.choose_inference(x, w)
+        assert sequence.choose_inference(x.double(), w.double()) is None
 
 
 # ---- the cells' products at batch 1 ----------------------------------------------------------
