@@ -190,21 +190,47 @@ def test_native_gemm_matches_torch(M, K, N):
     a, w = torch.randn(M, K), torch.randn(N, K)
     panels = gemm._panels(w, lib.panel_width())
     y = torch.full((M, panels.shape[0] * lib.panel_width()), float("nan"))
-    lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
+    lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(),
+                    torch.get_num_threads())
     torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-4 * K ** 0.5, rtol=1e-5)
     assert (y[:, N:] == 0).all()  # padded columns: zero weights
 
 
+@pytest.mark.parametrize("M,K,N", [(37, 19, 200), (5, 64, 96), (64, 33, 40), (1, 7, 16)])
+@pytest.mark.parametrize("transposed", [False, True], ids=["a", "a^T"])
+def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
+    """``gemm_packed`` / ``gemm_packed_at`` on 1 to 5 threads (more threads than panels
+    included): each thread computes a share of the column panels with the one-thread sums, so
+    every thread count gives the same bits, and they match torch."""
+    lib = _native_or_skip()
+    w = torch.randn(N, K)
+    a = torch.randn(K, M) if transposed else torch.randn(M, K)
+    panels = gemm._panels(w, lib.panel_width())
+    kernel = lib.gemm_packed_at if transposed else lib.gemm_packed
+    results = []
+    for threads in (1, 2, 3, 5):
+        y = torch.full((M, panels.shape[0] * lib.panel_width()), float("nan"))
+        status = kernel(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(),
+                        threads)
+        assert not status
+        results.append(y)
+    for y in results[1:]:
+        assert torch.equal(y, results[0])
+    ref = (a.t() if transposed else a) @ w.t()
+    torch.testing.assert_close(results[0][:, :N], ref, atol=1e-4 * K ** 0.5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("T,B,K,N", [(200, 8, 64, 512), (3, 1, 5, 16), (2, 3, 7, 12), (1, 1, 1, 4)])
 @pytest.mark.parametrize("x_grad", [True, False])
-def test_input_linear_on_one_thread_matches_float64(T, B, K, N, x_grad):
-    """The input term on one thread through the C kernels' GEMM (N a whole number of panels;
-    else torch's): forward and the gradients of x and w against float64."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_input_linear_matches_float64(T, B, K, N, x_grad, threads):
+    """The input term through the C kernels' GEMM on torch's threads (N a whole number of
+    panels; else torch's): forward and the gradients of x and w against float64."""
     lib = _native_or_skip()
     x = torch.randn(T, B, K).requires_grad_(x_grad)
     w = torch.randn(N, K, requires_grad=True)
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     try:
         y = fused.input_linear(x, w)
         native = type(y.grad_fn).__name__ == "_NativeLinearBackward"
@@ -472,7 +498,8 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     w, a = torch.randn(40, 24), torch.randn(7, 24)
     panels = gemm._panels(w, lib.panel_width())
     y = torch.empty(7, panels.shape[0] * lib.panel_width())
-    lib.gemm_packed(7, 24, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
+    lib.gemm_packed(7, 24, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(),
+                    torch.get_num_threads())
     torch.testing.assert_close(y[:, :40], a @ w.t(), atol=1e-4, rtol=1e-5)
 
 

@@ -183,7 +183,8 @@ def test_avx2_gemm_tiles_match_torch_mm(avx2_kernels):
     for M in (1, 2, 3, 4, 5, 6, 7, 13, 20):
         a = torch.randn(M, K)
         y = torch.empty(M, wp.shape[0] * lib.panel_width())
-        lib.gemm_packed(M, K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr())
+        lib.gemm_packed(M, K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr(),
+                        torch.get_num_threads())
         torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-5, rtol=1e-5, msg=f"M={M}")
 
 
@@ -275,7 +276,8 @@ def _inference_case(kind, T, B, I, H, packed):
         from layernorm.ops.gemm import _panels
         wxp = _panels(w_ih, lib.panel_width())
         xw = torch.empty(T * B, wxp.shape[0] * lib.panel_width())
-        lib.gemm_packed(T * B, I, x.data_ptr(), wxp.data_ptr(), wxp.shape[0], xw.data_ptr())
+        lib.gemm_packed(T * B, I, x.data_ptr(), wxp.data_ptr(), wxp.shape[0], xw.data_ptr(),
+                        torch.get_num_threads())
         xw = xw[:, :G].reshape(T, B, G).contiguous()
         seq = fn(xw, *args, gain_x=gain_x, bias_x=bias_x, batch_sizes=sizes)
     xg64 = _input_term64(kind, x, w_ih, gain_x, bias_x)

@@ -140,20 +140,59 @@ static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, i
 
 int panel_width(void) { return NR; }
 
-/* y (M x npanels * NR) = a (M x K) @ W^T, W packed (tests, benchmarks, the input GEMM). */
-void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, float *y) {
-    gemm_rows(M, K, a, K, wp, npanels, y, (long)npanels * NR);
+/* The panels [p0, p1) of this thread's share when nthreads split npanels (OpenMP). */
+static void panel_share(int npanels, int *p0, int *p1) {
+    int nt = 1, id = 0;
+#ifdef _OPENMP
+    nt = omp_get_num_threads();
+    id = omp_get_thread_num();
+#endif
+    *p0 = (int)((long)npanels * id / nt);
+    *p1 = (int)((long)npanels * (id + 1) / nt);
+}
+
+/* y (M x npanels * NR) = a (M x K) @ W^T, W packed: the input term of all steps and the
+ * backward's dx (tests and benchmarks too). nthreads split the output's column panels: each
+ * thread reads all of a and its own part of W (the part stays in its core's cache), and every
+ * element's sum is the one-thread sum (k in order), whatever the split. */
+void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, float *y,
+                 int nthreads) {
+    const long ldy = (long)npanels * NR;
+    if (nthreads > npanels) nthreads = npanels;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int p0, p1;
+    panel_share(npanels, &p0, &p1);
+    if (p1 > p0)
+        gemm_rows(M, K, a, K, wp + (long)p0 * K * NR, p1 - p0, y + (long)p0 * NR, ldy);
+    }
 }
 
 /* y (M x npanels * NR) = a^T @ W^T for a (K x M) row-major, W packed: a weight gradient
- * d^T h with d (K rows x M) read in place and h^T in panels. Returns -1 where its buffer of
- * K * MR floats could not be allocated. */
-int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y) {
-    float *ap = malloc(sizeof(float) * ((size_t)K * MR + 1));
-    if (!ap) return -1;
-    gemm_rows_t(M, K, a, M, 1, ap, wp, npanels, y, (long)npanels * NR);
+ * d^T h with d (K rows x M) read in place and h^T in panels; nthreads split the panels as in
+ * gemm_packed (each with its own copy buffer). Returns -1 where a buffer of K * MR floats
+ * could not be allocated. */
+int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y,
+                   int nthreads) {
+    const long ldy = (long)npanels * NR;
+    int failed = 0;
+    if (nthreads > npanels) nthreads = npanels;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int p0, p1;
+    panel_share(npanels, &p0, &p1);
+    float *ap = p1 > p0 ? malloc(sizeof(float) * ((size_t)K * MR + 1)) : NULL;
+    if (p1 > p0 && !ap) {
+#pragma omp atomic write
+        failed = 1;
+    }
+    if (ap)
+        gemm_rows_t(M, K, a, M, 1, ap, wp + (long)p0 * K * NR, p1 - p0, y + (long)p0 * NR, ldy);
     free(ap);
-    return 0;
+    }
+    return failed ? -1 : 0;
 }
 
 /* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the

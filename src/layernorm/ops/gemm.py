@@ -1,7 +1,7 @@
 """The GEMMs of the recurrent operators: the input term of all steps (``input_linear``: the C
-kernels' GEMM on one thread, oneDNN's packed linear, or ``F.linear``), the C kernels' panel layout
-of a weight (``_panels``), the cache of packed weights they share, and whether this CPU has
-native half-type GEMMs."""
+kernels' GEMM on torch's threads, oneDNN's packed linear, or ``F.linear``), the C kernels' panel
+layout of a weight (``_panels``), the cache of packed weights they share, and whether this CPU
+has native half-type GEMMs."""
 from __future__ import annotations
 
 import ctypes
@@ -172,11 +172,23 @@ def half_gemm_native(dtype: torch.dtype) -> bool:
     return _HALF_GEMM[dtype]
 
 
+# products below this many multiply-adds run on one thread: splitting them costs more than the
+# fork of the threads (a few microseconds) saves
+_THREADED_MIN_MADDS = 2 ** 20
+
+
+def gemm_threads(m: int, k: int, n: int) -> int:
+    """Threads for one C kernels' GEMM of m x k x n multiply-adds: torch's count, or one for a
+    small product."""
+    return torch.get_num_threads() if m * k * n >= _THREADED_MIN_MADDS else 1
+
+
 def _mm_packed(lib, a: torch.Tensor, wp: torch.Tensor, n: int) -> torch.Tensor:
-    """a (M, K) float32 contiguous @ W^T through the C kernels' GEMM (one thread), W (n, K) in
+    """a (M, K) float32 contiguous @ W^T through the C kernels' GEMM (torch's threads), W (n, K) in
     panels ``wp`` (``_panels``) -> (M, n) (a view where n is not a whole number of panels)."""
     y = a.new_empty(a.shape[0], wp.shape[0] * lib.panel_width())
-    lib.gemm_packed(a.shape[0], a.shape[1], a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr())
+    lib.gemm_packed(a.shape[0], a.shape[1], a.data_ptr(), wp.data_ptr(), wp.shape[0],
+                    y.data_ptr(), gemm_threads(a.shape[0], a.shape[1], y.shape[1]))
     return y[:, :n]
 
 
@@ -193,53 +205,50 @@ class WeightGrad:
     Where ``bf16`` (the caller computes in bfloat16: the operators' flag) and this CPU has a
     native bfloat16 GEMM (``half_gemm_native``): each range as one bfloat16 product (float32
     accumulation inside, rounded to bfloat16 once) added in float32, measured ~4x faster than
-    float32 for dW_hh at (T, B, H) = (100, 32, 256) on AVX512-BF16. Else on one thread through
-    the C kernels' GEMM (``gemm_packed_at``: d read in place as A^T, h^T in panels, one copy of
-    h): measured 1.9 ms against 3.0 ms for torch's addmm_ for a (1024, 512) x (512, 256) range,
-    one thread, AVX-512 (torch's float32 GEMM ran ~95 GFLOP/s there, the C kernels' ~220); else
-    torch's addmm_."""
+    float32 for dW_hh at (T, B, H) = (100, 32, 256) on AVX512-BF16. Else through the C kernels'
+    GEMM on torch's threads (``gemm_packed_at``: d read in place as A^T, h^T in panels, one copy
+    of h; the threads split dW's columns): measured 1.9 ms against 3.0 ms for torch's addmm_ for
+    a (1024, 512) x (512, 256) range, one thread, AVX-512 (torch's float32 GEMM ran ~95 GFLOP/s
+    there, the C kernels' ~220; docs/rnnfast.md, "The GEMMs")."""
 
     def __init__(self, lib, n: int, k: int, like: torch.Tensor, bf16: bool = False):
         self.lib, self.k = lib, k
         self.half = bf16 and half_gemm_native(torch.bfloat16)
-        self.native = not self.half and torch.get_num_threads() == 1
-        if self.native:  # its columns a whole number of panels
+        if self.half:
+            self.acc = like.new_zeros(n, k)
+        else:  # its columns a whole number of panels
             width = lib.panel_width()
             self.acc = like.new_zeros(n, -(-k // width) * width)
             self.part = torch.empty_like(self.acc)
-        else:
-            self.acc = like.new_zeros(n, k)
 
     def add(self, d: torch.Tensor, h: torch.Tensor) -> None:
         if d.shape[0] == 0:  # a range of no rows (the first step's h_{t-1} apart: h0)
             return
         if self.half:
             self.acc.add_(torch.mm(d.t().to(torch.bfloat16), h.to(torch.bfloat16)))
-        elif self.native:
-            d = d.contiguous()
-            for lo in range(0, d.shape[0], _WEIGHT_GRAD_ROWS):
-                di, hi = d[lo:lo + _WEIGHT_GRAD_ROWS], h[lo:lo + _WEIGHT_GRAD_ROWS]
-                hp = _panels(hi, self.lib.panel_width(), transposed=True)
-                if self.lib.gemm_packed_at(di.shape[1], di.shape[0], di.data_ptr(),
-                                           hp.data_ptr(), hp.shape[0], self.part.data_ptr()):
-                    raise MemoryError(f"the C kernels' GEMM could not allocate its buffer of "
-                                      f"{di.shape[0]} x 12 floats")
-                self.acc.add_(self.part)
-        else:
-            self.acc.addmm_(d.t(), h)
+            return
+        d = d.contiguous()
+        for lo in range(0, d.shape[0], _WEIGHT_GRAD_ROWS):
+            di, hi = d[lo:lo + _WEIGHT_GRAD_ROWS], h[lo:lo + _WEIGHT_GRAD_ROWS]
+            hp = _panels(hi, self.lib.panel_width(), transposed=True)
+            if self.lib.gemm_packed_at(di.shape[1], di.shape[0], di.data_ptr(), hp.data_ptr(),
+                                       hp.shape[0], self.part.data_ptr(),
+                                       gemm_threads(*di.shape, hp.shape[0] * hp.shape[2])):
+                raise MemoryError(f"the C kernels' GEMM could not allocate its buffer of "
+                                  f"{di.shape[0]} x 12 floats")
+            self.acc.add_(self.part)
 
     def result(self) -> torch.Tensor:
-        return self.acc[:, :self.k].contiguous() if self.native else self.acc
+        return self.acc if self.half else self.acc[:, :self.k].contiguous()
 
 
 def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)). On one thread, in
-    float32 on the CPU, through the C kernels' GEMM (``_NativeLinear``; with more threads MKL's
-    threaded GEMM is faster); else without autograd (and no torch.func transform or forward-mode
-    AD, whose tangents it would drop) through oneDNN with w packed once and cached
-    (measured ~25-30% faster than F.linear's MKL GEMM at (3200, 128) x (128, 1024)). Outside eager
-    mode (torch.compile, export, tracing; ``dispatch.where``) it is ``F.linear`` (the compiler
-    picks its own kernel). On a CPU without
+    """``F.linear(x, w)`` for the input term of all steps (x: (T, B, I)). In float32 on the CPU,
+    through the C kernels' GEMM (``_NativeLinear``, on torch's threads); else without autograd
+    (and no torch.func transform or forward-mode AD, whose tangents it would drop) through oneDNN
+    with w packed once and cached (measured ~25-30% faster than F.linear's MKL GEMM at
+    (3200, 128) x (128, 1024)). Outside eager mode (torch.compile, export, tracing;
+    ``dispatch.where``) it is ``F.linear`` (the compiler picks its own kernel). On a CPU without
     native half GEMMs a bfloat16 / float16 product (half tensors, or under autocast) is computed
     in float32 and rounded to the half type once: the dtype torch's rules give (autocast's for
     linear), the accuracy of a float32 accumulation, and the speed of a float32 GEMM."""
@@ -253,8 +262,8 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device, enabled=False):
             return input_linear(x.float(), w.float()).to(half)
     lib = where.c(x, w)
-    if lib is not None and torch.get_num_threads() == 1 and x.dim() == 3 and \
-            w.shape[0] % lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31:
+    if lib is not None and x.dim() == 3 and w.shape[0] % lib.panel_width() == 0 and \
+            0 < x.numel() < 2 ** 31:
         return _NativeLinear.apply(x, w)    # (the C kernels' GEMM: w's rows whole panels)
     if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and \
             autocast is None and not where.transformed:   # (no derivative: no tangent either)
@@ -265,7 +274,7 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 class _NativeLinear(torch.autograd.Function):
-    """``F.linear(x, w)`` for x (T, B, K) through the C kernels' GEMM (one thread; measured at
+    """``F.linear(x, w)`` for x (T, B, K) through the C kernels' GEMM (torch's threads; measured at
     (1600, 64) x (64, 512), the input term of T, B = 200, 8 and H = 128: 1.6 ms against 2.5 for
     MKL's, 2.1 for oneDNN's); the backward in torch ops: dx = dy @ w, dw = dy^T x."""
 
@@ -276,7 +285,8 @@ class _NativeLinear(torch.autograd.Function):
         a = x.detach().reshape(-1, K).contiguous()
         wp = _panels(w, lib.panel_width())
         y = x.new_empty(*x.shape[:-1], N)
-        lib.gemm_packed(a.shape[0], K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr())
+        lib.gemm_packed(a.shape[0], K, a.data_ptr(), wp.data_ptr(), wp.shape[0], y.data_ptr(),
+                        gemm_threads(a.shape[0], K, N))
         ctx.save_for_backward(x, w)
         return y
 

@@ -172,9 +172,9 @@ def _declare(lib) -> None:
     i, p, size = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     lib.panel_width.argtypes = []
     lib.panel_width.restype = i
-    lib.gemm_packed.argtypes = [i, i, p, p, i, p]
+    lib.gemm_packed.argtypes = [i, i, p, p, i, p, i]
     lib.gemm_packed.restype = None
-    lib.gemm_packed_at.argtypes = [i, i, p, p, i, p]
+    lib.gemm_packed_at.argtypes = [i, i, p, p, i, p, i]
     lib.gemm_packed_at.restype = i
     lib.matvec_rows.argtypes = [i, i, p, p, i, p]
     lib.matvec_rows.restype = None
