@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import runpy
 import sys
 
@@ -119,8 +120,10 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
         assert words in printed, words
     head = printed.splitlines()[:2]  # the CPU's features, then the large GEMM's rate
     assert head[0].startswith("CPU: ") and "features: " in head[0] and "C kernels: " in head[0]
-    assert head[1].startswith("one (2048, 2048) x (2048, 2048) torch.mm: ")
-    assert float(head[1].split(": ")[1].split()[0]) > 0
+    assert head[1].startswith("one (2048, 2048) x (2048, 2048) product: torch.mm ")
+    rates = [float(r) for r in re.findall(r"([\d.]+) GFLOP/s", head[1])]
+    assert len(rates) == 2 and all(r > 0 for r in rates), head[1]
+    assert "layernorm.ops.input_linear" in head[1]
 
 
 def test_gemm_steps_counts_the_products_of_a_stack(monkeypatch):
