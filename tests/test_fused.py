@@ -220,6 +220,38 @@ def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
     torch.testing.assert_close(results[0][:, :N], ref, atol=1e-4 * K ** 0.5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("K,N", [(700, 600), (513, 40), (1030, 96)])
+@pytest.mark.parametrize("kind", ["float32", "bfloat16"])
+def test_native_gemm_cache_blocks_keep_each_rows_bits(K, N, kind):
+    """The C GEMM in cache blocks (blocks of k, and of panels where several tiles of rows share
+    them): a row's result has the same bits in a product of 50 rows (blocks of panels, sums
+    continued across blocks of k) as alone (one tile), so the inference kernels' step-by-step
+    products equal the training path's whole-sequence one; and it matches torch."""
+    lib = _native_or_skip()
+    if kind == "bfloat16" and not lib.bf16_dot():
+        pytest.skip("the kernels have no bfloat16 dot products on this CPU")
+    a, w = torch.randn(50, K), torch.randn(N, K)
+    width = lib.panel_width()
+    if kind == "float32":
+        panels = gemm._panels(w, width)
+        run = lambda rows, y: lib.gemm_packed(  # noqa: E731
+            rows.shape[0], K, rows.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(),
+            1)
+        ref, atol = a @ w.t(), 1e-4 * K ** 0.5
+    else:
+        panels = gemm._panels_bf16(w, width)
+        run = lambda rows, y: lib.gemm_packed_bf16(  # noqa: E731
+            rows.shape[0], K, rows.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr())
+        ref, atol = a.bfloat16().float() @ w.bfloat16().float().t(), 1e-3 * K ** 0.5
+    y = torch.full((50, panels.shape[0] * width), float("nan"))
+    run(a, y)
+    for r in (0, 17, 49):
+        alone = torch.full((1, y.shape[1]), float("nan"))
+        run(a[r:r + 1].contiguous(), alone)
+        assert torch.equal(alone[0], y[r]), r
+    torch.testing.assert_close(y[:, :N], ref, atol=atol, rtol=1e-5)
+
+
 @pytest.mark.parametrize("T,B,K,N", [(200, 8, 64, 512), (3, 1, 5, 16), (2, 3, 7, 12), (1, 1, 1, 4)])
 @pytest.mark.parametrize("x_grad", [True, False])
 @pytest.mark.parametrize("threads", [1, 2])

@@ -297,15 +297,15 @@ int bf16_dot(void) { return 1; }
 
 static inline __attribute__((always_inline)) void
 tile_bf16(const int mr, const int nv, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
-          int j0, float *c, long ldc, long ps, int ai) {  /* (ps, ai: unused; whole K, from 0) */
-    (void)ps;
-    (void)ai;
+          int j0, float *c, long ldc, long ps, int ai) {
     __m512 acc[MR][NV_MAX];
     const bf16_t *w[NV_MAX];
     for (int v = 0; v < nv; v++)
-        w[v] = wpb + (long)((j0 + v) / 2) * Kp * NR + ((j0 + v) % 2) * 2 * VW;
+        w[v] = wpb + (long)((j0 + v) / 2) * ps + ((j0 + v) % 2) * 2 * VW;
     for (int r = 0; r < mr; r++)
-        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = ai ? _mm512_loadu_ps(c + r * ldc + (long)(j0 + v) * VW)
+                           : _mm512_setzero_ps();
     for (int k = 0; k < Kp; k += 2) {
         __m512i wk[NV_MAX];
         for (int v = 0; v < nv; v++) wk[v] = _mm512_loadu_si512(w[v] + (long)k * NR);
@@ -321,11 +321,10 @@ tile_bf16(const int mr, const int nv, int Kp, const bf16_t *a, long lda, const b
         for (int v = 0; v < nv; v++) _mm512_storeu_ps(c + r * ldc + (long)(j0 + v) * VW, acc[r][v]);
 }
 
-/* K: the row length rounded up to even (Kp), wp: the bfloat16 panels */
+/* K: a block's values of k (even), wp: the bfloat16 panels at the block, ps: a panel's stride
+ * (Kp * NR), ai: continue from c's sums (as tile_rows) */
 static void tile_rows_bf16(int mr, int K, const bf16_t *a, long lda, const bf16_t *wp, int nvec,
-                           float *c, long ldc) {
-    const long ps = 0;
-    const int ai = 0;
+                           float *c, long ldc, long ps, int ai) {
     switch (mr) {
         TILE_CASE(tile_bf16, 1) TILE_CASE(tile_bf16, 2) TILE_CASE(tile_bf16, 3)
         TILE_CASE(tile_bf16, 4) TILE_CASE(tile_bf16, 5) TILE_CASE(tile_bf16, 6)
@@ -335,13 +334,25 @@ static void tile_rows_bf16(int mr, int K, const bf16_t *a, long lda, const bf16_
     }
 }
 
-/* c (M x npanels * NR, stride ldc) = a (M x Kp bfloat16, stride lda) @ W^T, W in bf16 panels */
+/* c (M x npanels * NR, stride ldc) = a (M x Kp bfloat16, stride lda) @ W^T, W in bf16 panels;
+ * in the float32 GEMM's cache blocks (KC values of k by NC_PANELS panels, the same sums) */
 static void gemm_rows_bf16(int M, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
                            int npanels, float *c, long ldc) {
     const int ntiles = (M + MR - 1) / MR;
-    for (int i = 0; i < ntiles; i++) {
-        const int r = (int)((long)M * i / ntiles), mr = (int)((long)M * (i + 1) / ntiles) - r;
-        tile_rows_bf16(mr, Kp, a + r * lda, lda, wpb, 2 * npanels, c + r * ldc, ldc);
+    const long ps = (long)Kp * NR;
+    const int ncp = ntiles > 1 ? NC_PANELS : npanels;
+    for (int k0 = 0; k0 < Kp || k0 == 0; k0 += KC) {
+        const int kc = Kp - k0 < KC ? Kp - k0 : KC, ai = k0 > 0;
+        for (int p0 = 0; p0 < npanels; p0 += ncp) {
+            const int np = npanels - p0 < ncp ? npanels - p0 : ncp;
+            for (int i = 0; i < ntiles; i++) {
+                const int r = (int)((long)M * i / ntiles);
+                const int mr = (int)((long)M * (i + 1) / ntiles) - r;
+                tile_rows_bf16(mr, kc, a + r * lda + k0, lda, wpb + (long)p0 * ps + (long)k0 * NR,
+                               2 * np, c + r * ldc + (long)p0 * NR, ldc, ps, ai);
+            }
+        }
+        if (Kp == 0) break;
     }
 }
 #else
