@@ -29,9 +29,9 @@ static inline float tanhf_(float x) { return 2.0f / (1.0f + exp_(-2.0f * x)) - 1
 
 /* Row reductions in vectors of RW floats (GCC/Clang vector extensions: zmm with AVX-512, ymm
  * with AVX2, SSE/NEON otherwise), in RACC independent accumulators: a row of G = 512 floats is 32
- * AVX-512 vectors, and one accumulator would chain 32 dependent adds (4 cycles each) where loads
- * allow two vectors a cycle. The lanes are then summed pairwise (rsum) and the n % RW tail in
- * order; float sums, as torch's CPU kernels, in another order than a loop (rounding only). */
+ * AVX-512 vectors, and one accumulator would chain 32 dependent adds (3-4 cycles each) where
+ * loads allow two vectors a cycle. The lanes are then summed pairwise (rsum) and the n % RW tail
+ * in order; float sums, as torch's CPU kernels, in another order than a loop (rounding only). */
 #if defined(__AVX512F__)
 #define RW 16
 #elif defined(__AVX__)
