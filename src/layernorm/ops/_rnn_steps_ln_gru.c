@@ -96,6 +96,12 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     const long TB = (long)R->T * R->B;
     float *rz = scratch, *un = scratch + 2 * H, *n = scratch + 3 * H, *h = R->out + tb * H;
     float st[8] = {0};
+    const long nx = R->hg_all ? next_row(tb, b, R->B, 1, 0, R->T) : -1;
+    if (nx >= 0) {  /* the next row's input and saved rows: streams the loads hide poorly */
+        prefetch_(R->xw + nx * G, G);
+        prefetchw_(R->hg_all + nx * G, G);
+        prefetchw_(R->out + nx * H, H);
+    }
     if (R->gain_h) {
         moments(hgb, 2 * H, R->eps, &st[0], &st[1]);
         moments(hgb + 2 * H, H, R->eps, &st[2], &st[3]);
@@ -138,6 +144,15 @@ static void gru_backward_row(const void *cell, long tb, int b, float *dhgb, floa
     float *pg_h = part, *pb_h = part + 2 * H, *pg_u = part + 4 * H, *pb_u = part + 5 * H;
     float *pg_x = part + 6 * H, *pb_x = pg_x + G;
     float st[8];
+    const long nx = next_row(tb, b, R->B, -1, R->t0, R->t1 ? R->t1 : R->T);
+    if (nx >= 0) {  /* the next row's saved rows and outputs */
+        prefetch_(R->hg_all + nx * G, G);
+        prefetch_(R->xw + nx * G, G);
+        prefetch_(prev_h(R->h0, R->out, (int)(nx / R->B), R->B, H, (int)(nx % R->B)), H);
+        prefetch_(R->grad_out + nx * H, H);
+        prefetchw_(R->dxg + nx * G, G);
+        prefetchw_(R->dhg + (nx - (long)R->t0 * R->B) * G, G);
+    }
     for (int k = 0; k < 8; k++) st[k] = R->stats[k * TB + tb];
     gru_gates(R, hgb, R->xw + tb * G, st, r, u, nb);
     if (R->zone_h) {  /* zoneout: z dh to h_{t-1}, (1 - z) dh to the candidate h~ */

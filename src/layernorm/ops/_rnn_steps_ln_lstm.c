@@ -65,6 +65,12 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     const long TB = (long)L->T * L->B, B = L->B;
     float *a = save ? L->act_all + tb * G : scratch, *tcb = save ? L->tc_all + tb * H : a + G;
     float mu = 0.0f, rs = 0.0f, mx = 0.0f, rx = 0.0f;
+    const long nx = save ? next_row(tb, b, L->B, 1, 0, L->T) : -1;
+    if (nx >= 0) {  /* the next row's input and saved rows: streams the loads hide poorly */
+        prefetch_(L->xw + nx * G, G);
+        prefetchw_(L->act_all + nx * G, G);
+        prefetchw_(L->hg_all + nx * G, G);
+    }
     if (!L->gain_h) {  /* the plain LSTM (no LN; xw holds both biases): pre = W_h h + xw */
 #pragma omp simd
         for (int j = 0; j < G; j++) a[j] = hgb[j] + xb[j];
@@ -143,6 +149,18 @@ static void lstm_backward_row(const void *cell, long tb, int b, float *dhgb, flo
     float *pg_x = pb_c + H, *pb_x = pg_x + G;
     const float *zh = L->zone_h ? L->zone_h + tb * H : NULL;
     const float *zc = L->zone_c ? L->zone_c + tb * H : NULL;
+    const long nx = next_row(tb, b, L->B, -1, L->t0, L->t1 ? L->t1 : L->T);
+    if (nx >= 0) {  /* the next row's saved rows and outputs */
+        prefetch_(L->act_all + nx * G, G);
+        if (L->gain_h) prefetch_(L->hg_all + nx * G, G);
+        if (L->gain_x) prefetch_(L->xw + nx * G, G);
+        prefetch_(L->tc_all + nx * H, H);
+        prefetch_(L->cs + nx * H, H);
+        prefetch_(L->cs + (nx + B) * H, H);
+        prefetch_(L->grad_out + nx * H, H);
+        prefetchw_(L->dxg + nx * G, G);
+        prefetchw_(L->dhg + (nx - (long)L->t0 * B) * G, G);
+    }
     if (zh) {  /* zoneout: z dh to h_{t-1} (direct), (1 - z) dh to the candidate h~ */
 #pragma omp simd  /* direct, dob, dcn: disjoint rows */
         for (int j = 0; j < H; j++) {

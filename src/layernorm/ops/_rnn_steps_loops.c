@@ -23,6 +23,18 @@ static void row_block(int B, int *r0, int *r1) {
     *r1 = (int)((long)B * (id + 1) / nt);
 }
 
+/* The row a time loop runs after row tb = t B + b, from inside the loop's parallel region: the
+ * next row of the thread's block (row_block), else the block's first row at step t + dir (dir 1:
+ * forward, -1: backward), or -1 when that step is outside [lo, hi). For prefetching (a row past
+ * a shorter batch_sizes entry may be named but is not run). */
+static long next_row(long tb, int b, int B, int dir, int lo, int hi) {
+    int r0, r1;
+    row_block(B, &r0, &r1);
+    if (b + 1 < r1) return tb + 1;
+    const long t = tb / B + dir;
+    return t >= lo && t < hi ? t * B + r0 : -1;
+}
+
 /* h_{t-1} of rows r.. (row-major, H per row): h0 at t = 0, else out[t - 1]. */
 static inline const float *prev_h(const float *h0, const float *out, int t, int B, int H, int r) {
     return t ? out + ((long)(t - 1) * B + r) * H : h0 + (long)r * H;
@@ -218,20 +230,30 @@ static int step_range(int T, int t0, int t1, int *lo, int *hi) {
 
 /* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
  * dxhat = dy * gain; also accumulates the gain / bias gradients (sum of dy * xhat, sum of dy).
- * dx may be dy (in place). */
+ * dx may be dy (in place). The two means' sums run in vectors (rv, as row_sum's): a float
+ * reduction loop would end in a chain of scalar adds per sum. */
 static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
                             const float *gain, int n, float *dx, float *dgain, float *dbias) {
-    float s1 = 0.0f, s2 = 0.0f;  /* vectorized float sums, as torch's CPU kernels */
-#pragma omp simd reduction(+:s1, s2)
-    for (int j = 0; j < n; j++) {
+    rv v1 = {0}, v2 = {0};
+    int j = 0;
+    for (; j + RW <= n; j += RW) {
+        const rv d = rload(dy + j), xhat = (rload(x + j) - mu) * rs, dxhat = d * rload(gain + j);
+        v1 += dxhat;
+        v2 += dxhat * xhat;
+        rstore(dgain + j, rload(dgain + j) + d * xhat);
+        rstore(dbias + j, rload(dbias + j) + d);
+    }
+    float s1 = rsum(v1), s2 = rsum(v2);
+    for (; j < n; j++) {
         float xhat = (x[j] - mu) * rs, dxhat = dy[j] * gain[j];
         s1 += dxhat;
         s2 += dxhat * xhat;
         dgain[j] += dy[j] * xhat;
         dbias[j] += dy[j];
     }
-    float m1 = (float)(s1 / n), m2 = (float)(s2 / n);
-    for (int j = 0; j < n; j++) {
+    float m1 = s1 / n, m2 = s2 / n;
+#pragma omp simd
+    for (j = 0; j < n; j++) {
         float xhat = (x[j] - mu) * rs;
         dx[j] = rs * (dy[j] * gain[j] - m1 - xhat * m2);
     }

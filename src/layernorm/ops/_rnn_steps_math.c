@@ -27,17 +27,71 @@ static inline float exp_(float x) {
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + exp_(-x)); }
 static inline float tanhf_(float x) { return 2.0f / (1.0f + exp_(-2.0f * x)) - 1.0f; }
 
+/* Row reductions in vectors of RW floats (GCC/Clang vector extensions: zmm with AVX-512, ymm
+ * with AVX2, SSE/NEON otherwise), in RACC independent accumulators: a row of G = 512 floats is 32
+ * AVX-512 vectors, and one accumulator would chain 32 dependent adds (3-4 cycles each) where
+ * loads allow two vectors a cycle. The lanes are then summed pairwise (rsum) and the n % RW tail
+ * in order; float sums, as torch's CPU kernels, in another order than a loop (rounding only). */
+#if defined(__AVX512F__)
+#define RW 16
+#elif defined(__AVX__)
+#define RW 8
+#else
+#define RW 4
+#endif
+#define RACC 4
+typedef float rv __attribute__((vector_size(RW * 4)));
+
+static inline rv rload(const float *p) { rv v; memcpy(&v, p, sizeof v); return v; }
+static inline void rstore(float *p, rv v) { memcpy(p, &v, sizeof v); }
+
+static inline float rsum(rv v) {
+    float t[RW];
+    memcpy(t, &v, sizeof t);
+    for (int w = RW / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) t[k] += t[k + w];
+    return t[0];
+}
+
+/* sum of x[j] - shift over j < n (shift 0: the sum; the mean: n times the biased variance) with
+ * square = 0 / 1: of the values / of their squares. */
+static inline float row_sum(const float *x, int n, float shift, int square) {
+    rv a[RACC] = {{0}};
+    int j = 0;
+    for (; j + RACC * RW <= n; j += RACC * RW)
+        for (int k = 0; k < RACC; k++) {
+            rv d = rload(x + j + k * RW) - shift;
+            a[k] += square ? d * d : d;
+        }
+    for (; j + RW <= n; j += RW) {
+        rv d = rload(x + j) - shift;
+        a[0] += square ? d * d : d;
+    }
+    float s = rsum((a[0] + a[1]) + (a[2] + a[3]));
+    for (; j < n; j++) {
+        float d = x[j] - shift;
+        s += square ? d * d : d;
+    }
+    return s;
+}
+
+/* Mean and 1 / sqrt(biased variance + eps) of a row, in two passes (the mean, then the squared
+ * deviations from it), as torch's CPU layer_norm. */
 static void moments(const float *x, int n, float eps, float *mean_out, float *rstd_out) {
-    float s = 0.0f, ss = 0.0f;  /* two passes, vectorized float sums (as torch's CPU layer_norm) */
-#pragma omp simd reduction(+:s)
-    for (int j = 0; j < n; j++) s += x[j];
-    float mean = s / n;
-#pragma omp simd reduction(+:ss)
-    for (int j = 0; j < n; j++) { float d = x[j] - mean; ss += d * d; }
-    float var = ss / n;
+    float mean = row_sum(x, n, 0.0f, 0) / n;
+    float var = row_sum(x, n, mean, 1) / n;
     if (var < 0) var = 0;
     *mean_out = mean;
     *rstd_out = 1.0f / sqrtf(var + eps);
+}
+
+/* Prefetch n floats from p into the cache, for reading (prefetch_) or for writing
+ * (prefetchw_): one hint per 64-byte line. */
+static inline void prefetch_(const float *p, long n) {
+    for (long k = 0; k < n; k += 16) __builtin_prefetch(p + k, 0, 3);
+}
+static inline void prefetchw_(const float *p, long n) {
+    for (long k = 0; k < n; k += 16) __builtin_prefetch(p + k, 1, 3);
 }
 
 /* memcpy unless the destination is the source (the one-step entries below pass a buffer as both
