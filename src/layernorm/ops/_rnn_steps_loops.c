@@ -70,6 +70,71 @@ static void gemm_rows_as(int M, int K, const float *a, long lda, const float *ma
     }
 }
 
+/* The forward from x (the inference kernels) with the threads splitting the columns instead of
+ * the rows: for a batch too small to give each thread rows of its own (fewer than 4 a thread),
+ * whose recurrent product is bound by reading the weights. Each thread computes its share of
+ * the column panels of W_hh h_{t-1} and of W_x x_t for every row into shared buffers, so its
+ * part of the weights stays in its core's cache from step to step instead of every thread
+ * reading all of them; then, after a barrier, the threads run the rows (row_block's blocks) and
+ * meet again before the next step reads h_t. The same products (each element's sum as in
+ * gemm_rows) and the same rows as forward_seq. Everything is allocated before the threads
+ * start, so that every thread meets every barrier. */
+static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
+                            const float *wp, const bf16_t *wpb, struct input_term in,
+                            const float *h0, const float *out, size_t scratch, forward_row row,
+                            const void *cell) {
+    const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
+    const int Hb = (H + 1) & ~1, Ib = (in.I + 1) & ~1;
+    int chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
+    if (chunk < 1) chunk = 1;
+    const size_t hg_n = (size_t)B * Gp, xg_n = (size_t)chunk * B * Gp;
+    /* per thread: the rows' scratch, and the rows of h_{t-1} and of x rounded to bfloat16 */
+    const size_t hb_n = wpb ? (size_t)B * Hb : 0, xb_n = in.wxpb ? (size_t)chunk * B * Ib : 0;
+    float *hg = malloc(sizeof(float) * (hg_n + xg_n + (size_t)nthreads * scratch + 1));
+    bf16_t *hb = hb_n + xb_n ? malloc(sizeof(bf16_t) * (hb_n + xb_n) * nthreads) : NULL;
+    if (!hg || (hb_n + xb_n && !hb)) {
+        free(hg);
+        free(hb);
+        return -1;
+    }
+    float *xg = hg + hg_n;
+#pragma omp parallel num_threads(nthreads)
+    {
+    int id = 0, p0, p1, r0, r1;
+#ifdef _OPENMP
+    id = omp_get_thread_num();
+#endif
+    panel_share(npanels, &p0, &p1);
+    row_block(B, &r0, &r1);
+    float *mine = xg + xg_n + (size_t)id * scratch;
+    bf16_t *hbt = hb ? hb + (hb_n + xb_n) * id : NULL, *xbt = hbt ? hbt + hb_n : NULL;
+    const int np = p1 - p0;
+    for (int t = 0; t < T; t++) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        if (bs <= 0) break;  /* (the same step for every thread) */
+        const float *hp = prev_h(h0, out, t, B, H, 0);
+        if (np > 0) {
+            gemm_rows_as(bs, H, hp, H, NULL, 0, wp ? wp + (long)p0 * H * NR : NULL,
+                         wpb ? wpb + (long)p0 * Hb * NR : NULL, hbt, np, hg + (long)p0 * NR, Gp);
+            if (t % chunk == 0)  /* steps t .. t + n - 1, all B rows (padding rows included) */
+                gemm_rows_as((T - t < chunk ? T - t : chunk) * B, in.I, in.x + (long)t * B * in.I,
+                             in.I, NULL, 0, in.wxp ? in.wxp + (long)p0 * in.I * NR : NULL,
+                             in.wxpb ? in.wxpb + (long)p0 * Ib * NR : NULL, xbt, np,
+                             xg + (long)p0 * NR, Gp);
+        }
+#pragma omp barrier
+        const float *xt = xg + (size_t)(t % chunk) * B * Gp;
+        for (int b = r0; b < (bs < r1 ? bs : r1); b++)
+            row(cell, (long)t * B + b, b, hg + (long)b * Gp, xt + (long)b * Gp, hp + (long)b * H,
+                mine);
+#pragma omp barrier
+    }
+    }
+    free(hg);
+    free(hb);
+    return 0;
+}
+
 /* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels.
  * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself).
  * wpb (and in.wxpb, with in.x): W_hh (and W_x) in bfloat16 panels, or NULL: the recurrent (and
@@ -81,13 +146,18 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
+    if (in.x && !h_mask && nthreads > 1 && B > 0 && B < 4 * nthreads && npanels >= nthreads)
+        return forward_seq_cols(T, B, H, G, nthreads, batch_sizes, wp, wpb, in, h0, out, scratch,
+                                row, cell);
+    if (in.x && nthreads > B / 4) nthreads = B / 4 > 1 ? B / 4 : 1;  /* rows: 4 a thread */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;
     row_block(B, &r0, &r1);
     const size_t masked = h_mask ? (size_t)(r1 - r0) * H : 0;  /* h_{t-1} * h_mask */
     int chunk = 1;  /* steps per input GEMM */
-    if (in.x && B > 0 && r0 == 0 && r1 == B) chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
+    if (in.x && B > 0 && r0 == 0 && r1 == B)
+        chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
     if (chunk < 1) chunk = 1;
     const size_t inputs = in.x ? (size_t)chunk * (r1 - r0) * Gp : 0;  /* the rows' W_x x_t */
     float *hg = malloc(sizeof(float) * ((size_t)(r1 - r0) * Gp + scratch + masked + inputs + 1));
@@ -151,7 +221,8 @@ typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, floa
 /* Steps t1 - 1 down to t0 (0 <= t0 < t1 <= T; a long sequence runs in several calls, latest
  * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
  * (ceil(H / NR), G, NR); or, where wtpb is not NULL, W_hh^T in bfloat16 panels, the product
- * reading dhg rounded to bfloat16 (float32 accumulation, as the forward's wpb). dhg ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
+ * reading dhg rounded to bfloat16 (float32 accumulation, as the forward's wpb). dhg
+ * ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
  * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
  * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct), the GEMM's
  * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The

@@ -16,7 +16,7 @@ import torch
 
 from .gemm import _panels, _panels_bf16
 from . import native
-from .native import GRUArgs, LSTMArgs, contig, int32, threads
+from .native import GRUArgs, LSTMArgs, contig, int32
 from .pool import _buffer
 
 
@@ -49,7 +49,9 @@ def _inference(kernel: str, cls, who: str, dtype, x: torch.Tensor, states, w_ih:
     out = _buffer(T, B, H, like=x, zero=batch_sizes is not None)
     finals = [s.detach().clone(memory_format=torch.contiguous_format) for s in states]
     fields.update(zip(("h_n", "c_n"), finals))
-    native.call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=threads(B), eps=eps,
+    # torch's threads: the kernel splits the rows among them, 4 a thread at least, or where the
+    # batch is smaller than that, the columns of the products (``forward_seq_cols``)
+    native.call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=torch.get_num_threads(), eps=eps,
                 batch_sizes=int32(batch_sizes), x=contig(x), I=I, h0=contig(states[0]), out=out,
                 **weights, **{k: contig(v) for k, v in fields.items()})
     if out_dtype is not None:
