@@ -209,7 +209,7 @@ class WeightGrad:
     GEMM on torch's threads (``gemm_packed_at``: d read in place as A^T, h^T in panels, one copy
     of h; the threads split dW's columns): measured 1.9 ms against 3.0 ms for torch's addmm_ for
     a (1024, 512) x (512, 256) range, one thread, AVX-512 (torch's float32 GEMM ran ~95 GFLOP/s
-    there, the C kernels' ~220; docs/rnnfast.md, "The GEMMs")."""
+    there, the C kernels' ~220; docs/rnnfast.md, "Two threads")."""
 
     def __init__(self, lib, n: int, k: int, like: torch.Tensor, bf16: bool = False):
         self.lib, self.k = lib, k
