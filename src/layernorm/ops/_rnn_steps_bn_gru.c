@@ -52,7 +52,7 @@ int bn_gru_forward_seq(const struct bn_gru *R) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
     /* hg, mu / rs; with h_mask h_{t-1} * h_mask (rows x H) */
     float *hg = malloc(sizeof(float) * (rows * Gp + 4 * G + (R->h_mask ? rows * H : 0) + 1));
@@ -136,7 +136,7 @@ int bn_gru_backward_seq(const struct bn_gru *R) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
     float *y = malloc(sizeof(float) * (rows * (Hp + H) + 4 * G + 1));
     double *sq = malloc(sizeof(double) * 4 * G);

@@ -127,7 +127,7 @@ int bn_lstm_forward_seq(const struct bn_lstm *L) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
     /* hg (rows x Gp), act and tc without save, mu / rs of G and H columns, gather sums; with the
      * regularizers h_{t-1} * h_mask and the candidates c~ (rows x H each) */
@@ -241,7 +241,7 @@ int bn_lstm_backward_seq(const struct bn_lstm *L) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
     /* the GEMM's rows, mu / rs; with zone_h the gradients of h_{t-1} through the zoneout */
     float *y = malloc(sizeof(float) * (rows * Hp + 4 * G + 2 * H + (L->zone_h ? rows * H : 0)

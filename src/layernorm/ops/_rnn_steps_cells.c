@@ -22,7 +22,7 @@ static int step_forward(int B, int G, int H, int nthreads, const float *hg, cons
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     float *work = malloc(sizeof(float) * (scratch + 1));
     if (!work) {
 #pragma omp atomic write
@@ -43,7 +43,7 @@ static int step_backward(int B, int G, int H, int nthreads, float *dhg, float *d
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     float *work = malloc(sizeof(float) * (scratch + nacc + H + 1)), *part = work + scratch;
     float *spare = part + nacc;  /* direct of a cell that has none */
     if (!work) {

@@ -126,6 +126,27 @@ static void tile_rows_at(int mr, int K, const float *a, long lda, const float *w
 #define KC 256
 #define NC_PANELS 16
 
+/* The loops of one product of M rows over K in those blocks: for each block of k (k0, kc; ai:
+ * a later block, whose sums continue from the earlier ones), each block of panels (p0, np) and
+ * each tile of rows (r, mr), in that order, the statements given. The rows in ceil(M / MR)
+ * tiles of near-equal height (16 rows: 8 + 8, not 12 + 4); a single tile reads W once whatever
+ * the order, so blocks of panels only where there are several. */
+#define FOR_BLOCKS(M, K, npanels, ...) do { \
+    const int ntiles_ = ((M) + MR - 1) / MR, ncp_ = ntiles_ > 1 ? NC_PANELS : (npanels); \
+    for (int k0 = 0; k0 < (K) || k0 == 0; k0 += KC) { \
+        const int kc = (K) - k0 < KC ? (K) - k0 : KC, ai = k0 > 0; \
+        for (int p0 = 0; p0 < (npanels); p0 += ncp_) { \
+            const int np = (npanels) - p0 < ncp_ ? (npanels) - p0 : ncp_; \
+            for (int i_ = 0; i_ < ntiles_; i_++) { \
+                const int r = (int)((long)(M) * i_ / ntiles_); \
+                const int mr = (int)((long)(M) * (i_ + 1) / ntiles_) - r; \
+                __VA_ARGS__ \
+            } \
+        } \
+        if ((K) == 0) break; \
+    } \
+} while (0)
+
 /* c (M x npanels * NR, row stride ldc) = A (M x K) @ W^T, A = a (row stride lda) or, with at,
  * A = a^T (a: K x M, row stride lda). A^T's rows of a tile are first copied into ap (KC x mr,
  * k-major, given: KC * MR floats), so that the tiles' passes over k read it in order instead of
@@ -135,31 +156,18 @@ static void tile_rows_at(int mr, int K, const float *a, long lda, const float *w
  * any M, any row, any split of the panels. */
 static void gemm_rows_t(int M, int K, const float *a, long lda, int at, float *ap,
                         const float *wp, int npanels, float *c, long ldc) {
-    /* rows in ceil(M / MR) tiles of near-equal height (16 rows: 8 + 8, not 12 + 4) */
-    const int ntiles = (M + MR - 1) / MR;
     const long ps = (long)K * NR;
-    /* one row tile reads W once whatever the order: blocks of panels only pay with several */
-    const int ncp = ntiles > 1 ? NC_PANELS : npanels;
-    for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
-        const int kc = K - k0 < KC ? K - k0 : KC, ai = k0 > 0;
-        for (int p0 = 0; p0 < npanels; p0 += ncp) {
-            const int np = npanels - p0 < ncp ? npanels - p0 : ncp;
-            const float *wb = wp + (long)p0 * ps + (long)k0 * NR;
-            for (int i = 0; i < ntiles; i++) {
-                const int r = (int)((long)M * i / ntiles);
-                const int mr = (int)((long)M * (i + 1) / ntiles) - r;
-                float *cb = c + r * ldc + (long)p0 * NR;
-                if (at) {
-                    for (long k = 0; k < kc; k++)
-                        for (int q = 0; q < mr; q++) ap[k * mr + q] = a[(k0 + k) * lda + r + q];
-                    tile_rows_at(mr, kc, ap, mr, wb, 2 * np, cb, ldc, ps, ai);
-                } else {
-                    tile_rows(mr, kc, a + r * lda + k0, lda, wb, 2 * np, cb, ldc, ps, ai);
-                }
-            }
+    FOR_BLOCKS(M, K, npanels, {
+        const float *wb = wp + (long)p0 * ps + (long)k0 * NR;
+        float *cb = c + r * ldc + (long)p0 * NR;
+        if (at) {
+            for (long k = 0; k < kc; k++)
+                for (int q = 0; q < mr; q++) ap[k * mr + q] = a[(k0 + k) * lda + r + q];
+            tile_rows_at(mr, kc, ap, mr, wb, 2 * np, cb, ldc, ps, ai);
+        } else {
+            tile_rows(mr, kc, a + r * lda + k0, lda, wb, 2 * np, cb, ldc, ps, ai);
         }
-        if (K == 0) break;
-    }
+    });
 }
 
 static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, int npanels,
@@ -169,15 +177,16 @@ static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, i
 
 int panel_width(void) { return NR; }
 
-/* The panels [p0, p1) of this thread's share when nthreads split npanels (OpenMP). */
-static void panel_share(int npanels, int *p0, int *p1) {
+/* [lo, hi): this thread's share of n things (rows, panels) when the threads of the OpenMP team
+ * split them in contiguous blocks; all n outside a parallel region. */
+static void thread_share(int n, int *lo, int *hi) {
     int nt = 1, id = 0;
 #ifdef _OPENMP
     nt = omp_get_num_threads();
     id = omp_get_thread_num();
 #endif
-    *p0 = (int)((long)npanels * id / nt);
-    *p1 = (int)((long)npanels * (id + 1) / nt);
+    *lo = (int)((long)n * id / nt);
+    *hi = (int)((long)n * (id + 1) / nt);
 }
 
 /* y (M x npanels * NR) = a (M x K) @ W^T, W packed: the input term of all steps and the
@@ -192,7 +201,7 @@ void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, flo
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int p0, p1;
-    panel_share(npanels, &p0, &p1);
+    thread_share(npanels, &p0, &p1);
     if (p1 > p0)
         gemm_rows(M, K, a, K, wp + (long)p0 * K * NR, p1 - p0, y + (long)p0 * NR, ldy);
     }
@@ -211,7 +220,7 @@ int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, f
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int p0, p1;
-    panel_share(npanels, &p0, &p1);
+    thread_share(npanels, &p0, &p1);
     float *ap = p1 > p0 ? malloc(sizeof(float) * ((size_t)(K < KC ? K : KC) * MR + 1)) : NULL;
     if (p1 > p0 && !ap) {
 #pragma omp atomic write
@@ -338,22 +347,11 @@ static void tile_rows_bf16(int mr, int K, const bf16_t *a, long lda, const bf16_
  * in the float32 GEMM's cache blocks (KC values of k by NC_PANELS panels, the same sums) */
 static void gemm_rows_bf16(int M, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
                            int npanels, float *c, long ldc) {
-    const int ntiles = (M + MR - 1) / MR;
     const long ps = (long)Kp * NR;
-    const int ncp = ntiles > 1 ? NC_PANELS : npanels;
-    for (int k0 = 0; k0 < Kp || k0 == 0; k0 += KC) {
-        const int kc = Kp - k0 < KC ? Kp - k0 : KC, ai = k0 > 0;
-        for (int p0 = 0; p0 < npanels; p0 += ncp) {
-            const int np = npanels - p0 < ncp ? npanels - p0 : ncp;
-            for (int i = 0; i < ntiles; i++) {
-                const int r = (int)((long)M * i / ntiles);
-                const int mr = (int)((long)M * (i + 1) / ntiles) - r;
-                tile_rows_bf16(mr, kc, a + r * lda + k0, lda, wpb + (long)p0 * ps + (long)k0 * NR,
-                               2 * np, c + r * ldc + (long)p0 * NR, ldc, ps, ai);
-            }
-        }
-        if (Kp == 0) break;
-    }
+    FOR_BLOCKS(M, Kp, npanels, {
+        tile_rows_bf16(mr, kc, a + r * lda + k0, lda, wpb + (long)p0 * ps + (long)k0 * NR, 2 * np,
+                       c + r * ldc + (long)p0 * NR, ldc, ps, ai);
+    });
 }
 #else
 int bf16_dot(void) { return 0; }

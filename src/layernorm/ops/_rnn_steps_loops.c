@@ -13,23 +13,13 @@
  * the GEMMs and the loops. They return 0, or -1 when a thread's workspace could not be allocated
  * (then nothing is valid). */
 
-static void row_block(int B, int *r0, int *r1) {
-    int nt = 1, id = 0;
-#ifdef _OPENMP
-    nt = omp_get_num_threads();
-    id = omp_get_thread_num();
-#endif
-    *r0 = (int)((long)B * id / nt);
-    *r1 = (int)((long)B * (id + 1) / nt);
-}
-
 /* The row a time loop runs after row tb = t B + b, from inside the loop's parallel region: the
- * next row of the thread's block (row_block), else the block's first row at step t + dir (dir 1:
+ * next row of the thread's block (thread_share), else the block's first row at step t + dir (dir 1:
  * forward, -1: backward), or -1 when that step is outside [lo, hi). For prefetching (a row past
  * a shorter batch_sizes entry may be named but is not run). */
 static long next_row(long tb, int b, int B, int dir, int lo, int hi) {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     if (b + 1 < r1) return tb + 1;
     const long t = tb / B + dir;
     return t >= lo && t < hi ? t * B + r0 : -1;
@@ -75,7 +65,7 @@ static void gemm_rows_as(int M, int K, const float *a, long lda, const float *ma
  * whose recurrent product is bound by reading the weights. Each thread computes its share of
  * the column panels of W_hh h_{t-1} and of W_x x_t for every row into shared buffers, so its
  * part of the weights stays in its core's cache from step to step instead of every thread
- * reading all of them; then, after a barrier, the threads run the rows (row_block's blocks) and
+ * reading all of them; then, after a barrier, the threads run the rows (thread_share's blocks) and
  * meet again before the next step reads h_t. The same products (each element's sum as in
  * gemm_rows) and the same rows as forward_seq. Everything is allocated before the threads
  * start, so that every thread meets every barrier. */
@@ -104,8 +94,8 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
 #ifdef _OPENMP
     id = omp_get_thread_num();
 #endif
-    panel_share(npanels, &p0, &p1);
-    row_block(B, &r0, &r1);
+    thread_share(npanels, &p0, &p1);
+    thread_share(B, &r0, &r1);
     float *mine = xg + xg_n + (size_t)id * scratch;
     bf16_t *hbt = hb ? hb + (hb_n + xb_n) * id : NULL, *xbt = hbt ? hbt + hb_n : NULL;
     const int np = p1 - p0;
@@ -153,7 +143,7 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     const size_t masked = h_mask ? (size_t)(r1 - r0) * H : 0;  /* h_{t-1} * h_mask */
     int chunk = 1;  /* steps per input GEMM */
     if (in.x && B > 0 && r0 == 0 && r1 == B)
@@ -238,7 +228,7 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;
-    row_block(B, &r0, &r1);
+    thread_share(B, &r0, &r1);
     const size_t rows = (size_t)(r1 - r0);
     float *work = malloc(sizeof(float) * (rows * (Hp + H) + scratch + nacc + 1));
     double *acc = nthreads > 1 ? calloc((size_t)nacc, sizeof(double)) : dparams;
