@@ -176,6 +176,10 @@ def _exercise() -> None:
             for batch_sizes in (None, sizes):
                 infer(x, *states, w_ih, w_hh, g, b, g[:n], b[:n], g[:H], b[:H],
                       batch_sizes=batch_sizes)
+                # 3 rows on 2 threads: the threads split the columns (forward_seq_cols)
+                infer(x[:, :3].contiguous(), *(s[:3] for s in states), w_ih, w_hh, g, b, g[:n],
+                      b[:n], g[:H], b[:H],
+                      batch_sizes=None if batch_sizes is None else batch_sizes.clamp(max=3))
                 if native.load().bf16_dot():  # the products in bfloat16: H, I odd
                     half = [t.bfloat16() for t in (x, *states, w_ih, w_hh, g, b)]
                     infer(*half, g[:n].bfloat16(), b[:n].bfloat16(), g[:H].bfloat16(),
