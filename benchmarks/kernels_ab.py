@@ -40,7 +40,7 @@ import torch  # noqa: E402
 
 import layernorm  # noqa: E402
 from layernorm import _native_build  # noqa: E402
-from layernorm.ops import gru_backend, lstm_backend, native  # noqa: E402
+from layernorm.ops import gru as gru_backend, lstm as lstm_backend, native  # noqa: E402
 
 OPS = Path("src/layernorm/ops")
 clock = time.perf_counter if args.clock == "wall" else time.process_time

@@ -26,6 +26,7 @@ from layernorm.ops import cell as ops_cell
 from layernorm.ops import dispatch, gemm, inference, native
 from layernorm.ops import gru as ops_gru
 from layernorm.ops import lstm as ops_lstm
+from layernorm.ops import sequence as ops_sequence
 from layernorm.ops import sequence
 from tests.conftest import TOL
 from tests.reference import (ref_gru_step, ref_ln_gru_sequence, ref_ln_lstm_sequence,
@@ -124,14 +125,14 @@ def test_where_answers_each_question(monkeypatch):
 
 # ---- the LN sequence operators (ln_lstm_sequence / ln_gru_sequence -> run_sequence) ----------
 
-SEQ = {"lstm": (ops_lstm, ref_ln_lstm_sequence), "gru": (ops_gru, ref_ln_gru_sequence)}
+SEQ = {"lstm": ("lstm", ref_ln_lstm_sequence), "gru": ("gru", ref_ln_gru_sequence)}
 
 
-def _spy_backends(monkeypatch, module, ran):
+def _spy_backends(monkeypatch, cell, ran):
     """Record which of the cell's ``Backends`` runs: "body" (the operator's body, eager),
     "op" (the registered operator), "reference" (the reference loop), "triton" (the Triton
     kernels: recorded, then the reference loop computes; their math is test_triton.py's)."""
-    b = module._BACKENDS
+    b = ops_sequence._BACKENDS[cell]
 
     def native_(eager):
         ran.append("body" if eager else "op")
@@ -141,7 +142,8 @@ def _spy_backends(monkeypatch, module, ran):
         ran.append("reference")
         return b.reference(*args)
 
-    monkeypatch.setattr(module, "_BACKENDS", b._replace(native=native_, reference=reference))
+    monkeypatch.setitem(ops_sequence._BACKENDS, cell,
+                        b._replace(native=native_, reference=reference))
 
     def triton(cell, xg, states, params, order, batch_sizes, eps, gain_x, bias_x, masks):
         ran.append("triton")
@@ -503,7 +505,7 @@ def _spy_layers(monkeypatch, m, ran):
     "op" / "reference" (``_spy_backends``), "bn C" (the BN operators' C loop), "step" (one
     step, T = 1, through the cells' entries)."""
     _spy_stack(monkeypatch, m, ran)
-    _spy_backends(monkeypatch, ops_lstm if m.mode == "LSTM" else ops_gru, ran)
+    _spy_backends(monkeypatch, m.mode.lower(), ran)
     real = inference._inference
     monkeypatch.setattr(inference, "_inference", lambda *a, **k: (ran.append("inference"),
                                                                    real(*a, **k))[1])

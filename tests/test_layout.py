@@ -151,9 +151,8 @@ WHERE_CALLERS = {
     "layernorm/ops/bn.py": {"bn_direction"},
     "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell"},
     "layernorm/ops/gemm.py": {"input_linear"},
-    "layernorm/ops/gru.py": {"ln_gru_sequence"},
-    "layernorm/ops/lstm.py": {"ln_lstm_sequence", "plain_runs"},
-    "layernorm/ops/sequence.py": {"choose_inference"},
+    "layernorm/ops/lstm.py": {"plain_runs"},
+    "layernorm/ops/sequence.py": {"choose_inference", "ln_lstm_sequence", "ln_gru_sequence"},
 }
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded
@@ -161,7 +160,7 @@ LSTM_PATH = {
     "layernorm/checks.py",
     "layernorm/ops/common.py", "layernorm/ops/dispatch.py",
     "layernorm/ops/gemm.py", "layernorm/ops/lstm.py",
-    "layernorm/ops/lstm_backend.py", "layernorm/ops/native.py", "layernorm/ops/pool.py",
+    "layernorm/ops/native.py", "layernorm/ops/pool.py",
     "layernorm/ops/sequence.py", "layernorm/rnn/base.py",
     "layernorm/rnn/inputs.py", "layernorm/rnn/layout.py", "layernorm/rnn/modules.py",
 }

@@ -334,7 +334,7 @@ def test_recurrence_second_order_as_on_the_cpu(K, monkeypatch, mode):
     create_graph=True its backward runs the reference recurrence, so first and second order
     equal the CPU path's (which differentiates the same reference), here with unsorted lengths,
     the input LN and all recurrent regularizers on (their masks in the batch's order)."""
-    from layernorm.ops import gru as ops_gru, lstm as ops_lstm
+    from layernorm.ops import sequence
     T, B, H = 3, 3, 3
     ts = _tensors(mode, T, B, H, torch.float32, True)
     g = torch.Generator().manual_seed(5)
@@ -342,7 +342,7 @@ def test_recurrence_second_order_as_on_the_cpu(K, monkeypatch, mode):
              "zone_h": (torch.rand(T, B, H, generator=g) > 0.5).float()}
     if mode == "LSTM":
         masks["zone_c"] = (torch.rand(T, B, H, generator=g) > 0.5).float()
-    fn = ops_lstm.ln_lstm_sequence if mode == "LSTM" else ops_gru.ln_gru_sequence
+    fn = sequence.ln_lstm_sequence if mode == "LSTM" else sequence.ln_gru_sequence
     lens = torch.tensor([2, 3, 1])
     inputs = list(ts.values())
 

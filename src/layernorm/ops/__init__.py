@@ -13,11 +13,11 @@ does not run. ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``: one 
 Each entry asks the runtime questions once (``dispatch.where``) and chooses its path there.
 
 Files, read downward (each call goes one way): ``dispatch`` (the runtime questions, asked by
-every entry); ``lstm`` / ``gru`` (each LN cell's entry and checks) -> ``sequence`` (the one
-choice of path, the operators' autograd; and ``ln_inference``, a module layer's forward without a
-graph, which calls ``inference``, the kernels with W_x x_t inside the loop) -> ``lstm_backend`` /
-``gru_backend`` (each cell's C calls, operators and reference loop) -> ``common`` (shared checks,
-dtypes, input LN, the kernels' look-up and backward ranges); ``bn`` (the BN cells), ``cell``
+every entry); ``sequence`` (the LN cells' entries and checks, the one choice of path, the
+operators' autograd; and ``ln_inference``, a module layer's forward without a graph, which calls
+``inference``, the kernels with W_x x_t inside the loop) -> ``lstm`` / ``gru`` (each cell's
+backends: C calls, operators and reference loop; and its plain form, norm="none") -> ``common``
+(shared checks, dtypes, input LN, the kernels' look-up and backward ranges); ``bn`` (the BN cells), ``cell``
 (the one-step C path), ``pool`` (the buffer pool), ``gemm`` (packed weights and the input GEMM),
 ``native`` (loading the C kernels, their structs, one call).
 The readable reference they are tested against is ``layernorm.recurrence``.
@@ -27,8 +27,9 @@ from .gemm import input_linear
 from .pool import release_workspace
 from .cell import (gru_cell, gru_step as ln_gru_step, lstm_cell, lstm_step as ln_lstm_step,
                    rnn_cell, torch_cell)
-from .gru import ln_gru_sequence, plain_gru_direction
-from .lstm import ln_lstm_sequence, plain_lstm_direction, plain_runs
+from .gru import plain_gru_direction
+from .lstm import plain_lstm_direction, plain_runs
+from .sequence import ln_gru_sequence, ln_lstm_sequence
 from .sequence import INFERENCE_PARAMS, ln_inference
 
 ln_lstm, ln_gru = ln_lstm_sequence, ln_gru_sequence

@@ -10,7 +10,7 @@ of an operator, and answers with a ``Where``; the operator then picks its implem
 those answers and its own dtypes and shapes (its docstring says how). Nothing above the
 operators asks: the modules and the cells call an operator and take what it returns.
 
-The operators that ask, once per call: ``lstm.ln_lstm_sequence`` / ``gru.ln_gru_sequence`` (the
+The operators that ask, once per call: ``sequence.ln_lstm_sequence`` / ``ln_gru_sequence`` (the
 LN-LSTM / LN-GRU over a sequence; ``sequence.run_sequence`` chooses from their answers),
 ``sequence.choose_inference`` (their forward without a graph), ``bn.bn_direction`` (the
 BN-LSTM / BN-GRU), ``lstm.plain_runs`` (norm="none" on packed input, for ``plain_lstm_direction`` /

@@ -1,75 +1,157 @@
-"""The LN-GRU over a whole sequence (one layer, one direction): the entry ``ln_gru_sequence``
-and the plain GRU (norm="none") in the same C kernel; the operators
-``torch.ops.layernorm.ln_gru`` / ``ln_gru_backward`` and the reference loop are
-``gru_backend``'s; paths, second order and torch.func as the LN-LSTM (see ``lstm``)."""
-
-import functools
-
+"""The LN-GRU's backends for one layer and direction, below the frame (``sequence``, which has the
+entry ``ln_gru_sequence``), as the LN-LSTM's (see ``lstm``): the C kernels' calls, the operators
+``torch.ops.layernorm.ln_gru`` / ``ln_gru_backward`` with their bodies and shape functions, the
+first-order backward, the reference loop; and the plain GRU (norm="none") in the same C kernel.
+"""
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import kernels as _kernels
-from ..recurrence import lengths as _lengths
 from ..recurrence import gru_step, run_direction
-from . import common, dispatch, sequence
-from .gru_backend import (_backward_native, _first_order, _forward_native, _gru_body,
-                          _loop, _loop_with_input_ln, ln_gru_op)
+from . import common, native
+from .gemm import recurrent_panels
+from .native import contig as _contig
+from .pool import _WORKSPACE, _buffer
 
 
-_run = sequence.register_autograd(ln_gru_op, _gru_body, "ln_gru", 2, _loop_with_input_ln,
-                                 _first_order)
-_BACKENDS = sequence.Backends(triton="ln_gru_sequence", native=_run, reference=_loop,
-                              groups=(2, 1))
+def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
+                    zone_h, batch_sizes, eps, save, bf16=False):
+    T, B, G = xw.shape
+    H = G // 3
+    saved = [None] * 2
+    if save:  # hg_all, stats (8, T, B)
+        saved = [_WORKSPACE.get(shape, like=xw) for shape in ((T, B, G), (8, T, B))]
+    out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
+    h_n = h0.detach().clone(memory_format=torch.contiguous_format)
+    native.call(lib, "gru_forward_seq", native.GRUArgs, "ln_gru_sequence",
+                 T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
+                 batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
+                 bias_x=_contig(bias_x), **recurrent_panels(lib, w_hh, bf16),
+                 gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_u=_contig(gain_u),
+                 bias_u=_contig(bias_u), h0=_contig(h0), out=out, h_n=h_n, hg_all=saved[0],
+                 stats=saved[1], h_mask=_contig(h_mask), zone_h=_contig(zone_h))
+    return out, h_n, (saved if save else None)
 
 
-def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
-                    gain_u: Tensor, bias_u: Tensor, lengths: Tensor | None = None,
-                    eps: float = 1e-5, gain_x: Tensor | None = None, bias_x: Tensor | None = None,
-                    *, batch_sizes: Tensor | None = None, h_mask: Tensor | None = None,
-                    zone_h: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """One layer, one direction of the LN-GRU (paper, section 3.1) over a whole sequence::
+def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u,
+                     gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask=None, zone_h=None,
+                     bf16=False):
+    T, B, G = xw.shape
+    H = G // 3
+    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None, pooled=bf16)
+    dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
+    dparams = torch.zeros(12 * H, dtype=torch.float64)
+    dw_hh = common.native_backward(
+        lib, "gru_backward_seq", native.GRUArgs, "ln_gru_sequence", _contig(h0), out,
+        batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
+        **recurrent_panels(lib, w_hh, bf16, transposed=True), bf16=bf16, xw=xw,
+        grad_out=grad_out.contiguous(),
+        gain_x=_contig(gain_x), bias_x=_contig(bias_x), gain_h=_contig(gain_h),
+        bias_h=_contig(bias_h), gain_u=_contig(gain_u), bias_u=_contig(bias_u), hg_all=hg_all,
+        stats=stats, dh=dh, dxg=dxg, dparams=dparams, h_mask=_contig(h_mask),
+        zone_h=_contig(zone_h))
+    n = 12 * H if gain_x is not None else 6 * H
+    return dxg, dh, dw_hh, dparams[:n].to(xw.dtype)
 
-        r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))   LN over 2H jointly
-        h~   = tanh(xg_t[2H:] + r * LN(U h_{t-1}; gain_u, bias_u))           U h normalized before r
-        h_t  = (1 - z) h~ + z h_{t-1}                                        torch.nn.GRU's z
 
-    Gate order r, z, n and the update convention of torch.nn.GRU (so torch's weights load
-    unchanged, as in ``layernorm.GRU``); the paper writes h_t = (1 - z) h_{t-1} + z h~, i.e. its z
-    is 1 - this z (the same family: negate the z half of the gate pre-activation).
+_SCHEMA = ("(Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, Tensor bias_h, Tensor gain_u, "
+           "Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, Tensor? zone_h, "
+           "Tensor? batch_sizes, float eps, bool save, bool bf16=False) -> "
+           "(Tensor, Tensor, Tensor, Tensor)")
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_out, Tensor grad_hn, Tensor xw, Tensor h0, Tensor w_hh, Tensor gain_h, "
+    "Tensor bias_h, Tensor gain_u, Tensor bias_u, Tensor? gain_x, Tensor? bias_x, Tensor out, "
+    "Tensor hg_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
+    "Tensor? zone_h, bool bf16=False) -> (Tensor, Tensor, Tensor, Tensor)")
 
-    Args:
-        xg: (T, B, 3H) input terms for all steps: ``[LN(W_x x_t; g2, b2) (2H, for r, z);
-            LN(W x_t; g3, b3) (H, for h~)]`` plus any biases, computed outside with autograd;
-            or, with ``gain_x``/``bias_x`` (3H,), the raw ``[W_x x_t; W x_t]``, normalized here
-            (the two groups separately; in the C kernel's step on the CPU).
-        h0: (B, H). w_hh: (3H, H) = [W_h (2H rows: r, z); U (H rows)].
-        gain_h, bias_h: (2H,) the LN of W_h h. gain_u, bias_u: (H,) the LN of U h.
-        lengths: None or (B,) integer tensor, any order; steps t >= lengths[b] copy the state
-            forward and give out[t, b] = 0. batch_sizes: as in ``ln_lstm_sequence``.
-        h_mask: (B, H) recurrent dropout: W_h and U read h_{t-1} * h_mask, the update z h_{t-1}
-            the unmasked h_{t-1}. zone_h: (T, B, H) zoneout, h_t = z h_{t-1} + (1 - z) h~_t with
-            h~_t the GRU's new state. None: off (docs/rnn.md); the masks get no gradient.
-    Returns:
-        out (T, B, H), h_n (B, H) (at each example's true length), dtype as ``ln_lstm_sequence``.
-    """
-    who = "ln_gru_sequence"
+
+def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h,
+              batch_sizes, eps, save, bf16=False):
+    """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``). Rows
+    sorted by decreasing length; ``h_mask``, ``zone_h``: the recurrent regularizers or None;
+    ``bf16``: as ``ln_lstm``'s (the recurrent products in bfloat16 where the CPU has them)."""
+    lib = common.c_kernels("ln_gru", xw)
+    with common.autocast_off(xw.device.type):
+        out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
+                                          bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
+                                          eps, save, bf16)
+    return (out, h_n, *common.saved_or_empty(saved, xw, 1))
+
+
+ln_gru_op = torch.library.custom_op("layernorm::ln_gru", mutates_args=(), schema=_SCHEMA)(
+    _gru_body)
+
+
+@ln_gru_op.register_fake
+def _(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
+      eps, save, bf16=False):
+    T, B, G = xw.shape
+    H = G // 3
+    new, new_stats = common.fake_saved(xw, save)
+    return xw.new_empty(T, B, H), h0.new_empty(B, H), new(T, B, G), new_stats(8, T, B)
+
+
+def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x,
+                       bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h, bf16=False):
+    """-> grads of xw, h0, w_hh and the LN parameters as one vector [gain_h, bias_h (2H each),
+    gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
+    args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
+            bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
+    lib = common.c_kernels("ln_gru_backward", xw)
+    with common.autocast_off(xw.device.type):
+        return _backward_native(lib, *args, bf16=bf16)
+
+
+ln_gru_backward_op = torch.library.custom_op(
+    "layernorm::ln_gru_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)(_gru_backward_body)
+
+
+@ln_gru_backward_op.register_fake
+def _(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
+      hg_all, stats, batch_sizes, h_mask, zone_h, bf16=False):
+    T, B, G = xw.shape
+    H = G // 3
+    n = 12 * H if gain_x is not None else 6 * H
+    return xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(G, H), xw.new_empty(n)
+
+
+def _first_order(inputs, batch_sizes, out, saved, grads, eager, bf16=False):
+    xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, *masks = inputs
+    T, B, G = xw.shape
+    H = G // 3
+    grad_out = xw.new_zeros(T, B, H) if grads[0] is None else grads[0]
+    grad_hn = xw.new_zeros(B, H) if grads[1] is None else grads[1]
+    backward = _gru_backward_body if eager else ln_gru_backward_op
+    dxw, dh0, dw_hh, dparams = backward(
+        grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, out,
+        *saved, batch_sizes, *masks, bf16)
+    parts = dparams.split([2 * H, 2 * H, H, H, G, G] if gain_x is not None else
+                          [2 * H, 2 * H, H, H])
+    dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
+    return (dxw, dh0, dw_hh, *parts[:4], *dx, None, None)  # the masks: no gradient
+
+
+def _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps, h_mask=None,
+          zone_h=None):
+    """The LN-GRU as the reference step in the reference loop (``layernorm.recurrence``): plain
+    differentiable torch ops, with the recurrent regularizers where given. The recurrent term's
+    LN: (r, z) jointly, U h on its own."""
     H = h0.shape[-1]
-    vectors = {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H), "gain_u": (gain_u, H),
-               "bias_u": (bias_u, H)}
-    if gain_x is not None and bias_x is not None:
-        vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
-    masks = dict(h_mask=h_mask, zone_h=zone_h)
-    where = dispatch.where(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
-                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
-    T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors, where.autocast)
-    order = None
-    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
-        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
-    common.check_masks(who, xg, T, B, H, **masks)
-    return sequence.run_sequence(who, _BACKENDS, where, xg, (h0,),
-                                 (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks,
-                                 order, batch_sizes, eps)
+
+    def norm_hh(a, t):
+        return torch.cat([F.layer_norm(a[:, :2 * H], (2 * H,), gain_h, bias_h, eps),
+                          F.layer_norm(a[:, 2 * H:], (H,), gain_u, bias_u, eps)], -1)
+    out, (h,) = run_direction(
+        lambda x, s, t, h_mask=None: gru_step(x, s[0], w_hh, norm_hh, h_mask=h_mask), xg, (h0,),
+        batch_sizes=batch_sizes, h_mask=h_mask, zone=common.zone_arg(zone_h))
+    return out, h
+
+
+def _loop_with_input_ln(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,
+                        zone_h, batch_sizes, eps):
+    H = h0.shape[-1]
+    xg, _, _ = common.input_ln("ln_gru_sequence", xw, gain_x, bias_x, (2 * H, H), eps, inside=False)
+    return _loop(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, batch_sizes, eps, h_mask, zone_h)
 
 
 # ---- the plain GRU (norm="none") through the same C kernel -------------------------------------
@@ -150,7 +232,3 @@ def plain_gru_sequence(xw: Tensor, h0: Tensor, w_hh: Tensor, bias_u: Tensor,
     needs_float32_cpu("plain_gru_sequence", xw, h0, w_hh, bias_u)
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, w_hh, bias_u))
     return _PlainGRU.apply(xw, h0, w_hh, bias_u, batch_sizes, save)
-
-
-# The Triton kernels' second order differentiates this operator's reference loop.
-_kernels.REFERENCE["gru"] = functools.partial(sequence.reference_grads, _loop_with_input_ln, 1)

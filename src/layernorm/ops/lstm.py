@@ -1,89 +1,178 @@
-"""The LN-LSTM over a whole sequence (one layer, one direction): the entry ``ln_lstm_sequence``
-(its checks, then one call of ``sequence.run_sequence``, which picks the path once) and the plain
-LSTM (norm="none") in the same C kernel. The operators ``torch.ops.layernorm.ln_lstm`` /
-``ln_lstm_backward`` (the C kernels, ``_rnn_steps.c``, CPU float32: the whole time loop in one
-call; torch.compile / torch.export see one opaque op) and the reference loop are
-``lstm_backend``'s; this module registers their autograd and assembles the cell's backends.
-
-Where the C kernels do not run (float64, no C compiler, ``USE_NATIVE = False``, CUDA without
-Triton) and under torch.func transforms, ``ln_lstm_sequence`` runs the reference step in the
-reference loop (``layernorm.recurrence``) under ordinary autograd: one form of the step besides
-the kernels (its cost: docs/rnnfast.md, "Where the C kernels do not run"). Second order: with
-``create_graph=True`` the operator's backward re-runs the forward as that loop and
-differentiates it, so double backward is exact.
+"""The LN-LSTM's backends for one layer and direction, below the frame (``sequence``, which has
+the entry ``ln_lstm_sequence``, its checks and the one choice of path): the C kernels' calls
+(``_rnn_steps.c``, CPU float32: the whole time loop in one call, the backward in one call per
+range of steps), the operators ``torch.ops.layernorm.ln_lstm`` / ``ln_lstm_backward`` with their
+bodies and shape functions (torch.compile / torch.export see one opaque op), the first-order
+backward through the backward operator, and the reference loop (``layernorm.recurrence``'s step
+in its loop: the path where no kernel runs, second order and torch.func); and the plain LSTM
+(norm="none") in the same C kernel.
 """
-
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import kernels as _kernels
-from ..recurrence import lengths as _lengths
 from ..recurrence import lstm_step, run_direction
-from . import common, dispatch, native, sequence
-from .lstm_backend import (_backward_native, _first_order, _forward_native, _lstm_body,
-                           _loop, _loop_with_input_ln, ln_lstm_op)
+from . import common, dispatch, native
+from .gemm import recurrent_panels
+from .native import contig as _contig
+from .pool import _WORKSPACE, _buffer
 
 
-_run = sequence.register_autograd(ln_lstm_op, _lstm_body, "ln_lstm", 3, _loop_with_input_ln,
-                                 _first_order)
-_BACKENDS = sequence.Backends(triton="ln_lstm_sequence", native=_run, reference=_loop,
-                              groups=(4,))
+def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                    h_mask, zone_h, zone_c, batch_sizes, eps, save, bf16=False):
+    T, B, G = xw.shape
+    H = G // 4
+    saved = [None] * 5
+    if save:  # cs, hg_all, act_all, tc_all, stats (6, T, B): mean / rstd of W_h h, c, xw
+        saved = [_WORKSPACE.get(shape, like=xw) for shape in (
+            (T + 1, B, H), (T, B, G), (T, B, G), (T, B, H), (6, T, B))]
+        saved[0][0] = c0
+    # the kernel writes out only where a row runs; the saved buffers are read only where written
+    out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
+    h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
+    native.call(lib, "lstm_forward_seq", native.LSTMArgs, "ln_lstm_sequence",
+                 T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
+                 batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
+                 bias_x=_contig(bias_x), **recurrent_panels(lib, w_hh, bf16),
+                 gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_c=_contig(gain_c),
+                 bias_c=_contig(bias_c), h0=_contig(h0), out=out, h_n=h_n, c_n=c_n, cs=saved[0],
+                 hg_all=saved[1], act_all=saved[2], tc_all=saved[3], stats=saved[4],
+                 h_mask=_contig(h_mask), zone_h=_contig(zone_h), zone_c=_contig(zone_c))
+    return out, h_n, c_n, (saved if save else None)
 
 
-# ---- the entry point -------------------------------------------------------------------------
+def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
+                     cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask=None, zone_h=None,
+                     zone_c=None, bf16=False):
+    T, B, G = xw.shape
+    H = G // 4
+    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None, pooled=bf16)  # grad of xw (or xg)
+    dh, dc = (g.detach().clone(memory_format=torch.contiguous_format) for g in (grad_hn, grad_cn))
+    dparams = torch.zeros(18 * H, dtype=torch.float64)
+    dw_hh = common.native_backward(
+        lib, "lstm_backward_seq", native.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
+        batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
+        **recurrent_panels(lib, w_hh, bf16, transposed=True), bf16=bf16, xw=xw,
+        grad_out=grad_out.contiguous(),
+        gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,
+        hg_all=hg_all, act_all=act_all, tc_all=tc_all, stats=stats, dh=dh, dc=dc, dxg=dxg,
+        dparams=dparams, h_mask=_contig(h_mask), zone_h=_contig(zone_h), zone_c=_contig(zone_c))
+    n = 18 * H if gain_x is not None else 10 * H
+    return dxg, dh, dc, dw_hh, dparams[:n].to(xw.dtype)
 
-def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: Tensor,
-                     bias_h: Tensor, gain_c: Tensor, bias_c: Tensor, lengths: Tensor | None = None,
-                     eps: float = 1e-5, gain_x: Tensor | None = None, bias_x: Tensor | None = None,
-                     *, batch_sizes: Tensor | None = None, h_mask: Tensor | None = None,
-                     zone_h: Tensor | None = None, zone_c: Tensor | None = None
-                     ) -> tuple[Tensor, Tensor, Tensor]:
-    """One layer, one direction of the LN-LSTM (paper, section 3.1) over a whole sequence::
 
-        gates = LN(W_h h_{t-1}; gain_h, bias_h) + xg_t          LN over all 4H gates jointly
-        i, f, u, o = split(gates)                                 torch.nn.LSTM's gate order
-        c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u)
-        h_t = sigmoid(o) tanh(LN(c_t; gain_c, bias_c))            raw c_t carried to step t+1
+# ---- the operators ---------------------------------------------------------------------------
 
-    Args:
-        xg: (T, B, 4H) input term ``LN(W_x x_t; g2, b2) + b`` for all steps; or, with
-            ``gain_x``/``bias_x`` (4H,), the raw ``W_x x_t``, normalized here (in the C kernel's
-            step, which saves a pass over (T, B, 4H)): xg_t := LN(xg_t; gain_x, bias_x).
-        h0, c0: (B, H) initial states. w_hh: (4H, H). gain_h, bias_h: (4H,). gain_c, bias_c: (H,).
-        lengths: None or (B,) integer tensor of true lengths, in any order. Steps t >= lengths[b]
-            copy the state forward and give out[t, b] = 0.
-        batch_sizes: instead of ``lengths``, for a batch already sorted by decreasing length:
-            ``PackedSequence.batch_sizes`` (T,).
-        h_mask: (B, H) recurrent dropout (values 0 or 1/(1-p)): the recurrent term reads
-            W_h (h_{t-1} * h_mask). zone_h, zone_c: (T, B, H) zoneout (values in [0, 1]): after
-            the cell's candidates, h_t = z_h h_{t-1} + (1 - z_h) h~_t and c_t likewise; out[t] is
-            the zoned-out h_t. None (the default): off. The masks get no gradient (docs/rnn.md).
-    Returns:
-        out (T, B, H), h_n (B, H), c_n (B, H): the last two at each example's true length; in
-        xg's dtype, or the autocast dtype under ``torch.autocast`` (as torch.nn.LSTM).
-    Differentiable to any order in every tensor argument (see the module docstring).
-    """
-    who = "ln_lstm_sequence"
-    H = h0.shape[-1]
-    vectors = {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H), "gain_c": (gain_c, H),
-               "bias_c": (bias_c, H)}
-    if gain_x is not None and bias_x is not None:
-        vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
-    masks = dict(h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
-    where = dispatch.where(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
-                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
-    T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors,
-                                  where.autocast)
-    order = None
-    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
-        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
-    common.check_masks(who, xg, T, B, H, **masks)
-    return sequence.run_sequence(who, _BACKENDS, where, xg, (h0, c0),
-                                 (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks,
-                               order, batch_sizes, eps)
+_SCHEMA = ("(Tensor xw, Tensor h0, Tensor c0, Tensor w_hh, Tensor gain_h, Tensor bias_h, "
+           "Tensor gain_c, Tensor bias_c, Tensor? gain_x, Tensor? bias_x, Tensor? h_mask, "
+           "Tensor? zone_h, Tensor? zone_c, Tensor? batch_sizes, float eps, bool save, "
+           "bool bf16=False) -> "
+           "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_out, Tensor grad_hn, Tensor grad_cn, Tensor xw, Tensor h0, Tensor w_hh, "
+    "Tensor gain_h, Tensor gain_c, Tensor? gain_x, Tensor out, Tensor cs, Tensor hg_all, "
+    "Tensor act_all, "
+    "Tensor tc_all, Tensor stats, Tensor? batch_sizes, Tensor? h_mask, "
+    "Tensor? zone_h, Tensor? zone_c, bool bf16=False) -> (Tensor, Tensor, Tensor, Tensor, "
+    "Tensor)")
+
+
+def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
+               zone_c, batch_sizes, eps, save, bf16=False):
+    """-> out (T, B, H) = [h_1, h_2, ...] (0 past a row's length), h_n, c_n (B, H), the saved
+    cs, hg_all, act_all, tc_all, stats (empty without ``save``). Rows sorted by decreasing
+    length; ``batch_sizes`` as ``PackedSequence.batch_sizes``; ``h_mask``, ``zone_h``,
+    ``zone_c``: the recurrent regularizers or None. ``bf16``: the caller computes in bfloat16
+    (a bfloat16 module, or autocast to bfloat16; the tensors here are float32): the recurrent
+    products of the forward and the backward run on the CPU's bfloat16 dot products where it has
+    them (``gemm.recurrent_panels``), dW_hh as bfloat16 GEMMs (``gemm.WeightGrad``)."""
+    lib = common.c_kernels("ln_lstm", xw)
+    with common.autocast_off(xw.device.type):
+        out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,
+                                               gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
+                                               zone_c, batch_sizes, eps, save, bf16)
+    return (out, h_n, c_n, *common.saved_or_empty(saved, xw, 4))
+
+
+ln_lstm_op = torch.library.custom_op("layernorm::ln_lstm", mutates_args=(), schema=_SCHEMA)(
+    _lstm_body)
+
+
+@ln_lstm_op.register_fake
+def _(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, h_mask, zone_h, zone_c,
+      batch_sizes, eps, save, bf16=False):
+    T, B, G = xw.shape
+    H = G // 4
+    new, new_stats = common.fake_saved(xw, save)
+    return (xw.new_empty(T, B, H), h0.new_empty(B, H), c0.new_empty(B, H), new(T + 1, B, H),
+            new(T, B, G), new(T, B, G), new(T, B, H), new_stats(6, T, B))
+
+
+def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out,
+                        cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h,
+                        zone_c, bf16=False):
+    """-> grads of xw (T, B, G), h0, c0, w_hh and the LN parameters as one vector [gain_h,
+    bias_h (G each), gain_c, bias_c (H each), gain_x, bias_x (G each, with gain_x)]. ``bf16``:
+    as the forward's, for the recurrent product dhg_t W_hh."""
+    args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
+            gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h, zone_c)
+    lib = common.c_kernels("ln_lstm_backward", xw)
+    with common.autocast_off(xw.device.type):
+        return _backward_native(lib, *args, bf16=bf16)
+
+
+ln_lstm_backward_op = torch.library.custom_op(
+    "layernorm::ln_lstm_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)(_lstm_backward_body)
+
+
+@ln_lstm_backward_op.register_fake
+def _(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, cs, hg_all, act_all,
+      tc_all, stats, batch_sizes, h_mask, zone_h, zone_c, bf16=False):
+    T, B, G = xw.shape
+    H = G // 4
+    n = 18 * H if gain_x is not None else 10 * H
+    return (xw.new_empty(T, B, G), xw.new_empty(B, H), xw.new_empty(B, H), xw.new_empty(G, H),
+            xw.new_empty(n))
+
+
+def _first_order(inputs, batch_sizes, out, saved, grads, eager, bf16=False):
+    xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, *masks = inputs
+    T, B, G = xw.shape
+    H = G // 4
+    grad_out, grad_hn, grad_cn = (xw.new_zeros(shape) if g is None else g for g, shape in
+                                  zip(grads, ((T, B, H), (B, H), (B, H))))
+    backward = _lstm_backward_body if eager else ln_lstm_backward_op
+    dxw, dh0, dc0, dw_hh, dparams = backward(
+        grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c, gain_x, out, *saved,
+        batch_sizes, *masks, bf16)
+    parts = dparams.split([G, G, H, H, G, G] if gain_x is not None else [G, G, H, H])
+    dx = (parts[4], parts[5]) if gain_x is not None else (None, None)
+    return (dxw, dh0, dc0, dw_hh, *parts[:4], *dx, None, None, None)  # the masks: no gradient
+
+
+# ---- the differentiable loop (second order, torch.func) ---------------------------------------
+
+def _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps, h_mask=None,
+          zone_h=None, zone_c=None):
+    """The LN-LSTM as the reference step in the reference loop (``layernorm.recurrence``):
+    plain differentiable torch ops, with the recurrent regularizers where given."""
+    G = xg.shape[-1]
+    norm_hh = lambda a, t: F.layer_norm(a, (G,), gain_h, bias_h, eps)  # noqa: E731
+    norm_c = lambda a, t: F.layer_norm(a, (G // 4,), gain_c, bias_c, eps)  # noqa: E731
+    out, (h, c) = run_direction(
+        lambda x, s, t, h_mask=None: lstm_step(x, s[0], s[1], w_hh, norm_hh, norm_c,
+                                               h_mask=h_mask),
+        xg, (h0, c0), batch_sizes=batch_sizes, h_mask=h_mask,
+        zone=common.zone_arg(zone_h, zone_c))
+    return out, h, c
+
+
+def _loop_with_input_ln(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                        h_mask, zone_h, zone_c, batch_sizes, eps):
+    xg, _, _ = common.input_ln("ln_lstm_sequence", xw, gain_x, bias_x, (xw.shape[-1],), eps,
+                            inside=False)
+    return _loop(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, batch_sizes, eps, h_mask,
+                 zone_h, zone_c)
 
 
 # ---- the plain LSTM (norm="none") through the same C kernel ------------------------------------
@@ -175,7 +264,3 @@ def plain_lstm_sequence(xw: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor,
     needs_float32_cpu("plain_lstm_sequence", xw, h0, c0, w_hh)
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (xw, h0, c0, w_hh))
     return _PlainLSTM.apply(xw, h0, c0, w_hh, batch_sizes, save)
-
-
-# The Triton kernels' second order differentiates this operator's reference loop.
-_kernels.REFERENCE["lstm"] = functools.partial(sequence.reference_grads, _loop_with_input_ln, 2)

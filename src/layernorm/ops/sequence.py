@@ -1,25 +1,36 @@
-"""The frame of the LN-LSTM and LN-GRU operators (``lstm``, ``gru``): THE choice of path of a
-whole-sequence call, made once (``run_sequence``, among a cell's ``Backends``: the Triton kernels,
-the registered operator on the C kernels, the reference loop under autograd; and before it, for
-a module's layer from its raw input, whether the inference kernels run with no graph:
+"""The LN-LSTM and LN-GRU over a whole sequence: their entries ``ln_lstm_sequence`` /
+``ln_gru_sequence`` (the checks, then one call of ``run_sequence``), THE choice of path of such
+a call, made once (``run_sequence``, among a cell's ``Backends``: the Triton kernels, the
+registered operator on the C kernels, the reference loop under autograd; and before it, for a
+module's layer from its raw input, whether the inference kernels run with no graph:
 ``ln_inference``, ``choose_inference``), and the operators' autograd (``register_autograd``:
 first order through the cell's backward operator, second order by differentiating its reference
 loop; ``reference_grads``, the Triton kernels' second order).
 
-Read downward: the entries (``lstm``, ``gru``) call this frame; it calls each cell's backend
-(``lstm_backend``, ``gru_backend``: the C calls, the operators' bodies, the reference loop) and
-the shared helpers (``common``), which call nothing above them.
+Read downward: the modules call the entries here; the frame calls each cell's backends (``lstm``,
+``gru``: the C calls, the operators' bodies, the reference loop) and the shared helpers
+(``common``), which call nothing above them.
+
+Where the C kernels do not run (float64, no C compiler, ``USE_NATIVE = False``, CUDA without
+Triton) and under torch.func transforms, an entry runs the reference step in the reference loop
+(``layernorm.recurrence``) under ordinary autograd: one form of the step besides the kernels
+(its cost: docs/rnnfast.md, "Where the C kernels do not run"). Second order: with
+``create_graph=True`` the operator's backward re-runs the forward as that loop and
+differentiates it, so double backward is exact.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import torch
+from torch import Tensor
 
 from .. import kernels
 from .._autograd import differentiable_backward
 from ..functional import stats_dtype
-from . import dispatch, inference
+from ..recurrence import lengths as _lengths
+from . import common, dispatch, gru as _gru, inference, lstm as _lstm
 from .common import dtypes, input_ln, prepare_masks
 from .pool import cast
 
@@ -239,3 +250,118 @@ def reference_grads(loop, n_states: int, inputs: tuple, lens, eps: float, masks:
                           order, xg_, tuple(states))
         return tuple(o.to(xg.dtype) for o in outs)
     return differentiable_backward(reference, inputs, needs_input_grad, grads)
+
+
+# ---- the cells' backends and entries -----------------------------------------------------------
+
+_BACKENDS = {
+    "lstm": Backends(triton="ln_lstm_sequence", native=register_autograd(
+        _lstm.ln_lstm_op, _lstm._lstm_body, "ln_lstm", 3, _lstm._loop_with_input_ln,
+        _lstm._first_order), reference=_lstm._loop, groups=(4,)),
+    "gru": Backends(triton="ln_gru_sequence", native=register_autograd(
+        _gru.ln_gru_op, _gru._gru_body, "ln_gru", 2, _gru._loop_with_input_ln,
+        _gru._first_order), reference=_gru._loop, groups=(2, 1))}
+
+# The Triton kernels' second order differentiates each operator's reference loop.
+kernels.REFERENCE["lstm"] = functools.partial(reference_grads, _lstm._loop_with_input_ln, 2)
+kernels.REFERENCE["gru"] = functools.partial(reference_grads, _gru._loop_with_input_ln, 1)
+
+
+def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: Tensor,
+                     bias_h: Tensor, gain_c: Tensor, bias_c: Tensor, lengths: Tensor | None = None,
+                     eps: float = 1e-5, gain_x: Tensor | None = None, bias_x: Tensor | None = None,
+                     *, batch_sizes: Tensor | None = None, h_mask: Tensor | None = None,
+                     zone_h: Tensor | None = None, zone_c: Tensor | None = None
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+    """One layer, one direction of the LN-LSTM (paper, section 3.1) over a whole sequence::
+
+        gates = LN(W_h h_{t-1}; gain_h, bias_h) + xg_t          LN over all 4H gates jointly
+        i, f, u, o = split(gates)                                 torch.nn.LSTM's gate order
+        c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(u)
+        h_t = sigmoid(o) tanh(LN(c_t; gain_c, bias_c))            raw c_t carried to step t+1
+
+    Args:
+        xg: (T, B, 4H) input term ``LN(W_x x_t; g2, b2) + b`` for all steps; or, with
+            ``gain_x``/``bias_x`` (4H,), the raw ``W_x x_t``, normalized here (in the C kernel's
+            step, which saves a pass over (T, B, 4H)): xg_t := LN(xg_t; gain_x, bias_x).
+        h0, c0: (B, H) initial states. w_hh: (4H, H). gain_h, bias_h: (4H,). gain_c, bias_c: (H,).
+        lengths: None or (B,) integer tensor of true lengths, in any order. Steps t >= lengths[b]
+            copy the state forward and give out[t, b] = 0.
+        batch_sizes: instead of ``lengths``, for a batch already sorted by decreasing length:
+            ``PackedSequence.batch_sizes`` (T,).
+        h_mask: (B, H) recurrent dropout (values 0 or 1/(1-p)): the recurrent term reads
+            W_h (h_{t-1} * h_mask). zone_h, zone_c: (T, B, H) zoneout (values in [0, 1]): after
+            the cell's candidates, h_t = z_h h_{t-1} + (1 - z_h) h~_t and c_t likewise; out[t] is
+            the zoned-out h_t. None (the default): off. The masks get no gradient (docs/rnn.md).
+    Returns:
+        out (T, B, H), h_n (B, H), c_n (B, H): the last two at each example's true length; in
+        xg's dtype, or the autocast dtype under ``torch.autocast`` (as torch.nn.LSTM).
+    Differentiable to any order in every tensor argument (see the module docstring).
+    """
+    who = "ln_lstm_sequence"
+    H = h0.shape[-1]
+    vectors = {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H), "gain_c": (gain_c, H),
+               "bias_c": (bias_c, H)}
+    if gain_x is not None and bias_x is not None:
+        vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
+    masks = dict(h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
+    where = dispatch.where(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
+                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
+    T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors,
+                                  where.autocast)
+    order = None
+    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
+        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
+    common.check_masks(who, xg, T, B, H, **masks)
+    return run_sequence(who, _BACKENDS["lstm"], where, xg, (h0, c0),
+                                 (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks,
+                               order, batch_sizes, eps)
+
+
+def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
+                    gain_u: Tensor, bias_u: Tensor, lengths: Tensor | None = None,
+                    eps: float = 1e-5, gain_x: Tensor | None = None, bias_x: Tensor | None = None,
+                    *, batch_sizes: Tensor | None = None, h_mask: Tensor | None = None,
+                    zone_h: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """One layer, one direction of the LN-GRU (paper, section 3.1) over a whole sequence::
+
+        r, z = split(sigmoid(LN(W_h h_{t-1}; gain_h, bias_h) + xg_t[:2H]))   LN over 2H jointly
+        h~   = tanh(xg_t[2H:] + r * LN(U h_{t-1}; gain_u, bias_u))           U h normalized before r
+        h_t  = (1 - z) h~ + z h_{t-1}                                        torch.nn.GRU's z
+
+    Gate order r, z, n and the update convention of torch.nn.GRU (so torch's weights load
+    unchanged, as in ``layernorm.GRU``); the paper writes h_t = (1 - z) h_{t-1} + z h~, i.e. its z
+    is 1 - this z (the same family: negate the z half of the gate pre-activation).
+
+    Args:
+        xg: (T, B, 3H) input terms for all steps: ``[LN(W_x x_t; g2, b2) (2H, for r, z);
+            LN(W x_t; g3, b3) (H, for h~)]`` plus any biases, computed outside with autograd;
+            or, with ``gain_x``/``bias_x`` (3H,), the raw ``[W_x x_t; W x_t]``, normalized here
+            (the two groups separately; in the C kernel's step on the CPU).
+        h0: (B, H). w_hh: (3H, H) = [W_h (2H rows: r, z); U (H rows)].
+        gain_h, bias_h: (2H,) the LN of W_h h. gain_u, bias_u: (H,) the LN of U h.
+        lengths: None or (B,) integer tensor, any order; steps t >= lengths[b] copy the state
+            forward and give out[t, b] = 0. batch_sizes: as in ``ln_lstm_sequence``.
+        h_mask: (B, H) recurrent dropout: W_h and U read h_{t-1} * h_mask, the update z h_{t-1}
+            the unmasked h_{t-1}. zone_h: (T, B, H) zoneout, h_t = z h_{t-1} + (1 - z) h~_t with
+            h~_t the GRU's new state. None: off (docs/rnn.md); the masks get no gradient.
+    Returns:
+        out (T, B, H), h_n (B, H) (at each example's true length), dtype as ``ln_lstm_sequence``.
+    """
+    who = "ln_gru_sequence"
+    H = h0.shape[-1]
+    vectors = {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H), "gain_u": (gain_u, H),
+               "bias_u": (bias_u, H)}
+    if gain_x is not None and bias_x is not None:
+        vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
+    masks = dict(h_mask=h_mask, zone_h=zone_h)
+    where = dispatch.where(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
+                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
+    T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors, where.autocast)
+    order = None
+    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
+        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
+    common.check_masks(who, xg, T, B, H, **masks)
+    return run_sequence(who, _BACKENDS["gru"], where, xg, (h0,),
+                                 (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks,
+                                 order, batch_sizes, eps)

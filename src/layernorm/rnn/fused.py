@@ -35,9 +35,9 @@ Variable-length batches run like cuDNN packed sequences: examples are ordered by
 and step t only touches the ``batch_sizes[t]`` examples still running, so padding costs nothing.
 
 This module is the public face of those operators; they live in ``layernorm.ops`` (files
-there: ``lstm`` / ``gru`` each cell's entry point, ``sequence`` the one choice of path among
-the cell's backends and the operators' autograd, ``lstm_backend`` / ``gru_backend`` each cell's
-C path, operators and reference loop, ``common`` what they share, ``pool`` the buffer pool,
+there: ``sequence`` the cells' entry points, the one choice of path among a cell's backends and
+the operators' autograd, ``lstm`` / ``gru`` each cell's C path, operators and reference loop,
+``common`` what they share, ``pool`` the buffer pool,
 ``gemm`` the GEMMs, ``native`` loading and calling the C kernels).
 Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
 ``ln_gru_sequence``; the reference they are tested against is ``layernorm.recurrence``.
@@ -50,8 +50,7 @@ import types
 from ..ops import native as _native
 from ..ops.gemm import input_linear
 from ..ops.pool import release_workspace
-from ..ops.gru import ln_gru_sequence
-from ..ops.lstm import ln_lstm_sequence
+from ..ops.sequence import ln_gru_sequence, ln_lstm_sequence
 
 __all__ = ["ln_lstm_sequence", "ln_gru_sequence", "input_linear", "release_workspace",
            "USE_NATIVE"]
