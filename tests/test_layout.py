@@ -152,7 +152,7 @@ WHERE_CALLERS = {
     "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell"},
     "layernorm/ops/gemm.py": {"input_linear"},
     "layernorm/ops/lstm.py": {"plain_runs"},
-    "layernorm/ops/sequence.py": {"choose_inference", "ln_lstm_sequence", "ln_gru_sequence"},
+    "layernorm/ops/sequence.py": {"choose_inference", "_enter"},
 }
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded

@@ -17,9 +17,9 @@ every entry); ``sequence`` (the LN cells' entries and checks, the one choice of 
 operators' autograd; and ``ln_inference``, a module layer's forward without a graph, which calls
 ``inference``, the kernels with W_x x_t inside the loop) -> ``lstm`` / ``gru`` (each cell's
 backends: C calls, operators and reference loop; and its plain form, norm="none") -> ``common``
-(shared checks, dtypes, input LN, the kernels' look-up and backward ranges); ``bn`` (the BN cells), ``cell``
-(the one-step C path), ``pool`` (the buffer pool), ``gemm`` (packed weights and the input GEMM),
-``native`` (loading the C kernels, their structs, one call).
+(shared checks, dtypes, input LN, the kernels' look-up and backward ranges); ``bn`` (the BN
+cells), ``cell`` (the one-step C path), ``pool`` (the buffer pool), ``gemm`` (packed weights and
+the input GEMM), ``native`` (loading the C kernels, their structs, one call).
 The readable reference they are tested against is ``layernorm.recurrence``.
 """
 from .bn import PARAMS as BN_PARAMS, bn_direction

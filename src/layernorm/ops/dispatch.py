@@ -11,7 +11,8 @@ those answers and its own dtypes and shapes (its docstring says how). Nothing ab
 operators asks: the modules and the cells call an operator and take what it returns.
 
 The operators that ask, once per call: ``sequence.ln_lstm_sequence`` / ``ln_gru_sequence`` (the
-LN-LSTM / LN-GRU over a sequence; ``sequence.run_sequence`` chooses from their answers),
+LN-LSTM / LN-GRU over a sequence, through their checks ``sequence._enter``;
+``sequence.run_sequence`` chooses from their answers),
 ``sequence.choose_inference`` (their forward without a graph), ``bn.bn_direction`` (the
 BN-LSTM / BN-GRU), ``lstm.plain_runs`` (norm="none" on packed input, for ``plain_lstm_direction`` /
 ``gru.plain_gru_direction``), ``cell.lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``

@@ -262,6 +262,27 @@ _BACKENDS = {
         _gru.ln_gru_op, _gru._gru_body, "ln_gru", 2, _gru._loop_with_input_ln,
         _gru._first_order), reference=_gru._loop, groups=(2, 1))}
 
+def _enter(who, gates, xg, states: dict, w_hh, vectors: dict, gain_x, bias_x, lengths,
+           batch_sizes, masks: dict):
+    """An entry's checks, made once, and its runtime answers (``dispatch.where``, asked once):
+    ``gates`` the cell's gate count (W_hh's rows and the input LN's length in multiples of H),
+    ``states`` the initial states by name, ``vectors`` the LN parameters by name with their
+    lengths (the input LN's added here where given), ``masks`` the regularizers by name.
+    -> (where, order, batch_sizes): lengths as ``PackedSequence.batch_sizes`` of the batch sorted
+    by decreasing length and that order (None, None without lengths)."""
+    where = dispatch.where(xg, *states.values(), w_hh, *(t for t, _ in vectors.values()), gain_x,
+                           bias_x, lengths, batch_sizes, *masks.values(), rnn=True)
+    H = next(iter(states.values())).shape[-1]
+    if gain_x is not None and bias_x is not None:
+        vectors = dict(vectors, gain_x=(gain_x, gates * H), bias_x=(bias_x, gates * H))
+    T, B, H = common.check_shapes(who, xg, states, w_hh, gates, vectors, where.autocast)
+    order = None
+    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
+        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
+    common.check_masks(who, xg, T, B, H, **masks)
+    return where, order, batch_sizes
+
+
 # The Triton kernels' second order differentiates each operator's reference loop.
 kernels.REFERENCE["lstm"] = functools.partial(reference_grads, _lstm._loop_with_input_ln, 2)
 kernels.REFERENCE["gru"] = functools.partial(reference_grads, _gru._loop_with_input_ln, 1)
@@ -298,24 +319,15 @@ def ln_lstm_sequence(xg: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, gain_h: T
         xg's dtype, or the autocast dtype under ``torch.autocast`` (as torch.nn.LSTM).
     Differentiable to any order in every tensor argument (see the module docstring).
     """
-    who = "ln_lstm_sequence"
     H = h0.shape[-1]
-    vectors = {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H), "gain_c": (gain_c, H),
-               "bias_c": (bias_c, H)}
-    if gain_x is not None and bias_x is not None:
-        vectors.update(gain_x=(gain_x, 4 * H), bias_x=(bias_x, 4 * H))
     masks = dict(h_mask=h_mask, zone_h=zone_h, zone_c=zone_c)
-    where = dispatch.where(xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
-                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
-    T, B, H = common.check_shapes(who, xg, {"h0": h0, "c0": c0}, w_hh, 4, vectors,
-                                  where.autocast)
-    order = None
-    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
-        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
-    common.check_masks(who, xg, T, B, H, **masks)
-    return run_sequence(who, _BACKENDS["lstm"], where, xg, (h0, c0),
-                                 (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks,
-                               order, batch_sizes, eps)
+    where, order, batch_sizes = _enter(
+        "ln_lstm_sequence", 4, xg, {"h0": h0, "c0": c0}, w_hh,
+        {"gain_h": (gain_h, 4 * H), "bias_h": (bias_h, 4 * H), "gain_c": (gain_c, H),
+         "bias_c": (bias_c, H)}, gain_x, bias_x, lengths, batch_sizes, masks)
+    return run_sequence("ln_lstm_sequence", _BACKENDS["lstm"], where, xg, (h0, c0),
+                        (w_hh, gain_h, bias_h, gain_c, bias_c), gain_x, bias_x, masks, order,
+                        batch_sizes, eps)
 
 
 def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h: Tensor,
@@ -348,20 +360,12 @@ def ln_gru_sequence(xg: Tensor, h0: Tensor, w_hh: Tensor, gain_h: Tensor, bias_h
     Returns:
         out (T, B, H), h_n (B, H) (at each example's true length), dtype as ``ln_lstm_sequence``.
     """
-    who = "ln_gru_sequence"
     H = h0.shape[-1]
-    vectors = {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H), "gain_u": (gain_u, H),
-               "bias_u": (bias_u, H)}
-    if gain_x is not None and bias_x is not None:
-        vectors.update(gain_x=(gain_x, 3 * H), bias_x=(bias_x, 3 * H))
     masks = dict(h_mask=h_mask, zone_h=zone_h)
-    where = dispatch.where(xg, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x,
-                           lengths, batch_sizes, *masks.values(), rnn=True)  # asked once
-    T, B, H = common.check_shapes(who, xg, {"h0": h0}, w_hh, 3, vectors, where.autocast)
-    order = None
-    if lengths is not None or batch_sizes is not None:   # the one check (or found recorded)
-        order, batch_sizes = _lengths.encode(who, lengths, batch_sizes, T, B)
-    common.check_masks(who, xg, T, B, H, **masks)
-    return run_sequence(who, _BACKENDS["gru"], where, xg, (h0,),
-                                 (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks,
-                                 order, batch_sizes, eps)
+    where, order, batch_sizes = _enter(
+        "ln_gru_sequence", 3, xg, {"h0": h0}, w_hh,
+        {"gain_h": (gain_h, 2 * H), "bias_h": (bias_h, 2 * H), "gain_u": (gain_u, H),
+         "bias_u": (bias_u, H)}, gain_x, bias_x, lengths, batch_sizes, masks)
+    return run_sequence("ln_gru_sequence", _BACKENDS["gru"], where, xg, (h0,),
+                        (w_hh, gain_h, bias_h, gain_u, bias_u), gain_x, bias_x, masks, order,
+                        batch_sizes, eps)
