@@ -7,7 +7,9 @@
 /* ---- the time loops, shared by the LN-LSTM and the LN-GRU ---------------------------------
  *
  * Each thread owns a contiguous block of examples (rows) for the whole sequence: an example's
- * recurrence never reads another's, so the threads never wait for each other. batch_sizes: NULL
+ * recurrence never reads another's, so the threads never wait for each other (the inference
+ * path's small batches apart: forward_seq_cols splits the columns and meets twice a step; the
+ * rows' results are the same). batch_sizes: NULL
  * (all B rows run T steps) or T decreasing counts (rows sorted by decreasing length; row b runs
  * step t when b < batch_sizes[t]). A cell supplies one function per row and step; the drivers run
  * the GEMMs and the loops. They return 0, or -1 when a thread's workspace could not be allocated
