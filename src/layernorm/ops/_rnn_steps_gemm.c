@@ -23,25 +23,17 @@
  * bound by reading W), M = 4 19.0 -> 14.2 us, against 12 x 2 tiles.
  */
 #if defined(__AVX512F__)
-#define VW 16
 #define MR 12
 #define NV(mr) ((mr) <= 2 ? 8 : (mr) <= 4 ? 6 : (mr) <= 6 ? 4 : 2)
 #elif defined(__AVX__)
-#define VW 8
 #define MR 6
 #define NV(mr) ((mr) == 1 ? 8 : (mr) <= 3 ? 4 : (mr) == 4 ? 3 : 2)
 #else
-#define VW 4
 #define MR 6
 #define NV(mr) 2
 #endif
 #define NR (2 * VW)
 #define NV_MAX 8
-typedef float vf __attribute__((vector_size(VW * 4)));
-
-static inline vf loadv(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-static inline void storev(float *p, vf v) { memcpy(p, &v, sizeof v); }
-
 /* c[:mr, vectors j0 .. j0 + nv - 1] = A[:mr] @ W^T over K values of k, A[r][k] = a[r * ars +
  * k * aks]; panel p of W starts at wp + p * ps (ps: the panel's stride, its whole K * NR floats;
  * wp may point into a panel, at a block of k). ai: add to c's values (the sums continue from
@@ -189,30 +181,13 @@ static void thread_share(int n, int *lo, int *hi) {
     *hi = (int)((long)n * (id + 1) / nt);
 }
 
-/* y (M x npanels * NR) = a (M x K) @ W^T, W packed: the input term of all steps and the
- * backward's dx (tests and benchmarks too). nthreads split the output's column panels: each
- * thread reads all of a and its own part of W (the part stays in its core's cache), and every
- * element's sum is the one-thread sum (k in order), whatever the split. */
-void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, float *y,
-                 int nthreads) {
-    const long ldy = (long)npanels * NR;
-    if (nthreads > npanels) nthreads = npanels;
-    if (nthreads < 1) nthreads = 1;
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-    {
-    int p0, p1;
-    thread_share(npanels, &p0, &p1);
-    if (p1 > p0)
-        gemm_rows(M, K, a, K, wp + (long)p0 * K * NR, p1 - p0, y + (long)p0 * NR, ldy);
-    }
-}
-
-/* y (M x npanels * NR) = a^T @ W^T for a (K x M) row-major, W packed: a weight gradient
- * d^T h with d (K rows x M) read in place and h^T in panels; nthreads split the panels as in
- * gemm_packed (each with its own copy buffer). Returns -1 where a buffer of KC * MR floats
- * could not be allocated. */
-int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y,
-                   int nthreads) {
+/* y (M x npanels * NR) = A @ W^T, W packed, A = a (M x K) or, with at, a^T (a: K x M): nthreads
+ * split the output's column panels: each thread reads all of a and its own part of W (the part
+ * stays in its core's cache), and every element's sum is the one-thread sum (k in order),
+ * whatever the split. With at each thread has its own copy buffer (gemm_rows_t's ap). Returns
+ * -1 where a buffer of KC * MR floats could not be allocated. */
+static int gemm_packed_t(int M, int K, const float *a, int at, const float *wp, int npanels,
+                         float *y, int nthreads) {
     const long ldy = (long)npanels * NR;
     int failed = 0;
     if (nthreads > npanels) nthreads = npanels;
@@ -221,16 +196,30 @@ int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, f
     {
     int p0, p1;
     thread_share(npanels, &p0, &p1);
-    float *ap = p1 > p0 ? malloc(sizeof(float) * ((size_t)(K < KC ? K : KC) * MR + 1)) : NULL;
-    if (p1 > p0 && !ap) {
+    float *ap = at && p1 > p0 ? malloc(sizeof(float) * ((size_t)(K < KC ? K : KC) * MR + 1))
+                              : NULL;
+    if (at && p1 > p0 && !ap) {
 #pragma omp atomic write
         failed = 1;
     }
-    if (ap)
-        gemm_rows_t(M, K, a, M, 1, ap, wp + (long)p0 * K * NR, p1 - p0, y + (long)p0 * NR, ldy);
+    if (p1 > p0 && (ap || !at))
+        gemm_rows_t(M, K, a, at ? M : K, at, ap, wp + (long)p0 * K * NR, p1 - p0,
+                    y + (long)p0 * NR, ldy);
     free(ap);
     }
     return failed ? -1 : 0;
+}
+
+/* The input term of all steps and the backward's dx (tests and benchmarks too): A = a. */
+void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, float *y,
+                 int nthreads) {
+    gemm_packed_t(M, K, a, 0, wp, npanels, y, nthreads);
+}
+
+/* A weight gradient d^T h: d (K rows x M) read in place as a^T, h^T in panels. */
+int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y,
+                   int nthreads) {
+    return gemm_packed_t(M, K, a, 1, wp, npanels, y, nthreads);
 }
 
 /* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the

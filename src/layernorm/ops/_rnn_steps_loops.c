@@ -293,18 +293,18 @@ static int step_range(int T, int t0, int t1, int *lo, int *hi) {
 
 /* LN backward for one row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
  * dxhat = dy * gain; also accumulates the gain / bias gradients (sum of dy * xhat, sum of dy).
- * dx may be dy (in place). The two means' sums run in vectors (rv, as row_sum's): a float
+ * dx may be dy (in place). The two means' sums run in vectors (vf, as row_sum's): a float
  * reduction loop would end in a chain of scalar adds per sum. */
 static void ln_backward_row(const float *dy, const float *x, float mu, float rs,
                             const float *gain, int n, float *dx, float *dgain, float *dbias) {
-    rv v1 = {0}, v2 = {0};
+    vf v1 = {0}, v2 = {0};
     int j = 0;
-    for (; j + RW <= n; j += RW) {
-        const rv d = rload(dy + j), xhat = (rload(x + j) - mu) * rs, dxhat = d * rload(gain + j);
+    for (; j + VW <= n; j += VW) {
+        const vf d = loadv(dy + j), xhat = (loadv(x + j) - mu) * rs, dxhat = d * loadv(gain + j);
         v1 += dxhat;
         v2 += dxhat * xhat;
-        rstore(dgain + j, rload(dgain + j) + d * xhat);
-        rstore(dbias + j, rload(dbias + j) + d);
+        storev(dgain + j, loadv(dgain + j) + d * xhat);
+        storev(dbias + j, loadv(dbias + j) + d);
     }
     float s1 = rsum(v1), s2 = rsum(v2);
     for (; j < n; j++) {

@@ -27,28 +27,30 @@ static inline float exp_(float x) {
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + exp_(-x)); }
 static inline float tanhf_(float x) { return 2.0f / (1.0f + exp_(-2.0f * x)) - 1.0f; }
 
-/* Row reductions in vectors of RW floats (GCC/Clang vector extensions: zmm with AVX-512, ymm
- * with AVX2, SSE/NEON otherwise), in RACC independent accumulators: a row of G = 512 floats is 32
- * AVX-512 vectors, and one accumulator would chain 32 dependent adds (3-4 cycles each) where
- * loads allow two vectors a cycle. The lanes are then summed pairwise (rsum) and the n % RW tail
- * in order; float sums, as torch's CPU kernels, in another order than a loop (rounding only). */
+/* The vectors of VW floats the kernels compute in (GCC/Clang vector extensions: zmm with
+ * AVX-512, ymm with AVX2, SSE/NEON otherwise): the GEMM's tiles and the rows' reductions. */
 #if defined(__AVX512F__)
-#define RW 16
+#define VW 16
 #elif defined(__AVX__)
-#define RW 8
+#define VW 8
 #else
-#define RW 4
+#define VW 4
 #endif
+typedef float vf __attribute__((vector_size(VW * 4)));
+
+static inline vf loadv(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void storev(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* Row reductions in RACC independent accumulators: a row of G = 512 floats is 32 AVX-512
+ * vectors, and one accumulator would chain 32 dependent adds (3-4 cycles each) where loads allow
+ * two vectors a cycle. The lanes are then summed pairwise (rsum) and the n % VW tail in order;
+ * float sums, as torch's CPU kernels, in another order than a loop (rounding only). */
 #define RACC 4
-typedef float rv __attribute__((vector_size(RW * 4)));
 
-static inline rv rload(const float *p) { rv v; memcpy(&v, p, sizeof v); return v; }
-static inline void rstore(float *p, rv v) { memcpy(p, &v, sizeof v); }
-
-static inline float rsum(rv v) {
-    float t[RW];
+static inline float rsum(vf v) {
+    float t[VW];
     memcpy(t, &v, sizeof t);
-    for (int w = RW / 2; w > 0; w /= 2)
+    for (int w = VW / 2; w > 0; w /= 2)
         for (int k = 0; k < w; k++) t[k] += t[k + w];
     return t[0];
 }
@@ -56,15 +58,15 @@ static inline float rsum(rv v) {
 /* sum of x[j] - shift over j < n (shift 0: the sum; the mean: n times the biased variance) with
  * square = 0 / 1: of the values / of their squares. */
 static inline float row_sum(const float *x, int n, float shift, int square) {
-    rv a[RACC] = {{0}};
+    vf a[RACC] = {{0}};
     int j = 0;
-    for (; j + RACC * RW <= n; j += RACC * RW)
+    for (; j + RACC * VW <= n; j += RACC * VW)
         for (int k = 0; k < RACC; k++) {
-            rv d = rload(x + j + k * RW) - shift;
+            vf d = loadv(x + j + k * VW) - shift;
             a[k] += square ? d * d : d;
         }
-    for (; j + RW <= n; j += RW) {
-        rv d = rload(x + j) - shift;
+    for (; j + VW <= n; j += VW) {
+        vf d = loadv(x + j) - shift;
         a[0] += square ? d * d : d;
     }
     float s = rsum((a[0] + a[1]) + (a[2] + a[3]));
