@@ -103,11 +103,14 @@ def cpu_features() -> str:
             f"torch's CPU kernels: {torch_isa}")
 
 
-def gemm_gflops(n: int = 2048, *, repeat: int = 5, dtype: torch.dtype = torch.float32) -> float:
-    """The rate of one large (n, n) x (n, n) ``torch.mm`` in GFLOP/s (median of ``repeat`` after
-    one warm-up): the machine's practical GEMM limit on torch's threads."""
+def gemm_gflops(n: int = 2048, *, repeat: int = 5, dtype: torch.dtype = torch.float32,
+                product=torch.mm) -> float:
+    """The rate of one large (n, n) x (n, n) ``product`` (default ``torch.mm``: the machine's
+    practical GEMM limit on torch's threads) in GFLOP/s, median of ``repeat`` after one warm-up,
+    without autograd."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    ms = compare({"mm": lambda: torch.mm(a, b)}, warmup=1, repeat=repeat)["mm"]
+    with torch.no_grad():
+        ms = compare({"mm": lambda: product(a, b)}, warmup=1, repeat=repeat)["mm"]
     return 2 * n ** 3 / (ms * 1e6)
 
 
