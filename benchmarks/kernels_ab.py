@@ -7,8 +7,9 @@ order) under the same load. Two tables (docs/rnnfast.md, "The rows' memory traff
              torch.nn.LSTM / GRU: forward under no_grad (fwd) and forward + backward of out.sum()
              (fwd+bwd), medians of the rounds, ratios to torch's module
     kernels: the sequence kernels alone (the forward that saves for the backward, then the
-             backward, ``*_backend._forward_native`` / ``_backward_native``) at T x B x H, and
-             the median over rounds of B's time / A's; the two builds' gradients are compared
+             backward: ``_forward_native`` / ``_backward_native`` of ``ops.lstm`` / ``ops.gru``)
+             at T x B x H, and the median over rounds of B's time / A's; the two builds'
+             gradients are compared
 
     python benchmarks/kernels_ab.py [--rev HEAD] [--threads 1] [--rounds 25]
                                     [--shapes 200x8x64x128 50x16x64x128 100x32x128x256]
@@ -40,7 +41,7 @@ import torch  # noqa: E402
 
 import layernorm  # noqa: E402
 from layernorm import _native_build  # noqa: E402
-from layernorm.ops import gru as gru_backend, lstm as lstm_backend, native  # noqa: E402
+from layernorm.ops import gru as ops_gru, lstm as ops_lstm, native  # noqa: E402
 
 OPS = Path("src/layernorm/ops")
 clock = time.perf_counter if args.clock == "wall" else time.process_time
@@ -101,16 +102,16 @@ def kernels(cell, libs, T, B, H) -> str:
     gx, bx = torch.rand(G) + 0.5, torch.randn(G)
     if cell == "lstm":
         gh, bh, gc, bc = torch.rand(G) + 0.5, torch.randn(G), torch.rand(H) + 0.5, torch.randn(H)
-        fwd = lambda lib: lstm_backend._forward_native(  # noqa: E731
+        fwd = lambda lib: ops_lstm._forward_native(  # noqa: E731
             lib, xw, h0, c0, w, gh, bh, gc, bc, gx, bx, None, None, None, None, 1e-5, True)
-        bwd = lambda lib, r: lstm_backend._backward_native(  # noqa: E731
+        bwd = lambda lib, r: ops_lstm._backward_native(  # noqa: E731
             lib, go, zero, zero, xw, h0, w, gh, gc, gx, r[0], *r[3], None)
     else:
         gh, bh = torch.rand(2 * H) + 0.5, torch.randn(2 * H)
         gu, bu = torch.rand(H) + 0.5, torch.randn(H)
-        fwd = lambda lib: gru_backend._forward_native(  # noqa: E731
+        fwd = lambda lib: ops_gru._forward_native(  # noqa: E731
             lib, xw, h0, w, gh, bh, gu, bu, gx, bx, None, None, None, 1e-5, True)
-        bwd = lambda lib, r: gru_backend._backward_native(  # noqa: E731
+        bwd = lambda lib, r: ops_gru._backward_native(  # noqa: E731
             lib, go, zero, xw, h0, w, gh, bh, gu, bu, gx, bx, r[0], *r[2], None)
     saved = [fwd(lib) for lib in libs]
     grads = [bwd(lib, r) for lib, r in zip(libs, saved)]
