@@ -15,7 +15,7 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import layernorm
-from layernorm.ops import gemm, native, pool
+from layernorm.ops import common, gemm, native
 from tests.test_native_paths import avx2_kernels  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.skipif(native.load() is None, reason="no C compiler: no C kernels")
@@ -213,18 +213,18 @@ def test_native_input_gemm_second_order():
 
 
 def test_pooled_cast_values_gradient_and_reuse():
-    """``pool.cast``: the values of ``.to``, the gradient back in the input's dtype, and the
+    """``common.cast``: the values of ``.to``, the gradient back in the input's dtype, and the
     buffer reused once the previous result is gone."""
     x = torch.randn(6, 4, 8).bfloat16().requires_grad_()
-    y = pool.cast(x, torch.float32)
+    y = common.cast(x, torch.float32)
     assert y.dtype == torch.float32 and torch.equal(y, x.float())
     g = torch.randn(6, 4, 8)
     (dx,) = torch.autograd.grad(y, x, g)
     assert dx.dtype == torch.bfloat16 and torch.equal(dx, g.bfloat16())
     ptr = y.data_ptr()
     del y
-    assert pool.cast(x.detach(), torch.float32).data_ptr() == ptr
-    assert pool.cast(x, torch.bfloat16) is x  # nothing to convert
+    assert common.cast(x.detach(), torch.float32).data_ptr() == ptr
+    assert common.cast(x, torch.bfloat16) is x  # nothing to convert
 
 
 @pytest.mark.parametrize("G,K", [(1, 1), (7, 5), (12, 33), (1024, 256)])

@@ -1,5 +1,5 @@
 """Which implementation each operator entry runs under each runtime condition this CPU can
-produce (``layernorm.ops.dispatch``, docs/rnnfast.md "Where a call runs"), and that the
+produce (``layernorm.ops.native``, docs/rnnfast.md "Where a call runs"), and that the
 implementation chosen computes the float64 reference's result there.
 
 Each table row: a condition (a context the call runs in, or a transform wrapped around it), the
@@ -23,7 +23,7 @@ import layernorm
 from layernorm import kernels, recurrence
 from layernorm.ops import bn as ops_bn
 from layernorm.ops import cell as ops_cell
-from layernorm.ops import dispatch, gemm, inference, native
+from layernorm.ops import gemm, inference, native
 from layernorm.ops import gru as ops_gru
 from layernorm.ops import lstm as ops_lstm
 from layernorm.ops import sequence as ops_sequence
@@ -61,7 +61,7 @@ def _onnx_capture(monkeypatch):
     """torch.onnx.export's capture as ``where`` sees it (compiling, exporting, in ONNX export),
     without running the exporter (test_torch_dropin.py runs it)."""
     with monkeypatch.context() as m:
-        m.setattr(dispatch, "_compiling", lambda: True)
+        m.setattr(native, "_compiling", lambda: True)
         m.setattr(torch.compiler, "is_exporting", lambda: True)
         m.setattr(torch.onnx, "is_in_onnx_export", lambda: True)
         yield
@@ -79,48 +79,48 @@ def _close(got, want, dtype):
 
 def test_where_answers_each_question(monkeypatch):
     x = torch.randn(2, 3)
-    w = dispatch.where(x)
+    w = native.where(x)
     assert w.eager and not w.transformed and w.autocast is None and not w.onnx \
         and not w.triton
     assert (w.lib is not None) == (native.load() is not None)
     with _Passthrough():
-        assert not dispatch.where(x).eager
-    assert not dispatch.where(x, x.as_subclass(_Sub)).eager, "a subclass among the tensors"
-    assert not dispatch.where(x.as_subclass(_Sub)).eager
-    assert dispatch.where(x, None, [1, 2], torch.nn.Parameter(x)).eager
+        assert not native.where(x).eager
+    assert not native.where(x, x.as_subclass(_Sub)).eager, "a subclass among the tensors"
+    assert not native.where(x.as_subclass(_Sub)).eager
+    assert native.where(x, None, [1, 2], torch.nn.Parameter(x)).eager
 
     traced = []
-    _quiet(lambda: torch.jit.trace(lambda t: (traced.append(dispatch.where(t)), t * 2)[1], (x,)))
+    _quiet(lambda: torch.jit.trace(lambda t: (traced.append(native.where(t)), t * 2)[1], (x,)))
     assert not traced[0].eager
 
     with fwAD.dual_level():
-        assert dispatch.where(fwAD.make_dual(x, x)).transformed
-    assert not dispatch.where(x).transformed, "after the dual level"
+        assert native.where(fwAD.make_dual(x, x)).transformed
+    assert not native.where(x).transformed, "after the dual level"
     seen = []
-    torch.func.grad(lambda t: (seen.append(dispatch.where(t)), t.sum())[1])(x)
-    torch.func.vmap(lambda t: (seen.append(dispatch.where(t)), t)[1])(x)
+    torch.func.grad(lambda t: (seen.append(native.where(t)), t.sum())[1])(x)
+    torch.func.vmap(lambda t: (seen.append(native.where(t)), t)[1])(x)
     assert all(s.transformed for s in seen) and len(seen) == 2
 
     with torch.autocast("cpu", torch.bfloat16):
-        assert dispatch.where(x).autocast == torch.bfloat16
-        assert dispatch.where(x).c(x) is None
+        assert native.where(x).autocast == torch.bfloat16
+        assert native.where(x).c(x) is None
     monkeypatch.setattr(layernorm.rnn.fused, "USE_NATIVE", False)     # the public switch
-    assert dispatch.where(x).lib is None and dispatch.where(x).c(x) is None
+    assert native.where(x).lib is None and native.where(x).c(x) is None
     monkeypatch.setattr(layernorm.rnn.fused, "USE_NATIVE", True)
     with _onnx_capture(monkeypatch):
-        w = dispatch.where(x)
+        w = native.where(x)
         assert w.onnx and not w.eager and not w.transformed and w.c(x) is None
 
     if native.load() is not None:
-        w = dispatch.where(x)
+        w = native.where(x)
         assert w.c(x) is w.lib and w.c(x.double()) is None
         assert w.c(x.bfloat16(), dtypes=(torch.bfloat16,)) is w.lib
         assert w.c(x, x.to("meta")) is None, "every tensor on the CPU"
 
     monkeypatch.setattr(kernels, "_INTERPRET_CPU", True)      # as if x were a CUDA tensor
     monkeypatch.setattr(kernels, "_AVAILABLE", True)
-    assert dispatch.where(x, rnn=True).triton and not dispatch.where(x.double(), rnn=True).triton
-    assert not dispatch.where(x).triton, "asked by the LN sequence operators only"
+    assert native.where(x, rnn=True).triton and not native.where(x.double(), rnn=True).triton
+    assert not native.where(x).triton, "asked by the LN sequence operators only"
 
 
 # ---- the LN sequence operators (ln_lstm_sequence / ln_gru_sequence -> run_sequence) ----------

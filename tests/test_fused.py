@@ -3,7 +3,7 @@ tests/reference.py: forward and every gradient, with and without (unsorted) leng
 import pytest
 import torch
 
-from layernorm.ops import common, dispatch, gemm, native, pool
+from layernorm.ops import common, gemm, native
 from layernorm.rnn import fused
 from layernorm.rnn.fused import ln_gru_sequence, ln_lstm_sequence
 from tests.reference import ref_ln_gru_sequence, ref_ln_lstm_sequence
@@ -142,7 +142,7 @@ def test_fused_input_ln_matches_reference(kind, lengths, T, B, H, step_path):
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_fused_buffers_reused_safely(kind):
-    """The kernels reuse their saved sequence buffers across calls (pool._Workspace) only once
+    """The kernels reuse their saved sequence buffers across calls (common._Workspace) only once
     nothing else holds them: a graph kept with retain_graph while two other forwards run, and a
     broadcast (non-contiguous) output gradient, give the reference's gradients."""
     fn, ref, *_ = KINDS[kind]
@@ -168,7 +168,7 @@ def test_fused_buffers_reused_safely(kind):
     sizes = []
     for _ in range(3):
         torch.autograd.grad(loss(fn(*args)), args)
-        sizes.append(len(pool._WORKSPACE._bufs))
+        sizes.append(len(common._WORKSPACE._bufs))
     assert sizes[0] == sizes[1] == sizes[2]
 
 
@@ -301,9 +301,9 @@ def test_fused_eager_call_equals_the_registered_operator(kind, T, B, H, monkeypa
     fn = KINDS[kind][0]
     args = make_args(kind, T, B, H)
     lens = torch.tensor([T, 1, T - 1][:B])
-    results, seen, real = [], [], dispatch.where
+    results, seen, real = [], [], native.where
     for eager in (True, False):
-        monkeypatch.setattr(dispatch, "where", (lambda *a, **k: seen.append(real(*a, **k))
+        monkeypatch.setattr(native, "where", (lambda *a, **k: seen.append(real(*a, **k))
                                                 or seen[-1])
                             if eager else (lambda *a, **k: real(*a, **k)._replace(eager=False)))
         outs = fn(*args, lengths=lens)
@@ -523,7 +523,7 @@ def test_native_kernels_other_instruction_sets(tmp_path, monkeypatch, flags):
     native._declare(lib)
     monkeypatch.setattr(native._LIBRARY, "lib", lib)
     monkeypatch.setattr(native._LIBRARY, "tried", True)
-    assert dispatch.where(torch.zeros(1)).c(torch.zeros(1)) is lib
+    assert native.where(torch.zeros(1)).c(torch.zeros(1)) is lib
 
     lens = torch.tensor([5, 3, 5, 1, 0, 4, 5, 2, 2, 5, 1])
     for fn, ref, *_ in KINDS.values():

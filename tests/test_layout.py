@@ -128,7 +128,7 @@ def test_the_checks_read_what_they_claim():
 # (``under_functorch``) and autocast's (``autocast_on``, also where it relaxes a dtype check). A
 # call site is a call of one of these names (or a read of ``USE_NATIVE``, or one ``lib``
 # comparison with None) anywhere in a library file, definitions not counted. (Most of these names
-# are gone: the runtime questions are asked in ``ops.dispatch.where``, once per operator entry,
+# are gone: the runtime questions are asked in ``ops.native.where``, once per operator entry,
 # ``WHERE_CALLERS``. What is left: ``where`` itself (autocast, Triton, ``USE_NATIVE``); the
 # operator entries' choices from its answers (a ``lib`` test in ``cell`` and ``gemm``); the
 # Triton norms' choice (``functional``); the kernels' look-up that raises where none are loaded
@@ -143,10 +143,10 @@ PATH_PREDICATES = {"eager", "eager_mode", "native_lib", "applies_rnn", "applies_
 # call sites per library file (path under src -> count)
 PREDICATE_SITES = {
     "layernorm/checks.py": 2, "layernorm/functional.py": 2, "layernorm/ops/build.py": 1,
-    "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 1, "layernorm/ops/dispatch.py": 4,
+    "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 1, "layernorm/ops/native.py": 4,
     "layernorm/ops/gemm.py": 1, "layernorm/rnn/fused.py": 2, "layernorm/rnn/modules.py": 1,
 }
-# the operator entries that ask ``dispatch.where`` (once each): file -> the functions that call it
+# the operator entries that ask ``native.where`` (once each): file -> the functions that call it
 WHERE_CALLERS = {
     "layernorm/ops/bn.py": {"bn_direction"},
     "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell"},
@@ -158,11 +158,11 @@ WHERE_CALLERS = {
 # CPU float32 tensors with the C kernels loaded
 LSTM_PATH = {
     "layernorm/checks.py",
-    "layernorm/ops/common.py", "layernorm/ops/dispatch.py",
+    "layernorm/ops/common.py",
     "layernorm/ops/gemm.py", "layernorm/ops/lstm.py",
-    "layernorm/ops/native.py", "layernorm/ops/pool.py",
+    "layernorm/ops/native.py",
     "layernorm/ops/sequence.py", "layernorm/rnn/base.py",
-    "layernorm/rnn/inputs.py", "layernorm/rnn/layout.py", "layernorm/rnn/modules.py",
+    "layernorm/rnn/modules.py",
 }
 
 
@@ -189,7 +189,7 @@ def test_which_path_predicates_sit_where_listed():
 
 
 def test_only_operator_entries_ask_where_a_call_runs():
-    """``dispatch.where`` is called once by each operator entry and by nothing else (no module,
+    """``native.where`` is called once by each operator entry and by nothing else (no module,
     cell or helper asks the runtime questions)."""
     found: dict[str, set[str]] = {}
     for name, _, tree in _modules(LIBRARY):
@@ -198,7 +198,7 @@ def test_only_operator_entries_ask_where_a_call_runs():
                 continue
             calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)
                      and isinstance(n.func, ast.Attribute) and n.func.attr == "where"
-                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "dispatch"]
+                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "native"]
             if calls:
                 assert len(calls) == 1, (name, fn.name, len(calls))
                 found.setdefault(name, set()).add(fn.name)

@@ -15,7 +15,7 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import layernorm as L
-from layernorm.ops import pool
+from layernorm.ops import common
 
 MODES = ("LSTM", "GRU", "RNN")
 NORMS = ("layer", "batch", "none")
@@ -349,9 +349,9 @@ def test_memory_stops_growing_after_warm_up():
         opt.zero_grad()
         out.pow(2).mean().backward()
         opt.step()
-        kept.append(sum(b.numel() * b.element_size() for b in pool._WORKSPACE._bufs))
+        kept.append(sum(b.numel() * b.element_size() for b in common._WORKSPACE._bufs))
         rss.append(_rss_mb())
-    assert max(kept) <= pool.WORKSPACE_BYTES
+    assert max(kept) <= common.WORKSPACE_BYTES
     assert max(kept[20:]) <= max(kept[:20])
     assert max(rss[20:]) <= 1.1 * max(rss[:20]), (max(rss[:20]), max(rss[20:]))
 

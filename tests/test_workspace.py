@@ -7,16 +7,16 @@ import pytest
 import torch
 
 import layernorm as L
-from layernorm.ops import pool
+from layernorm.ops import common
 
 
 @pytest.fixture
 def small_pool(monkeypatch):
     """A pool of 256 KB, so that a few small batches fill it and eviction runs."""
-    monkeypatch.setattr(pool, "WORKSPACE_BYTES", 256 << 10)
-    pool.release_workspace()
+    monkeypatch.setattr(common, "WORKSPACE_BYTES", 256 << 10)
+    common.release_workspace()
     yield
-    pool.release_workspace()
+    common.release_workspace()
 
 
 @pytest.mark.parametrize("norm", ["layer", "batch"])
@@ -35,19 +35,19 @@ def test_eviction_with_live_graphs_and_changing_lengths(small_pool, norm):
         if len(alive) > 2:
             alive.pop(0)
         out.sum().backward()  # retain nothing: the next batch must reuse or evict
-        pool.WORKSPACE_BYTES, saved = 0, pool.WORKSPACE_BYTES
+        common.WORKSPACE_BYTES, saved = 0, common.WORKSPACE_BYTES
         try:  # the same batch with no pool at all gives the same output, bit for bit
             torch.testing.assert_close(ref(x)[0], out.detach(), rtol=0, atol=0)
         finally:
-            pool.WORKSPACE_BYTES = saved
+            common.WORKSPACE_BYTES = saved
 
 
 def test_pool_stays_bounded_and_unique(small_pool):
     m = L.LSTM(8, 64, norm="layer")
     for T in range(5, 60, 3):
         m(torch.randn(T, 8, 8))[0].sum().backward()
-    bufs = pool._WORKSPACE._bufs
-    assert sum(b.numel() * b.element_size() for b in bufs) <= pool.WORKSPACE_BYTES
+    bufs = common._WORKSPACE._bufs
+    assert sum(b.numel() * b.element_size() for b in bufs) <= common.WORKSPACE_BYTES
     assert len({id(b) for b in bufs}) == len(bufs)
 
 
@@ -74,7 +74,7 @@ def test_two_threads_share_the_pool(small_pool):
 def _poison_free_buffers():
     """Fill every free pooled buffer with NaN: a kernel that read a row it did not write would
     then return NaN instead of a plausible stale value."""
-    ws = pool._WORKSPACE
+    ws = common._WORKSPACE
     with ws._lock:
         for buf in ws._bufs:
             if ws._free(buf):
@@ -97,7 +97,7 @@ def _step(m, x, lengths=None):
 def test_no_stale_data_after_other_shapes_used_the_pool(cls, norm):
     """A result computed after other shapes (padded and packed, bigger and smaller) have used the
     pool, with every free buffer then filled with NaN, equals the first result bit for bit."""
-    pool.release_workspace()
+    common.release_workspace()
     torch.manual_seed(0)
     m = getattr(L, cls)(6, 16, num_layers=2, norm=norm, max_length=40)
     m.eval() if norm == "batch" else None  # eval: the running statistics do not move
@@ -116,7 +116,7 @@ def test_no_stale_data_after_other_shapes_used_the_pool(cls, norm):
 def test_a_buffer_is_never_handed_out_while_a_view_of_it_lives():
     """The pool's contract, directly: a buffer comes back only when nothing but the pool holds
     its storage, whatever view (an offset slice, a reshape) still points into it."""
-    ws = pool._Workspace()
+    ws = common._Workspace()
     like = torch.empty(0)
     a = ws.get((4, 8), like=like)
     held = a[1:, 2:]  # a saved tensor that points into the middle of the buffer
@@ -153,8 +153,8 @@ def test_pool_bounded_with_live_graphs_of_changing_shapes(small_pool):
     alive = []
     for T in range(5, 70, 4):
         alive.append(m(torch.randn(T, 6, 8))[0])
-        bufs = pool._WORKSPACE._bufs
-        assert sum(b.numel() * b.element_size() for b in bufs) <= pool.WORKSPACE_BYTES
+        bufs = common._WORKSPACE._bufs
+        assert sum(b.numel() * b.element_size() for b in bufs) <= common.WORKSPACE_BYTES
     for out in alive:
         out.sum().backward()
 
@@ -214,10 +214,10 @@ def test_pool_serves_shorter_batches_from_the_buffers_of_a_longer_one():
     """Lengths change every batch in real training: once the longest batch has run, shorter ones
     take views of its free buffers instead of adding buffers of their own shapes (a pool keyed by
     exact shape grew by one set of buffers per length, up to its cap)."""
-    pool.release_workspace()
+    common.release_workspace()
     m = L.LSTM(8, 32, num_layers=2, norm="layer")
     m(torch.randn(40, 6, 8))[0].sum().backward()
-    ws = pool._WORKSPACE
+    ws = common._WORKSPACE
     held = {id(b) for b in ws._bufs}
     for T in (35, 20, 38, 12, 40, 27):
         m(torch.randn(T, 6, 8))[0].sum().backward()
@@ -239,10 +239,10 @@ def test_scoring_one_batch_larger_than_the_pool_after_training(small_pool):
     m.eval()
     x, lengths = torch.randn(40, 300, 8), torch.randint(1, 41, (300,))
     scores = m(pack_padded_sequence(x, lengths, enforce_sorted=False))[1][0]
-    pool.WORKSPACE_BYTES, cap = 0, pool.WORKSPACE_BYTES
+    common.WORKSPACE_BYTES, cap = 0, common.WORKSPACE_BYTES
     try:
         alone = m(pack_padded_sequence(x, lengths, enforce_sorted=False))[1][0]
     finally:
-        pool.WORKSPACE_BYTES = cap
+        common.WORKSPACE_BYTES = cap
     assert torch.equal(scores, alone)
     assert kept

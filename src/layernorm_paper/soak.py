@@ -152,7 +152,7 @@ def _float32_loop(m: nn.Module, x: torch.Tensor, lengths) -> list[torch.Tensor]:
 
 
 def _pool_bytes() -> int:
-    from layernorm.ops import pool as common
+    from layernorm.ops import common
     return sum(b.numel() * b.element_size() for b in common._WORKSPACE._bufs)
 
 

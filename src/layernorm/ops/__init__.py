@@ -10,21 +10,21 @@ does not run. ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``: one 
 (``ln_lstm_step`` / ``ln_gru_step``: the C step in one call). ``plain_lstm_direction`` /
 ``plain_gru_direction``: norm="none" in the C time loop, or None where it does not run
 (``plain_runs``: whether it does, which a stack asks before laying out a packed batch).
-Each entry asks the runtime questions once (``dispatch.where``) and chooses its path there.
+Each entry asks the runtime questions once (``native.where``) and chooses its path there.
 
-Files, read downward (each call goes one way): ``dispatch`` (the runtime questions, asked by
-every entry); ``sequence`` (the LN cells' entries and checks, the one choice of path, the
+Files, read downward (each call goes one way): ``sequence`` (the LN cells' entries and checks, the one choice of path, the
 operators' autograd; and ``ln_inference``, a module layer's forward without a graph, which calls
 ``inference``, the kernels with W_x x_t inside the loop) -> ``lstm`` / ``gru`` (each cell's
 backends: C calls, operators and reference loop; and its plain form, norm="none") -> ``common``
-(shared checks, dtypes, input LN, the kernels' look-up and backward ranges); ``bn`` (the BN
-cells), ``cell`` (the one-step C path), ``pool`` (the buffer pool), ``gemm`` (packed weights and
-the input GEMM), ``native`` (loading the C kernels, their structs, one call).
+(shared checks, dtypes, input LN, the buffer pool, the kernels' look-up and backward ranges);
+``bn`` (the BN cells), ``cell`` (the one-step C path), ``gemm`` (packed weights and the input
+GEMM), ``native`` (the runtime questions every entry asks, ``where``; loading the C kernels,
+their structs, one call).
 The readable reference they are tested against is ``layernorm.recurrence``.
 """
 from .bn import PARAMS as BN_PARAMS, bn_direction
 from .gemm import input_linear
-from .pool import release_workspace
+from .common import release_workspace
 from .cell import (gru_cell, gru_step as ln_gru_step, lstm_cell, lstm_step as ln_lstm_step,
                    rnn_cell, torch_cell)
 from .gru import plain_gru_direction

@@ -25,7 +25,7 @@ Second order (``create_graph=True``): the backward re-runs the recurrence as a d
 of torch ops (the reference step ``lstm_step`` / ``gru_step`` in THE loop, with the statistics
 of the forward's fixed steps), as the LN operators do (``common.differentiable_backward``).
 
-Where it runs is ``bn_direction``'s choice, once per call (``dispatch.where``): eager mode, plain
+Where it runs is ``bn_direction``'s choice, once per call (``native.where``): eager mode, plain
 CPU float32 tensors, the C kernels loaded, no autocast, no torch.func transform, no forward-mode
 AD, no ONNX capture; elsewhere it returns None and the module's readable path runs.
 """
@@ -38,9 +38,9 @@ from torch import Tensor
 
 from .. import functional as LF
 from ..recurrence import gru_step, lstm_step, run_direction
-from . import common, dispatch, native
+from . import common, native
 from .gemm import _panels, input_linear
-from .pool import _WORKSPACE, _buffer
+from .common import _WORKSPACE, _buffer
 from .native import contig as _contig
 
 WHO, WHO_GRU = "LSTM(norm='batch')", "GRU(norm='batch')"
@@ -67,7 +67,7 @@ def bn_direction(mode: str, x: Tensor, state: tuple[Tensor, ...], weight_ih: Ten
                  zone_c: Tensor | None = None):
     """One direction of a BN-LSTM / BN-GRU (``mode``) in the C kernels: x (T, B, I) in
     processing order -> (out (T, B, H), final state), the running statistics updated in
-    training; or None where the kernels do not run (``dispatch.where``: eager mode, plain CPU
+    training; or None where the kernels do not run (``native.where``: eager mode, plain CPU
     float32 tensors, the C kernels loaded, no autocast, torch.func transform, forward-mode AD or
     ONNX capture), and the caller runs its readable loop.
 
@@ -88,7 +88,7 @@ def bn_direction(mode: str, x: Tensor, state: tuple[Tensor, ...], weight_ih: Ten
     same call have just updated (slot min(t, last trained slot)), so those steps (one example:
     row 0) run after the first call's updates."""
     tensors = (x, *state, weight_ih, *params, *(b for pair in running.values() for b in pair))
-    if dispatch.where(*tensors).c(*tensors) is None:
+    if native.where(*tensors).c(*tensors) is None:
         return None
     xw = input_linear(x, weight_ih)                             # W_x x (T, B, G)
     T, B, _ = xw.shape

@@ -18,7 +18,7 @@ enters the recurrent product (W_hh (h * h_mask)); ``zone_h`` / ``zone_c`` (B, H)
 step (h_1 = z h_0 + (1 - z) h~_1), run in the C step. The masks get no gradient.
 
 The cells' entries ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell`` choose, once per
-call (``dispatch.where``): the C step where it applies (``_lib``); elsewhere (other dtypes and
+call (``native.where``): the C step where it applies (``_lib``); elsewhere (other dtypes and
 devices, TorchScript, tracing, torch.compile, dispatch or function modes and tensor subclasses,
 torch.func transforms, forward-mode AD, no bias) the torch-ops step, which computes the same
 function; under autocast None, and the cell runs its readable step (autocast's casts), except
@@ -33,14 +33,14 @@ from torch import Tensor
 
 from .. import recurrence
 from ..functional import HALF_DTYPES as _HALF
-from . import common, dispatch, native
+from . import common, native
 from .gemm import half_gemm_native
 from .native import GRUArgs, LSTMArgs
 
 _byref = ctypes.byref
 
 
-def _lib(where: dispatch.Where, x: Tensor):
+def _lib(where: native.Where, x: Tensor):
     """The C kernels for a step on ``x`` given the call's answers ``where``: float32, or a half
     type on a CPU without native half GEMMs from 2 rows up, else None."""
     if x.dtype in _HALF:
@@ -413,7 +413,7 @@ def _step_in_float32(step, dtype, lib, *args, **masks):
 def lstm_cell(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
     """One LN-LSTM step (x (B, I), B >= 1): the C step where it applies, else
     ``recurrence.ln_lstm_step``; None under autocast. -> (h_1, c_1)."""
-    where = dispatch.where(x)
+    where = native.where(x)
     if where.autocast is not None:
         return None
     lib = None if b_ih is None else _lib(where, x)
@@ -426,7 +426,7 @@ def gru_cell(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask=None, parts=N
     """One LN-GRU step (``h_mask``: recurrent dropout on W_hh h only): the C step where it
     applies, else ``recurrence.ln_gru_step`` (without autograd and ``h_mask``, from ``parts()``,
     the affine parts the cell keeps, where given); None under autocast. -> h_1."""
-    where = dispatch.where(x)
+    where = native.where(x)
     if where.autocast is not None:
         return None
     lib = None if b_ih is None else _lib(where, x)
@@ -440,7 +440,7 @@ def gru_cell(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask=None, parts=N
 
 def rnn_cell(x, h, w_ih, w_hh, gain, bias, eps, nonlinearity):
     """One LN-RNN step (eq. 4) in few torch ops; None under autocast. -> h_1."""
-    if dispatch.where(x).autocast is not None:
+    if native.where(x).autocast is not None:
         return None
     return recurrence.ln_rnn_step(x, h, w_ih, w_hh, gain, bias, eps, nonlinearity)
 

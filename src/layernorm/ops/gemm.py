@@ -9,7 +9,7 @@ import weakref
 
 import torch
 
-from . import dispatch, native
+from . import native
 
 _PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
 
@@ -248,11 +248,11 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     (and no torch.func transform or forward-mode AD, whose tangents it would drop) through oneDNN
     with w packed once and cached (measured ~25-30% faster than F.linear's MKL GEMM at
     (3200, 128) x (128, 1024)). Outside eager mode (torch.compile, export, tracing;
-    ``dispatch.where``) it is ``F.linear`` (the compiler picks its own kernel). On a CPU without
+    ``native.where``) it is ``F.linear`` (the compiler picks its own kernel). On a CPU without
     native half GEMMs a bfloat16 / float16 product (half tensors, or under autocast) is computed
     in float32 and rounded to the half type once: the dtype torch's rules give (autocast's for
     linear), the accuracy of a float32 accumulation, and the speed of a float32 GEMM."""
-    where = dispatch.where(x, w)                # asked once, here
+    where = native.where(x, w)                # asked once, here
     if not where.eager:
         return torch.nn.functional.linear(x, w)
     device, autocast = x.device.type, where.autocast

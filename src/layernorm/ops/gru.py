@@ -11,7 +11,7 @@ from ..recurrence import gru_step, run_direction
 from . import common, native
 from .gemm import recurrent_panels
 from .native import contig as _contig
-from .pool import _WORKSPACE, _buffer
+from .common import _WORKSPACE, _buffer
 
 
 def _forward_native(lib, xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_mask,

@@ -17,7 +17,7 @@ import torch
 from .gemm import _panels, _panels_bf16
 from . import native
 from .native import GRUArgs, LSTMArgs, contig, int32
-from .pool import _buffer
+from .common import _buffer
 
 
 def _inference(kernel: str, cls, who: str, dtype, x: torch.Tensor, states, w_ih: torch.Tensor,

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..recurrence import lstm_step, run_direction
-from . import common, dispatch, native
+from . import common, native
 from .gemm import recurrent_panels
 from .native import contig as _contig
-from .pool import _WORKSPACE, _buffer
+from .common import _WORKSPACE, _buffer
 
 
 def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
@@ -222,7 +222,7 @@ class _PlainLSTM(torch.autograd.Function):
 def plain_lstm_direction(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: Tensor,
                          bias: Tensor | None, batch_sizes: Tensor | None = None):
     """norm="none" for one layer and direction in the C kernels (``plain_lstm_sequence`` of
-    ``F.linear(x, w_ih, bias)``, bias = b_ih + b_hh) where they run (``dispatch.where``: eager
+    ``F.linear(x, w_ih, bias)``, bias = b_ih + b_hh) where they run (``native.where``: eager
     mode, plain CPU float32 tensors, the kernels loaded, no autocast, torch.func transform,
     forward-mode AD or ONNX capture) -> (out, h_n, c_n); else None (the caller runs torch's op).
     """
@@ -234,10 +234,10 @@ def plain_lstm_direction(x: Tensor, h0: Tensor, c0: Tensor, w_ih: Tensor, w_hh: 
 def plain_runs(*tensors: Tensor | None) -> bool:
     """Whether the plain recurrences (``plain_lstm_direction`` / ``ops.gru.plain_gru_direction``)
     run the C loop for these tensors (None entries ignored): the answer they give, asked once per
-    call (``dispatch.where``). A stack on packed input asks it first, before it lays the batch
+    call (``native.where``). A stack on packed input asks it first, before it lays the batch
     out for them, where torch's op would take the packed batch as it is."""
     tensors = [t for t in tensors if t is not None]
-    return dispatch.where(*tensors).c(*tensors) is not None
+    return native.where(*tensors).c(*tensors) is not None
 
 
 def needs_float32_cpu(who: str, *tensors: Tensor) -> None:

@@ -30,9 +30,9 @@ from .. import kernels
 from .._autograd import differentiable_backward
 from ..functional import stats_dtype
 from ..recurrence import lengths as _lengths
-from . import common, dispatch, gru as _gru, inference, lstm as _lstm
+from . import common, gru as _gru, inference, lstm as _lstm, native
 from .common import dtypes, input_ln, prepare_masks
-from .pool import cast
+from .common import cast
 
 
 def with_order(fn, order, xg: torch.Tensor, states: tuple):
@@ -63,7 +63,7 @@ class Backends(NamedTuple):
     groups: tuple[int, ...]
 
 
-def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params, gain_x, bias_x,
+def run_sequence(who, cell: Backends, where: native.Where, xg, states, params, gain_x, bias_x,
                  masks: dict, order, batch_sizes, eps):
     """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
     off; ``where``: the call's runtime answers, asked once by the entry): THE choice of path,
@@ -109,7 +109,7 @@ def run_sequence(who, cell: Backends, where: dispatch.Where, xg, states, params,
 # ---- without a graph: the inference kernels (``inference``)
 
 def choose_inference(x: torch.Tensor, *tensors: torch.Tensor) -> torch.dtype | None:
-    """Where the inference kernels run, asked once (``dispatch.where``) -> the dtype of their
+    """Where the inference kernels run, asked once (``native.where``) -> the dtype of their
     products, or None where they do not run. They run where nothing is saved for a backward
     (grad mode off, or no tensor requires grad), in eager mode with the C kernels loaded, every
     tensor on the CPU, no torch.func transform or ONNX capture, and either all float32 with
@@ -119,7 +119,7 @@ def choose_inference(x: torch.Tensor, *tensors: torch.Tensor) -> torch.dtype | N
     tensors = (x, *tensors)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return None
-    where = dispatch.where(*tensors)
+    where = native.where(*tensors)
     if where.lib is None or not where.eager or where.transformed or where.onnx \
             or any(t.device.type != "cpu" for t in tensors):
         return None
@@ -264,13 +264,13 @@ _BACKENDS = {
 
 def _enter(who, gates, xg, states: dict, w_hh, vectors: dict, gain_x, bias_x, lengths,
            batch_sizes, masks: dict):
-    """An entry's checks, made once, and its runtime answers (``dispatch.where``, asked once):
+    """An entry's checks, made once, and its runtime answers (``native.where``, asked once):
     ``gates`` the cell's gate count (W_hh's rows and the input LN's length in multiples of H),
     ``states`` the initial states by name, ``vectors`` the LN parameters by name with their
     lengths (the input LN's added here where given), ``masks`` the regularizers by name.
     -> (where, order, batch_sizes): lengths as ``PackedSequence.batch_sizes`` of the batch sorted
     by decreasing length and that order (None, None without lengths)."""
-    where = dispatch.where(xg, *states.values(), w_hh, *(t for t, _ in vectors.values()), gain_x,
+    where = native.where(xg, *states.values(), w_hh, *(t for t, _ in vectors.values()), gain_x,
                            bias_x, lengths, batch_sizes, *masks.values(), rnn=True)
     H = next(iter(states.values())).shape[-1]
     if gain_x is not None and bias_x is not None:

@@ -8,7 +8,7 @@ Callers holding per-example lengths in any order (``ln_*_sequence(lengths=...)``
 order and ``batch_sizes`` here; the Triton kernels, which read one length per example, get them
 back with ``to_lengths``. Lengths passed to the operators are checked by ``check_lengths`` or
 ``check_batch_sizes``; the stacked modules check a PackedSequence where it enters them
-(``layernorm.rnn.inputs``) and record it (``checked``), so the operators of its layers and
+(``layernorm.checks.InputChecks``) and record it (``checked``), so the operators of its layers and
 directions do not check it again.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ def from_lengths(lengths, T: int, B: int):
 
 
 # The last ``batch_sizes`` tensor checked where it entered (a module's PackedSequence, checked by
-# ``layernorm.rnn.inputs``): (the tensor, its version, T, B, the check's result). The operators
+# ``layernorm.checks.InputChecks``): (the tensor, its version, T, B, the check's result). The operators
 # each of its layers and directions calls find it here instead of checking it again.
 _CHECKED: list = [None]
 

@@ -1,6 +1,8 @@
 """``RecurrentBase``: the parameters, buffers and per-direction math that the cells
-(``layernorm.rnn.cells``) and the stacked modules (``layernorm.rnn.modules``) share. Their errors
-and checks of arguments, inputs and states are ``layernorm.checks``'."""
+(``layernorm.rnn.cells``) and the stacked modules (``layernorm.rnn.modules``) share (the
+recurrent regularizers' rates and masks mixed in from ``regularizers``); and ``TorchLayout``,
+torch's weight layout and fused op for the stacked modules. Their errors and checks of
+arguments, inputs and states are ``layernorm.checks``'."""
 from __future__ import annotations
 
 import math
@@ -8,7 +10,8 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import _VF, nn
+from torch.nn.utils.rnn import PackedSequence
 
 from ..checks import RNNTypeError, check_choice, check_rates, check_rnn_args
 from ..vocabulary import RNN_NORMS
@@ -18,6 +21,7 @@ from ..recurrence import NONLINEARITIES, StepFn, gru_step, lstm_step, rnn_step
 from ._norm_kinds import NORM_KINDS
 from . import regularizers as _reg
 from .terms import Term, gate_groups, last_trained_slot
+
 
 def _no_forget_bias(who: str, kwargs: dict) -> None:
     if kwargs.get("forget_bias"):
@@ -29,7 +33,7 @@ def _no_forget_bias(who: str, kwargs: dict) -> None:
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
-class RecurrentBase(nn.Module):
+class RecurrentBase(_reg.Regularized, nn.Module):
     """Parameters, buffers and per-direction math shared by the cells and the stacked modules.
 
     A "direction" is one (layer, direction) of a stack, or the whole cell; its tensors carry a
@@ -40,14 +44,7 @@ class RecurrentBase(nn.Module):
     use_fused = True
     # torch's cells take input_size and hidden_size 0 (empty states); its modules refuse them
     _zero_sizes = False
-    # the recurrent regularizers (``regularizers``; docs/rnn.md): off unless set (these class
-    # values also serve modules pickled before they existed). ``_rates`` = (recurrent_dropout,
-    # zoneout as given, dropconnect), ``_z_h`` / ``_z_c`` zoneout's rate of h and of c.
-    _rates: tuple = (0.0, 0.0, 0.0)
     recurrent_gain = None           # gain_hh's initial value when not gain_init
-    _z_h = _z_c = 0.0
-    _regularized = False            # any rate > 0
-    _held_masks = None              # a cell's recurrent-dropout and DropConnect masks
     # while a forward with DropConnect runs: {"weight_hh<suffix>": W_hh * M}, read by ``_get``
     # before the Parameters, so every path receives the masked weight
     _masked = None
@@ -319,79 +316,6 @@ class RecurrentBase(nn.Module):
             s += f", dropconnect={self.dropconnect}"
         return s
 
-    # ---- the recurrent regularizers (``regularizers``) ----------------------------------------
-    def _store_rates(self, rates: tuple) -> None:
-        self._rates, self._z_h, self._z_c = rates[:3], rates[3], rates[4]
-        self._regularized = bool(rates[0] or rates[2] or rates[3] or rates[4])
-        self._held_masks = None
-
-    def _set_rate(self, **change) -> None:
-        """Set one rate after construction, checked as the constructor checks it."""
-        now = dict(zip(_reg.NAMES, self._rates), **change)
-        self._store_rates(check_rates(type(self).__name__, self.mode, error_type=RNNTypeError,
-                                      **now))
-
-    @property
-    def recurrent_dropout(self) -> float:
-        """Recurrent (variational) dropout's rate p: W_hh (h_{t-1} * m), m = Bernoulli(1 - p) /
-        (1 - p) per sequence (docs/rnn.md, "Recurrent regularizers")."""
-        return self._rates[0]
-
-    @recurrent_dropout.setter
-    def recurrent_dropout(self, value) -> None:
-        self._set_rate(recurrent_dropout=value)
-
-    @property
-    def zoneout(self) -> float | tuple[float, float]:
-        """Zoneout's rate z (LSTM: (z_c, z_h) when given as a pair): h_t = k h_{t-1} + (1 - k)
-        h~_t, k = Bernoulli(z) per step in training, z in eval."""
-        return self._rates[1]
-
-    @zoneout.setter
-    def zoneout(self, value) -> None:
-        self._set_rate(zoneout=value)
-
-    @property
-    def dropconnect(self) -> float:
-        """DropConnect's rate p on W_hh: W_hh * M, M = Bernoulli(1 - p) / (1 - p) per forward."""
-        return self._rates[2]
-
-    @dropconnect.setter
-    def dropconnect(self, value) -> None:
-        self._set_rate(dropconnect=value)
-
-    @property
-    def _state_noise(self) -> bool:
-        """Whether a forward in this mode changes the recurrence's states: recurrent dropout in
-        training, zoneout in training and eval (its expectation). DropConnect only changes
-        W_hh, which every path takes."""
-        return bool(self._z_h or self._z_c or (self.training and self.recurrent_dropout))
-
-    def _weight_masks(self, suffixes, like: torch.Tensor) -> dict | None:
-        """DropConnect: {"weight_hh<suffix>": W_hh * M} for these directions, M sampled now
-        (training with dropconnect > 0), else None."""
-        if not (self.training and self.dropconnect):
-            return None
-        out = {}
-        for suffix in suffixes:
-            w = self._get("weight_hh", suffix)
-            out["weight_hh" + suffix] = w * _reg.dropout_mask(w.shape, self.dropconnect, w)
-        return out
-
-    def _state_masks(self, T: int | None, B: int, like: torch.Tensor) -> tuple:
-        """(h_mask (B, P) or None, zone_h, zone_c) for one direction: zone tensors (T, B, size),
-        or (B, size) for one step of a cell (T None), or None where that rate is 0. P is the
-        size of the h fed back (proj_size or hidden_size)."""
-        H = self.hidden_size
-        P = self.proj_size or H
-        h_mask = _reg.dropout_mask((B, P), self.recurrent_dropout, like) \
-            if self.training and self.recurrent_dropout else None
-        lead = (B,) if T is None else (T, B)
-        zone_h = _reg.zone_mask(lead + (P,), self._z_h, like, self.training)
-        zone_c = _reg.zone_mask(lead + (H,), self._z_c, like, self.training) \
-            if self.mode == "LSTM" else None
-        return h_mask, zone_h, zone_c
-
 
 def _copy_from_torch(ours: RecurrentBase, theirs: nn.Module) -> RecurrentBase:
     """Copy torch's weight_ih/weight_hh/bias_ih/bias_hh tensors (same names and shapes)."""
@@ -399,3 +323,118 @@ def _copy_from_torch(ours: RecurrentBase, theirs: nn.Module) -> RecurrentBase:
         for name, p in theirs.named_parameters():
             getattr(ours, name).copy_(p)
     return ours
+
+
+class TorchLayout:
+    """torch's weight layout for the stacked modules, mixed into ``layernorm.rnn.modules._Stack``
+    (reads its configuration and Parameters): the weight lists torch.nn.RNNBase exposes
+    (``_all_weights``, ``_flat_weights``, ``all_weights``: weight-drop / AWD-LSTM code reads them),
+    cuDNN's flat weight buffer, the equivalent torch module and, for ``norm="none"``, torch's own
+    fused RNN op on these Parameters."""
+
+    @staticmethod
+    def _suffix(layer: int, direction: int) -> str:
+        """The names' suffix of one layer and direction, as torch's: ``_l0``, ``_l1_reverse``."""
+        return f"_l{layer}" + ("_reverse" if direction else "")
+
+    @property
+    def _all_weights(self) -> list[list[str]]:
+        """Parameter names per (layer, direction): torch's first (weight_ih, weight_hh, bias_ih,
+        bias_hh, weight_hr, as the configuration has them), then the normalization's gains and
+        biases. From the configuration, so a name whose Parameter was deleted (weight drop)
+        keeps its place."""
+        torch_names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) \
+            + (["weight_hr"] if self.proj_size else [])
+        extra = [] if not self._kind.gains else ["gain"] if self.mode == "RNN" else \
+            ["gain_ih", "gain_hh"] + (["gain_c"] + (["bias_c"] if self.bias else [])
+                                      if self.mode == "LSTM" else [])
+        return [[n + self._suffix(layer, d) for n in torch_names + extra]
+                for layer in range(self.num_layers) for d in range(self.num_directions)]
+
+    @property
+    def _flat_weights_names(self) -> list[str]:
+        """torch's flat list, exactly: the tensors torch's op takes (every layer and direction,
+        torch's order), so code that counts or walks torch's weights (``weight_norm``'s tests,
+        weight drop) sees what it sees on torch's module. The normalization's gains and biases
+        are in ``_norm_weights_names``."""
+        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
+        return [n for names in self._all_weights for n in names[:k]]
+
+    @property
+    def _norm_weights_names(self) -> list[str]:
+        """The normalization's Parameters (``gain_*``, ``bias_c``) in layer order: what this
+        module has beyond torch's ``_flat_weights_names`` (empty for norm="none")."""
+        k = (4 if self.bias else 2) + (1 if self.proj_size else 0)
+        return [n for names in self._all_weights for n in names[k:]]
+
+    @property
+    def _flat_weights(self) -> list[torch.Tensor | None]:
+        """The tensors of ``_flat_weights_names`` (None for one deleted and not yet set, as
+        torch)."""
+        return [getattr(self, n, None) for n in self._flat_weights_names]
+
+    @property
+    def _norm_weights(self) -> list[torch.Tensor | None]:
+        """The tensors of ``_norm_weights_names``."""
+        return [getattr(self, n, None) for n in self._norm_weights_names]
+
+    @property
+    def all_weights(self) -> list[list[torch.Tensor]]:
+        return [[getattr(self, n) for n in names] for names in self._all_weights]
+
+    def flatten_parameters(self) -> None:
+        """norm="none" on a CUDA device: put the weights in one cuDNN buffer, as
+        torch.nn.RNNBase.flatten_parameters does (called after ``.to()`` / ``.cuda()`` too), so
+        torch's op runs without compacting them at every call. A no-op otherwise."""
+        weights = self._flat_weights
+        if not self._kind.torch_twin or not weights or not all(
+                isinstance(w, torch.Tensor) and w.is_cuda and w.dtype == weights[0].dtype and
+                torch.backends.cudnn.is_acceptable(w) for w in weights):
+            return
+        if len({w.data_ptr() for w in weights}) != len(weights):
+            return                                   # aliased weights: torch's copying path
+        import torch.backends.cudnn.rnn as cudnn_rnn
+        mode = self.mode if self.mode != "RNN" else "RNN_" + self.nonlinearity.upper()
+        with torch.cuda.device_of(weights[0]), torch.no_grad():
+            if torch._use_cudnn_rnn_flatten_weight():
+                torch._cudnn_rnn_flatten_weight(
+                    weights, (4 if self.bias else 2) + (1 if self.proj_size else 0),
+                    self.input_size, cudnn_rnn.get_cudnn_mode(mode), self.hidden_size,
+                    self.proj_size, self.num_layers, self.batch_first, self.bidirectional)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.flatten_parameters()
+        return out
+
+    def _torch_module(self) -> nn.Module:
+        cls = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[self.mode]
+        kw = {"nonlinearity": self.nonlinearity} if self.mode == "RNN" else {}
+        if self.proj_size:
+            kw["proj_size"] = self.proj_size
+        return cls(self.input_size, self.hidden_size, num_layers=self.num_layers, bias=self.bias,
+                   batch_first=self.batch_first, dropout=self.dropout,
+                   bidirectional=self.bidirectional, device="meta", **kw)
+
+    def _torch_forward(self, input, hx: tuple[torch.Tensor, ...], packed: bool):
+        """norm="none": torch's own fused op (what torch.nn.LSTM / GRU / RNN call), on this
+        module's Parameters in torch's flat order: the same numbers and the same speed."""
+        if self.mode == "LSTM":
+            fn, state = _VF.lstm, hx
+        else:
+            fn = {"GRU": _VF.gru, "tanh": _VF.rnn_tanh, "relu": _VF.rnn_relu}[
+                "GRU" if self.mode == "GRU" else self.nonlinearity]
+            state = hx[0]
+        weights = self._flat_weights
+        if self._masked is not None:                # DropConnect: W_hh * M in torch's list
+            weights = [self._masked.get(n, w) for n, w in zip(self._flat_weights_names, weights)]
+        args = (weights, self.bias, self.num_layers, self.dropout, self.training,
+                self.bidirectional)
+        if packed:
+            result = fn(input.data, input.batch_sizes, state, *args)
+            output = PackedSequence(result[0], input.batch_sizes, input.sorted_indices,
+                                    input.unsorted_indices)
+        else:
+            result = fn(input, state, *args, self.batch_first)
+            output = result[0]
+        return output, tuple(result[1:])

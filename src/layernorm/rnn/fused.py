@@ -20,7 +20,7 @@ On the CPU in float32 the forward loop runs in ONE call of a small C kernel (``_
 its own register-tiled recurrent GEMM, the input LN folded into the step, examples split over
 threads for the whole sequence), the backward loop in one call per range of steps (each range
 followed by its share of ``dW_hh``, so the gradient of ``W_hh h_{t-1}`` is held for one range
-only), with their sequence buffers reused across calls (``layernorm.ops.pool``). The
+only), with their sequence buffers reused across calls (``layernorm.ops.common``). The
 operators write the outputs (T, B, H) directly (h0 passed apart), and the LN-GRU saves
 ``W_hh h_{t-1}`` and the LN statistics only, recomputing its gates in the backward: a training
 step's peak memory is about torch.nn.LSTM's / GRU's. Half types (and autocast) on the CPU are
@@ -37,8 +37,8 @@ and step t only touches the ``batch_sizes[t]`` examples still running, so paddin
 This module is the public face of those operators; they live in ``layernorm.ops`` (files
 there: ``sequence`` the cells' entry points, the one choice of path among a cell's backends and
 the operators' autograd, ``lstm`` / ``gru`` each cell's C path, operators and reference loop,
-``common`` what they share, ``pool`` the buffer pool,
-``gemm`` the GEMMs, ``native`` loading and calling the C kernels).
+``common`` what they share (the buffer pool included), ``gemm`` the GEMMs, ``native`` where a
+call runs, loading and calling the C kernels).
 Equations (paper, section 3.1) and gate order: see ``ln_lstm_sequence`` and
 ``ln_gru_sequence``; the reference they are tested against is ``layernorm.recurrence``.
 """
@@ -49,7 +49,7 @@ import types
 
 from ..ops import native as _native
 from ..ops.gemm import input_linear
-from ..ops.pool import release_workspace
+from ..ops.common import release_workspace
 from ..ops.sequence import ln_gru_sequence, ln_lstm_sequence
 
 __all__ = ["ln_lstm_sequence", "ln_gru_sequence", "input_linear", "release_workspace",

@@ -5,8 +5,8 @@
     bn = layernorm.LSTM(32, 64, norm="batch", max_length=50)        # BN-LSTM baseline
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
-``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``layout.TorchLayout``; the
-input checks are ``inputs.InputChecks``) except for an LSTM or GRU on packed CPU float32 input,
+``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``base.TorchLayout``; the
+input checks are ``layernorm.checks.InputChecks``) except for an LSTM or GRU on packed CPU float32 input,
 which runs the C time loop without normalization where it runs (``ops.plain_lstm_direction``;
 2-4x faster there, equal to torch's op to float rounding). For the normalized norms
 ``_run_direction`` is the one place where a fused operator takes over one layer and direction
@@ -22,10 +22,9 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .. import ops
-from ..checks import RNNInputError, RNNTypeError, autocast_on, check_keywords, real_number
-from .base import RecurrentBase, _copy_from_torch, _no_forget_bias
-from .inputs import InputChecks
-from .layout import TorchLayout
+from ..checks import (InputChecks, RNNInputError, RNNTypeError, autocast_on, check_keywords,
+                      real_number)
+from .base import RecurrentBase, TorchLayout, _copy_from_torch, _no_forget_bias
 from ..recurrence import run_direction
 
 
@@ -36,7 +35,7 @@ from ..recurrence import run_direction
 # The fused LN-LSTM / LN-GRU recurrences are registered operators (``torch.ops.layernorm.ln_lstm``
 # / ``ln_gru``, docs/rnnfast.md) with no ONNX translation. While that exporter captures the model,
 # the operators' entries run the same equations as their reference loop of torch ops instead
-# (``layernorm.ops.dispatch``: ``Where.onnx``), which it translates op by op. Everything else
+# (``layernorm.ops.native``: ``Where.onnx``), which it translates op by op. Everything else
 # (torch.compile, a plain torch.export) keeps seeing the one registered operator. The ONNX graph
 # is the loop unrolled for the example's sequence length, as the legacy exporter's trace is.
 
@@ -66,7 +65,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         """Whether the module's configuration has fused operators (LN-LSTM / LN-GRU, BN-LSTM /
         BN-GRU without projection; norm="none" LSTM / GRU): ``use_fused``, an LSTM or GRU with
         biases (norm="none" also without). Where each then runs is the operator's choice
-        (``layernorm.ops.dispatch``)."""
+        (``layernorm.ops.native``)."""
         return self.use_fused and self.mode in ("LSTM", "GRU") and (
             self.bias or self._kind.torch_twin)
 
@@ -151,7 +150,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         T); the one length encoding, as it is, down to the kernels
         (``layernorm.recurrence.lengths``).
 
-        Each fused operator chooses once where it runs (``layernorm.ops.dispatch``) and returns
+        Each fused operator chooses once where it runs (``layernorm.ops.native``) and returns
         None where its kernels do not run; then THE loop ``run_direction`` (``_loop_direction``)
         runs the readable terms. In order: one step (T = 1) through the cells' step
         (``_step_once``, cheaper than a whole-sequence operator); norm="none" on packed input
