@@ -112,7 +112,9 @@ def test_autocast_inference_runs_bf16_products(monkeypatch, cls):
     x = torch.randn(7, 5, 20)
     with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
         out, _ = m(x)
-    assert out.dtype == torch.bfloat16 and calls == [torch.bfloat16] * 2
+    # (torch does not cast its GRU on the CPU: float32 out, from the same bfloat16 products)
+    assert out.dtype == (torch.float32 if cls == "GRU" else torch.bfloat16)
+    assert calls == [torch.bfloat16] * 2
     out64, _ = ref(x.bfloat16().double())
     torch.testing.assert_close(out.double(), out64, atol=8 * EPS, rtol=8 * EPS)
 

@@ -47,6 +47,28 @@ def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     return torch.get_autocast_dtype(x.device.type)
 
 
+_TORCH_CASTS: dict = {}  # (mode, device type, autocast dtype) -> whether torch's op is cast
+
+
+def _torch_casts(mode: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether autocast to ``dtype`` casts torch.nn.LSTM / GRU / RNN (``mode``) on ``device``:
+    asked of torch's own module once (one step of a one-unit layer) and remembered. On the CPU
+    it casts the LSTM and the RNN but not the GRU (which runs, and returns, float32); where it
+    does not, a module here returns its result in the input's dtype, as torch's does. Where
+    torch's module fails under that autocast, the answer is True (the autocast rule holds)."""
+    key = (mode, device.type, dtype)
+    found = _TORCH_CASTS.get(key)
+    if found is None:
+        module = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN": nn.RNN}[mode](1, 1, device=device)
+        try:
+            with torch.no_grad(), torch.autocast(device.type, dtype=dtype):
+                found = module(torch.zeros(1, 1, 1, device=device))[0].dtype == dtype
+        except RuntimeError:
+            found = True
+        _TORCH_CASTS[key] = found
+    return found
+
+
 def _reverse_index(lengths: torch.Tensor, T: int) -> torch.Tensor:
     """(T, B) index that reverses each example within its own length and leaves padding in place."""
     t = torch.arange(T, device=lengths.device).unsqueeze(1)           # (T, 1)
@@ -273,6 +295,15 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
         if unbatched:
             output = output.squeeze(0 if self.batch_first else 1)
             h_n = tuple(h.squeeze(1) for h in h_n)
+        dtype = _autocast_dtype(x_any)
+        if dtype is not None and not _torch_casts(self.mode, x_any.device, dtype):
+            # an autocast that torch does not apply to its module of this mode (the GRU on the
+            # CPU): the same computation, the result in the input's dtype, as torch's returns
+            data = output.data if packed else output
+            if data.dtype != x_any.dtype:
+                data = data.to(x_any.dtype)
+                output = output._replace(data=data) if packed else data
+                h_n = tuple(h.to(x_any.dtype) for h in h_n)
         return output, h_n
 
     def _paths(self, input, hx: tuple[torch.Tensor, ...], packed: bool, B: int):
