@@ -129,10 +129,12 @@ def test_the_checks_read_what_they_claim():
 # call site is a call of one of these names (or a read of ``USE_NATIVE``, or one ``lib``
 # comparison with None) anywhere in a library file, definitions not counted. (Most of these names
 # are gone: the runtime questions are asked in ``ops.native.where``, once per operator entry,
-# ``WHERE_CALLERS``. What is left: ``where`` itself (autocast, Triton, ``USE_NATIVE``); the
-# operator entries' choices from its answers (a ``lib`` test in ``cell`` and ``gemm``); the
-# Triton norms' choice (``functional``); the kernels' look-up that raises where none are loaded
-# (``common``) and their description (``build``); the ``USE_NATIVE`` switch's property
+# ``WHERE_CALLERS``. What is left: ``where`` itself (autocast, Triton, ``USE_NATIVE``) and the
+# kernels' look-up that raises where none are loaded (``native``); the operator entries' choices
+# from its answers (a ``lib`` test in ``cell`` and ``gemm``; the entries that test the answers'
+# fields, ``where.lib is None`` or ``where.c(...) is None``, are not counted by this rule); the
+# Triton norms' choice (``functional``); the kernels' description (``build``); the ``USE_NATIVE``
+# switch's property
 # (``rnn.fused``); autocast in the dtype checks (``checks``) and in the readable loop's output
 # dtype (``rnn.modules``).)
 PATH_PREDICATES = {"eager", "eager_mode", "native_lib", "applies_rnn", "applies_norm",
@@ -143,7 +145,7 @@ PATH_PREDICATES = {"eager", "eager_mode", "native_lib", "applies_rnn", "applies_
 # call sites per library file (path under src -> count)
 PREDICATE_SITES = {
     "layernorm/checks.py": 2, "layernorm/functional.py": 2, "layernorm/ops/build.py": 1,
-    "layernorm/ops/cell.py": 2, "layernorm/ops/common.py": 1, "layernorm/ops/native.py": 4,
+    "layernorm/ops/cell.py": 2, "layernorm/ops/native.py": 5,
     "layernorm/ops/gemm.py": 1, "layernorm/rnn/fused.py": 2, "layernorm/rnn/modules.py": 1,
 }
 # the operator entries that ask ``native.where`` (once each): file -> the functions that call it

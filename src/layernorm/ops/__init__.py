@@ -16,7 +16,7 @@ Files, read downward (each call goes one way): ``sequence`` (the LN cells' entri
 operators' autograd; and ``ln_inference``, a module layer's forward without a graph, which calls
 ``inference``, the kernels with W_x x_t inside the loop) -> ``lstm`` / ``gru`` (each cell's
 backends: C calls, operators and reference loop; and its plain form, norm="none") -> ``common``
-(shared checks, dtypes, input LN, the buffer pool, the kernels' look-up and backward ranges);
+(shared checks, dtypes, input LN, the buffer pool, the kernels' backward ranges);
 ``bn`` (the BN cells), ``cell`` (the one-step C path), ``gemm`` (packed weights and the input
 GEMM), ``native`` (the runtime questions every entry asks, ``where``; loading the C kernels,
 their structs, one call).

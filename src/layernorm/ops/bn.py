@@ -177,7 +177,7 @@ class _BNLSTM(torch.autograd.Function):
     def forward(ctx, xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x, mean_h,
                 var_h, mean_c, var_c, mean_x, var_x, batch_sizes, flags, eps, h_mask=None,
                 zone_h=None, zone_c=None):
-        lib = common.c_kernels(WHO, xg)
+        lib = native.loaded(WHO)
         xg = xg.contiguous()
         T, B, G = xg.shape
         H = G // 4
@@ -224,7 +224,7 @@ class _BNLSTM(torch.autograd.Function):
         xg, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, _ = inputs
         T, B, G = xg.shape
         H = G // 4
-        lib = common.c_kernels(WHO, xg)
+        lib = native.loaded(WHO)
         dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
         dh, dc = (gr.detach().clone(memory_format=torch.contiguous_format)
                   for gr in (grad_hn, grad_cn))
@@ -281,7 +281,7 @@ class _BNGRU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xg, h0, w_hh, gain_h, bias_h, gain_x, bias_x, mean_h, var_h, mean_x, var_x,
                 batch_sizes, flags, eps, h_mask=None, zone_h=None):
-        lib = common.c_kernels(WHO, xg)
+        lib = native.loaded(WHO)
         xg = xg.contiguous()
         T, B, G = xg.shape
         H = G // 3
@@ -319,7 +319,7 @@ class _BNGRU(torch.autograd.Function):
             return (*found, *(None,) * 9)
         xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
         T, B, G = xg.shape
-        lib = common.c_kernels(WHO, xg)
+        lib = native.loaded(WHO)
         dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
         dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
         dparams = torch.zeros(4 * G, dtype=torch.float64)

@@ -8,7 +8,7 @@ operators' autograd ``sequence``'s).
   layout, and the cache of packed weights they share.)
 * Checks: argument checks, the compute dtype (half types and autocast), the recurrent
   regularizers' masks, and the input LN when it runs outside the kernel.
-* The C kernels' side of an operator: their look-up (``c_kernels``), the empty saved buffers
+* The C kernels' side of an operator: the empty saved buffers
   without ``save``, the backward in ranges of steps with dW_hh accumulated (``native_backward``)
   and the fake tensors of the saved buffers.
 
@@ -300,26 +300,11 @@ def input_ln(who: str, xg, gain_x, bias_x, groups: tuple[int, ...], eps: float, 
     return xg, None, None
 
 
-NO_KERNELS = ("the C kernels are not available in this process (the operator was traced or "
-              "exported where they were); run the module eagerly, where it falls back to the "
-              "reference loop, or build the kernels here (docs/rnnfast.md)")
-
-
 def autocast_off(device: str):
     """A context with autocast off on ``device`` (the C kernels' calls read float32 tensors): a
     no-op context where autocast is not on (entering torch.autocast costs ~3 us, twice a layer)."""
     return torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) \
         else contextlib.nullcontext()
-
-
-def c_kernels(who: str, xw: torch.Tensor):
-    """The C kernels for an operator's body (forward or backward) on ``xw``: run because its entry
-    chose them (``native.where``), or a clear error where this process has none (a graph
-    traced where they were)."""
-    lib = native.load()
-    if lib is None:
-        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
-    return lib
 
 
 def saved_or_empty(saved, xw: torch.Tensor, n_buffers: int) -> list:

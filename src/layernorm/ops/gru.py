@@ -70,7 +70,7 @@ def _gru_body(xw, h0, w_hh, gain_h, bias_h, gain_u, bias_u, gain_x, bias_x, h_ma
     """-> out (T, B, H), h_n (B, H), the saved hg_all, stats (empty without ``save``). Rows
     sorted by decreasing length; ``h_mask``, ``zone_h``: the recurrent regularizers or None;
     ``bf16``: as ``ln_lstm``'s (the recurrent products in bfloat16 where the CPU has them)."""
-    lib = common.c_kernels("ln_gru", xw)
+    lib = native.loaded("ln_gru")
     with common.autocast_off(xw.device.type):
         out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
                                           bias_u, gain_x, bias_x, h_mask, zone_h, batch_sizes,
@@ -97,7 +97,7 @@ def _gru_backward_body(grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_u, 
     gain_u, bias_u (H each), gain_x, bias_x (3H each, with gain_x)]."""
     args = (grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, gain_h, bias_h, gain_u,
             bias_u, gain_x, bias_x, out, hg_all, stats, batch_sizes, h_mask, zone_h)
-    lib = common.c_kernels("ln_gru_backward", xw)
+    lib = native.loaded("ln_gru_backward")
     with common.autocast_off(xw.device.type):
         return _backward_native(lib, *args, bf16=bf16)
 
@@ -174,7 +174,7 @@ class _PlainGRU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xw, h0, w_hh, bias_u, batch_sizes, save):
-        lib = common.c_kernels("plain_gru_sequence", xw)
+        lib = native.loaded("plain_gru_sequence")
         out, h_n, saved = _forward_native(lib, xw.contiguous(), h0, w_hh, None, None, None,
                                           bias_u, None, None, None, None, batch_sizes, 0.0, save)
         ctx.save_for_backward(xw, h0, w_hh, bias_u, batch_sizes, out, *(saved or ()))
@@ -192,7 +192,7 @@ class _PlainGRU(torch.autograd.Function):
         if not saved:
             raise RuntimeError("plain_gru_sequence was called without autograd, so it kept "
                                "nothing for the backward; call it with gradients enabled.")
-        lib = common.c_kernels("plain_gru_sequence", xw)
+        lib = native.loaded("plain_gru_sequence")
         H = h0.shape[-1]
         dxw, dh0, dw_hh, dparams = _backward_native(
             lib, grad_out.contiguous(), grad_hn, xw.contiguous(), h0, w_hh, None, None, None,

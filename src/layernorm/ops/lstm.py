@@ -86,7 +86,7 @@ def _lstm_body(xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_x, bias_x,
     (a bfloat16 module, or autocast to bfloat16; the tensors here are float32): the recurrent
     products of the forward and the backward run on the CPU's bfloat16 dot products where it has
     them (``gemm.recurrent_panels``), dW_hh as bfloat16 GEMMs (``gemm.WeightGrad``)."""
-    lib = common.c_kernels("ln_lstm", xw)
+    lib = native.loaded("ln_lstm")
     with common.autocast_off(xw.device.type):
         out, h_n, c_n, saved = _forward_native(lib, xw.contiguous(), h0, c0, w_hh, gain_h, bias_h,
                                                gain_c, bias_c, gain_x, bias_x, h_mask, zone_h,
@@ -116,7 +116,7 @@ def _lstm_backward_body(grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain_c
     as the forward's, for the recurrent product dhg_t W_hh."""
     args = (grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, gain_h, gain_c,
             gain_x, out, cs, hg_all, act_all, tc_all, stats, batch_sizes, h_mask, zone_h, zone_c)
-    lib = common.c_kernels("ln_lstm_backward", xw)
+    lib = native.loaded("ln_lstm_backward")
     with common.autocast_off(xw.device.type):
         return _backward_native(lib, *args, bf16=bf16)
 
@@ -193,7 +193,7 @@ class _PlainLSTM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xw, h0, c0, w_hh, batch_sizes, save):
-        lib = common.c_kernels("plain_lstm_sequence", xw)
+        lib = native.loaded("plain_lstm_sequence")
         out, h_n, c_n, saved = _forward_native(
             lib, xw.contiguous(), h0, c0, w_hh, None, None, None, None, None, None, None, None,
             None, batch_sizes, 0.0, save)
@@ -212,7 +212,7 @@ class _PlainLSTM(torch.autograd.Function):
         if not saved:
             raise RuntimeError("plain_lstm_sequence was called without autograd, so it kept "
                                "nothing for the backward; call it with gradients enabled.")
-        lib = common.c_kernels("plain_lstm_sequence", xw)
+        lib = native.loaded("plain_lstm_sequence")
         dxw, dh0, dc0, dw_hh, _ = _backward_native(
             lib, grad_out.contiguous(), grad_hn, grad_cn, xw.contiguous(), h0, w_hh, None, None,
             None, out, *saved, batch_sizes)

@@ -252,6 +252,21 @@ def load():
     return _LIBRARY.get(timeout=COMPILE_TIMEOUT)
 
 
+NO_KERNELS = ("the C kernels are not available in this process (the operator was traced or "
+              "exported where they were); run the module eagerly, where it falls back to the "
+              "reference loop, or build the kernels here (docs/rnnfast.md)")
+
+
+def loaded(who: str):
+    """The C kernels for an operator's body (forward or backward), run because its entry chose
+    them (``where``), or a clear error where this process has none (a graph traced or exported
+    where they were)."""
+    lib = load()
+    if lib is None:
+        raise RuntimeError(f"layernorm::{who}: {NO_KERNELS}.")
+    return lib
+
+
 _SIMD = {32: "AVX-512, 16-float vectors", 16: "AVX / AVX2, 8-float vectors",
          8: "128-bit vectors (SSE / NEON)"}
 
