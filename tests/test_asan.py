@@ -165,13 +165,14 @@ def _exercise() -> None:
                     with torch.no_grad():
                         m(packed)
         # inference with the input GEMM inside the time loop, padded and packed (sorted lengths)
-        x = torch.randn(13, 9, I)
-        sizes = (torch.tensor([13, 13, 12, 11, 9, 7, 4, 2, 1]).unsqueeze(0)
-                 > torch.arange(13).unsqueeze(1)).sum(1)
+        # (18 rows on 2 threads: each thread its rows; 3 rows: the threads split the columns)
+        x = torch.randn(13, 18, I)
+        sizes = 2 * (torch.tensor([13, 13, 12, 11, 9, 7, 4, 2, 1]).unsqueeze(0)
+                     > torch.arange(13).unsqueeze(1)).sum(1)
         for G, infer in ((4, inference.ln_lstm_inference), (3, inference.ln_gru_inference)):
             w_ih, w_hh = torch.randn(G * H, I), torch.randn(G * H, H)
             g, b = torch.ones(G * H), torch.zeros(G * H)
-            states = [torch.zeros(9, H)] * (2 if G == 4 else 1)
+            states = [torch.zeros(18, H)] * (2 if G == 4 else 1)
             n = 4 * H if G == 4 else 2 * H
             for batch_sizes in (None, sizes):
                 infer(x, *states, w_ih, w_hh, g, b, g[:n], b[:n], g[:H], b[:H],
@@ -189,7 +190,8 @@ def _exercise() -> None:
                                                            recurrent_dropout=0.3, zoneout=0.2)
                 m = m.bfloat16().train()
                 out, _ = m(pack_padded_sequence(x.bfloat16(), sizes.new_tensor(
-                    [13, 13, 12, 11, 9, 7, 4, 2, 1]), enforce_sorted=True))
+                    [13, 13, 13, 13, 12, 12, 11, 11, 9, 9, 7, 7, 4, 4, 2, 2, 1, 1]),
+                    enforce_sorted=True))
                 out.data.float().square().sum().backward()
         from layernorm.ops.gemm import _panels_bf16
         width = native.load().panel_width()

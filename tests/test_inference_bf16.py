@@ -65,17 +65,17 @@ def _modules(cls, I, H):
 
 @needs_bf16
 @pytest.mark.parametrize("cls", ["LSTM", "GRU"])
-@pytest.mark.parametrize("threads,B", [(1, 10), (2, 10), (2, 3)])
+@pytest.mark.parametrize("threads,B", [(1, 10), (2, 20), (2, 3)])
 def test_bf16_module_inference_within_the_dtypes_tolerance(monkeypatch, cls, threads, B):
     """A bfloat16 module under inference_mode runs the bfloat16 inference kernels (padded and
-    packed input, one and two threads: their rows, or at B = 3 their columns) and returns
-    bfloat16 within today's half-type tolerance (8 eps) of the float64 module on the same
-    bfloat16 values."""
+    packed input, one and two threads: their rows (8 or more a thread), or at B = 3 their
+    columns) and returns bfloat16 within today's half-type tolerance (8 eps) of the float64
+    module on the same bfloat16 values."""
     calls = _spy(monkeypatch)
     m = _modules(cls, 33, 40).bfloat16()
     ref = copy.deepcopy(m).double()
     x = torch.randn(9, B, 33).bfloat16()
-    lens = torch.tensor([9, 3, 9, 1, 5, 9, 2, 7, 8, 4])[:B]
+    lens = torch.tensor([9, 3, 9, 1, 5, 9, 2, 7, 8, 4] * 2)[:B]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

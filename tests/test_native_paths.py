@@ -288,11 +288,13 @@ def _inference_case(kind, T, B, I, H, packed):
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 # (threads, T, B, I, H): one thread takes the input products of 64 / B steps at once (here 4
-# steps of 1 row; 7 + 2 steps of 10 rows), two threads one step of their block's rows at a time;
-# a batch of fewer than 4 rows a thread splits the columns (forward_seq_cols: 2 threads at B = 1,
-# and at B = 5 over two chunks of 13 steps' input products; 3 threads over 3 panels at B = 3)
+# steps of 1 row; 7 + 2 steps of 10 rows), two threads one step of their block's rows at a time
+# (10 rows each); a batch of fewer than 8 rows a thread splits the columns (forward_seq_cols: 2
+# threads at B = 1, and at B = 5 over two chunks of 13 steps' input products, and at B = 10; 3
+# threads over 3 panels at B = 3)
 @pytest.mark.parametrize("threads,T,B,I,H", [(1, 4, 1, 7, 16), (1, 9, 10, 33, 40),
-                                             (2, 5, 10, 33, 40), (2, 6, 1, 7, 40),
+                                             (2, 9, 20, 33, 40), (2, 5, 10, 33, 40),
+                                             (2, 6, 1, 7, 40),
                                              (2, 20, 5, 33, 40), (3, 7, 3, 9, 24)])
 def test_inference_kernels_match_float64_and_the_sequence_kernel(kind, packed, threads, T, B, I,
                                                                   H):

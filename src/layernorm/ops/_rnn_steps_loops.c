@@ -63,8 +63,10 @@ static void gemm_rows_as(int M, int K, const float *a, long lda, const float *ma
 }
 
 /* The forward from x (the inference kernels) with the threads splitting the columns instead of
- * the rows: for a batch too small to give each thread rows of its own (fewer than 4 a thread),
- * whose recurrent product is bound by reading the weights. Each thread computes its share of
+ * the rows: for a batch too small to give each thread rows of its own (fewer than 8 a thread),
+ * whose recurrent product is bound by reading the weights (measured on 2 threads at batch 8,
+ * T 100, I 128, interleaved with rows of 4 a thread: 0.73-0.84x the rows' time at H 512,
+ * 0.88-1.06x at H 256 (noise); from 6 rows a thread on, no difference). Each thread computes its share of
  * the column panels of W_hh h_{t-1} and of W_x x_t for every row into shared buffers, so its
  * part of the weights stays in its core's cache from step to step instead of every thread
  * reading all of them; then, after a barrier, the threads run the rows (thread_share's blocks) and
@@ -138,7 +140,7 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
-    if (in.x && !h_mask && nthreads > 1 && B > 0 && B < 4 * nthreads && npanels >= nthreads)
+    if (in.x && !h_mask && nthreads > 1 && B > 0 && B < 8 * nthreads && npanels >= nthreads)
         return forward_seq_cols(T, B, H, G, nthreads, batch_sizes, wp, wpb, in, h0, out, scratch,
                                 row, cell);
     if (in.x && nthreads > B / 4) nthreads = B / 4 > 1 ? B / 4 : 1;  /* rows: 4 a thread */
