@@ -128,7 +128,8 @@ int gru_forward_seq(const struct gru *R) {
     if (R->wxpb && !R->x) return -3;
     const struct input_term in = {R->xw, R->x, R->wxp, R->I, R->wxpb};
     return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->wpb, in,
-                       R->h0, R->out, (size_t)4 * R->H, R->h_mask, gru_forward_row, R);
+                       R->h0, R->out, R->hg_all, (size_t)4 * R->H, R->h_mask, gru_forward_row,
+                       R);
 }
 
 /* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */

@@ -131,7 +131,8 @@ int lstm_forward_seq(const struct lstm *L) {
     if (L->wxpb && !L->x) return -3;
     const struct input_term in = {L->xw, L->x, L->wxp, L->I, L->wxpb};
     return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->wpb, in,
-                       L->h0, L->out, lstm_scratch(L), L->h_mask, lstm_forward_row, L);
+                       L->h0, L->out, L->cs ? L->hg_all : NULL, lstm_scratch(L), L->h_mask,
+                       lstm_forward_row, L);
 }
 
 /* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */

@@ -135,8 +135,8 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
  * input) products read h_{t-1} (x_t) rounded to bfloat16, on the bfloat16 dot products. */
 static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
                        const float *wp, const bf16_t *wpb, struct input_term in, const float *h0,
-                       const float *out, size_t scratch, const float *h_mask, forward_row row,
-                       const void *cell) {
+                       const float *out, float *keep, size_t scratch, const float *h_mask,
+                       forward_row row, const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
@@ -173,14 +173,17 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
         const int e = bs < r1 ? bs : r1;
         if (e <= r0) break;  /* rows are sorted by decreasing length: this block is done */
         const float *hp = prev_h(h0, out, t, B, H, r0);
+        /* W_hh h_{t-1}: into the cell's saved rows (keep) where G is whole panels, so the row
+         * does not copy it there (4 G bytes a row), else into the thread's buffer */
+        float *hgt = keep && Gp == G ? keep + ((long)t * B + r0) * G : hg;
         if (h_mask && !wpb) {
             float *hm = hg + (size_t)(r1 - r0) * Gp + scratch;
             const float *m = h_mask + (long)r0 * H;
             for (long k = 0; k < (long)(e - r0) * H; k++) hm[k] = hp[k] * m[k];
-            gemm_rows(e - r0, H, hm, H, wp, npanels, hg, Gp);
+            gemm_rows(e - r0, H, hm, H, wp, npanels, hgt, Gp);
         } else {  /* (bfloat16: the mask applied while rounding) */
             gemm_rows_as(e - r0, H, hp, H, h_mask ? h_mask + (long)r0 * H : NULL, H, wp, wpb, hb,
-                         npanels, hg, Gp);
+                         npanels, hgt, Gp);
         }
         const float *xt = xg + (size_t)(t % chunk) * (r1 - r0) * Gp;
         long ldx = Gp;
@@ -197,7 +200,7 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batc
             ldx = G;
         }
         for (int b = r0; b < e; b++)
-            row(cell, (long)t * B + b, b, hg + (long)(b - r0) * Gp, xt + (b - r0) * ldx,
+            row(cell, (long)t * B + b, b, hgt + (long)(b - r0) * Gp, xt + (b - r0) * ldx,
                 hp + (long)(b - r0) * H, hg + (size_t)(r1 - r0) * Gp);
     }
     free(hg);
@@ -257,8 +260,12 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const
             row(cell, (long)t * B + b, b, d + (long)(b - r0) * G, direct + (long)(b - r0) * H,
                 rest, part);
         for (int j = 0; j < nacc; j++) acc[j] += part[j];
-        gemm_rows_as(e - r0, G, d, G, NULL, 0, wtp, wtpb, db, npanels, work, Hp);
-        for (int b = r0; b < e; b++) {
+        /* dh_{t-1} = dhg_t W_hh: straight into dh where nothing is added to it and H is whole
+         * panels (the rows above read dh_t first), else through work */
+        const int into_dh = !h_mask && !has_direct && Hp == H;
+        gemm_rows_as(e - r0, G, d, G, NULL, 0, wtp, wtpb, db, npanels,
+                     into_dh ? dh + (long)r0 * H : work, Hp);
+        for (int b = r0; b < e && !into_dh; b++) {
             const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
             float *dhb = dh + (long)b * H;
             if (h_mask) {
