@@ -12,14 +12,14 @@ does not run. ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``: one 
 (``plain_runs``: whether it does, which a stack asks before laying out a packed batch).
 Each entry asks the runtime questions once (``native.where``) and chooses its path there.
 
-Files, read downward (each call goes one way): ``sequence`` (the LN cells' entries and checks, the one choice of path, the
-operators' autograd; and ``ln_inference``, a module layer's forward without a graph, which calls
-``inference``, the kernels with W_x x_t inside the loop) -> ``lstm`` / ``gru`` (each cell's
-backends: C calls, operators and reference loop; and its plain form, norm="none") -> ``common``
-(shared checks, dtypes, input LN, the buffer pool, the kernels' backward ranges);
-``bn`` (the BN cells), ``cell`` (the one-step C path), ``gemm`` (packed weights and the input
-GEMM), ``native`` (the runtime questions every entry asks, ``where``; loading the C kernels,
-their structs, one call).
+Files, read downward (each call goes one way): ``sequence`` (the LN cells' entries and checks,
+the one choice of path, the operators' autograd; and ``ln_inference``, a module layer's forward
+without a graph, which calls ``inference``, the kernels with W_x x_t inside the loop) -> ``lstm``
+/ ``gru`` (each cell's backends: C calls, operators and reference loop; and its plain form,
+norm="none") -> ``common`` (shared checks, dtypes, input LN, the buffer pool, the kernels'
+backward ranges); ``bn`` (the BN cells), ``cell`` (the one-step C path), ``gemm`` (packed weights
+and the input GEMM), ``native`` (the runtime questions every entry asks, ``where``; loading the C
+kernels, their structs, one call).
 The readable reference they are tested against is ``layernorm.recurrence``.
 """
 from .bn import PARAMS as BN_PARAMS, bn_direction

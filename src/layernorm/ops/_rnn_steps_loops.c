@@ -66,13 +66,13 @@ static void gemm_rows_as(int M, int K, const float *a, long lda, const float *ma
  * the rows: for a batch too small to give each thread rows of its own (fewer than 8 a thread),
  * whose recurrent product is bound by reading the weights (measured on 2 threads at batch 8,
  * T 100, I 128, interleaved with rows of 4 a thread: 0.73-0.84x the rows' time at H 512,
- * 0.88-1.06x at H 256 (noise); from 6 rows a thread on, no difference). Each thread computes its share of
- * the column panels of W_hh h_{t-1} and of W_x x_t for every row into shared buffers, so its
- * part of the weights stays in its core's cache from step to step instead of every thread
- * reading all of them; then, after a barrier, the threads run the rows (thread_share's blocks) and
- * meet again before the next step reads h_t. The same products (each element's sum as in
- * gemm_rows) and the same rows as forward_seq. Everything is allocated before the threads
- * start, so that every thread meets every barrier. */
+ * 0.88-1.06x at H 256 (noise); from 6 rows a thread on, no difference). Each thread computes
+ * its share of the column panels of W_hh h_{t-1} and of W_x x_t for every row into shared
+ * buffers, so its part of the weights stays in its core's cache from step to step instead of
+ * every thread reading all of them; then, after a barrier, the threads run the rows
+ * (thread_share's blocks) and meet again before the next step reads h_t. The same products
+ * (each element's sum as in gemm_rows) and the same rows as forward_seq. Everything is
+ * allocated before the threads start, so that every thread meets every barrier. */
 static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
                             const float *wp, const bf16_t *wpb, struct input_term in,
                             const float *h0, const float *out, size_t scratch, forward_row row,

@@ -6,11 +6,11 @@
     same = layernorm.LSTM.from_torch(torch.nn.LSTM(32, 64), norm="none")   # == the torch module
 
 ``norm="none"`` calls torch's own fused op (``_torch_forward``, in ``base.TorchLayout``; the
-input checks are ``layernorm.checks.InputChecks``) except for an LSTM or GRU on packed CPU float32 input,
-which runs the C time loop without normalization where it runs (``ops.plain_lstm_direction``;
-2-4x faster there, equal to torch's op to float rounding). For the normalized norms
-``_run_direction`` is the one place where a fused operator takes over one layer and direction
-(its docstring); else ``_loop_direction`` runs the reference loop
+input checks are ``layernorm.checks.InputChecks``) except for an LSTM or GRU on packed CPU
+float32 input, which runs the C time loop without normalization where it runs
+(``ops.plain_lstm_direction``; 2-4x faster there, equal to torch's op to float rounding). For
+the normalized norms ``_run_direction`` is the one place where a fused operator takes over one
+layer and direction (its docstring); else ``_loop_direction`` runs the reference loop
 ``layernorm.recurrence.run_direction`` (proj_size, torch.jit.trace).
 """
 from __future__ import annotations
