@@ -126,7 +126,7 @@ def test_bf16_training_without_the_bf16_products(monkeypatch, request, cls, with
     if without == "bf16-dot":
         assert request.getfixturevalue("avx2_kernels").bf16_dot() == 0
     else:
-        monkeypatch.setitem(gemm._HALF_GEMM, torch.bfloat16, False)
+        monkeypatch.setitem(native._HALF_GEMM, torch.bfloat16, False)
     calls = _spy(monkeypatch)
     made = []
     real = gemm.WeightGrad.__init__
@@ -168,7 +168,7 @@ def test_weight_grad_sums_ranges(monkeypatch, request, N, K, half, build, thread
     padded; the native and the AVX2 build; one thread, or two splitting the panels), or as
     bfloat16 products (float32 within bfloat16's rounding of each range's product and of its
     inputs)."""
-    monkeypatch.setitem(gemm._HALF_GEMM, torch.bfloat16, True)
+    monkeypatch.setitem(native._HALF_GEMM, torch.bfloat16, True)
     monkeypatch.setattr(gemm, "_WEIGHT_GRAD_ROWS", 8)  # the 33-row range in 5 products
     lib = native.load() if build == "native" else request.getfixturevalue("avx2_kernels")
     ranges = [(torch.randn(m, N), torch.randn(m, K)) for m in (5, 0, 33, 1)]

@@ -180,7 +180,7 @@ def test_half_cells_step_in_float32_and_round_once(monkeypatch, mode, dtype):
     """Without native half GEMMs a half-type cell of 2+ rows runs the float32 C step (the
     conversions differentiable) and rounds its states once: the float32 cell's values to the
     dtype's precision, gradients in the parameters' dtype."""
-    if ops.gemm.half_gemm_native(dtype):
+    if ops.native.half_gemm_native(dtype):
         pytest.skip("this CPU has native half GEMMs: the half-type ops run")
     cell = _cell(mode, 5, 7, dtype=torch.float32)
     x, state = torch.randn(3, 5), _state(mode, 3, 7, dtype=torch.float32)

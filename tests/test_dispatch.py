@@ -456,7 +456,7 @@ CELL_TABLE = [
 def test_cell_step_choice(cls, norm, condition, dtype, B, bias, expected, monkeypatch):
     cell = cls(4, 5, norm=norm, bias=bias, dtype=dtype)
     if expected == "C*":
-        expected = "step" if gemm.half_gemm_native(dtype) else "C"
+        expected = "step" if native.half_gemm_native(dtype) else "C"
     if expected == "C" and cell.mode == "RNN":
         expected = "step"
     if norm == "none":        # torch's own cell op, under autocast too (as torch.nn's cells)

@@ -15,7 +15,20 @@ import time
 import warnings
 from pathlib import Path
 
+from .. import _native_build
 from . import native
+
+
+_SIMD = {32: "AVX-512, 16-float vectors", 16: "AVX / AVX2, 8-float vectors",
+         8: "128-bit vectors (SSE / NEON)"}
+
+
+def simd_name(lib) -> str:
+    """The vectors the loaded kernels' GEMM and loops were compiled for (from their panel width,
+    two vectors) and the build (``LAYERNORM_NATIVE_ISA``)."""
+    width = lib.panel_width()
+    return (f"{_SIMD.get(width, f'{width // 2}-float vectors')} "
+            f"(-march=native{'' if _native_build.isa() == 'native' else ' -mno-avx512f'})")
 
 
 def describe() -> str:
@@ -28,7 +41,7 @@ def describe() -> str:
         return "C kernels: unavailable (torch ops)"
     half = ("bf16 products on AVX512-BF16 dot products" if lib.bf16_dot()
             else "bf16 products in float32")
-    return f"C kernels: {native.simd_name(lib)}, {half}"
+    return f"C kernels: {simd_name(lib)}, {half}"
 
 
 def build_seconds() -> float | None:
@@ -46,4 +59,4 @@ def build_seconds() -> float | None:
         return time.perf_counter() - t0
 
 
-__all__ = ["describe", "build_seconds"]
+__all__ = ["describe", "build_seconds", "simd_name"]

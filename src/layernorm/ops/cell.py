@@ -18,7 +18,7 @@ enters the recurrent product (W_hh (h * h_mask)); ``zone_h`` / ``zone_c`` (B, H)
 step (h_1 = z h_0 + (1 - z) h~_1), run in the C step. The masks get no gradient.
 
 The cells' entries ``lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell`` choose, once per
-call (``native.where``): the C step where it applies (``_lib``); elsewhere (other dtypes and
+call (``native.where``, ``Where.cell``): the C step where it applies; elsewhere (other dtypes and
 devices, TorchScript, tracing, torch.compile, dispatch or function modes and tensor subclasses,
 torch.func transforms, forward-mode AD, no bias) the torch-ops step, which computes the same
 function; under autocast None, and the cell runs its readable step (autocast's casts), except
@@ -34,23 +34,9 @@ from torch import Tensor
 from .. import recurrence
 from ..functional import HALF_DTYPES as _HALF
 from . import common, native
-from .gemm import half_gemm_native
 from .native import GRUArgs, LSTMArgs
 
 _byref = ctypes.byref
-
-
-def _lib(where: native.Where, x: Tensor):
-    """The C kernels for a step on ``x`` given the call's answers ``where``: float32, or a half
-    type on a CPU without native half GEMMs from 2 rows up, else None."""
-    if x.dtype in _HALF:
-        # float32 converts the weights at every step (~25 us for 64K values): measured faster
-        # than the half-type torch ops from 2 rows up (bfloat16, I 64, H 128, 1 thread: 0.87x at
-        # B = 2, 0.47x at B = 8), slower for one row, which keeps the torch ops
-        if half_gemm_native(x.dtype) or x.shape[0] < 2:
-            return None
-        return where.c(x, dtypes=_HALF)
-    return where.c(x)
 
 
 def _run(status: int, who: str) -> None:
@@ -236,7 +222,7 @@ class _LSTMStep(torch.autograd.Function):
     gradient (one argument: ``apply`` costs per argument)."""
 
     # forward(ctx, ...) rather than setup_context: apply() then skips binding the signature;
-    # torch.func transforms take the torch-ops step (``_lib``).
+    # torch.func transforms take the torch-ops step (``native.Where.cell``).
     @staticmethod
     def forward(ctx, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, how):
         eps, lib, h_mask, zone_h, zone_c = ctx.how = how
@@ -277,7 +263,7 @@ class _LSTMStep(torch.autograd.Function):
 def lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps, *,
               h_mask=None, zone_h=None, zone_c=None):
     """``recurrence.ln_lstm_step`` (and the zoneout after it) as one C step (CPU tensors of one
-    dtype, ``_lib``'s; biases present). ``h_mask`` (B, H): recurrent dropout, W_hh (h *
+    dtype, ``native.Where.cell``'s; biases present). ``h_mask`` (B, H): recurrent dropout, W_hh (h *
     h_mask); ``zone_h``, ``zone_c`` (B, H): zoneout of this step; None: off."""
     if x.dtype in _HALF:                     # in float32 (GEMMs and all), rounded once
         return _step_in_float32(lstm_step, x.dtype, lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh,
@@ -411,28 +397,30 @@ def _step_in_float32(step, dtype, lib, *args, **masks):
 # ---- the cells' entries: the choice of one step's path, once per call ------------------------
 
 def lstm_cell(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps):
-    """One LN-LSTM step (x (B, I), B >= 1): the C step where it applies, else
+    """One LN-LSTM step (x (B, I), B >= 1): the C step where it applies (``Where.cell``), else
     ``recurrence.ln_lstm_step``; None under autocast. -> (h_1, c_1)."""
     where = native.where(x)
-    if where.autocast is not None:
-        return None
-    lib = None if b_ih is None else _lib(where, x)
-    if lib is not None:
-        return lstm_step(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps)
-    return recurrence.ln_lstm_step(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps)
+    path = where.cell(x, affine=b_ih is not None)
+    if path == "c":
+        return lstm_step(where.lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, eps)
+    if path == "reference":
+        return recurrence.ln_lstm_step(x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c,
+                                       eps)
+    return None
 
 
 def gru_cell(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask=None, parts=None):
     """One LN-GRU step (``h_mask``: recurrent dropout on W_hh h only): the C step where it
-    applies, else ``recurrence.ln_gru_step`` (without autograd and ``h_mask``, from ``parts()``,
-    the affine parts the cell keeps, where given); None under autocast. -> h_1."""
+    applies (``Where.cell``), else ``recurrence.ln_gru_step`` (without autograd and ``h_mask``,
+    from ``parts()``, the affine parts the cell keeps, where given); None under autocast.
+    -> h_1."""
     where = native.where(x)
-    if where.autocast is not None:
-        return None
-    lib = None if b_ih is None else _lib(where, x)
-    if lib is not None:
+    path = where.cell(x, affine=b_ih is not None)
+    if path == "c":
         masks = {} if h_mask is None else {"h_mask": h_mask}
-        return gru_step(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, **masks)
+        return gru_step(where.lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, **masks)
+    if path != "reference":
+        return None
     if parts is not None and h_mask is None and not torch.is_grad_enabled():
         return recurrence.ln_gru_step_parts(x, h, w_ih, w_hh, parts(), eps)
     return recurrence.ln_gru_step(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask)
@@ -440,7 +428,7 @@ def gru_cell(x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, h_mask=None, parts=N
 
 def rnn_cell(x, h, w_ih, w_hh, gain, bias, eps, nonlinearity):
     """One LN-RNN step (eq. 4) in few torch ops; None under autocast. -> h_1."""
-    if native.where(x).autocast is not None:
+    if native.where(x).cell(x) is None:
         return None
     return recurrence.ln_rnn_step(x, h, w_ih, w_hh, gain, bias, eps, nonlinearity)
 

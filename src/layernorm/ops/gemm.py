@@ -1,7 +1,6 @@
 """The GEMMs of the recurrent operators: the input term of all steps (``input_linear``: the C
 kernels' GEMM on torch's threads, oneDNN's packed linear, or ``F.linear``), the C kernels' panel
-layout of a weight (``_panels``), the cache of packed weights they share, and whether this CPU
-has native half-type GEMMs."""
+layout of a weight (``_panels``) and the cache of packed weights they share."""
 from __future__ import annotations
 
 import ctypes
@@ -10,6 +9,7 @@ import weakref
 import torch
 
 from . import native
+from .native import half_gemm_native
 
 _PACKED_OK: bool | None = None  # whether oneDNN's packed linear works here (checked once)
 
@@ -155,23 +155,6 @@ def recurrent_panels(lib, w_hh: torch.Tensor, bf16: bool, transposed: bool = Fal
     return {"wtp" if transposed else "wp": _panels(w_hh, lib.panel_width(), transposed)}
 
 
-_HALF_GEMM: dict[torch.dtype, bool] = {}  # whether oneDNN has a native GEMM for a half type here
-
-
-def half_gemm_native(dtype: torch.dtype) -> bool:
-    """This CPU runs ``dtype`` (bfloat16 / float16) GEMMs natively (AVX512-BF16 / AMX /
-    AVX512-FP16, as oneDNN reports). Without, torch emulates them, ~9x slower than float32
-    (measured: (3200, 128) x (128, 1024) in bfloat16 on an AVX2 CPU)."""
-    if dtype not in _HALF_GEMM:
-        check = {torch.bfloat16: "_is_mkldnn_bf16_supported",
-                 torch.float16: "_is_mkldnn_fp16_supported"}[dtype]
-        try:
-            _HALF_GEMM[dtype] = bool(getattr(torch.ops.mkldnn, check)())
-        except (AttributeError, RuntimeError):
-            _HALF_GEMM[dtype] = False
-    return _HALF_GEMM[dtype]
-
-
 # products below this many multiply-adds run on one thread: splitting them costs more than the
 # fork of the threads (a few microseconds) saves
 _THREADED_MIN_MADDS = 2 ** 20
@@ -253,24 +236,26 @@ def input_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     in float32 and rounded to the half type once: the dtype torch's rules give (autocast's for
     linear), the accuracy of a float32 accumulation, and the speed of a float32 GEMM."""
     where = native.where(x, w)                # asked once, here
-    if not where.eager:
+    return _LINEAR[where.linear(x, w)](x, w, where)
+
+
+def _linear_in_float32(x, w, where):
+    with torch.autocast(x.device.type, enabled=False):
+        return input_linear(x.float(), w.float()).to(where.dtype(x))
+
+
+def _linear_packed(x, w, where):
+    packed = _packed_weight(w, x.shape[0] * x.shape[1])
+    if packed is None:      # (too small a product, or oneDNN's packed linear not working here)
         return torch.nn.functional.linear(x, w)
-    device, autocast = x.device.type, where.autocast
-    half = autocast if autocast is not None else x.dtype
-    if device == "cpu" and half in (torch.bfloat16, torch.float16) and not half_gemm_native(half) \
-            and (autocast is not None or w.dtype == x.dtype):
-        with torch.autocast(device, enabled=False):
-            return input_linear(x.float(), w.float()).to(half)
-    lib = where.c(x, w)
-    if lib is not None and x.dim() == 3 and w.shape[0] % lib.panel_width() == 0 and \
-            0 < x.numel() < 2 ** 31:
-        return _NativeLinear.apply(x, w)    # (the C kernels' GEMM: w's rows whole panels)
-    if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and \
-            autocast is None and not where.transformed:   # (no derivative: no tangent either)
-        packed = _packed_weight(w, x.shape[0] * x.shape[1])
-        if packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
-    return torch.nn.functional.linear(x, w)
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, None, "none", [], "")
+
+
+# ``native.Where.linear``'s paths
+_LINEAR = {"linear": lambda x, w, where: torch.nn.functional.linear(x, w),
+           "float32": _linear_in_float32,
+           "c": lambda x, w, where: _NativeLinear.apply(x, w),  # (w's rows whole panels)
+           "packed": _linear_packed}
 
 
 class _NativeLinear(torch.autograd.Function):

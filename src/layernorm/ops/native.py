@@ -12,26 +12,19 @@ is loaded, so a field added on one side only is an error, never a misread pointe
 
 Calling: the thread count, and one call with its arguments by name (``call``).
 
-Where a call runs (``where``): the library's runtime questions, asked there and nowhere else.
-Which implementation computes a call depends on facts of the moment, not on the module that
+Where a call runs (``where``): the library's runtime questions, asked there and nowhere else,
+and each operator's path chosen from the answers (``Where``'s methods), written there and nowhere
+else. Which implementation computes a call depends on facts of the moment, not on the module that
 makes it: whether the C kernels (``_rnn_steps.c``) are loaded and allowed (``USE_NATIVE``),
 whether torch runs eagerly on plain tensors (not compiling, exporting or tracing; no dispatch or
 function mode, no tensor subclass), whether a torch.func transform or forward-mode AD is active,
 whether autocast is on, whether ``torch.onnx.export`` is capturing the model, and whether the
-Triton kernels take the tensors (CUDA). ``where(x, *tensors)`` asks all of them once, at the entry
-of an operator, and answers with a ``Where``; the operator then picks its implementation from
-those answers and its own dtypes and shapes (its docstring says how). Nothing above the
-operators asks: the modules and the cells call an operator and take what it returns.
-
-The operators that ask, once per call: ``sequence.ln_lstm_sequence`` / ``ln_gru_sequence`` (the
-LN-LSTM / LN-GRU over a sequence, through their checks ``sequence._enter``;
-``sequence.run_sequence`` chooses from their answers),
-``sequence.choose_inference`` (their forward without a graph), ``bn.bn_direction`` (the
-BN-LSTM / BN-GRU), ``lstm.plain_runs`` (norm="none" on packed input, for ``plain_lstm_direction`` /
-``gru.plain_gru_direction``), ``cell.lstm_cell`` / ``gru_cell`` / ``rnn_cell`` / ``torch_cell``
-(one step of a cell) and ``gemm.input_linear`` (the input term's GEMM). An operator whose
-reference is the module's readable loop (BN, plain, one step) returns None where its kernels do
-not run, and the module runs that loop.
+Triton kernels take the tensors (CUDA). An operator's entry asks ``where(x, *tensors)`` once and
+calls the path its method names (``sequence``, ``inference``, ``cell``, ``linear``; ``c`` for the
+BN and plain operators). Nothing above the operators asks: the modules and the cells call an
+operator and take what it returns. An operator whose reference is the module's readable loop
+(BN, plain, one step under autocast) returns None where its kernels do not run, and the module
+runs that loop.
 """
 from __future__ import annotations
 
@@ -267,18 +260,6 @@ def loaded(who: str):
     return lib
 
 
-_SIMD = {32: "AVX-512, 16-float vectors", 16: "AVX / AVX2, 8-float vectors",
-         8: "128-bit vectors (SSE / NEON)"}
-
-
-def simd_name(lib) -> str:
-    """The vectors the loaded kernels' GEMM and loops were compiled for (from their panel width,
-    two vectors) and the build (``LAYERNORM_NATIVE_ISA``)."""
-    width = lib.panel_width()
-    return (f"{_SIMD.get(width, f'{width // 2}-float vectors')} "
-            f"(-march=native{'' if _native_build.isa() == 'native' else ' -mno-avx512f'})")
-
-
 __all__ = ["threads", "call", "int32", "LSTMArgs", "GRUArgs", "BNLSTMArgs",
            "BNGRUArgs", "USE_NATIVE", "Where", "where"]
 
@@ -340,6 +321,23 @@ def contig(v):
 
 
 # ---- where a call runs
+_HALF_GEMM: dict[torch.dtype, bool] = {}  # whether oneDNN has a native GEMM for a half type here
+
+
+def half_gemm_native(dtype: torch.dtype) -> bool:
+    """This CPU runs ``dtype`` (bfloat16 / float16) GEMMs natively (AVX512-BF16 / AMX /
+    AVX512-FP16, as oneDNN reports). Without, torch emulates them, ~9x slower than float32
+    (measured: (3200, 128) x (128, 1024) in bfloat16 on an AVX2 CPU)."""
+    if dtype not in _HALF_GEMM:
+        check = {torch.bfloat16: "_is_mkldnn_bf16_supported",
+                 torch.float16: "_is_mkldnn_fp16_supported"}[dtype]
+        try:
+            _HALF_GEMM[dtype] = bool(getattr(torch.ops.mkldnn, check)())
+        except (AttributeError, RuntimeError):
+            _HALF_GEMM[dtype] = False
+    return _HALF_GEMM[dtype]
+
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -372,6 +370,95 @@ class Where(NamedTuple):
                 return None
         return self.lib
 
+    # ---- each operator's path from these answers: the choices, written here only
+
+    def sequence(self, compute: torch.dtype) -> str:
+        """An LN sequence operator's path (``sequence.run_sequence``; ``compute``: its compute
+        dtype): "triton" where the Triton kernels take the call, not under a torch.func transform
+        or forward-mode AD (their autograd.Function carries no tangent and has no functorch
+        rule); where the C kernels are loaded and ``compute`` is float32, with no transform and
+        no ONNX capture, "body" (the registered operator's body called directly, with the same
+        autograd: eager mode on plain tensors) or "op" (the registered operator); elsewhere
+        "reference" (the reference loop under ordinary autograd)."""
+        if self.triton and not self.transformed:
+            return "triton"
+        if self.lib is None or compute != torch.float32 or self.transformed or self.onnx:
+            return "reference"
+        return "body" if self.eager else "op"
+
+    def dtype(self, x: torch.Tensor) -> torch.dtype:
+        """The dtype of an autocast-eligible op's result on x: autocast's where it is on, else
+        x's."""
+        return x.dtype if self.autocast is None else self.autocast
+
+    def to(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``t.to(dtype)``; in eager mode on plain tensors ``t`` itself where it has the dtype
+        already (what ``.to`` returns, without the ~2 us of the call)."""
+        return t if self.eager and t.dtype == dtype else t.to(dtype)
+
+    def inference(self, tensors: tuple) -> torch.dtype | None:
+        """Whether the inference kernels run a layer's forward on ``tensors`` (its raw input,
+        states and parameters; ``sequence.choose_inference``) -> the dtype of their products, or
+        None where they do not. They run where nothing is saved for a backward (grad mode off, or
+        no tensor requires grad), in eager mode with the C kernels loaded, every tensor on the
+        CPU, no torch.func transform or ONNX capture, and either all float32 with autocast off
+        (float32), or in bfloat16 (all bfloat16 and autocast off, or autocast to bfloat16 on
+        float32 / bfloat16 tensors) where the kernels have the CPU's bfloat16 dot products."""
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None
+        if self.lib is None or not self.eager or self.transformed or self.onnx \
+                or any(t.device.type != "cpu" for t in tensors):
+            return None
+        dtypes = {t.dtype for t in tensors}
+        if self.autocast is not None:
+            if self.autocast != torch.bfloat16 or not dtypes <= {torch.float32, torch.bfloat16}:
+                return None
+            dtypes = {torch.bfloat16}
+        if dtypes == {torch.float32}:
+            return torch.float32
+        if dtypes == {torch.bfloat16} and self.lib.bf16_dot():
+            return torch.bfloat16
+        return None
+
+    def cell(self, x: torch.Tensor, affine: bool = False) -> str | None:
+        """One LN cell step's path (``cell.lstm_cell`` / ``gru_cell`` / ``rnn_cell``): None under
+        autocast (the module's readable step runs, cast as torch casts its cells); "c" (the C
+        step) for a cell with its affine parameters (``affine``) on x in float32, or in a half
+        type on a CPU without native half GEMMs from 2 rows up, where ``c`` answers; else
+        "reference". (In a half type the C step converts the weights to float32 at every step,
+        ~25 us for 64K values: measured faster than the half-type torch ops from 2 rows up,
+        bfloat16, I 64, H 128, 1 thread: 0.87x at B = 2, 0.47x at B = 8; slower for one row.)"""
+        if self.autocast is not None:
+            return None
+        if not affine:
+            return "reference"
+        if x.dtype in (torch.bfloat16, torch.float16):
+            if half_gemm_native(x.dtype) or x.shape[0] < 2:
+                return "reference"
+            return "c" if self.c(x, dtypes=(x.dtype,)) is not None else "reference"
+        return "c" if self.c(x) is not None else "reference"
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> str:
+        """The input GEMM's path (``gemm.input_linear``, x (T, B, K), w (N, K)): "linear"
+        (``F.linear``) outside eager mode and wherever none of these applies; "float32" for a
+        bfloat16 / float16 product (half tensors, or under autocast) on a CPU without native half
+        GEMMs; "c" (the C kernels' GEMM) where ``c`` answers, x has 3 dimensions, fewer than
+        2^31 values, and w's rows are whole panels; "packed" (oneDNN's packed weight) where no
+        derivative is wanted (no tensor requires grad, autocast off, no transform)."""
+        if not self.eager:
+            return "linear"
+        half = self.autocast if self.autocast is not None else x.dtype
+        if x.is_cpu and half in (torch.bfloat16, torch.float16) and not half_gemm_native(half) \
+                and (self.autocast is not None or w.dtype == x.dtype):
+            return "float32"
+        if self.c(x, w) is not None and x.dim() == 3 and \
+                w.shape[0] % self.lib.panel_width() == 0 and 0 < x.numel() < 2 ** 31:
+            return "c"
+        if not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and \
+                self.autocast is None and not self.transformed:
+            return "packed"
+        return "linear"
+
 
 # torch's own questions, looked up once (a cell's step at batch 1 asks them every call)
 _compiling, _tracing = torch.compiler.is_compiling, torch._C._is_tracing
@@ -399,10 +486,9 @@ def where(x: torch.Tensor, *tensors: torch.Tensor | None, rnn: bool = False) -> 
     if x.is_cpu:
         lib = load() if USE_NATIVE else None
         autocast = torch.get_autocast_dtype("cpu") if _autocast_enabled("cpu") else None
-        triton = rnn and kernels._INTERPRET_CPU and kernels.applies_rnn(x)  # (tests: Triton
-        #   interpreted over CPU tensors)
     else:
         lib = None
         autocast = torch.get_autocast_dtype(x.device.type) if autocast_on(x) else None
-        triton = rnn and kernels.applies_rnn(x)
+    # (on the CPU only where tests interpret the Triton kernels over CPU tensors)
+    triton = rnn and (kernels._INTERPRET_CPU or not x.is_cpu) and kernels.applies_rnn(x)
     return Where(lib, eager, transformed, autocast, onnx, triton)

@@ -74,19 +74,18 @@ def run_sequence(who, cell: Backends, where: native.Where, xg, states, params, g
     C compiler, ``USE_NATIVE = False``, CUDA without Triton, torch.func transforms and
     forward-mode AD, a ``torch.onnx.export`` capture) the cell's reference loop under ordinary
     autograd. -> (out, *final states) in the batch's order and in the output dtype."""
-    if where.triton and not where.transformed:  # (their autograd.Function carries no tangent
-        return kernels.sequence(cell.triton, xg, states, params, order, batch_sizes, eps,
-                                gain_x, bias_x, masks)        # and has no functorch rule)
     compute, out_dtype = dtypes(xg, where.autocast)
-    # (on plain tensors in eager mode a tensor of the dtype already is taken as it is: what its
-    # ``.to`` returns, without the ~2 us of the call, a dozen times a call)
-    to = _to if where.eager else torch.Tensor.to
+    path = where.sequence(compute)          # THE choice (``native.Where.sequence``)
+    if path == "triton":
+        return kernels.sequence(cell.triton, xg, states, params, order, batch_sizes, eps,
+                                gain_x, bias_x, masks)
+    to = where.to   # (eager: a tensor of the dtype already taken as it is, a dozen times a call)
     masks = prepare_masks(masks.values(), compute, order)
     states = [to(t, compute) for t in states]  # xg below: in a pooled buffer where eager
     params = tuple(to(t, compute) for t in params)
     gain_x, bias_x = (None if t is None else to(t, compute) for t in (gain_x, bias_x))
     groups, n = tuple(k * states[0].shape[-1] for k in cell.groups), len(states)
-    if where.lib is None or compute != torch.float32 or where.transformed or where.onnx:
+    if path == "reference":
         xg, _, _ = input_ln(who, xg.to(compute), gain_x, bias_x, groups, eps, inside=False)
 
         def run(xg_, *states_):
@@ -96,8 +95,9 @@ def run_sequence(who, cell: Backends, where: native.Where, xg, states, params, g
         tensors = (xg, *states, *params, gain_x, bias_x)
         save = torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                 for t in tensors)
-        xg = cast(xg, compute) if where.eager else xg.to(compute)
-        operator = cell.native(where.eager)
+        body = path == "body"
+        xg = cast(xg, compute) if body else xg.to(compute)
+        operator = cell.native(body)
 
         def run(xg_, *states_):
             return operator(xg_, *states_, *params, gain_x, bias_x, *masks, batch_sizes,
@@ -109,30 +109,10 @@ def run_sequence(who, cell: Backends, where: native.Where, xg, states, params, g
 # ---- without a graph: the inference kernels (``inference``)
 
 def choose_inference(x: torch.Tensor, *tensors: torch.Tensor) -> torch.dtype | None:
-    """Where the inference kernels run, asked once (``native.where``) -> the dtype of their
-    products, or None where they do not run. They run where nothing is saved for a backward
-    (grad mode off, or no tensor requires grad), in eager mode with the C kernels loaded, every
-    tensor on the CPU, no torch.func transform or ONNX capture, and either all float32 with
-    autocast off (float32), or in bfloat16 (all bfloat16 and autocast off, or autocast to
-    bfloat16 on float32 / bfloat16 tensors) where the kernels have the CPU's bfloat16 dot
-    products (bfloat16)."""
+    """Where the inference kernels run, asked once (``native.where``; the rule is
+    ``Where.inference``'s) -> the dtype of their products, or None where they do not run."""
     tensors = (x, *tensors)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return None
-    where = native.where(*tensors)
-    if where.lib is None or not where.eager or where.transformed or where.onnx \
-            or any(t.device.type != "cpu" for t in tensors):
-        return None
-    dtypes = {t.dtype for t in tensors}
-    if where.autocast is not None:
-        if where.autocast != torch.bfloat16 or not dtypes <= {torch.float32, torch.bfloat16}:
-            return None
-        dtypes = {torch.bfloat16}
-    if dtypes == {torch.float32}:
-        return torch.float32
-    if dtypes == {torch.bfloat16} and where.lib.bf16_dot():
-        return torch.bfloat16
-    return None
+    return native.where(*tensors).inference(tensors)
 
 
 # the parameters ``ln_inference`` takes, in order, by the modules' names
@@ -160,11 +140,6 @@ def ln_inference(mode: str, x: torch.Tensor, state, params, batch_sizes, eps: fl
                                         bias_hh[:H2], gain_hh[H2:], bias_hh[H2:],
                                         batch_sizes=batch_sizes, eps=eps, dtype=dtype)
     return out, (h,)
-
-
-def _to(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``t.to(dtype)`` for a plain tensor: t itself where it has the dtype already."""
-    return t if t.dtype == dtype else t.to(dtype)
 
 
 def register_autograd(op, body, name, n_states, loop, first_order):
