@@ -158,15 +158,16 @@ def test_backward_refuses_bf16_panels_without_bf16_dot_products(avx2_kernels):
             native.call(avx2_kernels, kernel, cls, "test", T=2, wtpb=torch.zeros(8))
 
 
-@pytest.mark.parametrize("N,K", [(64, 7), (37, 12), (1, 1), (5, 3), (12, 40), (13, 33)])
+@pytest.mark.parametrize("N,K", [(64, 7), (37, 12), (1, 1), (2, 9), (3, 5), (5, 3), (12, 40),
+                                 (13, 33)])
 @pytest.mark.parametrize("half", [False, True], ids=["f32", "bf16"])
 @pytest.mark.parametrize("build", ["native", "avx2"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_weight_grad_sums_ranges(monkeypatch, request, N, K, half, build, threads):
     """``WeightGrad``: the sum of d^T h over ranges (one of no rows), through the C kernels'
-    GEMM (``gemm_packed_at``: N rows in tiles of 1 to 12 rows, K not a whole number of panels:
-    padded; the native and the AVX2 build; one thread, or two splitting the panels), or as
-    bfloat16 products (float32 within bfloat16's rounding of each range's product and of its
+    GEMM (``gemm_packed_at``: N rows in tiles of 1 to 12 rows, each way of copying a tile, K
+    not a whole number of panels: padded; the native and the AVX2 build; one thread, or two
+    splitting the panels), or as bfloat16 products (float32 within bfloat16's rounding of each range's product and of its
     inputs)."""
     monkeypatch.setitem(native._HALF_GEMM, torch.bfloat16, True)
     monkeypatch.setattr(gemm, "_WEIGHT_GRAD_ROWS", 8)  # the 33-row range in 5 products

@@ -146,6 +146,35 @@ static void tile_rows_at(int mr, int K, const float *a, long lda, const float *w
  * Every element's sum runs over k in order 0..K-1 in one accumulator, whatever the blocks (a
  * block of k continues from the sums the earlier ones stored) and the tiles: the same bits for
  * any M, any row, any split of the panels. */
+/* ap[k * mr + q] = a[k * lda + q] for k < kc, q < mr (1 <= mr <= 16): each row of mr floats in
+ * two overlapping moves of a fixed size (8, 4 or 2 floats), never a call. (Written as a loop
+ * over q, gcc makes it one call of memcpy per row: measured 1.1 million calls of 44-48 bytes in
+ * one training step of the LN-LSTM at T, B, I, H = 100, 32, 128, 256, libc's memmove 11% of its
+ * samples.) */
+static inline void copy_rows(long kc, int mr, const float *a, long lda, float *ap) {
+    typedef float f8 __attribute__((vector_size(32), aligned(4)));
+    typedef float f4 __attribute__((vector_size(16), aligned(4)));
+    typedef float f2 __attribute__((vector_size(8), aligned(4)));
+#define COPY_ROWS_(T, n) \
+    for (long k = 0; k < kc; k++, a += lda, ap += mr) { \
+        T lo_, hi_; \
+        __builtin_memcpy(&lo_, a, sizeof lo_); \
+        __builtin_memcpy(&hi_, a + mr - (n), sizeof hi_); \
+        __builtin_memcpy(ap, &lo_, sizeof lo_); \
+        __builtin_memcpy(ap + mr - (n), &hi_, sizeof hi_); \
+    }
+    if (mr >= 8) {
+        COPY_ROWS_(f8, 8)
+    } else if (mr >= 4) {
+        COPY_ROWS_(f4, 4)
+    } else if (mr >= 2) {
+        COPY_ROWS_(f2, 2)
+    } else {
+        for (long k = 0; k < kc; k++) ap[k] = a[k * lda];
+    }
+#undef COPY_ROWS_
+}
+
 static void gemm_rows_t(int M, int K, const float *a, long lda, int at, float *ap,
                         const float *wp, int npanels, float *c, long ldc) {
     const long ps = (long)K * NR;
@@ -153,8 +182,7 @@ static void gemm_rows_t(int M, int K, const float *a, long lda, int at, float *a
         const float *wb = wp + (long)p0 * ps + (long)k0 * NR;
         float *cb = c + r * ldc + (long)p0 * NR;
         if (at) {
-            for (long k = 0; k < kc; k++)
-                for (int q = 0; q < mr; q++) ap[k * mr + q] = a[(k0 + k) * lda + r + q];
+            copy_rows(kc, mr, a + k0 * lda + r, lda, ap);
             tile_rows_at(mr, kc, ap, mr, wb, 2 * np, cb, ldc, ps, ai);
         } else {
             tile_rows(mr, kc, a + r * lda + k0, lda, wb, 2 * np, cb, ldc, ps, ai);
