@@ -196,12 +196,14 @@ def test_native_gemm_matches_torch(M, K, N):
     assert (y[:, N:] == 0).all()  # padded columns: zero weights
 
 
-@pytest.mark.parametrize("M,K,N", [(37, 19, 200), (5, 64, 96), (64, 33, 40), (1, 7, 16)])
+@pytest.mark.parametrize("M,K,N", [(37, 19, 200), (5, 64, 96), (64, 33, 40), (1, 7, 16),
+                                   (200, 33, 40), (301, 19, 70)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["a", "a^T"])
 def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
     """``gemm_packed`` / ``gemm_packed_at`` on 1 to 5 threads (more threads than panels
-    included): each thread computes a share of the column panels with the one-thread sums, so
-    every thread count gives the same bits, and they match torch."""
+    included): each thread computes a share of the column panels (or, for ``gemm_packed_at``
+    with 4 tiles of rows a thread or more, of the rows: 200 and 301 rows) with the one-thread
+    sums, so every thread count gives the same bits, and they match torch."""
     lib = _native_or_skip()
     w = torch.randn(N, K)
     a = torch.randn(K, M) if transposed else torch.randn(M, K)

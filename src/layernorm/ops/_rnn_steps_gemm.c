@@ -211,28 +211,34 @@ static void thread_share(int n, int *lo, int *hi) {
 
 /* y (M x npanels * NR) = A @ W^T, W packed, A = a (M x K) or, with at, a^T (a: K x M): nthreads
  * split the output's column panels: each thread reads all of a and its own part of W (the part
- * stays in its core's cache), and every element's sum is the one-thread sum (k in order),
+ * stays in its core's cache). A weight gradient (at) with at least 4 tiles of rows a thread
+ * splits the rows instead: each thread copies and reads only its columns of a, where split by
+ * panels every thread copied all of them (measured on 2 threads of an AVX-512 core pair, one
+ * process, interleaved: d^T h of 3200 rows, (1024, 3200) x (3200, 256) 5.31 -> 4.81 ms,
+ * x (3200, 128) 3.33 -> 2.77 ms). Every element's sum is the one-thread sum (k in order),
  * whatever the split. With at each thread has its own copy buffer (gemm_rows_t's ap). Returns
  * -1 where a buffer of KC * MR floats could not be allocated. */
 static int gemm_packed_t(int M, int K, const float *a, int at, const float *wp, int npanels,
                          float *y, int nthreads) {
     const long ldy = (long)npanels * NR;
     int failed = 0;
-    if (nthreads > npanels) nthreads = npanels;
+    const int by_rows = at && M >= 4 * MR * nthreads;
+    if (!by_rows && nthreads > npanels) nthreads = npanels;
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
-    int p0, p1;
-    thread_share(npanels, &p0, &p1);
-    float *ap = at && p1 > p0 ? malloc(sizeof(float) * ((size_t)(K < KC ? K : KC) * MR + 1))
-                              : NULL;
-    if (at && p1 > p0 && !ap) {
+    int p0 = 0, p1 = npanels, m0 = 0, m1 = M;
+    if (by_rows) thread_share(M, &m0, &m1);
+    else thread_share(npanels, &p0, &p1);
+    const int some = p1 > p0 && m1 > m0;
+    float *ap = at && some ? malloc(sizeof(float) * ((size_t)(K < KC ? K : KC) * MR + 1)) : NULL;
+    if (at && some && !ap) {
 #pragma omp atomic write
         failed = 1;
     }
-    if (p1 > p0 && (ap || !at))
-        gemm_rows_t(M, K, a, at ? M : K, at, ap, wp + (long)p0 * K * NR, p1 - p0,
-                    y + (long)p0 * NR, ldy);
+    if (some && (ap || !at))
+        gemm_rows_t(m1 - m0, K, at ? a + m0 : a + (long)m0 * K, at ? M : K, at, ap,
+                    wp + (long)p0 * K * NR, p1 - p0, y + (long)m0 * ldy + (long)p0 * NR, ldy);
     free(ap);
     }
     return failed ? -1 : 0;
