@@ -167,8 +167,8 @@ def test_weight_grad_sums_ranges(monkeypatch, request, N, K, half, build, thread
     """``WeightGrad``: the sum of d^T h over ranges (one of no rows), through the C kernels'
     GEMM (``gemm_packed_at``: N rows in tiles of 1 to 12 rows, each way of copying a tile, K
     not a whole number of panels: padded; the native and the AVX2 build; one thread, or two
-    splitting the panels), or as bfloat16 products (float32 within bfloat16's rounding of each range's product and of its
-    inputs)."""
+    splitting the panels), or as bfloat16 products (float32 within bfloat16's rounding of each
+    range's product and of its inputs)."""
     monkeypatch.setitem(native._HALF_GEMM, torch.bfloat16, True)
     monkeypatch.setattr(gemm, "_WEIGHT_GRAD_ROWS", 8)  # the 33-row range in 5 products
     lib = native.load() if build == "native" else request.getfixturevalue("avx2_kernels")

@@ -1,7 +1,7 @@
 """What the fused LN-LSTM and LN-GRU (``lstm``, ``gru`` and their backends), the BN cells
 (``bn``) and the cells' step (``cell``) share around their own math, called from above and
-calling nothing above it (the runtime questions are ``native.where``'s, the choice of path and the
-operators' autograd ``sequence``'s).
+calling nothing above it (the runtime questions and each operator's choice of path are
+``native``'s, the operators' autograd ``sequence``'s).
 
 * The buffer pool: big CPU sequence buffers kept across calls and reused once free
   (``_Workspace``, docs/rnnfast.md). (``gemm`` holds the input term's GEMM, the C kernels' panel

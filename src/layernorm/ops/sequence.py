@@ -1,6 +1,6 @@
 """The LN-LSTM and LN-GRU over a whole sequence: their entries ``ln_lstm_sequence`` /
-``ln_gru_sequence`` (the checks, then one call of ``run_sequence``), THE choice of path of such
-a call, made once (``run_sequence``, among a cell's ``Backends``: the Triton kernels, the
+``ln_gru_sequence`` (the checks, then one call of ``run_sequence``, which runs the path that
+``native.Where.sequence`` names, chosen once among a cell's ``Backends``: the Triton kernels, the
 registered operator on the C kernels, the reference loop under autograd; and before it, for a
 module's layer from its raw input, whether the inference kernels run with no graph:
 ``ln_inference``, ``choose_inference``), and the operators' autograd (``register_autograd``:
@@ -66,14 +66,14 @@ class Backends(NamedTuple):
 def run_sequence(who, cell: Backends, where: native.Where, xg, states, params, gain_x, bias_x,
                  masks: dict, order, batch_sizes, eps):
     """``ln_*_sequence`` after its checks (``masks``: the checked regularizers by name, None where
-    off; ``where``: the call's runtime answers, asked once by the entry): THE choice of path,
-    made once here. The Triton kernels where they take xg (CUDA; not under torch.func transforms
-    or forward-mode AD); the registered operator on
-    the C kernels where they load and the compute dtype is float32 on the CPU (its body
-    directly, with the same autograd, in eager mode on plain tensors); elsewhere (float64, no
-    C compiler, ``USE_NATIVE = False``, CUDA without Triton, torch.func transforms and
-    forward-mode AD, a ``torch.onnx.export`` capture) the cell's reference loop under ordinary
-    autograd. -> (out, *final states) in the batch's order and in the output dtype."""
+    off; ``where``: the call's runtime answers, asked once by the entry): runs the path that
+    ``where.sequence`` names, chosen once. The Triton kernels where they take xg (CUDA; not
+    under torch.func transforms or forward-mode AD); the registered operator on the C kernels
+    where they load and the compute dtype is float32 on the CPU (its body directly, with the
+    same autograd, in eager mode on plain tensors); elsewhere (float64, no C compiler,
+    ``USE_NATIVE = False``, CUDA without Triton, torch.func transforms and forward-mode AD, a
+    ``torch.onnx.export`` capture) the cell's reference loop under ordinary autograd.
+    -> (out, *final states) in the batch's order and in the output dtype."""
     compute, out_dtype = dtypes(xg, where.autocast)
     path = where.sequence(compute)          # THE choice (``native.Where.sequence``)
     if path == "triton":
