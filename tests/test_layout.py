@@ -165,7 +165,7 @@ WHERE_CALLERS = {
     "layernorm/ops/cell.py": {"lstm_cell", "gru_cell", "rnn_cell"},
     "layernorm/ops/gemm.py": {"input_linear"},
     "layernorm/ops/lstm.py": {"plain_runs"},
-    "layernorm/ops/sequence.py": {"choose_inference", "_enter"},
+    "layernorm/ops/sequence.py": {"_enter"},   # (and ``choose_inference``: ``native.inference``)
 }
 # the library files ``LSTM(32, 64, norm="layer")`` visits, built, run forward and backward on
 # CPU float32 tensors with the C kernels loaded

@@ -19,12 +19,12 @@ makes it: whether the C kernels (``_rnn_steps.c``) are loaded and allowed (``USE
 whether torch runs eagerly on plain tensors (not compiling, exporting or tracing; no dispatch or
 function mode, no tensor subclass), whether a torch.func transform or forward-mode AD is active,
 whether autocast is on, whether ``torch.onnx.export`` is capturing the model, and whether the
-Triton kernels take the tensors (CUDA). An operator's entry asks ``where(x, *tensors)`` once and
-calls the path its method names (``sequence``, ``inference``, ``cell``, ``linear``; ``c`` for the
-BN and plain operators). Nothing above the operators asks: the modules and the cells call an
-operator and take what it returns. An operator whose reference is the module's readable loop
-(BN, plain, one step under autocast) returns None where its kernels do not run, and the module
-runs that loop.
+Triton kernels take the tensors (CUDA). An operator's entry asks ``where(x, *tensors)`` once
+(``inference(...)`` for the inference kernels) and calls the path its method names
+(``sequence``, ``inference``, ``cell``, ``linear``; ``c`` for the BN and plain operators).
+Nothing above the operators asks: the modules and the cells call an operator and take what it
+returns. An operator whose reference is the module's readable loop (BN, plain, one step under
+autocast) returns None where its kernels do not run, and the module runs that loop.
 """
 from __future__ import annotations
 
@@ -398,14 +398,12 @@ class Where(NamedTuple):
 
     def inference(self, tensors: tuple) -> torch.dtype | None:
         """Whether the inference kernels run a layer's forward on ``tensors`` (its raw input,
-        states and parameters; ``sequence.choose_inference``) -> the dtype of their products, or
-        None where they do not. They run where nothing is saved for a backward (grad mode off, or
-        no tensor requires grad), in eager mode with the C kernels loaded, every tensor on the
-        CPU, no torch.func transform or ONNX capture, and either all float32 with autocast off
-        (float32), or in bfloat16 (all bfloat16 and autocast off, or autocast to bfloat16 on
-        float32 / bfloat16 tensors) where the kernels have the CPU's bfloat16 dot products."""
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return None
+        states and parameters), nothing being saved for a backward (``inference`` below checks
+        that first) -> the dtype of their products, or None where they do not. They run in eager
+        mode with the C kernels loaded, every tensor on the CPU, no torch.func transform or ONNX
+        capture, and either all float32 with autocast off (float32), or in bfloat16 (all
+        bfloat16 and autocast off, or autocast to bfloat16 on float32 / bfloat16 tensors) where
+        the kernels have the CPU's bfloat16 dot products."""
         if self.lib is None or not self.eager or self.transformed or self.onnx \
                 or any(t.device.type != "cpu" for t in tensors):
             return None
@@ -492,3 +490,11 @@ def where(x: torch.Tensor, *tensors: torch.Tensor | None, rnn: bool = False) -> 
     # (on the CPU only where tests interpret the Triton kernels over CPU tensors)
     triton = rnn and (kernels._INTERPRET_CPU or not x.is_cpu) and kernels.applies_rnn(x)
     return Where(lib, eager, transformed, autocast, onnx, triton)
+
+
+def inference(*tensors: torch.Tensor) -> torch.dtype | None:
+    """``sequence.choose_inference``'s answer: None where a backward wants what the inference
+    kernels do not save (asked first), else ``where(*tensors).inference(tensors)``."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return None
+    return where(*tensors).inference(tensors)

@@ -109,10 +109,9 @@ def run_sequence(who, cell: Backends, where: native.Where, xg, states, params, g
 # ---- without a graph: the inference kernels (``inference``)
 
 def choose_inference(x: torch.Tensor, *tensors: torch.Tensor) -> torch.dtype | None:
-    """Where the inference kernels run, asked once (``native.where``; the rule is
-    ``Where.inference``'s) -> the dtype of their products, or None where they do not run."""
-    tensors = (x, *tensors)
-    return native.where(*tensors).inference(tensors)
+    """Where the inference kernels run, asked once (``native.inference``; the rule is
+    ``native.Where.inference``'s) -> the dtype of their products, or None where they do not."""
+    return native.inference(x, *tensors)
 
 
 # the parameters ``ln_inference`` takes, in order, by the modules' names
