@@ -113,7 +113,7 @@ static void gru_forward_row(const void *cell, long tb, int b, const float *hgb, 
     gru_gates(R, hgb, xb, st, rz, un, n);
     for (int j = 0; j < H; j++) h[j] = n[j] + rz[H + j] * (hp[j] - n[j]);
     if (R->zone_h) zoneout_(h, h, hp, R->zone_h + tb * H, H);
-    copy_(R->h_n + (long)b * H, h, H);
+    if (last_step(tb, b, R->B, R->T, R->batch_sizes)) copy_(R->h_n + (long)b * H, h, H);
     if (R->hg_all) {
         copy_(R->hg_all + tb * G, hgb, G);
         for (int k = 0; k < 8; k++) R->stats[k * TB + tb] = st[k];

@@ -109,10 +109,11 @@ static void lstm_forward_row(const void *cell, long tb, int b, const float *hgb,
     }
     if (L->zone_c) zoneout_(c, cc, cp, L->zone_c + tb * H, H);  /* cp may be c */
     if (L->zone_h) zoneout_(h, h, hp, L->zone_h + tb * H, H);
-    copy_(L->h_n + (long)b * H, h, H);
+    const int last = last_step(tb, b, L->B, L->T, L->batch_sizes);
+    if (last) copy_(L->h_n + (long)b * H, h, H);
     if (save) {
         float *st = L->stats;
-        copy_(L->c_n + (long)b * H, c, H);
+        if (last) copy_(L->c_n + (long)b * H, c, H);
         copy_(L->hg_all + tb * G, hgb, G);
         st[tb] = mu; st[TB + tb] = rs; st[2 * TB + tb] = mc; st[3 * TB + tb] = rc;
         st[4 * TB + tb] = mx; st[5 * TB + tb] = rx;
