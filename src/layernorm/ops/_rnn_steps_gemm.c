@@ -139,13 +139,6 @@ static void tile_rows_at(int mr, int K, const float *a, long lda, const float *w
     } \
 } while (0)
 
-/* c (M x npanels * NR, row stride ldc) = A (M x K) @ W^T, A = a (row stride lda) or, with at,
- * A = a^T (a: K x M, row stride lda). A^T's rows of a tile are first copied into ap (KC x mr,
- * k-major, given: KC * MR floats), so that the tiles' passes over k read it in order instead of
- * one line of a per k (measured 7.5 -> 6.4 ms at (1024, 3200) x (3200, 128), one thread).
- * Every element's sum runs over k in order 0..K-1 in one accumulator, whatever the blocks (a
- * block of k continues from the sums the earlier ones stored) and the tiles: the same bits for
- * any M, any row, any split of the panels. */
 /* ap[k * mr + q] = a[k * lda + q] for k < kc, q < mr (1 <= mr <= 16): each row of mr floats in
  * two overlapping moves of a fixed size (8, 4 or 2 floats), never a call. (Written as a loop
  * over q, gcc makes it one call of memcpy per row: measured 1.1 million calls of 44-48 bytes in
@@ -175,6 +168,13 @@ static inline void copy_rows(long kc, int mr, const float *a, long lda, float *a
 #undef COPY_ROWS_
 }
 
+/* c (M x npanels * NR, row stride ldc) = A (M x K) @ W^T, A = a (row stride lda) or, with at,
+ * A = a^T (a: K x M, row stride lda). A^T's rows of a tile are first copied into ap (KC x mr,
+ * k-major, given: KC * MR floats), so that the tiles' passes over k read it in order instead of
+ * one line of a per k (measured 7.5 -> 6.4 ms at (1024, 3200) x (3200, 128), one thread).
+ * Every element's sum runs over k in order 0..K-1 in one accumulator, whatever the blocks (a
+ * block of k continues from the sums the earlier ones stored) and the tiles: the same bits for
+ * any M, any row, any split of the panels. */
 static void gemm_rows_t(int M, int K, const float *a, long lda, int at, float *ap,
                         const float *wp, int npanels, float *c, long ldc) {
     const long ps = (long)K * NR;

@@ -445,7 +445,7 @@ class Where(NamedTuple):
         derivative is wanted (no tensor requires grad, autocast off, no transform)."""
         if not self.eager:
             return "linear"
-        half = self.autocast if self.autocast is not None else x.dtype
+        half = self.dtype(x)
         if x.is_cpu and half in (torch.bfloat16, torch.float16) and not half_gemm_native(half) \
                 and (self.autocast is not None or w.dtype == x.dtype):
             return "float32"
