@@ -213,6 +213,12 @@ def _exercise() -> None:
                 (one[0] if isinstance(one, tuple) else one).sum().backward()
                 with torch.no_grad():               # batch 1 without autograd
                     cell.eval()(torch.randn(1, I))
+            # batch 1 with weights above the products' split (MATVEC_SPLIT), 3H not a multiple
+            # of the four rows a thread takes at a time
+            big = getattr(L, mode)(37, 130, norm="layer")
+            with torch.no_grad():
+                big(torch.randn(1, 37))
+            big(torch.randn(1, 37, requires_grad=True))[0].sum().backward()
         # matvec_rows, which the batch-1 step calls inside C, through its own entry point too
         a, w, y = torch.randn(2, 37), torch.randn(18, 37), torch.empty(2, 18)
         native.load().matvec_rows(2, 37, a.data_ptr(), w.data_ptr(), 18, y.data_ptr())

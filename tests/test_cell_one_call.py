@@ -69,6 +69,28 @@ def test_step_matches_the_float64_reference(cell, B, which, order):
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_one_row_at_a_users_size_splits_its_products_between_threads(cell, threads):
+    """At one row the products' rows of W are split between the threads where the weights are
+    large (here 4H or 3H = 520 or 390 rows of 37 + 130: above the split; the GRU's 390 is not a
+    multiple of the four rows a thread takes at a time): the float64 step's values and
+    gradients at 1-3 threads."""
+    t64, _ = _inputs(cell, 1, 37, 130, seed=threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert_step_matches(lambda *t: _reference(cell, list(t), {}),
+                            lambda *t: _fast(cell, list(t), {}), t64, 1, TOL,
+                            lambda want: [torch.randn_like(o) for o in want])
+        with torch.no_grad():                      # the call that saves nothing
+            got = _fast(cell, [t.float() for t in t64], {})
+        for u, v in zip(got, _reference(cell, t64, {})):
+            torch.testing.assert_close(u.double(), v, **TOL)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
 @pytest.mark.parametrize("B", [1, 3])
 def test_only_the_gradients_asked_for(cell, B):
     """x without grad, frozen weights, a state without grad: the others' gradients as the

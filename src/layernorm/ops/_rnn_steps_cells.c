@@ -92,10 +92,15 @@ int gru_step_backward(const struct gru *R, float *direct) {
  * in the same call, so a cell's step is one call and one pass. xw, hg (B, G): where the products
  * go when the backward reads them (a forward that saves), or NULL: a workspace of this call.
  * LSTM: c0 (B, H), c_{t-1}, copied where the step reads it (cs[0] when it saves, else c_n, which
- * the step updates in place); a step that saves keeps hg as hg_all. Returns as the step above,
- * and -1 also when the workspace could not be allocated. */
+ * the step updates in place); a step that saves keeps hg as hg_all. The struct's nthreads split
+ * the products' rows of W (each thread reads its part of both weights, which then stays in its
+ * core's cache from step to step) where the weights hold MATVEC_SPLIT floats or more; the step's
+ * one row then runs on one thread. Returns as the step above, and -1 also when the workspace
+ * could not be allocated. */
+#define MATVEC_SPLIT (1L << 15)
 static int products(int B, int I, int H, int G, const float *x, const float *w_ih,
-                    const float *hm, const float *w_hh, float **xw, float **hg, float **work) {
+                    const float *hm, const float *w_hh, float **xw, float **hg, float **work,
+                    int nthreads) {
     *work = NULL;
     if (!*xw || !*hg) {
         *work = malloc(sizeof(float) * (2 * (size_t)B * G + 1));  /* + 1: never malloc(0) */
@@ -103,8 +108,17 @@ static int products(int B, int I, int H, int G, const float *x, const float *w_i
         *xw = *work;
         *hg = *work + (size_t)B * G;
     }
-    matvec_rows(B, I, x, w_ih, G, *xw);
-    matvec_rows(B, H, hm, w_hh, G, *hg);
+    float *yx = *xw, *yh = *hg;
+    if ((long)G * (I + H) < MATVEC_SPLIT) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+    int n0, n1;
+    thread_share(G / 4, &n0, &n1);           /* whole groups of four rows of W each */
+    n0 *= 4;
+    n1 = n1 == G / 4 ? G : 4 * n1;
+    matvec_part(B, I, x, w_ih, G, n0, n1, yx);
+    matvec_part(B, H, hm, w_hh, G, n0, n1, yh);
+    }
     return 0;
 }
 
@@ -112,8 +126,9 @@ int lstm_cell_forward(const struct lstm *L, float *xw, float *hg, const float *x
                       const float *w_ih, const float *hm, const float *w_hh, const float *c0) {
     const int B = L->B, H = L->H;
     float *work;
-    if (products(B, L->I, H, 4 * H, x, w_ih, hm, w_hh, &xw, &hg, &work)) return -1;
+    if (products(B, L->I, H, 4 * H, x, w_ih, hm, w_hh, &xw, &hg, &work, L->nthreads)) return -1;
     struct lstm l = *L;
+    l.nthreads = 1;
     l.xw = xw;
     if (l.cs) l.hg_all = hg;
     memcpy(l.cs ? l.cs : l.c_n, c0, sizeof(float) * (size_t)B * H);
@@ -125,8 +140,10 @@ int lstm_cell_forward(const struct lstm *L, float *xw, float *hg, const float *x
 int gru_cell_forward(const struct gru *R, float *xw, float *hg, const float *x,
                      const float *w_ih, const float *hm, const float *w_hh) {
     float *work;
-    if (products(R->B, R->I, R->H, 3 * R->H, x, w_ih, hm, w_hh, &xw, &hg, &work)) return -1;
+    if (products(R->B, R->I, R->H, 3 * R->H, x, w_ih, hm, w_hh, &xw, &hg, &work, R->nthreads))
+        return -1;
     struct gru r = *R;
+    r.nthreads = 1;
     r.xw = xw;
     if (r.hg_all) r.hg_all = hg;
     const int status = gru_step_forward(&r, hg);

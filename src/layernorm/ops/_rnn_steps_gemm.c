@@ -258,15 +258,16 @@ int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, f
 
 /* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the
  * cells' two products of a step at batch 1, W_x x_t and W_h h_{t-1}, where a product reads each
- * weight once. Four rows of W at a time, each an independent vector of partial sums over k,
- * then their lanes and the tail of k. */
-void matvec_rows(int M, int K, const float *a, const float *w, int N, float *y) {
+ * weight once. Columns n0..n1 of y only (the share of one thread: its rows of W), four rows of W
+ * at a time, each an independent vector of partial sums over k, then their lanes and the tail
+ * of k. */
+static void matvec_part(int M, int K, const float *a, const float *w, int N, int n0, int n1,
+                        float *y) {
     for (int m = 0; m < M; m++) {
         const float *x = a + (long)m * K;
         float *out = y + (long)m * N;
-        int n = 0;
-        for (; n < N; n += 4) {
-            const int nq = N - n < 4 ? N - n : 4;
+        for (int n = n0; n < n1; n += 4) {
+            const int nq = n1 - n < 4 ? n1 - n : 4;
             vf acc[4] = {{0}, {0}, {0}, {0}};
             int k = 0;
             for (; k + VW <= K; k += VW) {
@@ -281,6 +282,10 @@ void matvec_rows(int M, int K, const float *a, const float *w, int N, float *y) 
             }
         }
     }
+}
+
+void matvec_rows(int M, int K, const float *a, const float *w, int N, float *y) {
+    matvec_part(M, K, a, w, N, 0, N, y);
 }
 
 /* ---- the recurrent GEMM in bfloat16 on AVX512-BF16 (vdpbf16ps), float32 accumulation --------

@@ -179,7 +179,7 @@ def _lstm_forward(lib, x, h, c, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, g_c, b_c, ep
     saved = x.new_empty(B * (3 * G + 3 * H + 6)) if save else None
     xw, hg = _lstm_saved(args, saved, B, H) if save else (None, None)
     if B == 1:                               # one C call, the products too (ONE_CALL)
-        args.I = x.shape[1]
+        args.I, args.nthreads = x.shape[1], torch.get_num_threads()   # the products' threads
         _run(lib.lstm_cell_forward(_byref(args), xw, hg, _p(x), _p(w_ih), _p(hm), _p(w_hh),
                                    _p(c)), "LSTMCell")
     else:
@@ -299,7 +299,7 @@ def _gru_forward(lib, x, h, w_ih, w_hh, g_ih, b_ih, g_hh, b_hh, eps, save, h_mas
     saved = x.new_empty(B * (2 * G + 8)) if save else None
     xw, hg = _gru_saved(args, saved, B, H) if save else (None, None)
     if B == 1:                               # one C call, the products too (ONE_CALL)
-        args.I = x.shape[1]
+        args.I, args.nthreads = x.shape[1], torch.get_num_threads()
         _run(lib.gru_cell_forward(_byref(args), xw, hg, _p(x), _p(w_ih), _p(hm), _p(w_hh)),
              "GRUCell")
     else:
