@@ -200,6 +200,34 @@ def test_avx2_kernels_match_reference(avx2_kernels, kind):
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_avx2_cells_one_row_split_between_threads(avx2_kernels, mode):
+    """The batch-1 step on the AVX2 build, with weights above the products' split between two
+    threads (I 37, H 130: the GRU's 390 rows not a multiple of four), against the float64 cell:
+    values, and the gradients of the input and weights."""
+    torch.manual_seed(0)
+    cell = getattr(layernorm, f"{mode}Cell")(37, 130)
+    twin = getattr(layernorm, f"{mode}Cell")(37, 130, dtype=torch.float64)
+    twin.load_state_dict({k: v.double() for k, v in cell.state_dict().items()})
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(1, 37, requires_grad=True)
+        got, want = cell(x), twin(x.detach().double().requires_grad_())
+        with torch.no_grad():
+            fast = cell(x)
+    finally:
+        torch.set_num_threads(before)
+    got, want, fast = [o if isinstance(o, tuple) else (o,) for o in (got, want, fast)]
+    for u, v, w in zip(got, want, fast):
+        torch.testing.assert_close(u.double(), v, atol=3e-4, rtol=3e-4)
+        torch.testing.assert_close(w.double(), v, atol=3e-4, rtol=3e-4)
+    sum(o.sum() for o in got).backward()
+    sum(o.sum() for o in want).backward()
+    for (name, p), q in zip(cell.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad.double(), q.grad, atol=1e-3, rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 def test_avx2_plain_matches_torch_op(avx2_kernels, monkeypatch, mode):
     test_plain_packed_matches_torch_op(monkeypatch, 1, False, mode)
 
