@@ -68,14 +68,15 @@ def test_step_matches_the_float64_reference(cell, B, which, order):
                         lambda want: [torch.randn_like(o) for o in want])
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("cell,I,H", [("lstm", 37, 130), ("gru", 37, 130), ("gru", 11000, 1),
+                                      ("lstm", 4100, 2)])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_one_row_at_a_users_size_splits_its_products_between_threads(cell, threads):
+def test_one_row_at_a_users_size_splits_its_products_between_threads(cell, I, H, threads):
     """At one row the products' rows of W are split between the threads where the weights are
-    large (here 4H or 3H = 520 or 390 rows of 37 + 130: above the split; the GRU's 390 is not a
-    multiple of the four rows a thread takes at a time): the float64 step's values and
-    gradients at 1-3 threads."""
-    t64, _ = _inputs(cell, 1, 37, 130, seed=threads)
+    large (4H or 3H rows of I + H values, above the split), in groups of four rows: the float64
+    step's values and gradients at 1-3 threads. The GRU's 390 rows end in a group of two; 3 rows
+    (H 1) are one group shorter than four, and 8 rows two groups for three threads."""
+    t64, _ = _inputs(cell, 1, I, H, seed=threads)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -113,9 +113,9 @@ static int products(int B, int I, int H, int G, const float *x, const float *w_i
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int n0, n1;
-    thread_share(G / 4, &n0, &n1);           /* whole groups of four rows of W each */
+    thread_share((G + 3) / 4, &n0, &n1);     /* groups of four rows of W (the last: the rest) */
     n0 *= 4;
-    n1 = n1 == G / 4 ? G : 4 * n1;
+    n1 = 4 * n1 < G ? 4 * n1 : G;
     matvec_part(B, I, x, w_ih, G, n0, n1, yx);
     matvec_part(B, H, hm, w_hh, G, n0, n1, yh);
     }
