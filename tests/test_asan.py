@@ -213,7 +213,7 @@ def _exercise() -> None:
                 (one[0] if isinstance(one, tuple) else one).sum().backward()
                 with torch.no_grad():               # batch 1 without autograd
                     cell.eval()(torch.randn(1, I))
-            # batch 1 with weights above the products' split (MATVEC_SPLIT), 3H not a multiple
+            # batch 1 with weights above the products' split (two MATVEC_SHAREs), 3H not a multiple
             # of the four rows a thread takes at a time
             big = getattr(L, mode)(37, 130, norm="layer")
             with torch.no_grad():

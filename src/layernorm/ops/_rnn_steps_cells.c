@@ -94,10 +94,11 @@ int gru_step_backward(const struct gru *R, float *direct) {
  * LSTM: c0 (B, H), c_{t-1}, copied where the step reads it (cs[0] when it saves, else c_n, which
  * the step updates in place); a step that saves keeps hg as hg_all. The struct's nthreads split
  * the products' rows of W (each thread reads its part of both weights, which then stays in its
- * core's cache from step to step) where the weights hold MATVEC_SPLIT floats or more; the step's
- * one row then runs on one thread. Returns as the step above, and -1 also when the workspace
- * could not be allocated. */
-#define MATVEC_SPLIT (1L << 15)
+ * core's cache from step to step), MATVEC_SHARE floats of the weights a thread at least (so a
+ * product below two shares runs on one thread, and a machine of many cores starts no more
+ * threads than the product can use); the step's one row then runs on one thread. Returns as
+ * the step above, and -1 also when the workspace could not be allocated. */
+#define MATVEC_SHARE (1L << 14)
 static int products(int B, int I, int H, int G, const float *x, const float *w_ih,
                     const float *hm, const float *w_hh, float **xw, float **hg, float **work,
                     int nthreads) {
@@ -109,7 +110,8 @@ static int products(int B, int I, int H, int G, const float *x, const float *w_i
         *hg = *work + (size_t)B * G;
     }
     float *yx = *xw, *yh = *hg;
-    if ((long)G * (I + H) < MATVEC_SPLIT) nthreads = 1;
+    const long most = (long)G * (I + H) / MATVEC_SHARE;
+    if (nthreads > most) nthreads = most > 1 ? (int)most : 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int n0, n1;
