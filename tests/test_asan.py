@@ -165,7 +165,8 @@ def _exercise() -> None:
                     with torch.no_grad():
                         m(packed)
         # inference with the input GEMM inside the time loop, padded and packed (sorted lengths)
-        # (18 rows on 2 threads: each thread its rows; 3 rows: the threads split the columns)
+        # (18 rows on 2 threads: each thread its rows; 3 rows: the threads split W_hh's columns,
+        # each its own rows' W_x x_t; 1 row: the threads split both products' columns)
         x = torch.randn(13, 18, I)
         sizes = 2 * (torch.tensor([13, 13, 12, 11, 9, 7, 4, 2, 1]).unsqueeze(0)
                      > torch.arange(13).unsqueeze(1)).sum(1)
@@ -177,10 +178,11 @@ def _exercise() -> None:
             for batch_sizes in (None, sizes):
                 infer(x, *states, w_ih, w_hh, g, b, g[:n], b[:n], g[:H], b[:H],
                       batch_sizes=batch_sizes)
-                # 3 rows on 2 threads: the threads split the columns (forward_seq_cols)
-                infer(x[:, :3].contiguous(), *(s[:3] for s in states), w_ih, w_hh, g, b, g[:n],
-                      b[:n], g[:H], b[:H],
-                      batch_sizes=None if batch_sizes is None else batch_sizes.clamp(max=3))
+                # 3 rows and 1 row on 2 threads: the threads split the columns (forward_seq_cols)
+                for rows in (3, 1):
+                    infer(x[:, :rows].contiguous(), *(s[:rows] for s in states), w_ih, w_hh, g, b,
+                          g[:n], b[:n], g[:H], b[:H],
+                          batch_sizes=None if batch_sizes is None else batch_sizes.clamp(max=rows))
                 if native.load().bf16_dot():  # the products in bfloat16: H, I odd
                     half = [t.bfloat16() for t in (x, *states, w_ih, w_hh, g, b)]
                     infer(*half, g[:n].bfloat16(), b[:n].bfloat16(), g[:H].bfloat16(),

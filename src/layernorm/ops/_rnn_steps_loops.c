@@ -75,31 +75,39 @@ static void gemm_rows_as(int M, int K, const float *a, long lda, const float *ma
  * whose recurrent product is bound by reading the weights (measured on 2 threads at batch 8,
  * T 100, I 128, interleaved with rows of 4 a thread: 0.73-0.84x the rows' time at H 512,
  * 0.88-1.06x at H 256 (noise); from 6 rows a thread on, no difference). Each thread computes
- * its share of the column panels of W_hh h_{t-1} and of W_x x_t for every row into shared
- * buffers, so its part of the weights stays in its core's cache from step to step instead of
- * every thread reading all of them; then, after a barrier, the threads run the rows
- * (thread_share's blocks) and meet again before the next step reads h_t. The same products
- * (each element's sum as in gemm_rows) and the same rows as forward_seq. Everything is
+ * its share of the column panels of W_hh h_{t-1} for every row into a shared buffer, so its
+ * part of the weights stays in its core's cache from step to step instead of every thread
+ * reading all of them; then, after a barrier, the threads run the rows (thread_share's blocks)
+ * and meet again before the next step reads h_t. W_x x_t, a product of XCHUNK / B steps at once:
+ * where every thread has rows, each computes all columns of its own rows' (reading all of W_x
+ * once a chunk), into a buffer of its own, so that a row reads half as much from the other
+ * core (measured on 2 threads, T 100, I 128, inference, against the columns' split of W_x x:
+ * 0.87-0.98x the time at batch 4-14, H 128-512; at batch 1, with one thread holding the row,
+ * 1.07x, so there the columns stay split). The same products (each element's sum as in
+ * gemm_rows, whatever the rows of a tile) and the same rows as forward_seq. Everything is
  * allocated before the threads start, so that every thread meets every barrier. */
 static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
                             const float *wp, const bf16_t *wpb, struct input_term in,
                             const float *h0, const float *out, size_t scratch, forward_row row,
                             const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
-    const int Hb = (H + 1) & ~1, Ib = (in.I + 1) & ~1;
+    const int Hb = (H + 1) & ~1, Ib = (in.I + 1) & ~1, own = B >= nthreads;
     int chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
     if (chunk < 1) chunk = 1;
-    const size_t hg_n = (size_t)B * Gp, xg_n = (size_t)chunk * B * Gp;
+    /* W_x x_t of a chunk of steps: shared (columns split), or each thread's own rows' with
+     * those rows of x copied together (own: the most rows a thread has, (B + n - 1) / n) */
+    const size_t most = own ? (size_t)(B + nthreads - 1) / nthreads : (size_t)B;
+    const size_t hg_n = (size_t)B * Gp, xg_n = (size_t)chunk * most * (Gp + (own ? in.I : 0));
     /* per thread: the rows' scratch, and the rows of h_{t-1} and of x rounded to bfloat16 */
     const size_t hb_n = wpb ? (size_t)B * Hb : 0, xb_n = in.wxpb ? (size_t)chunk * B * Ib : 0;
-    float *hg = malloc(sizeof(float) * (hg_n + xg_n + (size_t)nthreads * scratch + 1));
+    float *hg = malloc(sizeof(float) * (hg_n + xg_n * (own ? nthreads : 1)
+                                        + (size_t)nthreads * scratch + 1));
     bf16_t *hb = hb_n + xb_n ? malloc(sizeof(bf16_t) * (hb_n + xb_n) * nthreads) : NULL;
     if (!hg || (hb_n + xb_n && !hb)) {
         free(hg);
         free(hb);
         return -1;
     }
-    float *xg = hg + hg_n;
 #pragma omp parallel num_threads(nthreads)
     {
     int id = 0, p0, p1, r0, r1;
@@ -108,27 +116,36 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
 #endif
     thread_share(npanels, &p0, &p1);
     thread_share(B, &r0, &r1);
-    float *mine = xg + xg_n + (size_t)id * scratch;
+    const int nr = r1 - r0;
+    float *xg = hg + hg_n + (own ? xg_n * id : 0), *xc = xg + (size_t)chunk * most * Gp;
+    float *mine = hg + hg_n + xg_n * (own ? nthreads : 1) + (size_t)id * scratch;
     bf16_t *hbt = hb ? hb + (hb_n + xb_n) * id : NULL, *xbt = hbt ? hbt + hb_n : NULL;
     const int np = p1 - p0;
     for (int t = 0; t < T; t++) {
         const int bs = batch_sizes ? batch_sizes[t] : B;
         if (bs <= 0) break;  /* (the same step for every thread) */
         const float *hp = prev_h(h0, out, t, B, H, 0);
-        if (np > 0) {
+        const int n = T - t < chunk ? T - t : chunk;  /* steps t .. t + n - 1, padding rows too */
+        if (np > 0)
             gemm_rows_as(bs, H, hp, H, NULL, 0, wp ? wp + (long)p0 * H * NR : NULL,
                          wpb ? wpb + (long)p0 * Hb * NR : NULL, hbt, np, hg + (long)p0 * NR, Gp);
-            if (t % chunk == 0)  /* steps t .. t + n - 1, all B rows (padding rows included) */
-                gemm_rows_as((T - t < chunk ? T - t : chunk) * B, in.I, in.x + (long)t * B * in.I,
-                             in.I, NULL, 0, in.wxp ? in.wxp + (long)p0 * in.I * NR : NULL,
-                             in.wxpb ? in.wxpb + (long)p0 * Ib * NR : NULL, xbt, np,
-                             xg + (long)p0 * NR, Gp);
+        if (t % chunk == 0 && own && nr > 0) {
+            for (int k = 0; k < n; k++)  /* the rows (t + k, r0 .. r1 - 1) of x, together */
+                memcpy(xc + (size_t)k * nr * in.I, in.x + ((long)(t + k) * B + r0) * in.I,
+                       sizeof(float) * nr * in.I);
+            gemm_rows_as(n * nr, in.I, xc, in.I, NULL, 0, in.wxp, in.wxpb, xbt, npanels, xg, Gp);
+        } else if (t % chunk == 0 && !own && np > 0) {
+            gemm_rows_as(n * B, in.I, in.x + (long)t * B * in.I, in.I, NULL, 0,
+                         in.wxp ? in.wxp + (long)p0 * in.I * NR : NULL,
+                         in.wxpb ? in.wxpb + (long)p0 * Ib * NR : NULL, xbt, np,
+                         xg + (long)p0 * NR, Gp);
         }
 #pragma omp barrier
-        const float *xt = xg + (size_t)(t % chunk) * B * Gp;
+        /* row b's W_x x_t: row (t % chunk) nr + b - r0 of the thread's own, or of the shared */
+        const float *xt = xg + (size_t)(t % chunk) * (own ? nr : B) * Gp;
         for (int b = r0; b < (bs < r1 ? bs : r1); b++)
-            row(cell, (long)t * B + b, b, hg + (long)b * Gp, xt + (long)b * Gp, hp + (long)b * H,
-                mine);
+            row(cell, (long)t * B + b, b, hg + (long)b * Gp, xt + (long)(b - (own ? r0 : 0)) * Gp,
+                hp + (long)b * H, mine);
 #pragma omp barrier
     }
     }
