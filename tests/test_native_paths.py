@@ -317,10 +317,10 @@ def _inference_case(kind, T, B, I, H, packed):
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 # (threads, T, B, I, H): a thread takes the input products of 64 / (its rows) steps at once (one
 # thread: 4 steps of 1 row, 7 + 2 steps of 10 rows; two threads at B = 20: 7 + 2 steps of each
-# block's 10 rows, copied together); a batch of fewer than 8 rows a thread splits the columns (forward_seq_cols: 2
-# threads at B = 1, both products' columns; at B = 5 over two chunks of 13 steps' input products,
-# and at B = 10, W_hh h's columns and each thread its own rows' W_x x; 3 threads over 3 panels at
-# B = 3, a row each)
+# block's 10 rows, copied together); a batch of fewer than 8 rows a thread splits the columns
+# (forward_seq_cols: 2 threads at B = 1, both products' columns; at B = 5 over two chunks of 13
+# steps' input products, and at B = 10, W_hh h's columns and each thread its own rows' W_x x; 3
+# threads over 3 panels at B = 3, a row each)
 @pytest.mark.parametrize("threads,T,B,I,H", [(1, 4, 1, 7, 16), (1, 9, 10, 33, 40),
                                              (2, 9, 20, 33, 40), (2, 5, 10, 33, 40),
                                              (2, 6, 1, 7, 40),
