@@ -100,7 +100,7 @@ static void input_rows(const struct input_term *in, int t, int n, int B, int r0,
  * where every thread has rows, each computes all columns of its own rows' (reading all of W_x
  * once a chunk), into a buffer of its own, so that a row reads half as much from the other
  * core (measured on 2 threads, T 100, I 128, inference, against the columns' split of W_x x:
- * 0.87-0.98x the time at batch 4-14, H 128-512; at batch 1, with one thread holding the row,
+ * 0.87-1.00x the time at batch 4-14, H 128-512; at batch 1, with one thread holding the row,
  * 1.07x, so there the columns stay split). The same products (each element's sum as in
  * gemm_rows, whatever the rows of a tile) and the same rows as forward_seq. Everything is
  * allocated before the threads start, so that every thread meets every barrier. */
