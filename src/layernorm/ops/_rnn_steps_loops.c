@@ -74,12 +74,13 @@ static void gemm_rows_as(int M, int K, const float *a, long lda, const float *ma
 
 /* W_x x of steps t .. t + n - 1 for rows r0 .. r0 + nr - 1 (padding rows included) into xg, row
  * (k, b) at (k nr + b - r0) Gp: in one product, reading all of W_x once; the rows of x are first
- * copied together into xc (n nr I floats) unless they are all B rows, consecutive in x already.
+ * copied together into xc (n nr I floats) unless they are consecutive in x already (all B rows,
+ * or one step).
  * xb: the bfloat16 buffer of gemm_rows_as (n nr rounded-up-to-even I). */
 static void input_rows(const struct input_term *in, int t, int n, int B, int r0, int nr,
                        float *xc, bf16_t *xb, int npanels, float *xg, long Gp) {
     const float *a = in->x + ((long)t * B + r0) * in->I;
-    if (nr < B) {
+    if (nr < B && n > 1) {
         for (int k = 0; k < n; k++)
             memcpy(xc + (size_t)k * nr * in->I, in->x + ((long)(t + k) * B + r0) * in->I,
                    sizeof(float) * nr * in->I);
