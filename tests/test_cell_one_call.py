@@ -69,7 +69,7 @@ def test_step_matches_the_float64_reference(cell, B, which, order):
 
 
 @pytest.mark.parametrize("cell,I,H", [("lstm", 37, 130), ("gru", 37, 130), ("gru", 11000, 1),
-                                      ("lstm", 4100, 2)])
+                                      ("lstm", 4100, 2), ("lstm", 256, 512), ("gru", 256, 512)])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_one_row_at_a_users_size_splits_its_products_between_threads(cell, I, H, threads):
     """At one row the products' rows of W are split between the threads where the weights are

@@ -342,6 +342,23 @@ def test_inference_kernels_match_float64_and_the_sequence_kernel(kind, packed, t
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("B", [8, 24])
+def test_inference_kernels_at_a_users_size(kind, B):
+    """H 512, 40 steps, lengths that differ per row, on 2 threads: at batch 8 the column path
+    (each thread its own rows' W_x x_t), at 24 the rows path (chunks of input products of
+    several steps): the sequence kernel's bits and the float64 reference."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ours, seq, ref64 = _inference_case(kind, 40, B, 64, 512, True)
+    finally:
+        torch.set_num_threads(before)
+    for a, b, r in zip(ours, seq, ref64):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a.double(), r, atol=1e-4, rtol=1e-4)  # 40 steps of 512
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_avx2_inference_kernels_match_float64(avx2_kernels, kind):
     ours, seq, ref64 = _inference_case(kind, 5, 10, 33, 40, True)
     for a, b, r in zip(ours, seq, ref64):
