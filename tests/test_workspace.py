@@ -246,3 +246,44 @@ def test_scoring_one_batch_larger_than_the_pool_after_training(small_pool):
         common.WORKSPACE_BYTES = cap
     assert torch.equal(scores, alone)
     assert kept
+
+
+@pytest.mark.parametrize("cls,norm", [("LSTM", "layer"), ("GRU", "layer"), ("LSTM", "batch")])
+def test_the_input_term_and_its_gradient_come_from_the_pool(monkeypatch, cls, norm):
+    """The module's input term W_x x (all steps) and the operator's gradient of it are pooled
+    buffers (a fresh (T, B, G) buffer costs a page fault per 4 KB at first touch); a user's own
+    call of ``input_linear`` and the gradient of a user's own input term are plain tensors."""
+    from layernorm.ops import bn, gemm, gru, lstm
+    from layernorm.rnn import fused
+    common.release_workspace()
+    seen = {"xw": [], "grad": []}
+    forward = gemm._NativeLinear.forward
+
+    def spy_forward(ctx, x, w, pooled):
+        y = forward(ctx, x, w, pooled)
+        seen["xw"].append(common._WORKSPACE.holds(y))
+        return y
+
+    def spy_buffer(*shape, like, zero=True, pooled=False):
+        buf = common._buffer(*shape, like=like, zero=zero, pooled=pooled)
+        if shape[-1] == 96:  # G, the gates of all steps: 4 x 24 or 3 x 32
+            seen["grad"].append(common._WORKSPACE.holds(buf))
+        return buf
+    monkeypatch.setattr(gemm._NativeLinear, "forward", staticmethod(spy_forward))
+    for module in (lstm, gru, bn):
+        monkeypatch.setattr(module, "_buffer", spy_buffer)
+    torch.manual_seed(0)
+    m = getattr(L, cls)(6, 24 if cls == "LSTM" else 32, norm=norm)  # (G: whole panels)
+    for T in (10, 14):
+        _step(m, torch.randn(T, 4, 6))
+    assert seen["xw"] == [True, True] and seen["grad"][-2:] == [True, True], seen
+
+    x, w = torch.randn(10, 4, 6), torch.randn(96, 6)
+    assert not common._WORKSPACE.holds(gemm.input_linear(x, w))
+    if cls == "LSTM" and norm == "layer":  # the operator called on the user's own input term
+        xg = torch.randn(10, 4, 96, requires_grad=True)
+        h0, c0 = torch.zeros(4, 24), torch.zeros(4, 24)
+        out = fused.ln_lstm_sequence(xg, h0, c0, 0.1 * torch.randn(96, 24), torch.ones(96),
+                                 torch.zeros(96), torch.ones(24), torch.zeros(24))[0]
+        out.sum().backward()
+        assert xg.grad is not None and not common._WORKSPACE.holds(xg.grad)

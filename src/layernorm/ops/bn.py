@@ -90,7 +90,7 @@ def bn_direction(mode: str, x: Tensor, state: tuple[Tensor, ...], weight_ih: Ten
     tensors = (x, *state, weight_ih, *params, *(b for pair in running.values() for b in pair))
     if native.where(*tensors).c(*tensors) is None:
         return None
-    xw = input_linear(x, weight_ih)                             # W_x x (T, B, G)
+    xw = input_linear(x, weight_ih, pooled=True)                # W_x x (T, B, G)
     T, B, _ = xw.shape
     masks = _masks(mode, state[0].shape[-1], T, B, xw, h_mask, zone_h, zone_c)
     sizes = [B] * T if batch_sizes is None else torch.as_tensor(batch_sizes).tolist()
@@ -225,7 +225,8 @@ class _BNLSTM(torch.autograd.Function):
         T, B, G = xg.shape
         H = G // 4
         lib = native.loaded(WHO)
-        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
+        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None,
+                      pooled=_WORKSPACE.holds(xg))
         dh, dc = (gr.detach().clone(memory_format=torch.contiguous_format)
                   for gr in (grad_hn, grad_cn))
         dparams = torch.zeros(4 * G + 2 * H, dtype=torch.float64)
@@ -320,7 +321,8 @@ class _BNGRU(torch.autograd.Function):
         xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
         T, B, G = xg.shape
         lib = native.loaded(WHO)
-        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None)
+        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None,
+                      pooled=_WORKSPACE.holds(xg))
         dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
         dparams = torch.zeros(4 * G, dtype=torch.float64)
         dw_hh = common.native_backward(

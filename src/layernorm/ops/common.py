@@ -33,6 +33,7 @@ import torch
 from .._autograd import differentiable_backward  # noqa: F401  (the ops' second order)
 from ..functional import HALF_DTYPES as _HALF, stats_dtype  # noqa: F401  (stats_dtype: the ops)
 from . import native
+from . import gemm
 from .gemm import WeightGrad
 
 
@@ -141,12 +142,19 @@ class _Workspace:
         self._fits = sorted(((b.numel(), b.dtype, b, b.untyped_storage()._cdata) for b in bufs),
                             key=lambda fit: fit[0])
 
+    def holds(self, t: torch.Tensor) -> bool:
+        """Whether t is a view of one of the pool's buffers: a tensor internal to the operators
+        (the input term ``gemm.input_linear`` wrote for them), whose gradient is internal too."""
+        cdata = t.untyped_storage()._cdata
+        return any(fit[3] == cdata for fit in self._fits)
+
     def release(self) -> None:
         with self._lock:
             self._keep([b for b in self._bufs if not self._free(b)])
 
 
 _WORKSPACE = _Workspace()
+gemm.POOL = _WORKSPACE  # (``gemm.input_linear``'s pooled input term)
 
 
 def release_workspace() -> None:
@@ -157,8 +165,9 @@ def release_workspace() -> None:
 def _buffer(*shape, like: torch.Tensor, zero: bool = True, pooled: bool = False) -> torch.Tensor:
     """A buffer for a whole sequence: zero-filled where rows past an example's length must read as
     0; ``zero=False`` for buffers the C kernels write completely (a 13 MB fill is ~1 ms).
-    ``pooled``: from the pool, for a result that autograd converts and drops (the float32
-    gradient of a half-type input term), so its first touch costs no page faults."""
+    ``pooled``: from the pool, for a result that autograd converts or consumes and drops (the
+    float32 gradient of a half-type input term; the gradient of an input term that came from the
+    pool, ``_Workspace.holds``), so its first touch costs no page faults."""
     if pooled:
         buf = _WORKSPACE.get(shape, like=like)
         return buf.zero_() if zero else buf

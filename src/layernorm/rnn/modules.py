@@ -216,7 +216,7 @@ class _Stack(TorchLayout, InputChecks, RecurrentBase):
             if done is not None:
                 return done
             w_ih, w_hh, gain_ih, bias_ih, gain_hh, bias_hh, *ln_c = params
-            xw = ops.input_linear(x, w_ih)    # the input LN runs inside the kernel
+            xw = ops.input_linear(x, w_ih, pooled=True)  # (input LN: in the kernel)
             inputs = {"batch_sizes": batch_sizes, "eps": self.eps, "gain_x": gain_ih,
                       "bias_x": bias_ih}
             if self.mode == "LSTM":
