@@ -284,6 +284,17 @@ def _input_term64(kind, x, w_ih, gain_x, bias_x):
     return torch.cat(parts, -1)
 
 
+_SPLIT = inference._split
+
+
+@pytest.fixture(autouse=True)
+def _the_c_rule(monkeypatch):
+    """The inference kernels' split between threads by the C's rule: at 4-7 rows a thread
+    ``inference._split`` times both splits in turn, so which one a test ran would depend on the
+    tests before it. The tests of a split set their own."""
+    monkeypatch.setattr(inference, "_split", lambda key, batch, nthreads: (0, None))
+
+
 def _inference_case(kind, T, B, I, H, packed):
     """(inference call's results, the C sequence kernel's on the same W_x x, the float64
     reference's), the batch sorted by decreasing length where ``packed``."""
@@ -342,11 +353,13 @@ def test_inference_kernels_match_float64_and_the_sequence_kernel(kind, packed, t
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("B", [8, 24])
-def test_inference_kernels_at_a_users_size(kind, B):
+@pytest.mark.parametrize("B,path", [(8, 1), (8, 2), (24, 0)], ids=["8-columns", "8-rows", "24"])
+def test_inference_kernels_at_a_users_size(kind, B, path, monkeypatch):
     """H 512, 40 steps, lengths that differ per row, on 2 threads: at batch 8 the column path
-    (each thread its own rows' W_x x_t), at 24 the rows path (chunks of input products of
-    several steps): the sequence kernel's bits and the float64 reference."""
+    (each thread its own rows' W_x x_t) and the rows path (4 rows a thread), at 24 the rows path
+    (chunks of input products of several steps): the sequence kernel's bits and the float64
+    reference."""
+    monkeypatch.setattr(inference, "_split", lambda key, batch, nthreads: (path, None))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -356,6 +369,37 @@ def test_inference_kernels_at_a_users_size(kind, B):
     for a, b, r in zip(ours, seq, ref64):
         assert torch.equal(a, b)
         torch.testing.assert_close(a.double(), r, atol=1e-4, rtol=1e-4)  # 40 steps of 512
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_inference_times_both_splits_then_keeps_one(kind, monkeypatch):
+    """At 4-7 rows a thread the first calls of a shape run the columns' and the rows' split in
+    turn, ``SPLIT_TRIES`` timed calls each, then keep the one of least time a step: every call
+    gives the same bits; outside that range the C's rule runs and nothing is timed."""
+    monkeypatch.setattr(inference, "_split", _SPLIT)
+    monkeypatch.setattr(inference, "_SPLITS", {})
+    paths = []
+    call = native.call
+
+    def spy(*args, **fields):
+        if "x" in fields:  # the inference kernel's call (not the sequence kernel's)
+            paths.append(fields["path"])
+        return call(*args, **fields)
+    monkeypatch.setattr(native, "call", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        calls = 2 * inference.SPLIT_TRIES + 2
+        runs = [_inference_case(kind, 9, 8, 33, 40, True)[0] for _ in range(calls)]
+        _inference_case(kind, 9, 16, 33, 40, False)  # 8 rows a thread: the rule
+    finally:
+        torch.set_num_threads(before)
+    n = 2 * inference.SPLIT_TRIES
+    assert sorted(paths[:n]) == [1] * (n // 2) + [2] * (n // 2)
+    (kept,) = inference._SPLITS.values()
+    assert kept in (1, 2) and paths[n:] == [kept, kept, 0] and len(inference._SPLITS) == 1
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(run, runs[0]))
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

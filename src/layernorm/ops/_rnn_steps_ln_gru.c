@@ -42,6 +42,8 @@ struct gru {
     const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
     const float *zone_h;             /* (T, B, H) zoneout, or NULL */
     int I;                           /* with x: the input's width */
+    int path;                        /* with x: 0 forward_seq's rule, 1 the columns' split
+                                        of the products between threads, 2 the rows' */
     const float *x;                  /* (T, B, I) or NULL: as struct lstm's */
     const float *wxp;                /* with x: W_x (3H, I) in panels */
     const bf16_t *wpb;               /* forward: W_hh (G, H) in bfloat16 panels, as struct
@@ -127,9 +129,9 @@ int gru_forward_seq(const struct gru *R) {
     if ((R->wpb || R->wxpb) && !bf16_dot()) return -4;
     if (R->wxpb && !R->x) return -3;
     const struct input_term in = {R->xw, R->x, R->wxp, R->I, R->wxpb};
-    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wp, R->wpb, in,
-                       R->h0, R->out, R->hg_all, (size_t)4 * R->H, R->h_mask, gru_forward_row,
-                       R);
+    return forward_seq(R->T, R->B, R->H, 3 * R->H, R->nthreads, R->path, R->batch_sizes, R->wp,
+                       R->wpb, in, R->h0, R->out, R->hg_all, (size_t)4 * R->H, R->h_mask,
+                       gru_forward_row, R);
 }
 
 /* part: dgain_h, dbias_h (2H each), dgain_u, dbias_u (H each), dgain_x, dbias_x (3H each). */

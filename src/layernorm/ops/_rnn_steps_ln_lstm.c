@@ -43,6 +43,8 @@ struct lstm {
     const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
     const float *zone_h, *zone_c;    /* (T, B, H) zoneout of h and of c, or NULL */
     int I;                           /* with x: the input's width */
+    int path;                        /* with x: 0 forward_seq's rule, 1 the columns' split
+                                        of the products between threads, 2 the rows' */
     const float *x;                  /* (T, B, I) or NULL: forward without save only, with gain_x:
                                         xw := W_x x_t computed inside (struct input_term) */
     const float *wxp;                /* with x: W_x (G, I) in panels (ceil(G / NR), I, NR) */
@@ -131,9 +133,9 @@ int lstm_forward_seq(const struct lstm *L) {
     if ((L->wpb || L->wxpb) && !bf16_dot()) return -4;
     if (L->wxpb && !L->x) return -3;
     const struct input_term in = {L->xw, L->x, L->wxp, L->I, L->wxpb};
-    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wp, L->wpb, in,
-                       L->h0, L->out, L->cs ? L->hg_all : NULL, lstm_scratch(L), L->h_mask,
-                       lstm_forward_row, L);
+    return forward_seq(L->T, L->B, L->H, 4 * L->H, L->nthreads, L->path, L->batch_sizes, L->wp,
+                       L->wpb, in, L->h0, L->out, L->cs ? L->hg_all : NULL, lstm_scratch(L),
+                       L->h_mask, lstm_forward_row, L);
 }
 
 /* part: dgain_h, dbias_h (G each), dgain_c, dbias_c (H each), dgain_x, dbias_x (G each). */

@@ -173,15 +173,19 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
 /* h0 (B, H), out (T, B, H) = h_1 .. h_T, written by the rows; wp: W_hh (G, H) packed in panels.
  * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself).
  * wpb (and in.wxpb, with in.x): W_hh (and W_x) in bfloat16 panels, or NULL: the recurrent (and
- * input) products read h_{t-1} (x_t) rounded to bfloat16, on the bfloat16 dot products. */
-static int forward_seq(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
+ * input) products read h_{t-1} (x_t) rounded to bfloat16, on the bfloat16 dot products.
+ * path (with in.x): 1 forward_seq_cols, 2 the rows, 0 the rule: the columns below 8 rows a thread
+ * (both give the same bits; which is faster at 4-7 rows a thread depends on the CPU, so the
+ * caller may time both: ``ops.inference``). */
+static int forward_seq(int T, int B, int H, int G, int nthreads, int path, const int *batch_sizes,
                        const float *wp, const bf16_t *wpb, struct input_term in, const float *h0,
                        const float *out, float *keep, size_t scratch, const float *h_mask,
                        forward_row row, const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
-    if (in.x && !h_mask && nthreads > 1 && B > 0 && B < 8 * nthreads && npanels >= nthreads)
+    const int cols = path == 1 || (path != 2 && B < 8 * nthreads);
+    if (in.x && !h_mask && nthreads > 1 && B > 0 && cols && npanels >= nthreads)
         return forward_seq_cols(T, B, H, G, nthreads, batch_sizes, wp, wpb, in, h0, out, scratch,
                                 row, cell);
     if (in.x && nthreads > B / 4) nthreads = B / 4 > 1 ? B / 4 : 1;  /* rows: 4 a thread */

@@ -12,12 +12,45 @@ statistics, gates and states stay float32, and the results are rounded to bfloat
 the operator path's). Elsewhere bfloat16 takes the operator path."""
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .gemm import _panels, _panels_bf16
 from . import native
 from .native import GRUArgs, LSTMArgs, contig, int32
 from .common import _buffer
+
+# How the threads split an inference call's products (the C ``forward_seq``): each its rows of the
+# batch (path 2) or each its columns of the products for every row (path 1, ``forward_seq_cols``;
+# 0: the C's rule, columns below 8 rows a thread). Both give the same bits. At 4-7 rows a thread
+# which is faster depends on the CPU: measured at T 100, I 128 on 2 threads, the rows' split took
+# 0.94-1.31x the columns' time at batch 8, H 256-512, on AVX-512 cores of ~220 GFLOP/s, and
+# 0.80-0.94x at batch 8-12 on cores of 113 (docs/rnnfast.md). So the first calls of each such
+# shape time both in turn, ``SPLIT_TRIES`` calls each, and the faster (the least time a step) is
+# kept for the process.
+SPLIT_TRIES = 3
+_SPLITS: dict[tuple, list | int] = {}  # shape -> [times of path 1, of path 2], then the path
+
+
+def _split(key: tuple, batch: int, nthreads: int) -> tuple[int, list | None]:
+    """The path of this call (``forward_seq``'s) and the list its time a step goes into (None:
+    chosen already, or a batch where the C's rule holds)."""
+    if nthreads < 2 or not 4 * nthreads <= batch < 8 * nthreads:
+        return 0, None
+    found = _SPLITS.setdefault(key, [[], []])
+    if isinstance(found, int):
+        return found, None
+    path = 1 if len(found[0]) <= len(found[1]) else 2
+    return path, found[path - 1]
+
+
+def _timed(key: tuple, times: list, seconds: float) -> None:
+    """Record one timed call; after ``SPLIT_TRIES`` of each path keep the faster."""
+    times.append(seconds)
+    found = _SPLITS.get(key)
+    if isinstance(found, list) and min(map(len, found)) >= SPLIT_TRIES:
+        _SPLITS[key] = 1 if min(found[0]) <= min(found[1]) else 2
 
 
 def _inference(kernel: str, cls, who: str, dtype, x: torch.Tensor, states, w_ih: torch.Tensor,
@@ -50,10 +83,16 @@ def _inference(kernel: str, cls, who: str, dtype, x: torch.Tensor, states, w_ih:
     finals = [s.detach().clone(memory_format=torch.contiguous_format) for s in states]
     fields.update(zip(("h_n", "c_n"), finals))
     # torch's threads: the kernel splits the rows among them, 4 a thread at least, or where the
-    # batch is smaller than that, the columns of the products (``forward_seq_cols``)
-    native.call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=torch.get_num_threads(), eps=eps,
+    # batch is smaller than that, the columns of the products (``forward_seq_cols``; ``_split``)
+    nthreads = torch.get_num_threads()
+    key = (kernel, dtype, B, H, I, nthreads)
+    path, times = _split(key, B, nthreads)
+    start = time.perf_counter()
+    native.call(lib, kernel, cls, who, T=T, B=B, H=H, nthreads=nthreads, eps=eps, path=path,
                 batch_sizes=int32(batch_sizes), x=contig(x), I=I, h0=contig(states[0]), out=out,
                 **weights, **{k: contig(v) for k, v in fields.items()})
+    if times is not None:
+        _timed(key, times, (time.perf_counter() - start) / max(T, 1))
     if out_dtype is not None:
         return tuple(t.to(out_dtype) for t in (out, *finals))
     return (out, *finals)
