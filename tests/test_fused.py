@@ -213,13 +213,37 @@ def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
     for threads in (1, 2, 3, 5):
         y = torch.full((M, panels.shape[0] * lib.panel_width()), float("nan"))
         status = kernel(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(),
-                        threads)
+                        threads, *([0] if transposed else []))
         assert not status
         results.append(y)
     for y in results[1:]:
         assert torch.equal(y, results[0])
     ref = (a.t() if transposed else a) @ w.t()
     torch.testing.assert_close(results[0][:, :N], ref, atol=1e-4 * K ** 0.5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_native_weight_gradient_adds_range_by_range(threads):
+    """``gemm_packed_at`` with add: dW += d^T h of each range of rows, the sums continuing from
+    dW's values: ranges of 300 and 1 and 0 rows (K = 0 leaves dW as it was) give torch's d^T h of
+    all rows, the same bits on any number of threads, and the same bits as the ranges' rows in
+    one product (each sum runs over the rows in order either way)."""
+    lib = _native_or_skip()
+    torch.manual_seed(0)
+    d, h = torch.randn(301, 200), torch.randn(301, 70)
+    width = lib.panel_width()
+
+    def summed(ranges, n):
+        acc = torch.zeros(200, -(-70 // width) * width)
+        for lo, hi in ranges:
+            dr = d[lo:hi].contiguous()
+            hp = gemm._panels(h[lo:hi] if hi > lo else h[:1], width, transposed=True)
+            assert not lib.gemm_packed_at(200, hi - lo, dr.data_ptr(), hp.data_ptr(), hp.shape[0],
+                                          acc.data_ptr(), n, 1)
+        return acc[:, :70]
+    ranges = summed([(0, 300), (300, 301), (301, 301)], threads)
+    assert torch.equal(ranges, summed([(0, 301)], 1))
+    torch.testing.assert_close(ranges, d.t() @ h, atol=1e-4 * 301 ** 0.5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("K,N", [(700, 600), (513, 40), (1030, 96)])

@@ -174,25 +174,25 @@ static inline void copy_rows(long kc, int mr, const float *a, long lda, float *a
  * one line of a per k (measured 7.5 -> 6.4 ms at (1024, 3200) x (3200, 128), one thread).
  * Every element's sum runs over k in order 0..K-1 in one accumulator, whatever the blocks (a
  * block of k continues from the sums the earlier ones stored) and the tiles: the same bits for
- * any M, any row, any split of the panels. */
+ * any M, any row, any split of the panels. add: the sums start from c's values (c +=). */
 static void gemm_rows_t(int M, int K, const float *a, long lda, int at, float *ap,
-                        const float *wp, int npanels, float *c, long ldc) {
+                        const float *wp, int npanels, float *c, long ldc, int add) {
     const long ps = (long)K * NR;
     FOR_BLOCKS(M, K, npanels, {
         const float *wb = wp + (long)p0 * ps + (long)k0 * NR;
         float *cb = c + r * ldc + (long)p0 * NR;
         if (at) {
             copy_rows(kc, mr, a + k0 * lda + r, lda, ap);
-            tile_rows_at(mr, kc, ap, mr, wb, 2 * np, cb, ldc, ps, ai);
+            tile_rows_at(mr, kc, ap, mr, wb, 2 * np, cb, ldc, ps, ai || add);
         } else {
-            tile_rows(mr, kc, a + r * lda + k0, lda, wb, 2 * np, cb, ldc, ps, ai);
+            tile_rows(mr, kc, a + r * lda + k0, lda, wb, 2 * np, cb, ldc, ps, ai || add);
         }
     });
 }
 
 static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, int npanels,
                       float *c, long ldc) {
-    gemm_rows_t(M, K, a, lda, 0, NULL, wp, npanels, c, ldc);
+    gemm_rows_t(M, K, a, lda, 0, NULL, wp, npanels, c, ldc, 0);
 }
 
 int panel_width(void) { return NR; }
@@ -216,10 +216,11 @@ static void thread_share(int n, int *lo, int *hi) {
  * panels every thread copied all of them (measured on 2 threads of an AVX-512 core pair, one
  * process, interleaved: d^T h of 3200 rows, (1024, 3200) x (3200, 256) 5.31 -> 4.81 ms,
  * x (3200, 128) 3.33 -> 2.77 ms). Every element's sum is the one-thread sum (k in order),
- * whatever the split. With at each thread has its own copy buffer (gemm_rows_t's ap). Returns
- * -1 where a buffer of KC * MR floats could not be allocated. */
+ * whatever the split. With at each thread has its own copy buffer (gemm_rows_t's ap). add: y +=
+ * (the sums start from y's values). Returns -1 where a buffer of KC * MR floats could not be
+ * allocated. */
 static int gemm_packed_t(int M, int K, const float *a, int at, const float *wp, int npanels,
-                         float *y, int nthreads) {
+                         float *y, int nthreads, int add) {
     const long ldy = (long)npanels * NR;
     int failed = 0;
     const int by_rows = at && M >= 4 * MR * nthreads;
@@ -238,7 +239,8 @@ static int gemm_packed_t(int M, int K, const float *a, int at, const float *wp, 
     }
     if (some && (ap || !at))
         gemm_rows_t(m1 - m0, K, at ? a + m0 : a + (long)m0 * K, at ? M : K, at, ap,
-                    wp + (long)p0 * K * NR, p1 - p0, y + (long)m0 * ldy + (long)p0 * NR, ldy);
+                    wp + (long)p0 * K * NR, p1 - p0, y + (long)m0 * ldy + (long)p0 * NR, ldy,
+                    add);
     free(ap);
     }
     return failed ? -1 : 0;
@@ -247,13 +249,14 @@ static int gemm_packed_t(int M, int K, const float *a, int at, const float *wp, 
 /* The input term of all steps and the backward's dx (tests and benchmarks too): A = a. */
 void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, float *y,
                  int nthreads) {
-    gemm_packed_t(M, K, a, 0, wp, npanels, y, nthreads);
+    gemm_packed_t(M, K, a, 0, wp, npanels, y, nthreads, 0);
 }
 
-/* A weight gradient d^T h: d (K rows x M) read in place as a^T, h^T in panels. */
+/* A weight gradient d^T h: d (K rows x M) read in place as a^T, h^T in panels; add: y += d^T h
+ * (a sum over ranges of rows, each continuing the sums of the ones before). */
 int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y,
-                   int nthreads) {
-    return gemm_packed_t(M, K, a, 1, wp, npanels, y, nthreads);
+                   int nthreads, int add) {
+    return gemm_packed_t(M, K, a, 1, wp, npanels, y, nthreads, add);
 }
 
 /* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the

@@ -368,9 +368,9 @@ def native_backward(lib, kernel, cls, who, h0, out, batch_sizes, G, h_mask=None,
         flat = dhg.view(-1, G)
         if lo:
             dw.add(flat, masked_h(out[lo - 1:hi - 1], h_mask).reshape(-1, H))
-        else:
-            dw.add(flat[B:], masked_h(out[:hi - 1], h_mask).reshape(-1, H))
-            dw.add(flat[:B], masked_h(h0, h_mask))
+        else:  # the first range's h_{t-1}: h0, then out (one product, not a second of B rows)
+            dw.add(flat, torch.cat([masked_h(h0, h_mask),
+                                    masked_h(out[:hi - 1], h_mask).reshape(-1, H)]))
     return dw.result()
 
 

@@ -193,7 +193,8 @@ class WeightGrad:
     accumulation inside, rounded to bfloat16 once) added in float32, measured ~4x faster than
     float32 for dW_hh at (T, B, H) = (100, 32, 256) on AVX512-BF16. Else through the C kernels'
     GEMM on torch's threads (``gemm_packed_at``: d read in place as A^T, h^T in panels, one copy
-    of h; the threads split dW's columns): measured 1.9 ms against 3.0 ms for torch's addmm_ for
+    of h; the threads split dW's columns; each range's sums continue from dW's values, with no
+    product of its own to add): measured 1.9 ms against 3.0 ms for torch's addmm_ for
     a (1024, 512) x (512, 256) range, one thread, AVX-512 (torch's float32 GEMM ran ~95 GFLOP/s
     there, the C kernels' ~220; docs/rnnfast.md, "Two threads")."""
 
@@ -205,7 +206,6 @@ class WeightGrad:
         else:  # its columns a whole number of panels
             width = lib.panel_width()
             self.acc = like.new_zeros(n, -(-k // width) * width)
-            self.part = torch.empty_like(self.acc)
 
     def add(self, d: torch.Tensor, h: torch.Tensor) -> None:
         if d.shape[0] == 0:  # a range of no rows (the first step's h_{t-1} apart: h0)
@@ -218,11 +218,10 @@ class WeightGrad:
             di, hi = d[lo:lo + _WEIGHT_GRAD_ROWS], h[lo:lo + _WEIGHT_GRAD_ROWS]
             hp = _panels(hi, self.lib.panel_width(), transposed=True)
             if self.lib.gemm_packed_at(di.shape[1], di.shape[0], di.data_ptr(), hp.data_ptr(),
-                                       hp.shape[0], self.part.data_ptr(),
-                                       gemm_threads(*di.shape, hp.shape[0] * hp.shape[2])):
+                                       hp.shape[0], self.acc.data_ptr(),
+                                       gemm_threads(*di.shape, hp.shape[0] * hp.shape[2]), 1):
                 raise MemoryError(f"the C kernels' GEMM could not allocate its buffer of "
                                   f"{di.shape[0]} x 12 floats")
-            self.acc.add_(self.part)
 
     def result(self) -> torch.Tensor:
         return self.acc if self.half else self.acc[:, :self.k].contiguous()
