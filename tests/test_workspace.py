@@ -253,7 +253,7 @@ def test_the_input_term_and_its_gradient_come_from_the_pool(monkeypatch, cls, no
     """The module's input term W_x x (all steps) and the operator's gradient of it are pooled
     buffers (a fresh (T, B, G) buffer costs a page fault per 4 KB at first touch); a user's own
     call of ``input_linear`` and the gradient of a user's own input term are plain tensors."""
-    from layernorm.ops import bn, gemm, gru, lstm
+    from layernorm.ops import gemm
     from layernorm.rnn import fused
     common.release_workspace()
     seen = {"xw": [], "grad": []}
@@ -264,14 +264,14 @@ def test_the_input_term_and_its_gradient_come_from_the_pool(monkeypatch, cls, no
         seen["xw"].append(common._WORKSPACE.holds(y))
         return y
 
-    def spy_buffer(*shape, like, zero=True, pooled=False):
-        buf = common._buffer(*shape, like=like, zero=zero, pooled=pooled)
-        if shape[-1] == 96:  # G, the gates of all steps: 4 x 24 or 3 x 32
-            seen["grad"].append(common._WORKSPACE.holds(buf))
+    grad_buffer = common.grad_buffer
+
+    def spy_buffer(xg, zero, bf16=False):
+        buf = grad_buffer(xg, zero, bf16)
+        seen["grad"].append(common._WORKSPACE.holds(buf))
         return buf
     monkeypatch.setattr(gemm._NativeLinear, "forward", staticmethod(spy_forward))
-    for module in (lstm, gru, bn):
-        monkeypatch.setattr(module, "_buffer", spy_buffer)
+    monkeypatch.setattr(common, "grad_buffer", spy_buffer)
     torch.manual_seed(0)
     m = getattr(L, cls)(6, 24 if cls == "LSTM" else 32, norm=norm)  # (G: whole panels)
     for T in (10, 14):

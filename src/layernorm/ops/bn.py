@@ -225,8 +225,7 @@ class _BNLSTM(torch.autograd.Function):
         T, B, G = xg.shape
         H = G // 4
         lib = native.loaded(WHO)
-        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None,
-                      pooled=_WORKSPACE.holds(xg))
+        dxg = common.grad_buffer(xg, ctx.batch_sizes is not None)
         dh, dc = (gr.detach().clone(memory_format=torch.contiguous_format)
                   for gr in (grad_hn, grad_cn))
         dparams = torch.zeros(4 * G + 2 * H, dtype=torch.float64)
@@ -321,8 +320,7 @@ class _BNGRU(torch.autograd.Function):
         xg, h0, w_hh, gain_h, bias_h, gain_x, _ = inputs
         T, B, G = xg.shape
         lib = native.loaded(WHO)
-        dxg = _buffer(T, B, G, like=xg, zero=ctx.batch_sizes is not None,
-                      pooled=_WORKSPACE.holds(xg))
+        dxg = common.grad_buffer(xg, ctx.batch_sizes is not None)
         dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
         dparams = torch.zeros(4 * G, dtype=torch.float64)
         dw_hh = common.native_backward(

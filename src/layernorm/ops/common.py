@@ -174,6 +174,14 @@ def _buffer(*shape, like: torch.Tensor, zero: bool = True, pooled: bool = False)
     return like.new_zeros(shape) if zero else like.new_empty(shape)
 
 
+def grad_buffer(xg: torch.Tensor, zero: bool, bf16: bool = False) -> torch.Tensor:
+    """The backward's buffer for the gradient of the input term ``xg`` (T, B, G): from the pool
+    where ``bf16`` (autograd converts it) or where xg itself came from the pool (the modules'
+    input term, ``_Workspace.holds``: its gradient stays inside the operators too); else a plain
+    tensor, which may reach the user as the grad of their own input term."""
+    return _buffer(*xg.shape, like=xg, zero=zero, pooled=bf16 or _WORKSPACE.holds(xg))
+
+
 class _Cast(torch.autograd.Function):
     """``t.to(dtype)`` into a pooled buffer; the gradient back in t's dtype."""
 

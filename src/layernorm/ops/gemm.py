@@ -208,7 +208,7 @@ class WeightGrad:
             self.acc = like.new_zeros(n, -(-k // width) * width)
 
     def add(self, d: torch.Tensor, h: torch.Tensor) -> None:
-        if d.shape[0] == 0:  # a range of no rows (the first step's h_{t-1} apart: h0)
+        if d.shape[0] == 0:  # a range of no rows (an empty batch)
             return
         if self.half:
             self.acc.add_(torch.mm(d.t().to(torch.bfloat16), h.to(torch.bfloat16)))

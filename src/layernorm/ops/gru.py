@@ -38,8 +38,7 @@ def _backward_native(lib, grad_out, grad_hn, xw, h0, w_hh, gain_h, bias_h, gain_
                      bf16=False):
     T, B, G = xw.shape
     H = G // 3
-    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None,
-                  pooled=bf16 or _WORKSPACE.holds(xw))
+    dxg = common.grad_buffer(xw, batch_sizes is not None, bf16)
     dh = grad_hn.detach().clone(memory_format=torch.contiguous_format)
     dparams = torch.zeros(12 * H, dtype=torch.float64)
     dw_hh = common.native_backward(

@@ -46,8 +46,7 @@ def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain
                      zone_c=None, bf16=False):
     T, B, G = xw.shape
     H = G // 4
-    dxg = _buffer(T, B, G, like=xw, zero=batch_sizes is not None,  # grad of xw (or xg)
-                  pooled=bf16 or _WORKSPACE.holds(xw))
+    dxg = common.grad_buffer(xw, batch_sizes is not None, bf16)  # grad of xw (or xg)
     dh, dc = (g.detach().clone(memory_format=torch.contiguous_format) for g in (grad_hn, grad_cn))
     dparams = torch.zeros(18 * H, dtype=torch.float64)
     dw_hh = common.native_backward(
