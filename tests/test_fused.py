@@ -208,12 +208,17 @@ def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
     w = torch.randn(N, K)
     a = torch.randn(K, M) if transposed else torch.randn(M, K)
     panels = gemm._panels(w, lib.panel_width())
-    kernel = lib.gemm_packed_at if transposed else lib.gemm_packed
+    h = w.t().contiguous()  # gemm_packed_at packs h (K, N) itself, into buf
+    buf = torch.empty_like(panels)
     results = []
     for threads in (1, 2, 3, 5):
         y = torch.full((M, panels.shape[0] * lib.panel_width()), float("nan"))
-        status = kernel(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(),
-                        threads, *([0] if transposed else []))
+        if transposed:
+            status = lib.gemm_packed_at(M, K, a.data_ptr(), h.data_ptr(), N, N,
+                                        buf.data_ptr(), y.data_ptr(), threads, 0, 0)
+        else:
+            status = lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0],
+                                     y.data_ptr(), threads)
         assert not status
         results.append(y)
     for y in results[1:]:
@@ -227,22 +232,30 @@ def test_native_weight_gradient_adds_range_by_range(threads):
     """``gemm_packed_at`` with add: dW += d^T h of each range of rows, the sums continuing from
     dW's values: ranges of 300 and 1 and 0 rows (K = 0 leaves dW as it was) give torch's d^T h of
     all rows, the same bits on any number of threads, and the same bits as the ranges' rows in
-    one product (each sum runs over the rows in order either way)."""
+    one product (each sum runs over the rows in order either way), whether the call packs h in
+    ranges of 7 rows, of 64 (h's rows read with a row stride wider than the row), or all at
+    once."""
     lib = _native_or_skip()
     torch.manual_seed(0)
-    d, h = torch.randn(301, 200), torch.randn(301, 70)
+    d, wide = torch.randn(301, 200), torch.randn(301, 96)
+    h = wide[:, 10:80]  # (301, 70), row stride 96
     width = lib.panel_width()
 
-    def summed(ranges, n):
-        acc = torch.zeros(200, -(-70 // width) * width)
+    def summed(ranges, n, rows=0):
+        acc = torch.full((200, -(-70 // width) * width), 0.0)
+        buf = torch.empty(301 * acc.shape[1])  # h^T's panels of a range
         for lo, hi in ranges:
             dr = d[lo:hi].contiguous()
-            hp = gemm._panels(h[lo:hi] if hi > lo else h[:1], width, transposed=True)
-            assert not lib.gemm_packed_at(200, hi - lo, dr.data_ptr(), hp.data_ptr(), hp.shape[0],
-                                          acc.data_ptr(), n, 1)
+            hr = h[lo:hi] if hi > lo else h[:1]
+            assert not lib.gemm_packed_at(200, hi - lo, dr.data_ptr(), hr.data_ptr(),
+                                          hr.stride(0), 70, buf.data_ptr(), acc.data_ptr(), n, 1,
+                                          rows)
+        assert (acc[:, 70:] == 0).all()  # padded columns: zero rows of h^T
         return acc[:, :70]
     ranges = summed([(0, 300), (300, 301), (301, 301)], threads)
     assert torch.equal(ranges, summed([(0, 301)], 1))
+    for rows in (7, 64):
+        assert torch.equal(ranges, summed([(0, 300), (300, 301)], threads, rows))
     torch.testing.assert_close(ranges, d.t() @ h, atol=1e-4 * 301 ** 0.5, rtol=1e-5)
 
 

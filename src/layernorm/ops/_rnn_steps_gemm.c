@@ -252,11 +252,34 @@ void gemm_packed(int M, int K, const float *a, const float *wp, int npanels, flo
     gemm_packed_t(M, K, a, 0, wp, npanels, y, nthreads, 0);
 }
 
-/* A weight gradient d^T h: d (K rows x M) read in place as a^T, h^T in panels; add: y += d^T h
- * (a sum over ranges of rows, each continuing the sums of the ones before). */
-int gemm_packed_at(int M, int K, const float *a, const float *wp, int npanels, float *y,
-                   int nthreads, int add) {
-    return gemm_packed_t(M, K, a, 1, wp, npanels, y, nthreads, add);
+/* A weight gradient y (M x ceil(N / NR) NR) = d^T h: d (K rows x M, row stride M) read in place
+ * as a^T; h (K rows x N, row stride ldh) packed here into panels of h^T, into hp (the caller's
+ * buffer of ceil(N / NR) * min(K, range_rows) * NR floats, 64-byte aligned as torch's tensors,
+ * so that the tiles' vector loads never straddle two cache lines), range_rows rows at a time
+ * (<= 0: all K), so that a range's panels stay in cache while every tile of y's rows reads them
+ * (``gemm._WEIGHT_GRAD_ROWS``). Each range's sums continue from the ones before: the same bits
+ * as one product of all K rows. add: y += d^T h (the first range continues from y's values
+ * too: a sum over calls, each a range of a sequence's steps). Returns -1 where a buffer could
+ * not be allocated. */
+int gemm_packed_at(int M, int K, const float *a, const float *h, long ldh, int N, float *hp,
+                   float *y, int nthreads, int add, int range_rows) {
+    const int npanels = (N + NR - 1) / NR;
+    const int rows = range_rows > 0 && range_rows < K ? range_rows : K;
+    int status = 0;
+    for (int lo = 0; !status && (lo < K || lo == 0); lo += rows) {
+        const int kr = K - lo < rows ? K - lo : rows;
+        for (int p = 0; p < npanels; p++) {  /* hp[p][k][c] = h[lo + k][p NR + c], zero past N */
+            const int c1 = N - p * NR < NR ? N - p * NR : NR;
+            float *dst = hp + (size_t)p * kr * NR;
+            for (int k = 0; k < kr; k++, dst += NR) {
+                memcpy(dst, h + (lo + k) * ldh + p * NR, sizeof(float) * c1);
+                if (c1 < NR) memset(dst + c1, 0, sizeof(float) * (NR - c1));
+            }
+        }
+        status = gemm_packed_t(M, kr, a + (long)lo * M, 1, hp, npanels, y, nthreads, add || lo);
+        if (K == 0) break;
+    }
+    return status;
 }
 
 /* y (M x N) = a (M x K) @ W^T with W (N x K) row-major as torch keeps it (no packing): the

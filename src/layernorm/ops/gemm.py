@@ -4,6 +4,7 @@ layout of a weight (``_panels``) and the cache of packed weights they share."""
 from __future__ import annotations
 
 import ctypes
+import threading
 import weakref
 
 import torch
@@ -184,6 +185,24 @@ def _mm_packed(lib, a: torch.Tensor, wp: torch.Tensor, n: int) -> torch.Tensor:
 _WEIGHT_GRAD_ROWS = 512
 
 
+_SCRATCH = threading.local()  # per Python thread: ``_scratch``'s buffer
+
+
+def _scratch(numel: int) -> torch.Tensor:
+    """A float32 CPU buffer of at least ``numel`` elements for the duration of one C call
+    (``WeightGrad.add``'s panels of h), kept per Python thread and grown as needed: allocated
+    anew at every call, a buffer of this size (512 KB at 512 rows x 256) comes fresh from the OS
+    and costs a page fault per 4 KB (measured 1.73 against 1.47 ms for the call at (512, 1024)^T
+    x (512, 256), 2 threads). Not the operators' pool (``common._Workspace``): the weight
+    gradients run below it (``common.native_backward``), and this buffer never outlives the
+    call."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.numel() < numel:
+        with torch.inference_mode(False):
+            buf = _SCRATCH.buf = torch.empty(numel)
+    return buf
+
+
 class WeightGrad:
     """A weight gradient summed over ranges of steps: dW (N, K) = sum of d^T h over the ``add``
     calls (d (M, N), h (M, K) float32 rows of one range), -> ``result()``, float32.
@@ -192,11 +211,12 @@ class WeightGrad:
     native bfloat16 GEMM (``half_gemm_native``): each range as one bfloat16 product (float32
     accumulation inside, rounded to bfloat16 once) added in float32, measured ~4x faster than
     float32 for dW_hh at (T, B, H) = (100, 32, 256) on AVX512-BF16. Else through the C kernels'
-    GEMM on torch's threads (``gemm_packed_at``: d read in place as A^T, h^T in panels, one copy
-    of h; the threads split dW's columns; each range's sums continue from dW's values, with no
-    product of its own to add): measured 1.9 ms against 3.0 ms for torch's addmm_ for
-    a (1024, 512) x (512, 256) range, one thread, AVX-512 (torch's float32 GEMM ran ~95 GFLOP/s
-    there, the C kernels' ~220; docs/rnnfast.md, "Two threads")."""
+    GEMM on torch's threads (``gemm_packed_at``, one call: d read in place as A^T, h^T packed
+    into panels there, ``_WEIGHT_GRAD_ROWS`` rows at a time; the threads split dW's columns or
+    rows; each range's sums continue from dW's values, with no product of its own to add):
+    measured 1.9 ms against 3.0 ms for torch's addmm_ for a (1024, 512) x (512, 256) range, one
+    thread, AVX-512 (torch's float32 GEMM ran ~95 GFLOP/s there, the C kernels' ~220;
+    docs/rnnfast.md, "Two threads")."""
 
     def __init__(self, lib, n: int, k: int, like: torch.Tensor, bf16: bool = False):
         self.lib, self.k = lib, k
@@ -213,15 +233,14 @@ class WeightGrad:
         if self.half:
             self.acc.add_(torch.mm(d.t().to(torch.bfloat16), h.to(torch.bfloat16)))
             return
-        d = d.contiguous()
-        for lo in range(0, d.shape[0], _WEIGHT_GRAD_ROWS):
-            di, hi = d[lo:lo + _WEIGHT_GRAD_ROWS], h[lo:lo + _WEIGHT_GRAD_ROWS]
-            hp = _panels(hi, self.lib.panel_width(), transposed=True)
-            if self.lib.gemm_packed_at(di.shape[1], di.shape[0], di.data_ptr(), hp.data_ptr(),
-                                       hp.shape[0], self.acc.data_ptr(),
-                                       gemm_threads(*di.shape, hp.shape[0] * hp.shape[2]), 1):
-                raise MemoryError(f"the C kernels' GEMM could not allocate its buffer of "
-                                  f"{di.shape[0]} x 12 floats")
+        d, h = d.contiguous(), h.contiguous()  # (held here while the C call reads them)
+        (K, M), N, rows = d.shape, h.shape[1], min(d.shape[0], _WEIGHT_GRAD_ROWS)
+        panels = _scratch(rows * self.acc.shape[1])  # h^T's panels of a range, packed there
+        if self.lib.gemm_packed_at(M, K, d.data_ptr(), h.data_ptr(), N, N, panels.data_ptr(),
+                                   self.acc.data_ptr(), gemm_threads(rows, M, self.acc.shape[1]),
+                                   1, _WEIGHT_GRAD_ROWS):
+            raise MemoryError(f"the C kernels' GEMM could not allocate its buffers of "
+                              f"{rows} x 12 floats")
 
     def result(self) -> torch.Tensor:
         return self.acc if self.half else self.acc[:, :self.k].contiguous()

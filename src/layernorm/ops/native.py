@@ -189,7 +189,7 @@ def _declare(lib) -> None:
     lib.panel_width.restype = i
     lib.gemm_packed.argtypes = [i, i, p, p, i, p, i]
     lib.gemm_packed.restype = None
-    lib.gemm_packed_at.argtypes = [i, i, p, p, i, p, i, i]
+    lib.gemm_packed_at.argtypes = [i, i, p, p, ctypes.c_long, i, p, p, i, i, i]
     lib.gemm_packed_at.restype = i
     lib.matvec_rows.argtypes = [i, i, p, p, i, p]
     lib.matvec_rows.restype = None
