@@ -424,6 +424,59 @@ def test_native_backward_in_one_call_equals_ranges(kind, lengths, masks, monkeyp
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("threads,B,H", [(2, 3, 40), (3, 1, 72), (2, 6, 64), (3, 2, 8)])
+@pytest.mark.parametrize("extra", ["", "lengths", "dropout", "zoneout"])
+def test_training_kernels_split_columns_or_rows_alike(kind, threads, B, H, extra, monkeypatch):
+    """The sequence kernels' threads split each step's products by columns (``common.SPLIT`` 1:
+    each thread its panels of W_hh h_{t-1} and of dhg_t W_hh for every row, meeting twice a step)
+    or by rows (2): outputs, final states and the gradients of the input term, the states and
+    W_hh the same bits, the LN parameters' gradients (summed over each thread's rows) within float
+    rounding, and both match the float64 reference; with lengths, recurrent dropout (the forward
+    then splits rows), zoneout (a direct gradient to h_{t-1}), fewer rows than threads, H not a
+    whole number of panels (40, 72) and fewer panels than threads (8: the rows' split)."""
+    _native_or_skip()
+    fn, ref, G, _, _ = KINDS[kind]
+    T = 7
+    torch.manual_seed(0)
+    args = make_args(kind, T, B, H)
+    lens = torch.tensor([T] + [max(0, T - 2 - b) for b in range(1, B)]) if extra == "lengths" \
+        else None
+    masks = {}
+    if extra == "dropout":
+        masks["h_mask"] = (torch.rand(B, H) > 0.3).float() / 0.7
+    if extra == "zoneout":
+        masks["zone_h"] = (torch.rand(T, B, H) > 0.5).float()
+        if kind == "lstm":
+            masks["zone_c"] = (torch.rand(T, B, H) > 0.5).float()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    results = []
+    try:
+        for split in (1, 2):
+            monkeypatch.setattr(common, "SPLIT", split)
+            outs = fn(*args, lengths=lens, **masks)
+            g_out = [torch.linspace(-1, 1, o.numel()).view_as(o) for o in outs]
+            results.append([*outs, *torch.autograd.grad(outs, args, g_out)])
+    finally:
+        torch.set_num_threads(before)
+    n_ln = 4  # the last four arguments: the LN gains and biases
+    for i, (a, b) in enumerate(zip(*results)):
+        if i < len(results[0]) - n_ln:
+            assert torch.equal(a, b), i
+        else:
+            torch.testing.assert_close(a, b, atol=1e-5 * max(1.0, b.abs().max().item()), rtol=0)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    masks64 = {k: v.double() for k, v in masks.items()}
+    # (float64 runs the readable loop, itself checked against tests.reference without masks)
+    outs64 = (fn if masks else ref)(*args64, lengths=lens, **masks64)
+    grads64 = torch.autograd.grad(outs64, args64, [torch.linspace(-1, 1, o.numel()).view_as(o)
+                                                   .double() for o in outs64])
+    for a, b in zip(results[0], [*outs64, *grads64]):
+        torch.testing.assert_close(a.double(), b, atol=3e-5 * max(1.0, b.abs().max().item()),
+                                   rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_fused_no_grad_path_equals_autograd_path(kind):
     fn = KINDS[kind][0]
     args = make_args(kind, 5, 6, 8)

@@ -59,14 +59,6 @@ struct bn_lstm {
 size_t bn_lstm_struct_size(void) { return sizeof(struct bn_lstm); }
 size_t bn_lstm_struct_last(void) { return offsetof(struct bn_lstm, dparams); }
 
-static inline int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 static inline void team_barrier(int nt) {
 #ifdef _OPENMP
     if (nt > 1) {

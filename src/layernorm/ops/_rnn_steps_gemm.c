@@ -197,13 +197,21 @@ static void gemm_rows(int M, int K, const float *a, long lda, const float *wp, i
 
 int panel_width(void) { return NR; }
 
+/* This thread's number in the OpenMP team (0 outside a parallel region, or without OpenMP). */
+static inline int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 /* [lo, hi): this thread's share of n things (rows, panels) when the threads of the OpenMP team
  * split them in contiguous blocks; all n outside a parallel region. */
 static void thread_share(int n, int *lo, int *hi) {
-    int nt = 1, id = 0;
+    int nt = 1, id = thread_id();
 #ifdef _OPENMP
     nt = omp_get_num_threads();
-    id = omp_get_thread_num();
 #endif
     *lo = (int)((long)n * id / nt);
     *hi = (int)((long)n * (id + 1) / nt);

@@ -42,8 +42,7 @@ struct gru {
     const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
     const float *zone_h;             /* (T, B, H) zoneout, or NULL */
     int I;                           /* with x: the input's width */
-    int path;                        /* with x: 0 forward_seq's rule, 1 the columns' split
-                                        of the products between threads, 2 the rows' */
+    int path;                        /* as struct lstm's */
     const float *x;                  /* (T, B, I) or NULL: as struct lstm's */
     const float *wxp;                /* with x: W_x (3H, I) in panels */
     const bf16_t *wpb;               /* forward: W_hh (G, H) in bfloat16 panels, as struct
@@ -210,8 +209,7 @@ int gru_backward_seq(const struct gru *R) {
     int lo, hi;
     if (step_range(R->T, R->t0, R->t1, &lo, &hi)) return -2;
     if (R->wtpb && !bf16_dot()) return -4;
-    return backward_seq(lo, hi, R->B, R->H, 3 * R->H, R->nthreads, R->batch_sizes, R->wtp,
-                        R->wtpb, R->dh,
-                        R->dhg, 1, (size_t)5 * R->H, 12 * R->H, R->dparams, R->h_mask,
-                        gru_backward_row, R);
+    return backward_seq(lo, hi, R->B, R->H, 3 * R->H, R->nthreads, R->path, R->batch_sizes,
+                        R->wtp, R->wtpb, R->dh, R->dhg, 1, (size_t)5 * R->H, 12 * R->H,
+                        R->dparams, R->h_mask, gru_backward_row, R);
 }

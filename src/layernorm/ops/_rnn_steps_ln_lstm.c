@@ -43,8 +43,9 @@ struct lstm {
     const float *h_mask;             /* (B, H) recurrent dropout, or NULL */
     const float *zone_h, *zone_c;    /* (T, B, H) zoneout of h and of c, or NULL */
     int I;                           /* with x: the input's width */
-    int path;                        /* with x: 0 forward_seq's rule, 1 the columns' split
-                                        of the products between threads, 2 the rows' */
+    int path;                        /* the threads' split of the products (forward_seq,
+                                        backward_seq): 0 the C's rule, 1 the columns', 2 the
+                                        rows' */
     const float *x;                  /* (T, B, I) or NULL: forward without save only, with gain_x:
                                         xw := W_x x_t computed inside (struct input_term) */
     const float *wxp;                /* with x: W_x (G, I) in panels (ceil(G / NR), I, NR) */
@@ -232,8 +233,8 @@ int lstm_backward_seq(const struct lstm *L) {
     int lo, hi;
     if (step_range(L->T, L->t0, L->t1, &lo, &hi)) return -2;
     if (L->wtpb && !bf16_dot()) return -4;
-    return backward_seq(lo, hi, L->B, L->H, 4 * L->H, L->nthreads, L->batch_sizes, L->wtp,
-                        L->wtpb, L->dh,
-                        L->dhg, L->zone_h != NULL, (size_t)(L->zone_c ? 2 : 1) * L->H,
-                        18 * L->H, L->dparams, L->h_mask, lstm_backward_row, L);
+    return backward_seq(lo, hi, L->B, L->H, 4 * L->H, L->nthreads, L->path, L->batch_sizes,
+                        L->wtp, L->wtpb, L->dh, L->dhg, L->zone_h != NULL,
+                        (size_t)(L->zone_c ? 2 : 1) * L->H, 18 * L->H, L->dparams, L->h_mask,
+                        lstm_backward_row, L);
 }

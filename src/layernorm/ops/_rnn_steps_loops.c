@@ -104,19 +104,23 @@ static void input_rows(const struct input_term *in, int t, int n, int B, int r0,
  * 0.87-1.00x the time at batch 4-14, H 128-512; at batch 1, with one thread holding the row,
  * 1.07x, so there the columns stay split). The same products (each element's sum as in
  * gemm_rows, whatever the rows of a tile) and the same rows as forward_seq. Everything is
- * allocated before the threads start, so that every thread meets every barrier. */
+ * allocated before the threads start, so that every thread meets every barrier.
+ * The training forward (in.xw given, no x; keep: the saved rows of W_hh h) splits the same
+ * way at fewer than 4 rows a thread (forward_seq's rule), where the rows' split would leave
+ * threads idle: each step's W_hh h_{t-1} goes into keep where G is whole panels. */
 static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int *batch_sizes,
                             const float *wp, const bf16_t *wpb, struct input_term in,
-                            const float *h0, const float *out, size_t scratch, forward_row row,
-                            const void *cell) {
+                            const float *h0, const float *out, float *keep, size_t scratch,
+                            forward_row row, const void *cell) {
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
-    const int Hb = (H + 1) & ~1, Ib = (in.I + 1) & ~1, own = B >= nthreads;
+    const int Hb = (H + 1) & ~1, Ib = (in.I + 1) & ~1, own = B >= nthreads && in.x;
     int chunk = (XCHUNK + B - 1) / B < T ? (XCHUNK + B - 1) / B : T;
-    if (chunk < 1) chunk = 1;
+    if (chunk < 1 || !in.x) chunk = 1;
     /* W_x x_t of a chunk of steps: shared (columns split), or each thread's own rows' with
      * those rows of x copied together (own: the most rows a thread has, (B + n - 1) / n) */
     const size_t most = own ? (size_t)(B + nthreads - 1) / nthreads : (size_t)B;
-    const size_t hg_n = (size_t)B * Gp, xg_n = (size_t)chunk * most * (Gp + (own ? in.I : 0));
+    const size_t hg_n = (size_t)B * Gp;
+    const size_t xg_n = in.x ? (size_t)chunk * most * (Gp + (own ? in.I : 0)) : 0;
     /* per thread: the rows' scratch, and the rows of h_{t-1} and of x rounded to bfloat16 */
     const size_t hb_n = wpb ? (size_t)B * Hb : 0, xb_n = in.wxpb ? (size_t)chunk * B * Ib : 0;
     float *hg = malloc(sizeof(float) * (hg_n + xg_n * (own ? nthreads : 1)
@@ -129,10 +133,8 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
     }
 #pragma omp parallel num_threads(nthreads)
     {
-    int id = 0, p0, p1, r0, r1;
-#ifdef _OPENMP
-    id = omp_get_thread_num();
-#endif
+    const int id = thread_id();
+    int p0, p1, r0, r1;
     thread_share(npanels, &p0, &p1);
     thread_share(B, &r0, &r1);
     const int nr = r1 - r0;
@@ -145,10 +147,13 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
         if (bs <= 0) break;  /* (the same step for every thread) */
         const float *hp = prev_h(h0, out, t, B, H, 0);
         const int n = T - t < chunk ? T - t : chunk;  /* steps t .. t + n - 1, padding rows too */
+        float *hgt = keep && Gp == G ? keep + (long)t * B * G : hg;  /* (as forward_seq's) */
         if (np > 0)
             gemm_rows_as(bs, H, hp, H, NULL, 0, wp ? wp + (long)p0 * H * NR : NULL,
-                         wpb ? wpb + (long)p0 * Hb * NR : NULL, hbt, np, hg + (long)p0 * NR, Gp);
-        if (t % chunk == 0 && own && nr > 0) {
+                         wpb ? wpb + (long)p0 * Hb * NR : NULL, hbt, np, hgt + (long)p0 * NR, Gp);
+        if (!in.x) {
+            /* the input term is given */
+        } else if (t % chunk == 0 && own && nr > 0) {
             input_rows(&in, t, n, B, r0, nr, xc, xbt, npanels, xg, Gp);
         } else if (t % chunk == 0 && !own && np > 0) {
             gemm_rows_as(n * B, in.I, in.x + (long)t * B * in.I, in.I, NULL, 0,
@@ -157,11 +162,14 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
                          xg + (long)p0 * NR, Gp);
         }
 #pragma omp barrier
-        /* row b's W_x x_t: row (t % chunk) nr + b - r0 of the thread's own, or of the shared */
+        /* row b's W_x x_t: row (t % chunk) nr + b - r0 of the thread's own, or of the shared,
+         * or of the given input term */
         const float *xt = xg + (size_t)(t % chunk) * (own ? nr : B) * Gp;
+        const long ldx = in.x ? Gp : G;
+        if (!in.x) xt = in.xw + (long)t * B * G;
         for (int b = r0; b < (bs < r1 ? bs : r1); b++)
-            row(cell, (long)t * B + b, b, hg + (long)b * Gp, xt + (long)(b - (own ? r0 : 0)) * Gp,
-                hp + (long)b * H, mine);
+            row(cell, (long)t * B + b, b, hgt + (long)b * Gp,
+                xt + (long)(b - (own ? r0 : 0)) * ldx, hp + (long)b * H, mine);
 #pragma omp barrier
     }
     }
@@ -184,11 +192,12 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, int path, const
     const int npanels = (G + NR - 1) / NR, Gp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
-    const int cols = path == 1 || (path != 2 && B < 8 * nthreads);
-    if (in.x && !h_mask && nthreads > 1 && B > 0 && cols && npanels >= nthreads)
-        return forward_seq_cols(T, B, H, G, nthreads, batch_sizes, wp, wpb, in, h0, out, scratch,
-                                row, cell);
-    if (in.x && nthreads > B / 4) nthreads = B / 4 > 1 ? B / 4 : 1;  /* rows: 4 a thread */
+    /* the columns: inference below 8 rows a thread, training (input term given) below 4 */
+    const int cols = path == 1 || (path != 2 && B < (in.x ? 8 : 4) * nthreads);
+    if (!h_mask && nthreads > 1 && B > 0 && cols && npanels >= nthreads)
+        return forward_seq_cols(T, B, H, G, nthreads, batch_sizes, wp, wpb, in, h0, out, keep,
+                                scratch, row, cell);
+    if (nthreads > B / 4) nthreads = B / 4 > 1 ? B / 4 : 1;  /* rows: 4 a thread */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;
@@ -271,13 +280,93 @@ typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, floa
  * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The
  * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
  * added to double accumulators (private per thread when there are several) and into dparams. */
-static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, const int *batch_sizes,
-                        const float *wtp, const bf16_t *wtpb, float *dh, float *dhg,
-                        int has_direct, size_t scratch, int nacc, double *dparams,
+/* dh_b (H) of rows 0 .. n - 1, columns j0 .. j1 - 1, from the product y (rows of Hp): y times
+ * h_mask where given, plus the direct part where given. */
+static void dh_from_product(int n, int H, int Hp, int j0, int j1, const float *y,
+                            const float *h_mask, const float *direct, float *dh) {
+    for (int b = 0; b < n; b++) {
+        const float *yb = y + (long)b * Hp, *dir = direct ? direct + (long)b * H : NULL;
+        const float *m = h_mask ? h_mask + (long)b * H : NULL;
+        float *dhb = dh + (long)b * H;
+        for (int j = j0; j < j1; j++) dhb[j] = (m ? yb[j] * m[j] : yb[j]) + (dir ? dir[j] : 0.0f);
+    }
+}
+
+/* backward_seq with the threads splitting the columns of dh_{t-1} = dhg_t W_hh instead of the
+ * rows, below 4 rows a thread (where the rows' split leaves threads idle): each step, the
+ * threads run their rows (thread_share's blocks), meet, compute their panels of the product for
+ * every row (their part of W_hh^T stays in their core's cache), and meet again before the next
+ * step's rows read dh. The same sums as backward_seq (each element's over k in order; the
+ * parameters' per step and thread, then in double), so the same bits up to the order in which
+ * the threads' double sums are added. Everything is allocated before the threads start, so
+ * that every thread meets every barrier. */
+static int backward_seq_cols(int t0, int t1, int B, int H, int G, int nthreads,
+                             const int *batch_sizes, const float *wtp, const bf16_t *wtpb,
+                             float *dh, float *dhg, int has_direct, size_t scratch, int nacc,
+                             double *dparams, const float *h_mask, backward_row row,
+                             const void *cell) {
+    const int npanels = (H + NR - 1) / NR, Hp = npanels * NR, Gb = (G + 1) & ~1;
+    const int into_dh = !h_mask && !has_direct && Hp == H;
+    const size_t per = scratch + nacc + 1;  /* a thread's: the rows' scratch, its part */
+    float *work = malloc(sizeof(float) * ((size_t)B * (Hp + H) + per * nthreads));
+    double *accs = calloc((size_t)nacc * nthreads + 1, sizeof(double));
+    bf16_t *db = wtpb ? malloc(sizeof(bf16_t) * ((size_t)B * Gb * nthreads + 1)) : NULL;
+    if (!work || !accs || (wtpb && !db)) {
+        free(work);
+        free(accs);
+        free(db);
+        return -1;
+    }
+#pragma omp parallel num_threads(nthreads)
+    {
+    const int id = thread_id();
+    int p0, p1, r0, r1;
+    thread_share(npanels, &p0, &p1);
+    thread_share(B, &r0, &r1);
+    float *y = work, *direct = work + (size_t)B * Hp;
+    float *rest = direct + (size_t)B * H + per * id, *part = rest + scratch;
+    double *acc = accs + (size_t)nacc * id;
+    bf16_t *dbt = db ? db + (size_t)B * Gb * id : NULL;
+    const int j0 = p0 * NR, j1 = p1 * NR < H ? p1 * NR : H;
+    for (int t = t1 - 1; t >= t0; t--) {
+        const int bs = batch_sizes ? batch_sizes[t] : B;
+        if (bs <= 0) continue;  /* (the same step for every thread) */
+        float *d = dhg + (long)(t - t0) * B * G;
+        memset(part, 0, sizeof(float) * nacc);
+        for (int b = r0; b < (bs < r1 ? bs : r1); b++)
+            row(cell, (long)t * B + b, b, d + (long)b * G, direct + (long)b * H, rest, part);
+        for (int j = 0; j < nacc; j++) acc[j] += part[j];
+#pragma omp barrier
+        if (p1 > p0) {
+            gemm_rows_as(bs, G, d, G, NULL, 0, wtp ? wtp + (long)p0 * G * NR : NULL,
+                         wtpb ? wtpb + (long)p0 * Gb * NR : NULL, dbt, p1 - p0,
+                         (into_dh ? dh : y) + (long)p0 * NR, into_dh ? H : Hp);
+            if (!into_dh)
+                dh_from_product(bs, H, Hp, j0, j1, y, h_mask, has_direct ? direct : NULL, dh);
+        }
+#pragma omp barrier
+    }
+    }
+    for (int i = 0; i < nthreads; i++)
+        for (int j = 0; j < nacc; j++) dparams[j] += accs[(size_t)nacc * i + j];
+    free(work);
+    free(accs);
+    free(db);
+    return 0;
+}
+
+static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, int path,
+                        const int *batch_sizes, const float *wtp, const bf16_t *wtpb, float *dh,
+                        float *dhg, int has_direct, size_t scratch, int nacc, double *dparams,
                         const float *h_mask, backward_row row, const void *cell) {
     const int npanels = (H + NR - 1) / NR, Hp = npanels * NR;
     int failed = 0;
     if (nthreads < 1) nthreads = 1;
+    /* the columns below 4 rows a thread (path: as forward_seq's) */
+    if (nthreads > 1 && npanels >= nthreads && (path == 1 || (path != 2 && B < 4 * nthreads)))
+        return backward_seq_cols(t0, t1, B, H, G, nthreads, batch_sizes, wtp, wtpb, dh, dhg,
+                                 has_direct, scratch, nacc, dparams, h_mask, row, cell);
+    if (nthreads > B / 4) nthreads = B / 4 > 1 ? B / 4 : 1;  /* rows: 4 a thread */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
     {
     int r0, r1;

@@ -333,6 +333,13 @@ def saved_or_empty(saved, xw: torch.Tensor, n_buffers: int) -> list:
             xw.new_empty(0, dtype=stats_dtype(xw.dtype))]
 
 
+# How the sequence kernels' threads split each step's products (the C ``forward_seq`` /
+# ``backward_seq``'s ``path``): 0 the C's rule, 1 the columns of the products for every row,
+# 2 each thread its rows. The rule takes the rows, 4 a thread at least, from 4 rows a thread on
+# (8 for the inference kernels, which time both below that: ``inference``), and the columns
+# below, where the rows would leave threads idle. Both give the same products and rows.
+SPLIT = 0
+
 # The backward kernels run over the sequence in ranges of at most this many bytes of ``dhg`` (the
 # gradient of W_hh h_{t-1}) and a quarter of the steps, each range followed by its share of dW_hh
 # as one GEMM: dhg is then held for one range, not for all T steps (a (T, B, G) buffer, as large

@@ -31,7 +31,7 @@ def _forward_native(lib, xw, h0, c0, w_hh, gain_h, bias_h, gain_c, bias_c, gain_
     out = _buffer(T, B, H, like=xw, zero=batch_sizes is not None)
     h_n, c_n = (s.detach().clone(memory_format=torch.contiguous_format) for s in (h0, c0))
     native.call(lib, "lstm_forward_seq", native.LSTMArgs, "ln_lstm_sequence",
-                 T=T, B=B, H=H, nthreads=native.threads(B), eps=eps,
+                 T=T, B=B, H=H, nthreads=torch.get_num_threads(), path=common.SPLIT, eps=eps,
                  batch_sizes=native.int32(batch_sizes), xw=xw, gain_x=_contig(gain_x),
                  bias_x=_contig(bias_x), **recurrent_panels(lib, w_hh, bf16),
                  gain_h=_contig(gain_h), bias_h=_contig(bias_h), gain_c=_contig(gain_c),
@@ -51,7 +51,7 @@ def _backward_native(lib, grad_out, grad_hn, grad_cn, xw, h0, w_hh, gain_h, gain
     dparams = torch.zeros(18 * H, dtype=torch.float64)
     dw_hh = common.native_backward(
         lib, "lstm_backward_seq", native.LSTMArgs, "ln_lstm_sequence", _contig(h0), out,
-        batch_sizes, G, T=T, B=B, H=H, nthreads=native.threads(B),
+        batch_sizes, G, T=T, B=B, H=H, nthreads=torch.get_num_threads(), path=common.SPLIT,
         **recurrent_panels(lib, w_hh, bf16, transposed=True), bf16=bf16, xw=xw,
         grad_out=grad_out.contiguous(),
         gain_x=_contig(gain_x), gain_h=_contig(gain_h), gain_c=_contig(gain_c), cs=cs,

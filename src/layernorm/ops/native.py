@@ -68,7 +68,7 @@ class LSTMArgs(ctypes.Structure):
         ("dhg", _ptr),                         # (t1 - t0, B, G) backward
         ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
         ("zone_h", _ptr), ("zone_c", _ptr),    # (T, B, H) zoneout, or NULL
-        ("I", _int), ("path", _int),           # with x: I; the threads' split (forward_seq)
+        ("I", _int), ("path", _int),           # with x: I; the threads' split (common.SPLIT)
         ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
         ("wxp", _ptr),                         # W_x (G, I) in panels, with x
         ("wpb", _ptr), ("wxpb", _ptr),         # W_hh, W_x in bfloat16 panels, or NULL
@@ -100,7 +100,7 @@ class GRUArgs(ctypes.Structure):
         ("dhg", _ptr),                         # (t1 - t0, B, 3H) backward
         ("h_mask", _ptr),                      # (B, H) recurrent dropout, or NULL
         ("zone_h", _ptr),                      # (T, B, H) zoneout, or NULL
-        ("I", _int), ("path", _int),           # with x: I; the threads' split (forward_seq)
+        ("I", _int), ("path", _int),           # with x: I; the threads' split (common.SPLIT)
         ("x", _ptr),                           # (T, B, I) inference: W_x x inside, or NULL
         ("wxp", _ptr),                         # W_x (3H, I) in panels, with x
         ("wpb", _ptr), ("wxpb", _ptr),         # W_hh, W_x in bfloat16 panels, or NULL
