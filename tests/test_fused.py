@@ -424,7 +424,8 @@ def test_native_backward_in_one_call_equals_ranges(kind, lengths, masks, monkeyp
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("threads,B,H", [(2, 3, 40), (3, 1, 72), (2, 6, 64), (3, 2, 8)])
+@pytest.mark.parametrize("threads,B,H", [(2, 3, 40), (3, 1, 72), (2, 6, 64), (3, 2, 8),
+                                         (2, 4, 512)])
 @pytest.mark.parametrize("extra", ["", "lengths", "dropout", "zoneout"])
 def test_training_kernels_split_columns_or_rows_alike(kind, threads, B, H, extra, monkeypatch):
     """The sequence kernels' threads split each step's products by columns (``common.SPLIT`` 1:
@@ -433,7 +434,8 @@ def test_training_kernels_split_columns_or_rows_alike(kind, threads, B, H, extra
     W_hh the same bits, the LN parameters' gradients (summed over each thread's rows) within float
     rounding, and both match the float64 reference; with lengths, recurrent dropout (the forward
     then splits rows), zoneout (a direct gradient to h_{t-1}), fewer rows than threads, H not a
-    whole number of panels (40, 72) and fewer panels than threads (8: the rows' split)."""
+    whole number of panels (40, 72), fewer panels than threads (8: the rows' split) and a
+    users' hidden size (512)."""
     _native_or_skip()
     fn, ref, G, _, _ = KINDS[kind]
     T = 7
