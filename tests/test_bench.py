@@ -53,7 +53,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
                  "--cell-batches", "1", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert {r["table"] for r in rows} == {"modules", "cells", "bn", "packed", "inference",
-                                          "decode"}
+                                          "training", "decode"}
     modules = [r for r in rows if r["table"] == "modules"]
     impls = {(r["cell"], r["layers"], r["impl"]) for r in modules}
     for layers in (1, 2):
@@ -97,13 +97,14 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
         assert r["shape"] == "3x2x4x8" and _finite(r["fwd ms"], r["fwd+bwd ms"], r["ratio"])
     assert packed[("torch.nn.LSTM", "padded")]["ratio"] == 1.0
     assert packed[("torch.nn.GRU", "padded")]["ratio"] == 1.0
-    inference = {(r["cell"], r["B"], r["impl"]): r for r in rows if r["table"] == "inference"}
-    assert set(inference) == {(c, B, f"{lib}.{c.upper()}") for c in ("lstm", "gru")
-                              for B in (1, 8, 32, 256) for lib in ("torch.nn", "layernorm")}
-    for (cell, B, impl), r in inference.items():
-        assert r["shape"] == f"3x{B}x4x8" and _finite(r["ms"], r["ratio"])
-        if impl.startswith("torch.nn."):
-            assert r["ratio"] == 1.0
+    for table, batches in (("inference", (1, 8, 32, 256)), ("training", (1, 4, 8, 16, 32))):
+        by_batch = {(r["cell"], r["B"], r["impl"]): r for r in rows if r["table"] == table}
+        assert set(by_batch) == {(c, B, f"{lib}.{c.upper()}") for c in ("lstm", "gru")
+                                 for B in batches for lib in ("torch.nn", "layernorm")}
+        for (cell, B, impl), r in by_batch.items():
+            assert r["shape"] == f"3x{B}x4x8" and _finite(r["ms"], r["ratio"])
+            if impl.startswith("torch.nn."):
+                assert r["ratio"] == 1.0
     decode = {(r["cell"], r["impl"]): r for r in rows if r["table"] == "decode"}
     assert set(decode) == {(c, f"{lib}.{c.upper()}") for c in ("lstm", "gru")
                            for lib in ("torch.nn", "layernorm")}
@@ -116,7 +117,7 @@ def test_bench_rnn_cli_smoke(tmp_path, capsys):
     printed = capsys.readouterr().out
     for words in ("fwd+bwd ms", "TorchScript LN-LSTM", "layernorm.GRUCell", "BN-LSTM (norm=batch)",
                   "ms/step", "vs LN-LSTM", "load average", "C kernels: ", "fwd of mm", "GFLOP/s",
-                  "Decode: a 2-layer stack"):
+                  "Decode: a 2-layer stack", "Training by batch"):
         assert words in printed, words
     head = printed.splitlines()[:2]  # the CPU's features, then the large GEMM's rate
     assert head[0].startswith("CPU: ") and "features: " in head[0] and "C kernels: " in head[0]

@@ -11,9 +11,10 @@ then per float32 row the share of its time that the same GEMMs take through ``to
 (``gemm_steps``, in the same rounds), so a row shows how close to the GEMM limit it runs.
 Then the step tables of ``cells``: the cells at batch 1 and 32, and BN-LSTM vs LN-LSTM; then
 variable-length batches packed and padded (``bench_packed``), inference at batch 1 to 256
-(``bench_inference``) and a 2-layer stack called one step at a time at batch 1, as a decoder
-runs it (``decode.bench_decode``); with
-``--tables regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
+and training at batch 1 to 32 (``bench_inference``; the kernels' threads split each step's
+products by columns below 4 rows a thread, by rows above) and a 2-layer stack called one step
+at a time at batch 1, as a decoder runs it (``decode.bench_decode``); with ``--tables
+regularizers``, LN-LSTM / LN-GRU with each recurrent regularizer against the same
 module without one (``regularizers.bench_regularizers``).
 
 Implementations:
@@ -62,12 +63,13 @@ CONFIGS = (
 QUICK_CONFIGS = ((100, 32, 128, 256, 1, False),)
 COLUMNS = ["shape", "layers", "bidir", "impl", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio",
            "fwd of mm", "of mm", "GFLOP/s", "peak MB", "mem ratio", "vs eager", "compile s"]
-TABLES = ("modules", "cells", "bn", "packed", "inference", "decode")
+TABLES = ("modules", "cells", "bn", "packed", "inference", "training", "decode")
 # tables run only when --tables names them
 EXTRA_TABLES = ("regularizers",)
 PACKED_COLUMNS = ["shape", "impl", "input", "fwd ms", "fwd ratio", "fwd+bwd ms", "ratio"]
 INFERENCE_COLUMNS = ["shape", "cell", "B", "impl", "ms", "ratio"]
 INFERENCE_BATCHES = (1, 8, 32, 256)
+TRAINING_BATCHES = (1, 4, 8, 16, 32)
 # an IMDb-like batch (docs/reproduce.md): T, B, I (embedding), H; lengths spread over [T / 5, T]
 PACKED_SHAPE = (100, 64, 64, 128)
 _HALF = torch.bfloat16
@@ -277,10 +279,11 @@ def bench_packed(shape=PACKED_SHAPE, *, cells=("lstm", "gru"), repeat: int = 7, 
 
 def bench_inference(T: int, I: int, H: int, *, batches=INFERENCE_BATCHES, cells=("lstm", "gru"),
                     repeat: int = 7, warmup: int = 2, device: str = "cpu",
-                    clock: str = "wall") -> list[dict]:
+                    clock: str = "wall", train: bool = False) -> list[dict]:
     """Inference: eval-mode modules under ``torch.inference_mode`` (no graph, nothing saved for
     a backward), ours (norm="layer") against torch's, one layer, at each batch size; ratio =
-    time / torch's."""
+    time / torch's. ``train``: the "training" table instead, training-mode modules, a training
+    step each (``harness.module_steps``: grads set to None, forward, backward of ones)."""
     import layernorm
     rows = []
     for cell in cells:
@@ -292,15 +295,16 @@ def bench_inference(T: int, I: int, H: int, *, batches=INFERENCE_BATCHES, cells=
             x = torch.randn(T, B, I, device=device)
             fns = {}
             for name, m in impls.items():
-                m = m.to(device).eval()
+                m = m.to(device).train(train)
 
                 def run(m=m):
                     with torch.inference_mode():
                         m(x)
-                fns[name] = run
+                fns[name] = module_steps(m, x, x.new_ones(T, B, H))[1] if train else run
             ms = compare(fns, warmup=warmup, repeat=repeat, device=device, clock=CLOCKS[clock])
             anchor = f"torch.nn.{cell.upper()}"
-            rows += [{"table": "inference", "shape": f"{T}x{B}x{I}x{H}", "cell": cell, "T": T,
+            rows += [{"table": "training" if train else "inference", "shape": f"{T}x{B}x{I}x{H}",
+                      "cell": cell, "T": T,
                       "B": B, "I": I, "H": H, "impl": name, "ms": ms[name],
                       "ratio": ms[name] / ms[anchor]} for name in impls]
     return rows
@@ -406,6 +410,14 @@ def _run(args: argparse.Namespace) -> int:
               f"{args.device}, {timing}. ratio = time / torch's module.")
         print(format_table(inf_rows, INFERENCE_COLUMNS))
         rows += inf_rows
+    if "training" in args.tables:
+        tr_rows = bench_inference(T, I, H, batches=TRAINING_BATCHES, cells=args.cells,
+                                  repeat=repeat, warmup=args.warmup, device=args.device,
+                                  clock=args.clock, train=True)
+        print(f"\nTraining by batch, one layer, T={T}, I={I}, H={H}, fp32, {args.device}, "
+              f"{timing}. ms = a training step (forward, backward); ratio = time / torch's.")
+        print(format_table(tr_rows, INFERENCE_COLUMNS))
+        rows += tr_rows
     if "decode" in args.tables:
         dec_rows = bench_decode(T, I, H, cells=args.cells, repeat=repeat, warmup=args.warmup,
                                 device=args.device, clock=args.clock)
@@ -451,8 +463,8 @@ def add_command(bench_subparsers) -> None:
                    help="modules: whole sequences vs torch.nn.LSTM / GRU; cells: LSTMCell / "
                         "GRUCell vs torch's; bn: BN-LSTM vs LN-LSTM; packed: variable lengths, "
                         "packed vs padded; inference: eval + inference_mode at batch 1, 8, 32, "
-                        "256; decode: a 2-layer stack one step per call at batch 1 (default: "
-                        "those six); "
+                        "256; training: fwd+bwd at batch 1, 4, 8, 16, 32; decode: a 2-layer "
+                        "stack one step per call at batch 1 (default: those seven); "
                         "regularizers: LN-LSTM / LN-GRU with recurrent dropout, zoneout, "
                         "DropConnect vs without (first shape)")
     p.add_argument("--cell-batches", nargs="+", type=_positive, default=list(CELL_BATCHES),
