@@ -164,6 +164,18 @@ def _exercise() -> None:
                     m.eval()
                     with torch.no_grad():
                         m(packed)
+        # training at 3 rows on 2 threads: the sequence kernels split the products' columns
+        # (forward_seq_cols with the input term given, backward_seq_cols), in float32 and, where
+        # the CPU has the dot products, in bfloat16
+        for mode in ("LSTM", "GRU") if threads == 2 else ():
+            for regs in ({}, dict(zoneout=0.2), dict(recurrent_dropout=0.3)):
+                for dtype in (torch.float32, torch.bfloat16) if native.load().bf16_dot() \
+                        else (torch.float32,):
+                    m = getattr(L, mode)(I, H, norm="layer", **regs).to(dtype).train()
+                    x3 = torch.randn(13, 3, I, dtype=dtype, requires_grad=True)
+                    out, _ = m(pack_padded_sequence(x3, torch.tensor([4, 13, 9]),
+                                                    enforce_sorted=False))
+                    out.data.float().square().sum().backward()
         # inference with the input GEMM inside the time loop, padded and packed (sorted lengths)
         # (18 rows on 2 threads: each thread its rows; 3 rows: the threads split W_hh's columns,
         # each its own rows' W_x x_t; 1 row: the threads split both products' columns)
