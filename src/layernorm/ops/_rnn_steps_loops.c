@@ -138,7 +138,8 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
     thread_share(npanels, &p0, &p1);
     thread_share(B, &r0, &r1);
     const int nr = r1 - r0;
-    float *xg = hg + hg_n + (own ? xg_n * id : 0), *xc = xg + (size_t)chunk * most * Gp;
+    float *xg = hg + hg_n + (own ? xg_n * id : 0);
+    float *xc = in.x ? xg + (size_t)chunk * most * Gp : NULL;  /* (no x: no input buffers) */
     float *mine = hg + hg_n + xg_n * (own ? nthreads : 1) + (size_t)id * scratch;
     bf16_t *hbt = hb ? hb + (hb_n + xb_n) * id : NULL, *xbt = hbt ? hbt + hb_n : NULL;
     const int np = p1 - p0;

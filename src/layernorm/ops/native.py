@@ -269,7 +269,7 @@ USE_NATIVE = True
 
 
 def threads(B: int) -> int:
-    """Threads for the whole-sequence C kernel: torch's count, at least 4 examples each."""
+    """Threads for the BN sequence kernels and the cells: torch's count, 4 examples each."""
     return max(1, min(torch.get_num_threads(), B // 4))
 
 
