@@ -183,9 +183,10 @@ static int forward_seq_cols(int T, int B, int H, int G, int nthreads, const int 
  * h_mask (B, H) or NULL: the GEMM reads h_{t-1} * h_mask (the rows still get h_{t-1} itself).
  * wpb (and in.wxpb, with in.x): W_hh (and W_x) in bfloat16 panels, or NULL: the recurrent (and
  * input) products read h_{t-1} (x_t) rounded to bfloat16, on the bfloat16 dot products.
- * path (with in.x): 1 forward_seq_cols, 2 the rows, 0 the rule: the columns below 8 rows a thread
- * (both give the same bits; which is faster at 4-7 rows a thread depends on the CPU, so the
- * caller may time both: ``ops.inference``). */
+ * path: 1 forward_seq_cols, 2 the rows, 0 the rule: the columns below 8 rows a thread with in.x
+ * (inference; which split is faster at 4-7 rows a thread depends on the CPU, so the caller may
+ * time both: ``ops.inference``), below 4 with the input term given (training); both give the
+ * same bits. */
 static int forward_seq(int T, int B, int H, int G, int nthreads, int path, const int *batch_sizes,
                        const float *wp, const bf16_t *wpb, struct input_term in, const float *h0,
                        const float *out, float *keep, size_t scratch, const float *h_mask,
@@ -271,16 +272,6 @@ static int forward_seq(int T, int B, int H, int G, int nthreads, int path, const
 typedef void (*backward_row)(const void *cell, long tb, int b, float *dhgb, float *direct,
                              float *scratch, float *part);
 
-/* Steps t1 - 1 down to t0 (0 <= t0 < t1 <= T; a long sequence runs in several calls, latest
- * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
- * (ceil(H / NR), G, NR); or, where wtpb is not NULL, W_hh^T in bfloat16 panels, the product
- * reading dhg rounded to bfloat16 (float32 accumulation, as the forward's wpb). dhg
- * ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
- * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
- * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct), the GEMM's
- * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The
- * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
- * added to double accumulators (private per thread when there are several) and into dparams. */
 /* dh_b (H) of rows 0 .. n - 1, columns j0 .. j1 - 1, from the product y (rows of Hp): y times
  * h_mask where given, plus the direct part where given. */
 static void dh_from_product(int n, int H, int Hp, int j0, int j1, const float *y,
@@ -289,7 +280,10 @@ static void dh_from_product(int n, int H, int Hp, int j0, int j1, const float *y
         const float *yb = y + (long)b * Hp, *dir = direct ? direct + (long)b * H : NULL;
         const float *m = h_mask ? h_mask + (long)b * H : NULL;
         float *dhb = dh + (long)b * H;
-        for (int j = j0; j < j1; j++) dhb[j] = (m ? yb[j] * m[j] : yb[j]) + (dir ? dir[j] : 0.0f);
+        for (int j = j0; j < j1; j++) {
+            const float v = m ? yb[j] * m[j] : yb[j];
+            dhb[j] = dir ? v + dir[j] : v;
+        }
     }
 }
 
@@ -356,6 +350,16 @@ static int backward_seq_cols(int t0, int t1, int B, int H, int G, int nthreads,
     return 0;
 }
 
+/* Steps t1 - 1 down to t0 (0 <= t0 < t1 <= T; a long sequence runs in several calls, latest
+ * steps first, so that dhg needs only one range of steps). wtp: W_hh^T packed in panels
+ * (ceil(H / NR), G, NR); or, where wtpb is not NULL, W_hh^T in bfloat16 panels, the product
+ * reading dhg rounded to bfloat16 (float32 accumulation, as the forward's wpb). dhg
+ * ((t1 - t0), B, G) out: step t's rows at (t - t0). dh (B, H): in:
+ * gradient of h_{t1} (of h_n for a row that ends later, or not yet started: a row keeps its h_n
+ * gradient until its last step); out: of h_{t0}: dh_{t-1} = dhg_t @ W_hh (+ direct), the GEMM's
+ * part times h_mask (B, H) when it is not NULL (the forward's recurrent dropout). The
+ * parameters' gradients (nacc values) are summed per step over a thread's rows in float, then
+ * added to double accumulators (private per thread when there are several) and into dparams. */
 static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, int path,
                         const int *batch_sizes, const float *wtp, const bf16_t *wtpb, float *dh,
                         float *dhg, int has_direct, size_t scratch, int nacc, double *dparams,
@@ -401,20 +405,9 @@ static int backward_seq(int t0, int t1, int B, int H, int G, int nthreads, int p
         const int into_dh = !h_mask && !has_direct && Hp == H;
         gemm_rows_as(e - r0, G, d, G, NULL, 0, wtp, wtpb, db, npanels,
                      into_dh ? dh + (long)r0 * H : work, Hp);
-        for (int b = r0; b < e && !into_dh; b++) {
-            const float *y = work + (long)(b - r0) * Hp, *dir = direct + (long)(b - r0) * H;
-            float *dhb = dh + (long)b * H;
-            if (h_mask) {
-                const float *m = h_mask + (long)b * H;
-                if (has_direct)
-                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j] + dir[j];
-                else
-                    for (int j = 0; j < H; j++) dhb[j] = y[j] * m[j];
-            } else if (has_direct)
-                for (int j = 0; j < H; j++) dhb[j] = y[j] + dir[j];
-            else
-                memcpy(dhb, y, sizeof(float) * H);
-        }
+        if (!into_dh)
+            dh_from_product(e - r0, H, Hp, 0, H, work, h_mask ? h_mask + (long)r0 * H : NULL,
+                            has_direct ? direct : NULL, dh + (long)r0 * H);
     }
     if (nthreads > 1 && acc) {
 #pragma omp critical
