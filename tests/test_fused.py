@@ -197,7 +197,7 @@ def test_native_gemm_matches_torch(M, K, N):
 
 
 @pytest.mark.parametrize("M,K,N", [(37, 19, 200), (5, 64, 96), (64, 33, 40), (1, 7, 16),
-                                   (200, 33, 40), (301, 19, 70)])
+                                   (200, 33, 40), (301, 19, 70), (37, 1024, 40)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["a", "a^T"])
 def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
     """``gemm_packed`` / ``gemm_packed_at`` on 1 to 5 threads (more threads than panels
@@ -225,6 +225,29 @@ def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
         assert torch.equal(y, results[0])
     ref = (a.t() if transposed else a) @ w.t()
     torch.testing.assert_close(results[0][:, :N], ref, atol=1e-4 * K ** 0.5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("M,K,N", [(37, 1024, 40), (37, 1024, 600), (25, 2048, 72),
+                                   (30, 256, 1024), (14, 1000, 40), (13, 3072, 8)])
+def test_native_gemm_rows_alike_in_any_tiling(M, K, N):
+    """``gemm_packed`` picks its tiles and blocks of k from the shape: rows a multiple of 4 KB
+    apart (K a multiple of 1024) run in tiles of at most 6 rows, and where the panels over all of
+    K fit the cache budget (a long K, a few panels) in one block of k. Each output's sum runs over
+    k in order in one accumulator whatever the tiling, so the product of all rows has the bits of
+    each row computed alone (one-row tiles), and torch's values."""
+    lib = _native_or_skip()
+    torch.manual_seed(0)
+    a, w = torch.randn(M, K), torch.randn(N, K)
+    panels = gemm._panels(w, lib.panel_width())
+    width = panels.shape[0] * lib.panel_width()
+    y = torch.full((M, width), float("nan"))
+    lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(), 2)
+    for r in range(M):
+        row, out = a[r:r + 1].clone(), torch.full((1, width), float("nan"))
+        lib.gemm_packed(1, K, row.data_ptr(), panels.data_ptr(), panels.shape[0],
+                        out.data_ptr(), 1)
+        assert torch.equal(out, y[r:r + 1]), f"row {r}"
+    torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-4 * K ** 0.5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

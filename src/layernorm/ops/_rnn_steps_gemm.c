@@ -117,16 +117,24 @@ static void tile_rows_at(int mr, int K, const float *a, long lda, const float *w
  * where W fits in cache ((32 .. 3200, 256) x (256, 1024 .. 2048)) within noise of before. */
 #define KC 256
 #define NC_PANELS 16
+/* The tallest tile where a's rows are a multiple of 4 KB apart (lda a multiple of 1024 floats:
+ * the gradient of the gates' products at H = 256, 512, 1024, whose product with W_x is dx): the
+ * rows of a tile then share one set of the 8-way L1 cache, and 12 rows evicted each other's
+ * lines at every k. Six rows fit: (3200, 1024) x (1024, 128) and x (1024, 256) on two threads,
+ * with one block of k (gemm_rows_t), took 0.64-0.78 of the time of 12-row tiles in blocks of KC
+ * (three runs, one process, interleaved); tiles of 8 or 4 rows 1.00-1.11 of six rows' time. */
+#define MRA 6
 
-/* The loops of one product of M rows over K in those blocks: for each block of k (k0, kc; ai:
- * a later block, whose sums continue from the earlier ones), each block of panels (p0, np) and
- * each tile of rows (r, mr), in that order, the statements given. The rows in ceil(M / MR)
- * tiles of near-equal height (16 rows: 8 + 8, not 12 + 4); a single tile reads W once whatever
- * the order, so blocks of panels only where there are several. */
-#define FOR_BLOCKS(M, K, npanels, ...) do { \
-    const int ntiles_ = ((M) + MR - 1) / MR, ncp_ = ntiles_ > 1 ? NC_PANELS : (npanels); \
-    for (int k0 = 0; k0 < (K) || k0 == 0; k0 += KC) { \
-        const int kc = (K) - k0 < KC ? (K) - k0 : KC, ai = k0 > 0; \
+/* The loops of one product of M rows over K in those blocks: for each block of KB values of k
+ * (k0, kc; ai: a later block, whose sums continue from the earlier ones), each block of panels
+ * (p0, np) and each tile of rows (r, mr), in that order, the statements given. The rows in
+ * ceil(M / MRX) tiles of near-equal height (MRX: MR, or MRA where a's rows alias in the cache;
+ * 16 rows: 8 + 8, not 12 + 4); a single tile reads W once whatever the order, so blocks of
+ * panels only where there are several. */
+#define FOR_BLOCKS(M, K, KB, MRX, npanels, ...) do { \
+    const int ntiles_ = ((M) + (MRX) - 1) / (MRX), ncp_ = ntiles_ > 1 ? NC_PANELS : (npanels); \
+    for (int k0 = 0; k0 < (K) || k0 == 0; k0 += (KB)) { \
+        const int kc = (K) - k0 < (KB) ? (K) - k0 : (KB), ai = k0 > 0; \
         for (int p0 = 0; p0 < (npanels); p0 += ncp_) { \
             const int np = (npanels) - p0 < ncp_ ? (npanels) - p0 : ncp_; \
             for (int i_ = 0; i_ < ntiles_; i_++) { \
@@ -143,7 +151,10 @@ static void tile_rows_at(int mr, int K, const float *a, long lda, const float *w
  * two overlapping moves of a fixed size (8, 4 or 2 floats), never a call. (Written as a loop
  * over q, gcc makes it one call of memcpy per row: measured 1.1 million calls of 44-48 bytes in
  * one training step of the LN-LSTM at T, B, I, H = 100, 32, 128, 256, libc's memmove 11% of its
- * samples.) */
+ * samples.) Each row also prefetches the line the next tile's rows end in (the tiles of a block
+ * run across a's columns in turn): a's rows are a stride of lda apart, so the hardware's
+ * prefetchers miss them, and the copy waited on each line (d^T h at (1024, 3200) x (3200, 256)
+ * and x (3200, 128) on two threads: 0.94-0.97 of the time, the same bits). */
 static inline void copy_rows(long kc, int mr, const float *a, long lda, float *ap) {
     typedef float f8 __attribute__((vector_size(32), aligned(4)));
     typedef float f4 __attribute__((vector_size(16), aligned(4)));
@@ -151,6 +162,7 @@ static inline void copy_rows(long kc, int mr, const float *a, long lda, float *a
 #define COPY_ROWS_(T, n) \
     for (long k = 0; k < kc; k++, a += lda, ap += mr) { \
         T lo_, hi_; \
+        __builtin_prefetch(a + 2 * mr - 1, 0, 3); \
         __builtin_memcpy(&lo_, a, sizeof lo_); \
         __builtin_memcpy(&hi_, a + mr - (n), sizeof hi_); \
         __builtin_memcpy(ap, &lo_, sizeof lo_); \
@@ -178,7 +190,15 @@ static inline void copy_rows(long kc, int mr, const float *a, long lda, float *a
 static void gemm_rows_t(int M, int K, const float *a, long lda, int at, float *ap,
                         const float *wp, int npanels, float *c, long ldc, int add) {
     const long ps = (long)K * NR;
-    FOR_BLOCKS(M, K, npanels, {
+    /* One block of all K where the panels of a block over all K fit the blocks' budget (a long
+     * K, a few panels: dx = dxg W_x, K = 4H, I <= 256): each tile's sums stay in registers over
+     * all K, where in blocks of KC every block of k loaded and stored the whole output again
+     * ((3200, 1024) x (1024, 128) and x (1024, 256) on two threads: 0.93-0.94 of the time, the
+     * same bits). With at the copy buffer holds KC values of k. */
+    const int kb = !at && (long)K * (npanels < NC_PANELS ? npanels : NC_PANELS)
+                              <= (long)KC * NC_PANELS ? K : KC;
+    const int mrx = !at && lda % 1024 == 0 ? MRA : MR;
+    FOR_BLOCKS(M, K, kb, mrx, npanels, {
         const float *wb = wp + (long)p0 * ps + (long)k0 * NR;
         float *cb = c + r * ldc + (long)p0 * NR;
         if (at) {
@@ -410,7 +430,7 @@ static void tile_rows_bf16(int mr, int K, const bf16_t *a, long lda, const bf16_
 static void gemm_rows_bf16(int M, int Kp, const bf16_t *a, long lda, const bf16_t *wpb,
                            int npanels, float *c, long ldc) {
     const long ps = (long)Kp * NR;
-    FOR_BLOCKS(M, Kp, npanels, {
+    FOR_BLOCKS(M, Kp, KC, MR, npanels, {
         tile_rows_bf16(mr, kc, a + r * lda + k0, lda, wpb + (long)p0 * ps + (long)k0 * NR, 2 * np,
                        c + r * ldc + (long)p0 * NR, ldc, ps, ai);
     });
