@@ -282,13 +282,14 @@ def test_native_weight_gradient_adds_range_by_range(threads):
     torch.testing.assert_close(ranges, d.t() @ h, atol=1e-4 * 301 ** 0.5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("K,N", [(700, 600), (513, 40), (1030, 96)])
+@pytest.mark.parametrize("K,N", [(700, 600), (513, 40), (1030, 96), (1024, 40), (2048, 72)])
 @pytest.mark.parametrize("kind", ["float32", "bfloat16"])
 def test_native_gemm_cache_blocks_keep_each_rows_bits(K, N, kind):
     """The C GEMM in cache blocks (blocks of k, and of panels where several tiles of rows share
     them): a row's result has the same bits in a product of 50 rows (blocks of panels, sums
     continued across blocks of k) as alone (one tile), so the inference kernels' step-by-step
-    products equal the training path's whole-sequence one; and it matches torch."""
+    products equal the training path's whole-sequence one; and it matches torch. K 1024 and 2048:
+    rows 4 KB apart (float32 at 1024 and 2048, bfloat16 at 2048), which run shorter tiles."""
     lib = _native_or_skip()
     if kind == "bfloat16" and not lib.bf16_dot():
         pytest.skip("the kernels have no bfloat16 dot products on this CPU")
