@@ -4,6 +4,8 @@ hidden 64), layer counts, directions, lengths (padded and packed, unsorted), dty
 Each drawn module runs its own path (fused, C kernels, torch's op) and the reference, the same
 module in float64 on the readable loop (``use_fused = False``, ``layernorm.recurrence``);
 outputs, final states and every parameter gradient are compared with a tolerance per dtype.
+The kernels' GEMM alone is drawn too (its tiles, blocks of k and threads' split follow the
+shape), against torch's product and its own bits on 1-3 threads.
 
 The draws are derandomized: the same examples run on every machine, in a bounded time."""
 import copy
@@ -203,3 +205,54 @@ def test_inference_path_equals_reference(config):
         err = (a.double() - b).abs().max().item() / max(1.0, b.abs().max().item())
         own = (f.double() - b).abs().max().item() / max(1.0, b.abs().max().item())
         assert err <= max(TOL[dtype], 10 * own), (config, err, own)
+
+
+@st.composite
+def gemm_configs(draw):
+    # K at and around the rows 4 KB apart (1024, 2048 floats: shorter tiles), at the blocks of
+    # 256 k, and any K; a few panels or many (one block of all K where they fit, else blocks)
+    K = draw(st.one_of(st.sampled_from([1, 255, 256, 257, 512, 1023, 1024, 1025, 2048]),
+                       st.integers(1, 1100)))
+    return (draw(st.booleans()), draw(st.integers(1, 80)), K, draw(SIZES | st.integers(1, 300)),
+            draw(st.sampled_from([0, 7, 64, 512])))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(gemm_configs())
+def test_native_gemm_equals_torch_at_any_shape(config):
+    """The C kernels' GEMM, y = a @ W^T (the input term, dx) and y = d^T h (the weight
+    gradients, h packed in ranges of rows), at drawn shapes: the tiles' heights, the blocks of
+    k and the threads' split follow the shape, and every choice must give the same bits on 1, 2
+    and 3 threads, and torch's values."""
+    from layernorm.ops import gemm, native
+    lib = native.load()
+    if lib is None:
+        pytest.skip("no C compiler: the C kernels are unavailable")
+    transposed, M, K, N, range_rows = config
+    width = lib.panel_width()
+    npanels = -(-N // width)
+    w = torch.randn(N, K)
+    a = torch.randn(K, M) if transposed else torch.randn(M, K)
+    panels = gemm._panels(w, width)
+    h = w.t().contiguous()
+    buf = torch.empty(npanels * K * width + 16)
+    start = (-buf.data_ptr() // 4) % 16  # 64-byte aligned, as the callers' buffers
+    results = []
+    for threads in (1, 2, 3):
+        y = torch.full((M, npanels * width), float("nan"))
+        if transposed:
+            status = lib.gemm_packed_at(M, K, a.data_ptr(), h.data_ptr(), N, N,
+                                        buf[start:].data_ptr(), y.data_ptr(), threads, 0,
+                                        range_rows)
+        else:
+            status = lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), npanels,
+                                     y.data_ptr(), threads)
+        assert not status
+        results.append(y)
+    for y in results[1:]:
+        assert torch.equal(y, results[0]), config
+    ref = (a.t() if transposed else a) @ w.t()
+    torch.testing.assert_close(results[0][:, :N], ref, atol=1e-4 * K ** 0.5, rtol=1e-5,
+                               msg=lambda msg: f"{config}: {msg}")
+    assert (results[0][:, N:] == 0).all(), config
