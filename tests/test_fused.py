@@ -227,29 +227,6 @@ def test_native_gemm_threads_split_panels_to_the_same_bits(M, K, N, transposed):
     torch.testing.assert_close(results[0][:, :N], ref, atol=1e-4 * K ** 0.5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("M,K,N", [(37, 1024, 40), (37, 1024, 600), (25, 2048, 72),
-                                   (30, 256, 1024), (14, 1000, 40), (13, 3072, 8)])
-def test_native_gemm_rows_alike_in_any_tiling(M, K, N):
-    """``gemm_packed`` picks its tiles and blocks of k from the shape: rows a multiple of 4 KB
-    apart (K a multiple of 1024) run in tiles of at most 6 rows, and where the panels over all of
-    K fit the cache budget (a long K, a few panels) in one block of k. Each output's sum runs over
-    k in order in one accumulator whatever the tiling, so the product of all rows has the bits of
-    each row computed alone (one-row tiles), and torch's values."""
-    lib = _native_or_skip()
-    torch.manual_seed(0)
-    a, w = torch.randn(M, K), torch.randn(N, K)
-    panels = gemm._panels(w, lib.panel_width())
-    width = panels.shape[0] * lib.panel_width()
-    y = torch.full((M, width), float("nan"))
-    lib.gemm_packed(M, K, a.data_ptr(), panels.data_ptr(), panels.shape[0], y.data_ptr(), 2)
-    for r in range(M):
-        row, out = a[r:r + 1].clone(), torch.full((1, width), float("nan"))
-        lib.gemm_packed(1, K, row.data_ptr(), panels.data_ptr(), panels.shape[0],
-                        out.data_ptr(), 1)
-        assert torch.equal(out, y[r:r + 1]), f"row {r}"
-    torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-4 * K ** 0.5, rtol=1e-5)
-
-
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_native_weight_gradient_adds_range_by_range(threads):
     """``gemm_packed_at`` with add: dW += d^T h of each range of rows, the sums continuing from
@@ -282,14 +259,16 @@ def test_native_weight_gradient_adds_range_by_range(threads):
     torch.testing.assert_close(ranges, d.t() @ h, atol=1e-4 * 301 ** 0.5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("K,N", [(700, 600), (513, 40), (1030, 96), (1024, 40), (2048, 72)])
+@pytest.mark.parametrize("K,N", [(700, 600), (513, 40), (1030, 96), (1024, 40), (2048, 72),
+                                 (1024, 600), (1000, 40), (3072, 8), (256, 1024)])
 @pytest.mark.parametrize("kind", ["float32", "bfloat16"])
 def test_native_gemm_cache_blocks_keep_each_rows_bits(K, N, kind):
     """The C GEMM in cache blocks (blocks of k, and of panels where several tiles of rows share
     them): a row's result has the same bits in a product of 50 rows (blocks of panels, sums
     continued across blocks of k) as alone (one tile), so the inference kernels' step-by-step
-    products equal the training path's whole-sequence one; and it matches torch. K 1024 and 2048:
-    rows 4 KB apart (float32 at 1024 and 2048, bfloat16 at 2048), which run shorter tiles."""
+    products equal the training path's whole-sequence one; and it matches torch. K 1024, 2048
+    and 3072: rows 4 KB apart (float32; bfloat16 at 2048), which run tiles of at most 6 rows;
+    a long K over a few panels (1000 x 40, 1024 x 40) runs in one block of k."""
     lib = _native_or_skip()
     if kind == "bfloat16" and not lib.bf16_dot():
         pytest.skip("the kernels have no bfloat16 dot products on this CPU")
