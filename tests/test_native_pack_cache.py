@@ -46,3 +46,59 @@ def test_an_updated_weight_is_packed_again(edit):
         out, _ = m(x)
         expected, _ = fresh(x)
     assert torch.equal(out, expected)
+
+
+def _panels_by_definition(w, width, transposed):
+    """panels[p, k, c] = w[p * width + c, k] (of w.t() where transposed), zero columns padding."""
+    a = w.t() if transposed else w
+    rows, k = a.shape
+    out = torch.zeros(-(-rows // width), k, width, dtype=w.dtype)
+    for r in range(rows):
+        out[r // width, :, r % width] = a[r]
+    return out
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("g, k", [(1, 1), (15, 17), (16, 16), (17, 33), (31, 15), (32, 256),
+                                  (33, 1), (200, 200), (1024, 256), (1000, 130)])
+def test_the_c_packer_writes_the_panels_layout(g, k, transposed):
+    """``_panels`` through the C kernels' ``pack_panels`` (16 x 16 blocks transposed in registers,
+    the edges one float at a time, zeros padding the last panel) against the layout's definition,
+    with a stale buffer full of NaN to write over."""
+    from layernorm.ops import gemm
+    lib = native.load()
+    width = lib.panel_width()
+    w = torch.nn.Parameter(torch.randn(g, k))
+    first = gemm._panels(w, width, transposed)
+    ptr = first.data_ptr()
+    first.fill_(float("nan"))
+    del first
+    with torch.no_grad():
+        w.mul_(-1.5)
+    packed = gemm._panels(w, width, transposed)
+    assert packed.data_ptr() == ptr  # the stale entry's buffer, written over
+    assert torch.equal(packed, _panels_by_definition(w.detach(), width, transposed))
+
+
+def test_a_stale_pack_still_held_is_not_written_over():
+    """A caller still holding the panels of the weight's old values (another thread's call in
+    flight) keeps them: the repack of the changed weight goes to a new buffer; once nothing but
+    the cache holds a stale pack, its buffer is reused."""
+    from layernorm.ops import gemm
+    width = native.load().panel_width()
+    w = torch.nn.Parameter(torch.randn(70, 40))
+    held = gemm._panels(w, width)
+    before = held.clone()
+    with torch.no_grad():
+        w.add_(1.0)
+    second = gemm._panels(w, width)
+    assert second.data_ptr() != held.data_ptr() and torch.equal(held, before)
+    assert torch.equal(second, _panels_by_definition(w.detach(), width, False))
+    ptr = second.data_ptr()
+    del second
+    with torch.no_grad():
+        w.add_(1.0)
+    third = gemm._panels(w, width)
+    assert third.data_ptr() == ptr
+    assert torch.equal(third, _panels_by_definition(w.detach(), width, False))
+    assert torch.equal(held, before)

@@ -188,6 +188,20 @@ def test_avx2_gemm_tiles_match_torch_mm(avx2_kernels):
         torch.testing.assert_close(y[:, :N], a @ w.t(), atol=1e-5, rtol=1e-5, msg=f"M={M}")
 
 
+def test_avx2_packer_writes_the_panels_layout(avx2_kernels):
+    """The AVX2 build's ``pack_panels`` (panels of 16 floats: one 16 x 16 block a panel's width)
+    at ragged rows and k, both orientations, against the layout's definition."""
+    width = avx2_kernels.panel_width()
+    for g, k in ((53, 19), (16, 16), (100, 33)):
+        w = torch.randn(g, k)
+        for transposed, a in ((0, w), (1, w.t())):
+            rows = a.shape[0]
+            out = torch.full((-(-rows // width), a.shape[1], width), float("nan"))
+            avx2_kernels.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr())
+            expected = torch.nn.functional.pad(a, (0, 0, 0, -rows % width))
+            assert torch.equal(out, expected.reshape(-1, width, a.shape[1]).transpose(1, 2))
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_avx2_kernels_match_reference(avx2_kernels, kind):
     """LN-LSTM / LN-GRU forward and every gradient on the AVX2 build, with lengths and two

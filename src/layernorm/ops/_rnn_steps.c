@@ -29,9 +29,9 @@
  *
  * One compilation unit in parts, included below in this order (each reads what the ones before
  * it define; the build's cache key hashes every included file): _math (exp, sigmoid, tanh,
- * moments, zoneout of a row), _gemm (the recurrent GEMM and matvec_rows), _loops (the time-loop
- * drivers and a row's LN backward), _ln_lstm, _ln_gru, _cells (the cells' one step), _bn_lstm
- * (with the batch statistics helpers), _bn_gru.
+ * moments, zoneout of a row), _gemm (the recurrent GEMM and matvec_rows), _pack (a weight into
+ * the GEMM's panels), _loops (the time-loop drivers and a row's LN backward), _ln_lstm, _ln_gru,
+ * _cells (the cells' one step), _bn_lstm (with the batch statistics helpers), _bn_gru.
  */
 #include <math.h>
 #include <stddef.h>
@@ -45,6 +45,7 @@
 #define RNN_STEPS_UNIT 1  /* the parts below check it: one compilation unit */
 #include "_rnn_steps_math.c"
 #include "_rnn_steps_gemm.c"
+#include "_rnn_steps_pack.c"
 #include "_rnn_steps_loops.c"
 #include "_rnn_steps_ln_lstm.c"
 #include "_rnn_steps_ln_gru.c"
