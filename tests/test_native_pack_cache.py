@@ -102,3 +102,48 @@ def test_a_stale_pack_still_held_is_not_written_over():
     assert third.data_ptr() == ptr
     assert torch.equal(third, _panels_by_definition(w.detach(), width, False))
     assert torch.equal(held, before)
+
+
+@pytest.mark.parametrize("transposed", [0, 1])
+@pytest.mark.parametrize("g, k", [(33, 17), (64, 32), (1000, 130)])
+def test_the_c_packers_check_finds_any_changed_bit(g, k, transposed):
+    """``pack_panels``'s check (the cache's test that the panels still hold the weight): 0 on its
+    own panels; 1 after one weight changes by one ulp, or flips its sign bit at 0, inside a
+    16 x 16 block, at the edges past them and at the ends; 1 where the padding is not zero."""
+    lib = native.load()
+    width = lib.panel_width()
+    w = torch.randn(g, k)
+    w[0, 0] = 0.0
+    out = torch.empty(-(-(k if transposed else g) // width), g if transposed else k, width)
+    lib.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(), 0, 2)
+    assert lib.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(), 1, 1) == 0
+    for i, j in [(0, 0), (5, 7), (g - 1, k - 1), (g - 1, 0), (0, k - 1), (g // 2, k // 2)]:
+        old = w[i, j].clone()
+        w[i, j] = -0.0 if old == 0 else torch.nextafter(old, torch.tensor(float("inf")))
+        assert lib.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(), 1, 1) == 1
+        w[i, j] = old
+    assert lib.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(), 1, 1) == 0
+    rows = k if transposed else g
+    if rows % width:  # the last panel's padding
+        out[-1, -1, -1] = 1.0
+        assert lib.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(), 1, 1) == 1
+
+
+def test_one_weight_changed_through_data_is_packed_again():
+    """An inference module whose W_hh changes in one element through ``.data`` (no version
+    bump): the next call computes with it (the cache compares the panels themselves with the
+    weight), as a fresh module with the same weights does."""
+    torch.manual_seed(0)
+    m = layernorm.LSTM(5, 40, norm="layer").eval()
+    fresh = layernorm.LSTM(5, 40, norm="layer").eval()
+    x = torch.randn(6, 3, 5)
+    with torch.inference_mode():
+        before, _ = m(x)
+        m(x)
+    w = m.weight_hh_l0.data
+    w[17, 3] = torch.nextafter(w[17, 3], torch.tensor(float("inf"))) * 1e4
+    fresh.load_state_dict(m.state_dict())
+    with torch.inference_mode():
+        out, _ = m(x)
+        expected, _ = fresh(x)
+    assert not torch.equal(out, before) and torch.equal(out, expected)

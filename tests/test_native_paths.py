@@ -197,9 +197,11 @@ def test_avx2_packer_writes_the_panels_layout(avx2_kernels):
         for transposed, a in ((0, w), (1, w.t())):
             rows = a.shape[0]
             out = torch.full((-(-rows // width), a.shape[1], width), float("nan"))
-            avx2_kernels.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr())
+            avx2_kernels.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(), 0, 2)
             expected = torch.nn.functional.pad(a, (0, 0, 0, -rows % width))
             assert torch.equal(out, expected.reshape(-1, width, a.shape[1]).transpose(1, 2))
+            assert not avx2_kernels.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(),
+                                                1, 1)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

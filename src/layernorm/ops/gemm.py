@@ -45,11 +45,12 @@ _PACKED_MIN_FLOPS = 2 ** 22
 
 # Packed weights of the last few weight tensors, reused while the tensor holds the same values
 # (inference calls reuse them; a training step's updated weights are packed again). The values
-# are compared with a kept copy (~0.1 ms), since edits through ``w.data`` do not bump the version:
-# (id(w), kind) -> (weakref to w, (data_ptr, version), copy of w, packed). An entry leaves when
-# its tensor is freed: a half-type module's weights arrive as a fresh float32 copy per call, and
-# the entries of those dead copies (a copy of W_hh and its panels each) held 24 MiB at
-# (I, H) = (128, 256) after a few bf16 training steps.
+# are compared with a kept copy (~0.1 ms), or with the packed form itself where it holds them all
+# (the float32 panels), since edits through ``w.data`` do not bump the version: (id(w), kind) ->
+# (weakref to w, (data_ptr, version), copy of w or None, packed), the most recently used last.
+# An entry leaves when its tensor is freed: a half-type module's weights arrive as a fresh
+# float32 copy per call, and the entries of those dead copies (a copy of W_hh and its panels
+# each) held 24 MiB at (I, H) = (128, 256) after a few bf16 training steps.
 _PACK_CACHE: dict[tuple, tuple] = {}
 _PACK_CACHE_SIZE = 16
 
@@ -84,31 +85,46 @@ def _same_bits(kept: torch.Tensor, w: torch.Tensor) -> bool:
     return torch.equal(kept, w)
 
 
-def _cached_pack(w: torch.Tensor, kind, make):
+def _refs_of_a_local() -> int:
+    """``sys.getrefcount`` of a tensor that one local variable alone holds (2 on CPython 3.11;
+    an interpreter that borrows references for the call counts fewer)."""
+    probe = torch.empty(0)
+    return sys.getrefcount(probe)
+
+
+_LOCAL_REFS = _refs_of_a_local()
+
+
+def _cached_pack(w: torch.Tensor, kind, make, same=None):
     """``make(w, spare)`` (a packed form of w, ``kind`` names the form), cached while w is
     unchanged and alive. ``spare``: the stale entry's packed tensor where nothing but the cache
     held it (make may write into it; else None), so that a training step, whose updated weights
     are packed again, reuses the buffers of the last: fresh ones (1 MB at W_hh (1024, 256)),
-    allocated while the old were alive, came from the OS at a page fault per 4 KB (measured, the
-    four packs of a (1024, 256) W_hh and a (1024, 128) W_x, each after an in-place update:
-    1.06 ms fresh with torch's strided copies, 0.38 ms reused with ``pack_panels``)."""
+    allocated while the old were alive, came from the OS at a page fault per 4 KB. ``same(packed,
+    wc)`` (wc: w contiguous): whether a packed form still holds w's bits, where it holds them
+    all (the float32 panels); the cache then compares w with it and keeps no copy of w (a
+    training step wrote one per pack, never read: its updated weights change the version)."""
     if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
         return make(w.detach().contiguous(), None)
-    # inference tensors have no version counter: the kept copy alone tells a changed value
+    # inference tensors have no version counter: the values alone tell a changed weight
     key = (w.data_ptr(), -1 if w.is_inference() else w._version)
     cache_key = (id(w), kind)
     hit = _PACK_CACHE.pop(cache_key, None)
-    if hit is not None and hit[0]() is w and hit[1] == key and _same_bits(hit[2], w):
+    if hit is not None and hit[0]() is w and hit[1] == key and (
+            _same_bits(hit[2], w) if hit[2] is not None
+            else same is not None and same(hit[3], w.detach().contiguous())):
         _PACK_CACHE[cache_key] = hit
         return hit[3]
     kept = spare = None
     if hit is not None:
         kept, spare = hit[2], hit[3]
         del hit
-        if sys.getrefcount(spare) > 2:  # (spare, the argument): a caller still holds it
+        if sys.getrefcount(spare) > _LOCAL_REFS:  # a caller still holds it
             spare = None
     packed = make(w.detach().contiguous(), spare)
-    if kept is not None and _memcpy_fits(kept, w):  # the stale copy rewritten, not reallocated
+    if same is not None:
+        kept = None
+    elif kept is not None and _memcpy_fits(kept, w):  # the stale copy rewritten in place
         ctypes.memmove(kept.data_ptr(), w.data_ptr(), w.numel() * w.element_size())
     else:
         kept = w.detach().clone()
@@ -133,17 +149,29 @@ def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tens
     panels[p, k, c] = w[p * width + c, k], zero rows padding G (``_rnn_steps.c``, gemm_rows).
     ``transposed``: the panels of w.t() (the backward's W_hh^T), made from w itself and cached
     with it. Either is one pass over w: the C kernels' ``pack_panels`` for float32 at their own
-    width (into the stale entry's buffer where it is free: ``_cached_pack``), else a strided copy
-    in torch."""
+    width, on torch's threads, into the stale entry's buffer where it is free (``_cached_pack``,
+    which then compares w with the panels themselves), else a strided copy in torch. Measured in
+    training steps (an SGD step after each, LN-LSTM, 2 threads, steps of both versions
+    interleaved): the packs of W_hh, W_hh^T and W_x took 0.48 against 0.83 ms a step at
+    (T, B, I, H) = (100, 32, 128, 256), made by torch's copies with a kept copy of each weight;
+    0.45 against 0.72-0.88 ms at (100, 8 and 16, 128, 256) and (35, 20, 200, 200)."""
     lib = native.loaded("pack_panels")  # (its callers run the C kernels)
+    c_packs = w.dtype == torch.float32 and width == lib.panel_width() and w.dim() == 2
+
+    def shape(G, K):
+        return (-(-(K if transposed else G) // width), G if transposed else K, width)
+
+    def same(packed, wc):
+        return packed.shape == shape(*wc.shape) and packed.dtype == wc.dtype and not \
+            lib.pack_panels(*wc.shape, wc.data_ptr(), int(transposed), packed.data_ptr(), 1, 1)
 
     def make(wc, spare):
         G, K = wc.shape
-        if wc.dtype == torch.float32 and width == lib.panel_width():
-            shape = (-(-(K if transposed else G) // width), G if transposed else K, width)
-            out = spare if spare is not None and spare.shape == shape \
-                and spare.dtype == wc.dtype else wc.new_empty(shape)
-            lib.pack_panels(G, K, wc.data_ptr(), int(transposed), out.data_ptr())
+        if c_packs:
+            out = spare if spare is not None and spare.shape == shape(G, K) \
+                and spare.dtype == wc.dtype else wc.new_empty(shape(G, K))
+            lib.pack_panels(G, K, wc.data_ptr(), int(transposed), out.data_ptr(), 0,
+                            torch.get_num_threads() if G * K >= _THREADED_PACK else 1)
             return out
         if transposed:  # panels[p, g, c] = w[g, p * width + c]
             pad = -K % width
@@ -152,7 +180,12 @@ def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tens
         pad = -G % width
         wc = torch.nn.functional.pad(wc, (0, 0, 0, pad)) if pad else wc
         return wc.reshape(-1, width, K).transpose(1, 2).contiguous()
-    return _cached_pack(w, ("panels_t" if transposed else "panels", width), make)
+    return _cached_pack(w, ("panels_t" if transposed else "panels", width), make,
+                        same if c_packs else None)
+
+
+# weights of at least this many floats are packed on torch's threads
+_THREADED_PACK = 2 ** 16
 
 
 def _panels_bf16(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tensor:

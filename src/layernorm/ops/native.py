@@ -186,7 +186,7 @@ def check_layout(lib) -> None:
 def _declare(lib) -> None:
     i, p, size = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     lib.panel_width.argtypes, lib.panel_width.restype = [], i
-    lib.pack_panels.argtypes, lib.pack_panels.restype = [i, i, p, i, p], None
+    lib.pack_panels.argtypes, lib.pack_panels.restype = [i, i, p, i, p, i, i], i
     lib.gemm_packed.argtypes = [i, i, p, p, i, p, i]
     lib.gemm_packed.restype = None
     lib.gemm_packed_at.argtypes = [i, i, p, p, ctypes.c_long, i, p, p, i, i, i]
