@@ -129,17 +129,22 @@ def test_the_c_packers_check_finds_any_changed_bit(g, k, transposed):
         assert lib.pack_panels(g, k, w.data_ptr(), transposed, out.data_ptr(), 1, 1) == 1
 
 
-def test_one_weight_changed_through_data_is_packed_again():
+@pytest.mark.parametrize("calls", [1, 2, 3])
+def test_one_weight_changed_through_data_is_packed_again(calls):
     """An inference module whose W_hh changes in one element through ``.data`` (no version
-    bump): the next call computes with it (the cache compares the panels themselves with the
-    weight), as a fresh module with the same weights does."""
+    bump) after 1, 2 or 3 calls: the next call computes with it, as a fresh module with the same
+    weights does. After one call the cache compares the weight with its panels; after more, with
+    the copy that comparison made current."""
+    from layernorm.ops import gemm
     torch.manual_seed(0)
     m = layernorm.LSTM(5, 40, norm="layer").eval()
     fresh = layernorm.LSTM(5, 40, norm="layer").eval()
     x = torch.randn(6, 3, 5)
     with torch.inference_mode():
-        before, _ = m(x)
-        m(x)
+        for _ in range(calls):
+            before, _ = m(x)
+    current = [e[4] for k, e in gemm._PACK_CACHE.items() if k[0] == id(m.weight_hh_l0)]
+    assert current == [calls > 1]
     w = m.weight_hh_l0.data
     w[17, 3] = torch.nextafter(w[17, 3], torch.tensor(float("inf"))) * 1e4
     fresh.load_state_dict(m.state_dict())

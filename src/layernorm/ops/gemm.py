@@ -45,9 +45,10 @@ _PACKED_MIN_FLOPS = 2 ** 22
 
 # Packed weights of the last few weight tensors, reused while the tensor holds the same values
 # (inference calls reuse them; a training step's updated weights are packed again). The values
-# are compared with a kept copy (~0.1 ms), or with the packed form itself where it holds them all
-# (the float32 panels), since edits through ``w.data`` do not bump the version: (id(w), kind) ->
-# (weakref to w, (data_ptr, version), copy of w or None, packed), the most recently used last.
+# are compared, since edits through ``w.data`` do not bump the version: with a kept copy (one
+# memcmp), or where the copy is not current, with the float32 panels themselves
+# (``_cached_pack``): (id(w), kind) -> (weakref to w, (data_ptr, version), copy of w or None,
+# packed, whether the copy is current), the most recently used last.
 # An entry leaves when its tensor is freed: a half-type module's weights arrive as a fresh
 # float32 copy per call, and the entries of those dead copies (a copy of W_hh and its panels
 # each) held 24 MiB at (I, H) = (128, 256) after a few bf16 training steps.
@@ -95,26 +96,48 @@ def _refs_of_a_local() -> int:
 _LOCAL_REFS = _refs_of_a_local()
 
 
+def _copy_of(w: torch.Tensor, kept):
+    """A copy of w's values: into ``kept`` where it fits (no fresh buffer), else a new one."""
+    if kept is not None and _memcpy_fits(kept, w):
+        ctypes.memmove(kept.data_ptr(), w.data_ptr(), w.numel() * w.element_size())
+        return kept
+    return w.detach().clone()
+
+
+def _unchanged(entry: tuple, w: torch.Tensor, same):
+    """The cache entry, its copy of w made current, where its packed form still holds w's
+    values; else None."""
+    ref, key, kept, packed, current = entry
+    if current:
+        return entry if _same_bits(kept, w) else None
+    if same is None or not same(packed, w.detach().contiguous()):
+        return None
+    return ref, key, _copy_of(w, kept), packed, True  # (later calls: one memcmp)
+
+
 def _cached_pack(w: torch.Tensor, kind, make, same=None):
     """``make(w, spare)`` (a packed form of w, ``kind`` names the form), cached while w is
     unchanged and alive. ``spare``: the stale entry's packed tensor where nothing but the cache
     held it (make may write into it; else None), so that a training step, whose updated weights
     are packed again, reuses the buffers of the last: fresh ones (1 MB at W_hh (1024, 256)),
-    allocated while the old were alive, came from the OS at a page fault per 4 KB. ``same(packed,
-    wc)`` (wc: w contiguous): whether a packed form still holds w's bits, where it holds them
-    all (the float32 panels); the cache then compares w with it and keeps no copy of w (a
-    training step wrote one per pack, never read: its updated weights change the version)."""
+    allocated while the old were alive, came from the OS at a page fault per 4 KB.
+
+    ``same(packed, wc)`` (wc: w contiguous): whether a packed form still holds w's bits, where
+    it holds them all (the float32 panels). A pack then leaves the entry's copy of w stale: a
+    training step, whose updated weights change the version, never reads it. A call with an
+    unchanged version compares w with the packed form itself once (~3x a memcmp's time) and
+    makes the copy current, so that the calls after it compare with one memcmp."""
     if w._base is not None:  # a transient view (the backward's w.t()): pack, do not cache
         return make(w.detach().contiguous(), None)
     # inference tensors have no version counter: the values alone tell a changed weight
     key = (w.data_ptr(), -1 if w.is_inference() else w._version)
     cache_key = (id(w), kind)
     hit = _PACK_CACHE.pop(cache_key, None)
-    if hit is not None and hit[0]() is w and hit[1] == key and (
-            _same_bits(hit[2], w) if hit[2] is not None
-            else same is not None and same(hit[3], w.detach().contiguous())):
-        _PACK_CACHE[cache_key] = hit
-        return hit[3]
+    if hit is not None and hit[0]() is w and hit[1] == key:
+        entry = _unchanged(hit, w, same)
+        if entry is not None:
+            _PACK_CACHE[cache_key] = entry
+            return entry[3]
     kept = spare = None
     if hit is not None:
         kept, spare = hit[2], hit[3]
@@ -122,15 +145,12 @@ def _cached_pack(w: torch.Tensor, kind, make, same=None):
         if sys.getrefcount(spare) > _LOCAL_REFS:  # a caller still holds it
             spare = None
     packed = make(w.detach().contiguous(), spare)
-    if same is not None:
-        kept = None
-    elif kept is not None and _memcpy_fits(kept, w):  # the stale copy rewritten in place
-        ctypes.memmove(kept.data_ptr(), w.data_ptr(), w.numel() * w.element_size())
-    else:
-        kept = w.detach().clone()
+    current = same is None
+    if current:
+        kept = _copy_of(w, kept)
     if len(_PACK_CACHE) >= _PACK_CACHE_SIZE:
         _PACK_CACHE.pop(next(iter(_PACK_CACHE)))
-    _PACK_CACHE[cache_key] = (weakref.ref(w, _forget(cache_key)), key, kept, packed)
+    _PACK_CACHE[cache_key] = (weakref.ref(w, _forget(cache_key)), key, kept, packed, current)
     return packed
 
 
@@ -152,9 +172,9 @@ def _panels(w: torch.Tensor, width: int, transposed: bool = False) -> torch.Tens
     width, on torch's threads, into the stale entry's buffer where it is free (``_cached_pack``,
     which then compares w with the panels themselves), else a strided copy in torch. Measured in
     training steps (an SGD step after each, LN-LSTM, 2 threads, steps of both versions
-    interleaved): the packs of W_hh, W_hh^T and W_x took 0.48 against 0.83 ms a step at
-    (T, B, I, H) = (100, 32, 128, 256), made by torch's copies with a kept copy of each weight;
-    0.45 against 0.72-0.88 ms at (100, 8 and 16, 128, 256) and (35, 20, 200, 200)."""
+    interleaved, two runs): the packs of W_hh, W_hh^T and W_x took 0.44-0.55 ms a step against
+    0.72-1.40 ms made by torch's copies with a copy of each weight kept, at (T, B, I, H) =
+    (100, 8, 16 and 32, 128, 256) and (35, 20, 200, 200)."""
     lib = native.loaded("pack_panels")  # (its callers run the C kernels)
     c_packs = w.dtype == torch.float32 and width == lib.panel_width() and w.dim() == 2
 
